@@ -1,0 +1,244 @@
+/*
+ * decode.c: validate-then-apply. A frame is decoded completely into the
+ * decoder's scratch (positions and new values), its target hash is checked
+ * against base-with-changes, and only then are the weights written, so a
+ * frame that fails any check of FORMAT.md leaves the weights untouched.
+ */
+#include "classes.h"
+
+bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags)
+{
+	BFP_CHECK(dec, BFP_E_ARG);
+	BFP_CHECK(!(flags & ~BFP_DEC_F_SCALAR), BFP_E_ARG);
+	dec->cpu = (flags & BFP_DEC_F_SCALAR) ? 0 : bfp_cpu_features();
+	dec->n_changes = 0;
+	dec->ready = 1;
+	return BFP_OK;
+}
+
+/* Signed value delta from sign bit and magnitude, as a key difference. */
+static inline uint16_t delta_of(unsigned sign, unsigned m)
+{
+	return (uint16_t)(sign ? 0x10000u - m : m);
+}
+
+/* FORMAT.md 3.1: the payload ends in the byte holding its last bit and
+ * the padding bits after it are zero. */
+static bfp_status check_end(bfp_br *r, size_t payload_len)
+{
+	BFP_CHECK(!r->err, BFP_E_CORRUPT);
+	uint64_t bits = bfp_br_tell(r);
+	BFP_CHECK((bits + 7) / 8 == payload_len, BFP_E_CORRUPT);
+	unsigned pad = (unsigned)(payload_len * 8 - bits);
+	BFP_CHECK(bfp_br_get(r, pad) == 0 && !r->err, BFP_E_CORRUPT);
+	return BFP_OK;
+}
+
+/* FORMAT.md 3.4 */
+static bfp_status decode_sparse(bfp_decoder *d, const uint8_t *pl,
+				size_t pl_len, const uint16_t *base,
+				uint32_t len)
+{
+	uint32_t n[BFP_CLASSES], kg[BFP_CLASSES], k1[BFP_CLASSES];
+	uint32_t start[BFP_CLASSES + 1], head[BFP_CLASSES];
+	uint64_t total = 0;
+	bfp_br r;
+
+	bfp_br_init(&r, pl, pl_len);
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		n[c] = bfp_get_eg0(&r);
+		BFP_CHECK(!r.err, BFP_E_CORRUPT);
+		total += n[c];
+		BFP_CHECK(total <= BFP_CHANGES_MAX && total <= len, BFP_E_CORRUPT);
+		kg[c] = k1[c] = 0;
+		if (n[c]) {
+			kg[c] = bfp_br_get(&r, 5);
+			k1[c] = bfp_br_get(&r, 5);
+		}
+	}
+	start[0] = 0;
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		start[c + 1] = start[c] + n[c];
+
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		uint32_t *pos = d->grp_pos + start[c];
+		uint16_t *val = d->grp_val + start[c];
+		uint64_t p = 0;
+		for (uint32_t j = 0; j < n[c]; j++) {
+			uint32_t g = bfp_get_rice(&r, kg[c]);
+			BFP_CHECK(!r.err, BFP_E_CORRUPT);
+			uint64_t at = bfp_find_rank(base + p, len - p, c, g, d->cpu);
+			BFP_CHECK(at < len - p, BFP_E_CORRUPT);
+			pos[j] = (uint32_t)(p + at);
+			p += at + 1;
+		}
+		int need_run = 1;
+		uint32_t run = 0;
+		for (uint32_t j = 0; j < n[c]; j++) {
+			unsigned m;
+			if (need_run) {
+				run = bfp_get_rice(&r, k1[c]);
+				BFP_CHECK(!r.err && run <= n[c] - j, BFP_E_CORRUPT);
+				need_run = 0;
+			}
+			unsigned sign = bfp_br_get(&r, 1);
+			if (run > 0) {
+				m = 1;
+				run--;
+			} else {
+				uint32_t big = bfp_get_eg0(&r);
+				BFP_CHECK(!r.err && big <= 32766u, BFP_E_CORRUPT);
+				m = big + 2;
+				need_run = 1;
+			}
+			/* FORMAT.md 3.2: +32768 is written as -32768 */
+			BFP_CHECK(m < 32768u || sign, BFP_E_CORRUPT);
+			uint16_t b = base[pos[j]];
+			val[j] = bfp_unkey((uint16_t)(bfp_key(b) + delta_of(sign, m)));
+		}
+	}
+	bfp_status st = check_end(&r, pl_len);
+	if (st != BFP_OK)
+		return st;
+
+	/* merge the per-class lists into position order */
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		head[c] = start[c];
+	for (uint32_t o = 0; o < total; o++) {
+		unsigned best = BFP_CLASSES;
+		uint32_t bp = UINT32_MAX;
+		for (unsigned c = 0; c < BFP_CLASSES; c++) {
+			if (head[c] < start[c + 1] && d->grp_pos[head[c]] < bp) {
+				bp = d->grp_pos[head[c]];
+				best = c;
+			}
+		}
+		d->chg_pos[o] = bp;
+		d->chg_val[o] = d->grp_val[head[best]++];
+	}
+	d->n_changes = (uint32_t)total;
+	return BFP_OK;
+}
+
+/* FORMAT.md 3.5 */
+static bfp_status decode_dense(bfp_decoder *d, const uint8_t *pl,
+			       size_t pl_len, const uint16_t *base,
+			       uint32_t len)
+{
+	bfp_br r;
+	uint32_t k = 0;
+	/* every parameter costs at least its flag bit */
+	BFP_CHECK((uint64_t)len <= (uint64_t)pl_len * 8, BFP_E_CORRUPT);
+	bfp_br_init(&r, pl, pl_len);
+	for (uint32_t i = 0; i < len; i++) {
+		if (!bfp_br_get(&r, 1))
+			continue;
+		unsigned sign = bfp_br_get(&r, 1);
+		unsigned m = 1;
+		if (bfp_br_get(&r, 1)) {
+			uint32_t big = bfp_get_eg0(&r);
+			BFP_CHECK(!r.err && big <= 32766u, BFP_E_CORRUPT);
+			m = big + 2;
+		}
+		BFP_CHECK(!r.err && (m < 32768u || sign), BFP_E_CORRUPT);
+		BFP_CHECK(k < BFP_CHANGES_MAX, BFP_E_CORRUPT);
+		d->chg_pos[k] = i;
+		d->chg_val[k] = bfp_unkey((uint16_t)(bfp_key(base[i]) + delta_of(sign, m)));
+		k++;
+	}
+	bfp_status st = check_end(&r, pl_len);
+	if (st != BFP_OK)
+		return st;
+	d->n_changes = k;
+	return BFP_OK;
+}
+
+static bfp_status check_header(const bfp_apply_opts *o,
+			       const bfp_frame_header *h, uint64_t n_params)
+{
+	BFP_CHECK((o->flags & BFP_DEC_F_ANY_MODEL) || h->model_id == o->model_id,
+		  BFP_E_MODEL);
+	if (h->encoding == BFP_ENC_SPARSE || h->encoding == BFP_ENC_DENSE)
+		BFP_CHECK((o->flags & BFP_DEC_F_ANY_BASE) ||
+				  h->base_version == o->base_version,
+			  BFP_E_BASE_VERSION);
+	BFP_CHECK(h->range_begin < n_params &&
+			  h->range_len <= n_params - h->range_begin,
+		  BFP_E_RANGE);
+	return BFP_OK;
+}
+
+bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
+			    const void *frame, size_t frame_len,
+			    uint16_t *weights, uint64_t n_params,
+			    bfp_frame_header *hdr_out)
+{
+	bfp_frame_header h;
+	bfp_status st;
+
+	BFP_CHECK(d && d->ready && o && frame && weights, BFP_E_ARG);
+	BFP_CHECK(!(o->flags & ~(BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE)),
+		  BFP_E_ARG);
+	st = bfp_frame_parse(frame, frame_len, &h);
+	if (st != BFP_OK)
+		return st;
+	st = check_header(o, &h, n_params);
+	if (st != BFP_OK)
+		return st;
+
+	const uint8_t *pl = (const uint8_t *)frame + BFP_HEADER_SIZE;
+	uint16_t *w = weights + h.range_begin;
+	switch (h.encoding) {
+	case BFP_ENC_KEY_RAW:
+		BFP_CHECK((uint64_t)h.payload_len == 2ull * h.range_len,
+			  BFP_E_CORRUPT);
+		BFP_CHECK(bfp_hash_bytes(pl, h.payload_len) == h.target_hash,
+			  BFP_E_HASH);
+		for (uint32_t i = 0; i < h.range_len; i++)
+			w[i] = bfp_ld16(pl + 2 * i);
+		break;
+	case BFP_ENC_KEY_ZSTD:
+		return BFP_E_UNSUPPORTED;
+	case BFP_ENC_SPARSE:
+	case BFP_ENC_DENSE:
+		st = h.encoding == BFP_ENC_SPARSE
+			     ? decode_sparse(d, pl, h.payload_len, w, h.range_len)
+			     : decode_dense(d, pl, h.payload_len, w, h.range_len);
+		if (st != BFP_OK)
+			return st;
+		BFP_CHECK(bfp_hash_with_changes(d->chunk,
+						sizeof(d->chunk) / sizeof(d->chunk[0]),
+						w, h.range_len, d->chg_pos,
+						d->chg_val, d->n_changes) ==
+				  h.target_hash,
+			  BFP_E_HASH);
+		for (uint32_t i = 0; i < d->n_changes; i++)
+			w[d->chg_pos[i]] = d->chg_val[i];
+		break;
+	default:
+		return BFP_E_ENCODING; /* unreachable: parse checked it */
+	}
+	if (hdr_out)
+		*hdr_out = h;
+	return BFP_OK;
+}
+
+bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
+				  const uint16_t *weights, uint64_t n_params,
+				  int *at_target)
+{
+	bfp_frame_header h;
+	bfp_apply_opts o;
+	BFP_CHECK(frame && weights && at_target, BFP_E_ARG);
+	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
+	if (st != BFP_OK)
+		return st;
+	BFP_MEMSET(&o, 0, sizeof(o));
+	o.flags = BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE;
+	st = check_header(&o, &h, n_params);
+	if (st != BFP_OK)
+		return st;
+	*at_target = bfp_hash_params(weights + h.range_begin, h.range_len) ==
+		     h.target_hash;
+	return BFP_OK;
+}

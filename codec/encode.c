@@ -1,0 +1,377 @@
+/*
+ * encode.c: the streaming encoder. Each call covers as many parameters as
+ * fit one frame: it gathers the changes ahead, sizes the sparse payload
+ * exactly for a prefix of them, compares with dense and keyframe coverage,
+ * and writes the encoding that covers the most parameters (FORMAT.md 3).
+ */
+#include "classes.h"
+
+/* Range length cap per frame (a u32 field; keep well inside it). */
+#define RANGE_CAP (1ull << 31)
+
+typedef struct sparse_plan {
+	uint32_t n[BFP_CLASSES];
+	uint8_t kg[BFP_CLASSES];
+	uint8_t k1[BFP_CLASSES];
+	uint64_t bits;
+} sparse_plan;
+
+static inline unsigned mag_of(uint16_t d)
+{
+	int16_t s = (int16_t)d;
+	return s < 0 ? (unsigned)(-(int32_t)s) : (unsigned)s;
+}
+
+/* Bits of one change's value part excluding runs (FORMAT.md 3.4). */
+static inline unsigned value_bits(unsigned m)
+{
+	return 1u + (m > 1 ? bfp_eg0_bits(m - 2) : 0u);
+}
+
+/* Best Rice parameter near the mean: k with 2^k about mean * ln 2. */
+static unsigned rice_guess(uint64_t sum, uint64_t cnt)
+{
+	if (cnt == 0)
+		return 0;
+	uint64_t mean = (sum * 7 / 10) / cnt;
+	unsigned k = 0;
+	while (k < 29 && (1ull << (k + 1)) <= mean)
+		k++;
+	return k;
+}
+
+/* Exact payload bits of the sparse encoding of the first k gathered
+ * changes, choosing Rice parameters per class. */
+static void sparse_size(const bfp_encoder *e, uint32_t k, sparse_plan *pl)
+{
+	uint64_t gsum[BFP_CLASSES] = {0}, rsum[BFP_CLASSES] = {0};
+	uint32_t nruns[BFP_CLASSES] = {0}, run[BFP_CLASSES];
+	uint8_t open[BFP_CLASSES] = {0};
+	uint64_t gb[BFP_CLASSES][3], rb[BFP_CLASSES][3];
+	uint64_t vbits = 0;
+
+	BFP_MEMSET(pl, 0, sizeof(*pl));
+	for (uint32_t j = 0; j < k; j++) {
+		unsigned c = e->chg_class[j];
+		unsigned m = mag_of(e->chg_delta[j]);
+		pl->n[c]++;
+		gsum[c] += e->chg_rank[j];
+		vbits += value_bits(m);
+		if (!open[c]) {
+			open[c] = 1;
+			run[c] = 0;
+		}
+		if (m == 1) {
+			run[c]++;
+		} else {
+			rsum[c] += run[c];
+			nruns[c]++;
+			open[c] = 0;
+		}
+	}
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		if (open[c]) {
+			rsum[c] += run[c];
+			nruns[c]++;
+		}
+		unsigned g = rice_guess(gsum[c], pl->n[c]);
+		unsigned r = rice_guess(rsum[c], nruns[c]);
+		pl->kg[c] = (uint8_t)(g ? g - 1 : 0);
+		pl->k1[c] = (uint8_t)(r ? r - 1 : 0);
+		for (int t = 0; t < 3; t++)
+			gb[c][t] = rb[c][t] = 0;
+	}
+	/* second pass: exact bits for three parameters around each guess */
+	BFP_MEMSET(open, 0, sizeof(open));
+	for (uint32_t j = 0; j < k; j++) {
+		unsigned c = e->chg_class[j];
+		unsigned m = mag_of(e->chg_delta[j]);
+		for (unsigned t = 0; t < 3; t++)
+			gb[c][t] += bfp_rice_bits(e->chg_rank[j], pl->kg[c] + t);
+		if (!open[c]) {
+			open[c] = 1;
+			run[c] = 0;
+		}
+		if (m == 1) {
+			run[c]++;
+		} else {
+			for (unsigned t = 0; t < 3; t++)
+				rb[c][t] += bfp_rice_bits(run[c], pl->k1[c] + t);
+			open[c] = 0;
+		}
+	}
+	uint64_t bits = vbits;
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		bits += bfp_eg0_bits(pl->n[c]);
+		if (pl->n[c] == 0)
+			continue;
+		if (open[c])
+			for (unsigned t = 0; t < 3; t++)
+				rb[c][t] += bfp_rice_bits(run[c], pl->k1[c] + t);
+		unsigned bg = 0, br = 0;
+		for (unsigned t = 1; t < 3; t++) {
+			if (gb[c][t] < gb[c][bg])
+				bg = t;
+			if (rb[c][t] < rb[c][br])
+				br = t;
+		}
+		pl->kg[c] = (uint8_t)(pl->kg[c] + bg);
+		pl->k1[c] = (uint8_t)(pl->k1[c] + br);
+		bits += 10 + gb[c][bg] + rb[c][br];
+	}
+	pl->bits = bits;
+}
+
+/* Gather changes from enc->pos: offset, class, class-rank gap, delta. Stops
+ * past an estimate of what fits budget bytes, at the range end, or at the
+ * scratch capacity. Returns the end of the scanned region (absolute). */
+static uint64_t gather(bfp_encoder *e, uint64_t end, size_t budget,
+		       uint32_t cpu)
+{
+	const uint64_t s = e->pos;
+	uint64_t cursor[BFP_CLASSES];
+	uint64_t est = 16 + 8 * 10, limit = (uint64_t)budget * 8 * 5 / 4;
+	uint64_t i = s;
+	uint32_t n = 0;
+
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		cursor[c] = s;
+	while (i < end && n < BFP_CHANGES_MAX && est <= limit) {
+		uint64_t j = i + bfp_next_diff(e->base + i, e->target + i,
+					       end - i, cpu);
+		if (j >= end) {
+			i = end;
+			break;
+		}
+		uint16_t b = e->base[j];
+		unsigned c = bfp_class(b);
+		uint64_t gap = bfp_count_class(e->base + cursor[c],
+					       j - cursor[c], c, cpu);
+		uint16_t d = (uint16_t)(bfp_key(e->target[j]) - bfp_key(b));
+		cursor[c] = j + 1;
+		e->chg_pos[n] = (uint32_t)(j - s);
+		e->chg_class[n] = (uint8_t)c;
+		e->chg_rank[n] = (uint32_t)gap;
+		e->chg_delta[n] = d;
+		est += value_bits(mag_of(d)) + bfp_bitlen32((uint32_t)gap) + 2u;
+		n++;
+		i = j + 1;
+	}
+	e->n_changes = n;
+	return i;
+}
+
+/* Parameters covered by a dense frame starting at pos within budget. */
+static uint64_t dense_cover(const bfp_encoder *e, uint64_t end, size_t budget,
+			    uint32_t cpu)
+{
+	uint64_t bits = 0, cap = (uint64_t)budget * 8, i = e->pos;
+	while (i < end) {
+		uint64_t j = i + bfp_next_diff(e->base + i, e->target + i,
+					       end - i, cpu);
+		if (j > end)
+			j = end;
+		if (bits + (j - i) > cap)
+			return i - e->pos + (cap - bits);
+		bits += j - i;
+		i = j;
+		if (i >= end)
+			break;
+		unsigned m = mag_of((uint16_t)(bfp_key(e->target[i]) -
+					       bfp_key(e->base[i])));
+		unsigned cb = 2 + value_bits(m);
+		if (bits + cb > cap)
+			break;
+		bits += cb;
+		i++;
+	}
+	return i - e->pos;
+}
+
+static void write_sparse(bfp_encoder *e, uint32_t k, const sparse_plan *pl,
+			 bfp_bw *w)
+{
+	uint32_t start[BFP_CLASSES + 1], fill[BFP_CLASSES];
+	uint32_t *order = e->chg_order;
+
+	/* class header */
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		bfp_put_eg0(w, pl->n[c]);
+		if (pl->n[c]) {
+			bfp_bw_put(w, pl->kg[c], 5);
+			bfp_bw_put(w, pl->k1[c], 5);
+		}
+	}
+	/* stable counting sort of the changes by class */
+	start[0] = 0;
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		start[c + 1] = start[c] + pl->n[c];
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		fill[c] = start[c];
+	for (uint32_t j = 0; j < k; j++)
+		order[fill[e->chg_class[j]]++] = j;
+
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		uint32_t a = start[c], b = start[c + 1];
+		if (a == b)
+			continue;
+		for (uint32_t t = a; t < b; t++)
+			bfp_put_rice(w, e->chg_rank[order[t]], pl->kg[c]);
+		/* values: run of magnitude-1 changes, then sign and big magnitude */
+		int need_run = 1;
+		for (uint32_t t = a; t < b; t++) {
+			uint16_t d = e->chg_delta[order[t]];
+			unsigned m = mag_of(d);
+			if (need_run) {
+				uint32_t r = 0;
+				while (t + r < b && mag_of(e->chg_delta[order[t + r]]) == 1)
+					r++;
+				bfp_put_rice(w, r, pl->k1[c]);
+				need_run = 0;
+			}
+			bfp_bw_put(w, ((int16_t)d < 0) ? 1u : 0u, 1);
+			if (m > 1) {
+				bfp_put_eg0(w, m - 2);
+				need_run = 1;
+			}
+		}
+	}
+}
+
+static void write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
+{
+	for (uint64_t i = 0; i < len; i++) {
+		uint16_t b = e->base[e->pos + i], t = e->target[e->pos + i];
+		if (b == t) {
+			bfp_bw_put(w, 0, 1);
+			continue;
+		}
+		uint16_t d = (uint16_t)(bfp_key(t) - bfp_key(b));
+		unsigned m = mag_of(d);
+		bfp_bw_put(w, 1, 1);
+		bfp_bw_put(w, ((int16_t)d < 0) ? 1u : 0u, 1);
+		bfp_bw_put(w, m > 1, 1);
+		if (m > 1)
+			bfp_put_eg0(w, m - 2);
+	}
+}
+
+bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
+			    const uint16_t *base, const uint16_t *target,
+			    uint64_t n_params, uint64_t begin, uint64_t end)
+{
+	BFP_CHECK(enc && opts && target, BFP_E_ARG);
+	BFP_CHECK(base || (opts->flags & BFP_ENC_F_KEYFRAME), BFP_E_ARG);
+	BFP_CHECK(begin <= end && end <= n_params, BFP_E_RANGE);
+	uint32_t fs = opts->frame_size ? opts->frame_size : BFP_FRAME_SIZE_DEFAULT;
+	BFP_CHECK(fs >= BFP_FRAME_SIZE_MIN && fs <= BFP_FRAME_SIZE_MAX, BFP_E_ARG);
+	if (opts->flags & BFP_ENC_F_KEYFRAME)
+		BFP_CHECK(opts->base_version == 0, BFP_E_ARG);
+	else
+		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
+	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
+				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR)),
+		  BFP_E_ARG);
+#ifndef BFP_HAVE_ZSTD
+	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
+#endif
+	enc->opts = *opts;
+	enc->opts.frame_size = fs;
+	enc->base = base;
+	enc->target = target;
+	enc->n_params = n_params;
+	enc->pos = begin;
+	enc->end = end;
+	enc->emitted = 0;
+	enc->n_changes = 0;
+	enc->cpu = (opts->flags & BFP_ENC_F_SCALAR) ? 0 : bfp_cpu_features();
+	return BFP_OK;
+}
+
+uint32_t bfp_encoder_frames(const bfp_encoder *enc)
+{
+	return enc->emitted;
+}
+
+bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
+			   size_t *out_len)
+{
+	BFP_CHECK(e && out && out_len, BFP_E_ARG);
+	if (e->pos >= e->end)
+		return BFP_DONE;
+	BFP_CHECK(out_cap >= e->opts.frame_size, BFP_E_SPACE);
+
+	uint8_t *p = out;
+	const size_t budget = e->opts.frame_size - BFP_HEADER_SIZE;
+	const uint64_t end = e->end - e->pos > RANGE_CAP ? e->pos + RANGE_CAP
+							 : e->end;
+	bfp_frame_header h;
+	uint64_t len;
+	bfp_bw w;
+
+	BFP_MEMSET(&h, 0, sizeof(h));
+	bfp_bw_init(&w, p + BFP_HEADER_SIZE, budget);
+	uint64_t key_len = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;
+
+	if (e->opts.flags & BFP_ENC_F_KEYFRAME) {
+		len = key_len;
+		h.encoding = BFP_ENC_KEY_RAW;
+	} else {
+		/* sparse: exact size of a prefix of the gathered changes */
+		uint64_t scanned = gather(e, end, budget, e->cpu);
+		uint32_t n = e->n_changes, k = n;
+		sparse_plan pl;
+		sparse_size(e, k, &pl);
+		while (pl.bits > budget * 8) {
+			uint64_t nk = (uint64_t)k * (budget * 8) / pl.bits;
+			k = (uint32_t)(nk < k ? nk : k - 1);
+			sparse_size(e, k, &pl);
+		}
+		uint64_t sparse_len = k < n ? e->chg_pos[k] : scanned - e->pos;
+		uint64_t dense_len = 0;
+		if (!(e->opts.flags & BFP_ENC_F_NO_DENSE) &&
+		    (uint64_t)k * 4 > sparse_len)
+			dense_len = dense_cover(e, end, budget, e->cpu);
+		if (key_len > sparse_len && key_len > dense_len) {
+			len = key_len;
+			h.encoding = BFP_ENC_KEY_RAW;
+		} else if (dense_len > sparse_len) {
+			len = dense_len;
+			h.encoding = BFP_ENC_DENSE;
+			write_dense(e, len, &w);
+		} else {
+			len = sparse_len;
+			h.encoding = BFP_ENC_SPARSE;
+			write_sparse(e, k, &pl, &w);
+		}
+	}
+	if (h.encoding == BFP_ENC_KEY_RAW) {
+		for (uint64_t i = 0; i < len; i++)
+			bfp_st16(p + BFP_HEADER_SIZE + 2 * i, e->target[e->pos + i]);
+		w.pos = (size_t)len * 2;
+	}
+	size_t pl_len = bfp_bw_finish(&w);
+	if (w.overflow)
+		return BFP_E_SPACE; /* cannot happen: sizes are exact */
+
+	h.model_id = e->opts.model_id;
+	h.base_version = h.encoding == BFP_ENC_KEY_RAW ? 0 : e->opts.base_version;
+	h.target_version = e->opts.target_version;
+	h.frame_index = e->opts.first_index + e->emitted;
+	h.frame_count = e->opts.frame_count;
+	h.range_begin = e->pos;
+	h.range_len = (uint32_t)len;
+	h.payload_len = (uint32_t)pl_len;
+	h.target_hash = bfp_hash_params(e->target + e->pos, (size_t)len);
+	bfp_header_write(p, &h);
+	bfp_frame_seal(p, BFP_HEADER_SIZE + pl_len);
+	e->pos += len;
+	e->emitted++;
+	*out_len = BFP_HEADER_SIZE + pl_len;
+	return BFP_OK;
+}
+
+size_t bfp_zstd_workspace_size(void)
+{
+	return 0;
+}

@@ -1,0 +1,292 @@
+/*
+ * frame.c: the frame header of FORMAT.md section 2 (parse, validate,
+ * write), the CRC32C and range hash, status strings and the manifest.
+ * Everything a relay or a receiver needs without decoding payloads.
+ */
+#include "internal.h"
+
+#define XXH_INLINE_ALL
+#define XXH_STATIC_LINKING_ONLY
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#endif
+#include <xxhash.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include "crc32c_table.h"
+
+const char *bfp_status_str(bfp_status s)
+{
+	switch (s) {
+	case BFP_OK: return "ok";
+	case BFP_DONE: return "done";
+	case BFP_E_ARG: return "invalid argument";
+	case BFP_E_SPACE: return "output buffer too small";
+	case BFP_E_TRUNCATED: return "truncated input";
+	case BFP_E_MAGIC: return "bad magic: not a bfpatch frame";
+	case BFP_E_FORMAT_VERSION: return "unsupported frame format version";
+	case BFP_E_RESERVED: return "reserved field not zero";
+	case BFP_E_ENCODING: return "unknown encoding";
+	case BFP_E_CHECKSUM: return "CRC32C mismatch";
+	case BFP_E_RANGE: return "parameter range out of bounds";
+	case BFP_E_COUNT: return "frame index/count inconsistent";
+	case BFP_E_MODEL: return "frame is for another model";
+	case BFP_E_BASE_VERSION: return "frame does not apply to this base version";
+	case BFP_E_CORRUPT: return "corrupt payload";
+	case BFP_E_HASH: return "target hash mismatch";
+	case BFP_E_UNSUPPORTED: return "not supported by this build";
+	case BFP_E_MANIFEST: return "invalid manifest";
+	case BFP_E_LENGTH: return "frame length differs from its header";
+	}
+	return "unknown status";
+}
+
+uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+	crc = ~crc;
+	while (len >= 8) {
+		uint32_t lo = crc ^ bfp_ld32(p);
+		uint32_t hi = bfp_ld32(p + 4);
+		crc = bfp_crc32c_table[7][lo & 0xFF] ^
+		      bfp_crc32c_table[6][(lo >> 8) & 0xFF] ^
+		      bfp_crc32c_table[5][(lo >> 16) & 0xFF] ^
+		      bfp_crc32c_table[4][lo >> 24] ^
+		      bfp_crc32c_table[3][hi & 0xFF] ^
+		      bfp_crc32c_table[2][(hi >> 8) & 0xFF] ^
+		      bfp_crc32c_table[1][(hi >> 16) & 0xFF] ^
+		      bfp_crc32c_table[0][hi >> 24];
+		p += 8;
+		len -= 8;
+	}
+	while (len--)
+		crc = (crc >> 8) ^ bfp_crc32c_table[0][(crc ^ *p++) & 0xFF];
+	return ~crc;
+}
+
+uint64_t bfp_hash_params(const uint16_t *params, size_t n)
+{
+	/* FORMAT.md 2.3: words are hashed as little-endian bytes; this is the
+	 * in-memory layout on the little-endian hosts we build for. */
+	return XXH3_64bits(params, n * sizeof(uint16_t));
+}
+
+uint64_t bfp_hash_bytes(const void *p, size_t n)
+{
+	return XXH3_64bits(p, n);
+}
+
+uint64_t bfp_hash_with_changes(uint16_t *chunk, size_t chunk_len,
+			       const uint16_t *base, uint64_t n,
+			       const uint32_t *pos, const uint16_t *val,
+			       uint32_t n_changes)
+{
+	XXH3_state_t st;
+	uint32_t c = 0;
+
+	XXH3_INITSTATE(&st);
+	XXH3_64bits_reset(&st);
+	for (uint64_t off = 0; off < n;) {
+		/* stretches without changes are hashed straight from base */
+		uint64_t next = c < n_changes ? pos[c] : n;
+		if (next - off >= chunk_len) {
+			uint64_t run = (next - off) / chunk_len * chunk_len;
+			XXH3_64bits_update(&st, base + off, (size_t)run * 2);
+			off += run;
+			continue;
+		}
+		size_t len = (size_t)(n - off < chunk_len ? n - off : chunk_len);
+		BFP_MEMCPY(chunk, base + off, len * 2);
+		while (c < n_changes && pos[c] < off + len) {
+			chunk[pos[c] - off] = val[c];
+			c++;
+		}
+		XXH3_64bits_update(&st, chunk, len * 2);
+		off += len;
+	}
+	return XXH3_64bits_digest(&st);
+}
+
+/* ---- header: FORMAT.md 2.1 ---- */
+
+void bfp_header_write(uint8_t *p, const bfp_frame_header *h)
+{
+	bfp_st32(p + 0, BFP_MAGIC);
+	p[4] = BFP_FORMAT_VERSION;
+	p[5] = h->encoding;
+	bfp_st16(p + 6, 0);
+	bfp_st64(p + 8, h->model_id);
+	bfp_st32(p + 16, h->base_version);
+	bfp_st32(p + 20, h->target_version);
+	bfp_st32(p + 24, h->frame_index);
+	bfp_st32(p + 28, h->frame_count);
+	bfp_st64(p + 32, h->range_begin);
+	bfp_st32(p + 40, h->range_len);
+	bfp_st32(p + 44, h->payload_len);
+	bfp_st64(p + 48, h->target_hash);
+	bfp_st32(p + 56, 0);
+}
+
+static uint32_t frame_crc(const uint8_t *p, size_t len)
+{
+	uint32_t c = bfp_crc32c(0, p, 56);
+	return bfp_crc32c(c, p + BFP_HEADER_SIZE, len - BFP_HEADER_SIZE);
+}
+
+void bfp_frame_seal(uint8_t *p, size_t len)
+{
+	bfp_st32(p + 56, frame_crc(p, len));
+}
+
+bfp_status bfp_frame_length(const void *buf, size_t avail, size_t *frame_len)
+{
+	const uint8_t *p = buf;
+	BFP_CHECK(buf && frame_len, BFP_E_ARG);
+	BFP_CHECK(avail >= BFP_HEADER_SIZE, BFP_E_TRUNCATED);
+	BFP_CHECK(bfp_ld32(p) == BFP_MAGIC, BFP_E_MAGIC);
+	uint32_t pl = bfp_ld32(p + 44);
+	BFP_CHECK(pl <= BFP_PAYLOAD_MAX, BFP_E_LENGTH);
+	BFP_CHECK(avail - BFP_HEADER_SIZE >= pl, BFP_E_TRUNCATED);
+	*frame_len = BFP_HEADER_SIZE + pl;
+	return BFP_OK;
+}
+
+bfp_status bfp_frame_parse(const void *frame, size_t len, bfp_frame_header *h)
+{
+	const uint8_t *p = frame;
+	BFP_CHECK(frame && h, BFP_E_ARG);
+	/* FORMAT.md 2.4, in this order */
+	BFP_CHECK(len >= BFP_HEADER_SIZE, BFP_E_TRUNCATED);
+	BFP_CHECK(bfp_ld32(p) == BFP_MAGIC, BFP_E_MAGIC);
+	h->format_version = p[4];
+	BFP_CHECK(h->format_version == BFP_FORMAT_VERSION, BFP_E_FORMAT_VERSION);
+	h->payload_len = bfp_ld32(p + 44);
+	BFP_CHECK(h->payload_len <= BFP_PAYLOAD_MAX, BFP_E_LENGTH);
+	BFP_CHECK(len >= BFP_HEADER_SIZE + (size_t)h->payload_len,
+		  BFP_E_TRUNCATED);
+	BFP_CHECK(len == BFP_HEADER_SIZE + (size_t)h->payload_len, BFP_E_LENGTH);
+	h->crc = bfp_ld32(p + 56);
+	BFP_CHECK(frame_crc(p, len) == h->crc, BFP_E_CHECKSUM);
+	h->encoding = p[5];
+	h->flags = bfp_ld16(p + 6);
+	BFP_CHECK(h->flags == 0, BFP_E_RESERVED);
+	BFP_CHECK(h->encoding >= BFP_ENC_SPARSE && h->encoding <= BFP_ENC_KEY_ZSTD,
+		  BFP_E_ENCODING);
+	h->model_id = bfp_ld64(p + 8);
+	h->base_version = bfp_ld32(p + 16);
+	h->target_version = bfp_ld32(p + 20);
+	if (h->encoding == BFP_ENC_KEY_RAW || h->encoding == BFP_ENC_KEY_ZSTD)
+		BFP_CHECK(h->base_version == 0, BFP_E_RESERVED);
+	else
+		BFP_CHECK(h->target_version > h->base_version,
+			  BFP_E_BASE_VERSION);
+	h->frame_index = bfp_ld32(p + 24);
+	h->frame_count = bfp_ld32(p + 28);
+	BFP_CHECK(h->frame_count > 0 && h->frame_index < h->frame_count,
+		  BFP_E_COUNT);
+	h->range_begin = bfp_ld64(p + 32);
+	h->range_len = bfp_ld32(p + 40);
+	BFP_CHECK(h->range_len > 0, BFP_E_RANGE);
+	BFP_CHECK(h->range_begin <= UINT64_MAX - h->range_len, BFP_E_RANGE);
+	h->target_hash = bfp_ld64(p + 48);
+	return BFP_OK;
+}
+
+bfp_status bfp_frame_set_index(void *frame, size_t len, uint32_t index,
+			       uint32_t count)
+{
+	uint8_t *p = frame;
+	size_t fl;
+	bfp_status st = bfp_frame_length(frame, len, &fl);
+	if (st != BFP_OK)
+		return st;
+	BFP_CHECK(fl == len, BFP_E_LENGTH);
+	BFP_CHECK(count > 0 && index < count, BFP_E_COUNT);
+	bfp_st32(p + 24, index);
+	bfp_st32(p + 28, count);
+	bfp_frame_seal(p, len);
+	return BFP_OK;
+}
+
+/* ---- manifest: FORMAT.md 2.2 ---- */
+
+size_t bfp_dtype_size(uint32_t dt)
+{
+	switch (dt) {
+	case BFP_DT_BF16: case BFP_DT_F16: case BFP_DT_I16: case BFP_DT_U16:
+		return 2;
+	case BFP_DT_F32: case BFP_DT_I32: case BFP_DT_U32:
+		return 4;
+	case BFP_DT_F64: case BFP_DT_I64: case BFP_DT_U64:
+		return 8;
+	case BFP_DT_I8: case BFP_DT_U8: case BFP_DT_BOOL:
+	case BFP_DT_F8_E4M3: case BFP_DT_F8_E5M2:
+		return 1;
+	}
+	return 0;
+}
+
+bfp_status bfp_manifest_check(const bfp_manifest *m)
+{
+	uint64_t at = 0;
+	BFP_CHECK(m && (m->tensors || m->n_tensors == 0), BFP_E_ARG);
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const bfp_tensor *t = &m->tensors[i];
+		size_t es = bfp_dtype_size(t->dtype);
+		uint64_t n = 1;
+		BFP_CHECK(es != 0, BFP_E_MANIFEST);
+		BFP_CHECK(t->ndim <= BFP_MAX_DIMS, BFP_E_MANIFEST);
+		BFP_CHECK(t->name || t->name_len == 0, BFP_E_MANIFEST);
+		for (uint32_t d = 0; d < t->ndim; d++) {
+			BFP_CHECK(t->shape[d] == 0 || n <= UINT64_MAX / t->shape[d],
+				  BFP_E_MANIFEST);
+			n *= t->shape[d];
+		}
+		BFP_CHECK(n <= UINT64_MAX / es, BFP_E_MANIFEST);
+		BFP_CHECK(t->byte_begin == at, BFP_E_MANIFEST);
+		BFP_CHECK(t->byte_end >= t->byte_begin &&
+				  t->byte_end - t->byte_begin == n * es,
+			  BFP_E_MANIFEST);
+		at = t->byte_end;
+	}
+	BFP_CHECK(at == m->data_bytes, BFP_E_MANIFEST);
+	return BFP_OK;
+}
+
+uint64_t bfp_manifest_params(const bfp_manifest *m)
+{
+	return m->data_bytes / 2 + (m->data_bytes & 1);
+}
+
+static void hash_u64(XXH3_state_t *st, uint64_t v)
+{
+	uint8_t b[8];
+	bfp_st64(b, v);
+	XXH3_64bits_update(st, b, 8);
+}
+
+uint64_t bfp_manifest_id(const bfp_manifest *m)
+{
+	XXH3_state_t st;
+	XXH3_INITSTATE(&st);
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, "bfpatch-manifest-v1", 19);
+	hash_u64(&st, m->data_bytes);
+	hash_u64(&st, m->n_tensors);
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const bfp_tensor *t = &m->tensors[i];
+		hash_u64(&st, t->name_len);
+		if (t->name_len)
+			XXH3_64bits_update(&st, t->name, t->name_len);
+		hash_u64(&st, t->dtype);
+		hash_u64(&st, t->ndim);
+		for (uint32_t d = 0; d < t->ndim; d++)
+			hash_u64(&st, t->shape[d]);
+		hash_u64(&st, t->byte_begin);
+		hash_u64(&st, t->byte_end);
+	}
+	return XXH3_64bits_digest(&st);
+}

@@ -1,0 +1,282 @@
+/*
+ * internal.h: helpers shared by the codec's encoder and decoder: bounds
+ * checks, little-endian field access and the LSB-first bit stream. All
+ * reads of untrusted bytes go through these; none casts packet bytes to
+ * wider pointer types.
+ */
+#ifndef BFP_INTERNAL_H
+#define BFP_INTERNAL_H
+
+#include "bfp_deps.h"
+#include "bfpatch.h"
+
+/* The one bounds-check macro: on a false condition, fail with a status. */
+#define BFP_CHECK(cond, status)                                                \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			return (status);                                       \
+	} while (0)
+
+#define BFP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define BFP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+static inline uint16_t bfp_ld16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t bfp_ld32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+	       ((uint32_t)p[3] << 24);
+}
+static inline uint64_t bfp_ld64(const uint8_t *p)
+{
+	return (uint64_t)bfp_ld32(p) | ((uint64_t)bfp_ld32(p + 4) << 32);
+}
+static inline void bfp_st16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void bfp_st32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+static inline void bfp_st64(uint8_t *p, uint64_t v)
+{
+	bfp_st32(p, (uint32_t)v);
+	bfp_st32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* ---- bit writer: LSB-first, FORMAT.md 3.1 ---- */
+typedef struct bfp_bw {
+	uint8_t *buf;
+	size_t cap;   /* bytes */
+	size_t pos;   /* bytes flushed */
+	uint64_t acc; /* pending bits, LSB first */
+	unsigned n;   /* number of pending bits (< 64) */
+	int overflow;
+} bfp_bw;
+
+static inline void bfp_bw_init(bfp_bw *w, uint8_t *buf, size_t cap)
+{
+	w->buf = buf;
+	w->cap = cap;
+	w->pos = 0;
+	w->acc = 0;
+	w->n = 0;
+	w->overflow = 0;
+}
+
+/* Append the low nbits (<= 32) of v. */
+static inline void bfp_bw_put(bfp_bw *w, uint64_t v, unsigned nbits)
+{
+	if (nbits == 0)
+		return;
+	v &= (nbits == 64) ? ~0ull : ((1ull << nbits) - 1);
+	w->acc |= v << w->n;
+	w->n += nbits;
+	while (w->n >= 8) {
+		if (w->pos < w->cap)
+			w->buf[w->pos++] = (uint8_t)w->acc;
+		else
+			w->overflow = 1;
+		w->acc >>= 8;
+		w->n -= 8;
+	}
+}
+
+/* Flush pending bits, zero-padded to a byte; returns bytes written. */
+static inline size_t bfp_bw_finish(bfp_bw *w)
+{
+	if (w->n > 0)
+		bfp_bw_put(w, 0, 8 - w->n);
+	return w->pos;
+}
+
+/* ---- bit reader: never reads past end ---- */
+typedef struct bfp_br {
+	const uint8_t *buf;
+	size_t len;
+	size_t pos;   /* next byte to load */
+	uint64_t acc;
+	unsigned n;   /* valid bits in acc */
+	int err;      /* set when a read went past the end */
+} bfp_br;
+
+static inline void bfp_br_init(bfp_br *r, const uint8_t *buf, size_t len)
+{
+	r->buf = buf;
+	r->len = len;
+	r->pos = 0;
+	r->acc = 0;
+	r->n = 0;
+	r->err = 0;
+}
+
+static inline void bfp_br_refill(bfp_br *r)
+{
+	/* callers refill only when fewer than 32 bits are pending */
+	if (BFP_LIKELY(r->pos + 8 <= r->len)) {
+		uint64_t v;
+		BFP_MEMCPY(&v, r->buf + r->pos, 8);
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+		v = __builtin_bswap64(v);
+#endif
+		unsigned take = (64u - r->n) >> 3;
+		r->acc |= v << r->n;
+		r->n += take * 8;
+		if (r->n < 64)
+			r->acc &= (1ull << r->n) - 1;
+		r->pos += take;
+		return;
+	}
+	while (r->n <= 56 && r->pos < r->len) {
+		r->acc |= (uint64_t)r->buf[r->pos++] << r->n;
+		r->n += 8;
+	}
+}
+
+/* Read nbits (<= 32). Past the end it returns zeros and sets err. */
+static inline uint32_t bfp_br_get(bfp_br *r, unsigned nbits)
+{
+	if (nbits == 0)
+		return 0;
+	if (r->n < nbits) {
+		bfp_br_refill(r);
+		if (r->n < nbits) {
+			r->err = 1;
+			r->acc = 0;
+			r->n = 64 - 8; /* keep returning zeros */
+			return 0;
+		}
+	}
+	uint32_t v = (uint32_t)(r->acc & ((1ull << nbits) - 1));
+	r->acc >>= nbits;
+	r->n -= nbits;
+	return v;
+}
+
+/* Count of leading zero bits before the next 1, up to limit; consumes the
+ * zeros and the 1. Returns limit (consuming limit zeros) if none found. */
+static inline unsigned bfp_br_unary(bfp_br *r, unsigned limit)
+{
+	unsigned q = 0;
+	for (;;) {
+		if (r->n == 0) {
+			bfp_br_refill(r);
+			if (r->n == 0) {
+				r->err = 1;
+				return limit;
+			}
+		}
+		if (r->acc == 0) {
+			unsigned take = r->n;
+			if (q + take >= limit) {
+				r->n -= limit - q;
+				return limit; /* acc stays all zeros */
+			}
+			q += take;
+			r->acc = 0;
+			r->n = 0;
+			continue;
+		}
+		unsigned tz = (unsigned)__builtin_ctzll(r->acc);
+		if (q + tz >= limit) {
+			unsigned need = limit - q; /* need <= tz < 64 */
+			r->acc >>= need;
+			r->n -= need;
+			return limit;
+		}
+		r->acc = (tz == 63) ? 0 : r->acc >> (tz + 1);
+		r->n -= tz + 1;
+		return q + tz;
+	}
+}
+
+/* Bits consumed so far. */
+static inline uint64_t bfp_br_tell(const bfp_br *r)
+{
+	return (uint64_t)r->pos * 8 - r->n;
+}
+
+/* ---- integer codes of FORMAT.md 3.1 ---- */
+
+#define BFP_RICE_ESC 24u /* quotient that announces a 32-bit literal */
+
+static inline unsigned bfp_bitlen32(uint32_t v)
+{
+	return v ? 32u - (unsigned)__builtin_clz(v) : 0u;
+}
+
+/* Rice code with escape: q = v >> k in unary (q zeros then a one) when
+ * q < 24, then k low bits; otherwise 24 zeros and v in 32 bits. */
+static inline void bfp_put_rice(bfp_bw *w, uint32_t v, unsigned k)
+{
+	uint32_t q = v >> k;
+	if (q < BFP_RICE_ESC) {
+		bfp_bw_put(w, 1ull << q, q + 1);
+		bfp_bw_put(w, v, k);
+	} else {
+		bfp_bw_put(w, 0, BFP_RICE_ESC);
+		bfp_bw_put(w, v, 32);
+	}
+}
+static inline unsigned bfp_rice_bits(uint32_t v, unsigned k)
+{
+	uint32_t q = v >> k;
+	return q < BFP_RICE_ESC ? q + 1 + k : BFP_RICE_ESC + 32;
+}
+static inline uint32_t bfp_get_rice(bfp_br *r, unsigned k)
+{
+	unsigned q = bfp_br_unary(r, BFP_RICE_ESC);
+	if (q == BFP_RICE_ESC)
+		return bfp_br_get(r, 32);
+	return ((uint32_t)q << k) | bfp_br_get(r, k);
+}
+
+/* Exp-Golomb order 0 of v (v < 2^32 - 1): n = bitlen(v+1), n-1 zeros,
+ * then v+1 in n bits MSB... stored as: n-1 zeros, a one, n-1 low bits. */
+static inline void bfp_put_eg0(bfp_bw *w, uint32_t v)
+{
+	uint64_t x = (uint64_t)v + 1;
+	unsigned n = 64u - (unsigned)__builtin_clzll(x);
+	bfp_bw_put(w, 1ull << (n - 1), n);
+	bfp_bw_put(w, x, n - 1); /* the leading one is implied */
+}
+static inline unsigned bfp_eg0_bits(uint32_t v)
+{
+	uint64_t x = (uint64_t)v + 1;
+	unsigned n = 64u - (unsigned)__builtin_clzll(x);
+	return 2 * n - 1;
+}
+static inline uint32_t bfp_get_eg0(bfp_br *r)
+{
+	unsigned z = bfp_br_unary(r, 33);
+	if (z > 32) {
+		r->err = 1;
+		return 0;
+	}
+	uint64_t x = (1ull << z) | (z ? bfp_br_get(r, z) : 0);
+	if (x - 1 > 0xFFFFFFFFull) {
+		r->err = 1;
+		return 0;
+	}
+	return (uint32_t)(x - 1);
+}
+
+/* ---- shared helpers implemented in frame.c ---- */
+void bfp_header_write(uint8_t *p, const bfp_frame_header *h);
+/* Compute and store a written frame's CRC (FORMAT.md 2.1). */
+void bfp_frame_seal(uint8_t *p, size_t len);
+uint64_t bfp_hash_bytes(const void *p, size_t n);
+uint64_t bfp_hash_with_changes(uint16_t *chunk, size_t chunk_len,
+			       const uint16_t *base, uint64_t n,
+			       const uint32_t *pos, const uint16_t *val,
+			       uint32_t n_changes);
+
+#endif
+

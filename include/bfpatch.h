@@ -1,0 +1,302 @@
+/*
+ * bfpatch.h: lossless sparse patches between two versions of a BF16 model.
+ *
+ * Memory contract. The library never allocates, has no mutable static or
+ * global state, and does no I/O. Every context lives in memory the caller
+ * provides; contexts hold no pointers into themselves and may be copied
+ * with memcpy. The only libc functions it calls are memcpy, memset and
+ * memmove (and libzstd's static-workspace API when built with zstd).
+ * Different contexts may be used from different threads at the same time;
+ * one context must not be used by two threads at once.
+ *
+ * Errors. Every fallible function returns a bfp_status. Sizes come back
+ * through out-parameters. Status values are pinned: new ones are appended,
+ * none is ever renumbered.
+ *
+ * Parameter space. A model is a flat array of 16-bit words (BF16 bit
+ * patterns) indexed 0 .. n_params-1. BF16 values are treated as bit
+ * patterns only: no floating-point arithmetic happens anywhere.
+ *
+ * The wire and file format is specified in docs/FORMAT.md.
+ */
+#ifndef BFPATCH_H
+#define BFPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BFP_VERSION_STRING "0.1.0"
+
+/* ---- status ---------------------------------------------------------- */
+
+typedef enum bfp_status {
+	BFP_OK = 0,              /* success */
+	BFP_DONE = 1,            /* encoder: no more frames in this range */
+	BFP_E_ARG = -1,          /* invalid argument (NULL, bad option) */
+	BFP_E_SPACE = -2,        /* output buffer too small */
+	BFP_E_TRUNCATED = -3,    /* input shorter than its headers say */
+	BFP_E_MAGIC = -4,        /* not a bfpatch frame */
+	BFP_E_FORMAT_VERSION = -5, /* frame format version not supported */
+	BFP_E_RESERVED = -6,     /* a reserved field or bit is not zero */
+	BFP_E_ENCODING = -7,     /* unknown encoding id */
+	BFP_E_CHECKSUM = -8,     /* CRC32C mismatch */
+	BFP_E_RANGE = -9,        /* parameter range empty or out of bounds */
+	BFP_E_COUNT = -10,       /* frame index/count inconsistent */
+	BFP_E_MODEL = -11,       /* frame belongs to another model */
+	BFP_E_BASE_VERSION = -12, /* frame does not apply to this base version */
+	BFP_E_CORRUPT = -13,     /* payload does not decode to a valid patch */
+	BFP_E_HASH = -14,        /* decoded target values fail the range hash */
+	BFP_E_UNSUPPORTED = -15, /* feature not compiled in (e.g. zstd) */
+	BFP_E_MANIFEST = -16,    /* manifest invalid */
+	BFP_E_LENGTH = -17,      /* frame length differs from header */
+} bfp_status;
+
+/* Short, static, human-readable text for a status. Never NULL. */
+const char *bfp_status_str(bfp_status s);
+
+/* ---- frame format constants (docs/FORMAT.md section 2) ---------------- */
+
+#define BFP_MAGIC 0x54504642u         /* "BFPT" little-endian */
+#define BFP_FORMAT_VERSION 1u
+#define BFP_HEADER_SIZE 60u
+#define BFP_FRAME_SIZE_MIN 128u
+#define BFP_FRAME_SIZE_MAX 9000u
+#define BFP_FRAME_SIZE_DEFAULT 1200u
+#define BFP_PAYLOAD_MAX (BFP_FRAME_SIZE_MAX - BFP_HEADER_SIZE)
+/* Upper bound on changed parameters one frame can carry: every change
+ * costs at least two bits (FORMAT.md 3.4). Sizes the decoder scratch. */
+#define BFP_CHANGES_MAX (BFP_PAYLOAD_MAX * 4u)
+/* Number of base-exponent contexts of the sparse encoding. */
+#define BFP_CLASSES 16u
+
+typedef enum bfp_encoding {
+	BFP_ENC_SPARSE = 1,   /* positions and values conditioned on the base */
+	BFP_ENC_DENSE = 2,    /* changed flag per parameter, then value */
+	BFP_ENC_KEY_RAW = 3,  /* absolute values, little-endian */
+	BFP_ENC_KEY_ZSTD = 4, /* absolute values, byte planes through zstd */
+} bfp_encoding;
+
+/* A decoded frame header (fields of FORMAT.md 2.1, host order). */
+typedef struct bfp_frame_header {
+	uint8_t format_version;
+	uint8_t encoding;
+	uint16_t flags;
+	uint64_t model_id;
+	uint32_t base_version;
+	uint32_t target_version;
+	uint32_t frame_index;
+	uint32_t frame_count;
+	uint64_t range_begin;
+	uint32_t range_len;
+	uint32_t payload_len;
+	uint64_t target_hash;
+	uint32_t crc;
+} bfp_frame_header;
+
+/* Parse and fully validate a frame's header, its length and its CRC32C.
+ * frame_len must be exactly the frame's length (one datagram); use
+ * bfp_frame_length() to split a byte stream. On error *hdr is unspecified.
+ * Does not check the payload. */
+bfp_status bfp_frame_parse(const void *frame, size_t frame_len,
+			   bfp_frame_header *hdr);
+
+/* Length of the frame starting at buf (header + payload) from its header,
+ * after checking magic and bounds; for splitting a patch file. */
+bfp_status bfp_frame_length(const void *buf, size_t avail, size_t *frame_len);
+
+/* Rewrite frame_index and frame_count of an encoded frame and recompute
+ * its CRC (a publisher that learns the count only after encoding). */
+bfp_status bfp_frame_set_index(void *frame, size_t frame_len,
+			       uint32_t index, uint32_t count);
+
+/* ---- hashing ---------------------------------------------------------- */
+
+/* CRC32C (Castagnoli), as used by the frame checksum; crc starts at 0. */
+uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* The 64-bit range hash of FORMAT.md 2.3: XXH3-64 (seed 0) of the values
+ * as little-endian 16-bit words. */
+uint64_t bfp_hash_params(const uint16_t *params, size_t n);
+
+/* ---- manifest --------------------------------------------------------- */
+
+typedef enum bfp_dtype {
+	BFP_DT_BF16 = 1, BFP_DT_F16 = 2, BFP_DT_F32 = 3, BFP_DT_F64 = 4,
+	BFP_DT_I8 = 5, BFP_DT_U8 = 6, BFP_DT_I16 = 7, BFP_DT_U16 = 8,
+	BFP_DT_I32 = 9, BFP_DT_U32 = 10, BFP_DT_I64 = 11, BFP_DT_U64 = 12,
+	BFP_DT_BOOL = 13, BFP_DT_F8_E4M3 = 14, BFP_DT_F8_E5M2 = 15,
+} bfp_dtype;
+
+#define BFP_MAX_DIMS 8u
+
+/* One tensor. Its bytes occupy [byte_begin, byte_end) of the model's data;
+ * the parameter space is those bytes read as little-endian 16-bit words,
+ * so a tensor covers words [byte_begin/2, (byte_end+1)/2). Non-BF16
+ * tensors are thereby carried bit-exactly as 16-bit words. */
+typedef struct bfp_tensor {
+	const char *name; /* not NUL-terminated necessarily */
+	size_t name_len;
+	uint32_t dtype;   /* bfp_dtype */
+	uint32_t ndim;
+	uint64_t shape[BFP_MAX_DIMS];
+	uint64_t byte_begin;
+	uint64_t byte_end;
+} bfp_tensor;
+
+typedef struct bfp_manifest {
+	const bfp_tensor *tensors; /* sorted by byte_begin */
+	size_t n_tensors;
+	uint64_t data_bytes;       /* size of the data section */
+} bfp_manifest;
+
+/* Size in bytes of one element of dtype, or 0 if unknown. */
+size_t bfp_dtype_size(uint32_t dtype);
+
+/* Check the manifest: known dtypes, byte sizes matching shapes, tensors
+ * sorted, non-overlapping, contiguous and covering exactly data_bytes. */
+bfp_status bfp_manifest_check(const bfp_manifest *m);
+
+/* Number of 16-bit parameter words of the model: ceil(data_bytes / 2). */
+uint64_t bfp_manifest_params(const bfp_manifest *m);
+
+/* Model id: the 64-bit hash of the canonical manifest (FORMAT.md 2.2). */
+uint64_t bfp_manifest_id(const bfp_manifest *m);
+
+/* ---- encoder ---------------------------------------------------------- */
+
+typedef struct bfp_encode_opts {
+	uint32_t frame_size;      /* max bytes per frame; 0 = default 1200 */
+	uint64_t model_id;
+	uint32_t base_version;
+	uint32_t target_version;  /* must be > base_version for patches */
+	uint32_t first_index;     /* index of the first frame emitted */
+	uint32_t frame_count;     /* written into every frame; 0 = unknown yet,
+				     fix with bfp_frame_set_index() */
+	uint32_t flags;           /* BFP_ENC_F_* */
+	void *zstd_workspace;     /* for BFP_ENC_F_ZSTD, see
+				     bfp_zstd_workspace_size() */
+	size_t zstd_workspace_size;
+} bfp_encode_opts;
+
+#define BFP_ENC_F_KEYFRAME 1u  /* emit keyframes (absolute values) only */
+#define BFP_ENC_F_ZSTD 2u      /* keyframes may use byte planes + zstd */
+#define BFP_ENC_F_NO_DENSE 4u  /* never choose the dense encoding (tests) */
+#define BFP_ENC_F_SCALAR 8u    /* no SIMD paths (tests, comparisons) */
+
+/* Encoder state. Large (scratch for one frame's changes); place it in
+ * static or caller-allocated memory, not on a small stack. Its size does
+ * not depend on the model size. */
+typedef struct bfp_encoder {
+	bfp_encode_opts opts;
+	const uint16_t *base;
+	const uint16_t *target;
+	uint64_t n_params;
+	uint64_t pos;
+	uint64_t end;
+	uint32_t emitted;
+	uint32_t cpu;
+	uint32_t n_changes;
+	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
+	uint16_t chg_delta[BFP_CHANGES_MAX];
+	uint8_t chg_class[BFP_CHANGES_MAX];
+	uint32_t chg_rank[BFP_CHANGES_MAX]; /* class elements skipped */
+	uint32_t chg_order[BFP_CHANGES_MAX];
+} bfp_encoder;
+
+/* Start encoding parameters [begin, end) of the model. base and target
+ * point to element 0 of the full arrays of n_params words each (base may
+ * be NULL with BFP_ENC_F_KEYFRAME). Frames never span beyond end, so call
+ * once per tensor to keep frames within tensor boundaries. */
+bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
+			    const uint16_t *base, const uint16_t *target,
+			    uint64_t n_params, uint64_t begin, uint64_t end);
+
+/* Emit the next frame into out (at least opts.frame_size bytes, or
+ * BFP_FRAME_SIZE_MAX to be safe). Returns BFP_OK with *out_len set, or
+ * BFP_DONE when the range is fully covered. Canonical: the same inputs and
+ * options always produce the same bytes. */
+bfp_status bfp_encode_next(bfp_encoder *enc, void *out, size_t out_cap,
+			   size_t *out_len);
+
+/* Frames emitted so far by this encoder. */
+uint32_t bfp_encoder_frames(const bfp_encoder *enc);
+
+/* Workspace bytes needed for zstd keyframes (0 if built without zstd). */
+size_t bfp_zstd_workspace_size(void);
+
+/* ---- decoder ---------------------------------------------------------- */
+
+typedef struct bfp_apply_opts {
+	uint64_t model_id;       /* frames for another model are rejected */
+	uint32_t base_version;   /* version the weights are at now; delta
+				    frames must have this base version */
+	uint32_t flags;          /* BFP_DEC_F_* */
+	void *zstd_workspace;    /* for BFP_ENC_KEY_ZSTD frames */
+	size_t zstd_workspace_size;
+} bfp_apply_opts;
+
+#define BFP_DEC_F_ANY_MODEL 1u   /* do not check model_id */
+#define BFP_DEC_F_ANY_BASE 2u    /* do not check base_version */
+
+#define BFP_DEC_F_SCALAR 1u      /* bfp_decoder_init: no SIMD paths */
+
+/* Decoder scratch (about 0.5 MB, independent of the model size). */
+typedef struct bfp_decoder {
+	uint32_t ready;
+	uint32_t cpu;
+	uint32_t n_changes;
+	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offsets in the frame's range */
+	uint16_t chg_val[BFP_CHANGES_MAX];  /* new values */
+	uint32_t grp_pos[BFP_CHANGES_MAX];  /* the same, grouped by class */
+	uint16_t grp_val[BFP_CHANGES_MAX];
+	uint16_t chunk[4096];    /* target values, for the range hash */
+} bfp_decoder;
+
+/* Prepare a decoder; flags: BFP_DEC_F_SCALAR or 0. */
+bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags);
+
+/* Validate a frame completely (header, CRC, model, base version, range
+ * within [0, n_params), payload, target hash) and only then write its
+ * target values into weights. On any error weights is untouched. Applying
+ * the same delta frame twice fails with BFP_E_HASH and changes nothing.
+ * hdr_out may be NULL. */
+bfp_status bfp_decode_apply(bfp_decoder *dec, const bfp_apply_opts *opts,
+			    const void *frame, size_t frame_len,
+			    uint16_t *weights, uint64_t n_params,
+			    bfp_frame_header *hdr_out);
+
+/* Does weights already hold this frame's target values over its range?
+ * (Crash recovery, duplicate detection.) *at_target gets 1 or 0. */
+bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
+				  const uint16_t *weights, uint64_t n_params,
+				  int *at_target);
+
+/* ---- value mapping (FORMAT.md 3.2), exposed for tools and tests ------- */
+
+/* Order-preserving map of a BF16 bit pattern to an unsigned key: keys of
+ * adjacent representable values differ by 1 (-0 and +0 are adjacent). */
+static inline uint16_t bfp_key(uint16_t x)
+{
+	return (uint16_t)((x & 0x8000u) ? (~x & 0xFFFFu) : (x | 0x8000u));
+}
+
+static inline uint16_t bfp_unkey(uint16_t k)
+{
+	return (uint16_t)((k & 0x8000u) ? (k & 0x7FFFu) : (~k & 0xFFFFu));
+}
+
+/* Base-exponent context of a BF16 pattern (FORMAT.md 3.3). */
+static inline unsigned bfp_class(uint16_t x)
+{
+	unsigned e = (x >> 7) & 0xFFu;
+	return e <= 112u ? 0u : (e >= 127u ? 15u : e - 112u);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BFPATCH_H */

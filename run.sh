@@ -1,0 +1,58 @@
+#!/bin/sh
+# run.sh: the project's two entry points on a fresh Debian 12 machine.
+#   ./run.sh demo   install what is missing, build, run the end-to-end demo
+#   ./run.sh test   install what is missing, build, run every test suite
+#                   (gcc, clang -Werror, freestanding codec, ASan+UBSan)
+set -eu
+cd "$(dirname "$0")"
+
+PKGS="build-essential meson ninja-build pkg-config clang llvm libclang-rt-14-dev
+      libzstd-dev libcmocka-dev libjansson-dev libxxhash-dev zstd python3 binutils"
+
+install_missing() {
+	missing=""
+	for p in $PKGS; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			missing="$missing $p"
+	done
+	[ -z "$missing" ] && return 0
+	echo "run.sh: installing:$missing" >&2
+	SUDO=""
+	[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+}
+
+build() { # dir [meson options...]
+	dir=$1
+	shift
+	[ -f "$dir/build.ninja" ] || meson setup "$dir" "$@" >/dev/null
+	ninja -C "$dir"
+}
+
+cmd=${1:-}
+case "$cmd" in
+demo)
+	install_missing
+	build build
+	shift
+	exec ./build/host_shim/bfpatch demo "$@"
+	;;
+test)
+	install_missing
+	build build
+	meson test -C build --print-errorlogs
+	CC=clang build build-clang -Dwerror=true
+	meson test -C build-clang --print-errorlogs --suite unit
+	build build-free -Dfreestanding=true
+	meson test -C build-free --print-errorlogs --suite symbols
+	build build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+		meson test -C build-asan --print-errorlogs --timeout-multiplier 4
+	echo "run.sh: all test suites passed"
+	;;
+*)
+	echo "usage: ./run.sh demo|test" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,565 @@
+/*
+ * test_codec.c: bit-exact round trips of the codec on edge patterns and
+ * RL-like deltas, canonical output, SIMD/scalar equivalence, and one test
+ * per reject rule of FORMAT.md 2.4 and 3 (exact status, buffer untouched).
+ */
+#include "bfp_test.h"
+
+#define MODEL 0x1122334455667788ull
+
+static bfp_encode_opts opts(uint32_t fs)
+{
+	bfp_encode_opts o;
+	memset(&o, 0, sizeof(o));
+	o.frame_size = fs;
+	o.model_id = MODEL;
+	o.base_version = 7;
+	o.target_version = 8;
+	o.frame_count = 1u << 30;
+	return o;
+}
+
+static bfp_apply_opts aopts(void)
+{
+	bfp_apply_opts o;
+	memset(&o, 0, sizeof(o));
+	o.model_id = MODEL;
+	o.base_version = 7;
+	return o;
+}
+
+/* Encode all of base->tgt, check coverage, apply to a copy of base and
+ * compare with tgt byte for byte. Returns the frame count. */
+static size_t roundtrip(const uint16_t *base, const uint16_t *tgt, size_t n,
+			bfp_encode_opts o)
+{
+	t_frames f = {0};
+	bfp_apply_opts ao = aopts();
+	uint16_t *w = malloc(n * 2 + 2);
+	assert_non_null(w);
+	memcpy(w, base, n * 2);
+	assert_int_equal(t_encode(&o, base, tgt, n, 0, n, &f), BFP_OK);
+	t_assert_cover(&f, 0, n);
+	if (o.flags & BFP_ENC_F_KEYFRAME)
+		ao.base_version = 0;
+	t_apply_all(&f, &ao, w, n);
+	assert_words_equal(w, tgt, n);
+	size_t frames = f.n;
+	t_frames_free(&f);
+	free(w);
+	return frames;
+}
+
+static void roundtrip_all_sizes(const uint16_t *base, const uint16_t *tgt, size_t n)
+{
+	static const uint32_t sizes[] = {BFP_FRAME_SIZE_MIN, 200, 1200, 1500,
+					 8900, BFP_FRAME_SIZE_MAX};
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		bfp_encode_opts o = opts(sizes[i]);
+		roundtrip(base, tgt, n, o);
+		o.flags = BFP_ENC_F_NO_DENSE;
+		roundtrip(base, tgt, n, o);
+		o.flags = BFP_ENC_F_SCALAR;
+		roundtrip(base, tgt, n, o);
+		o.flags = BFP_ENC_F_KEYFRAME;
+		o.base_version = 0;
+		roundtrip(NULL == base ? tgt : base, tgt, n, o);
+	}
+}
+
+/* RL-like deltas at several densities and odd lengths round-trip exactly
+ * at every frame size limit. */
+static void test_rl_deltas_round_trip_at_every_frame_size(void **state)
+{
+	(void)state;
+	static const size_t lens[] = {1, 2, 31, 33, 1000, 65537, 300001};
+	static const uint32_t ppm[] = {0, 100, 10000, 30000, 300000, 1000000};
+	uint64_t s = 42;
+	for (size_t a = 0; a < sizeof(lens) / sizeof(lens[0]); a++) {
+		size_t n = lens[a];
+		uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
+		for (size_t i = 0; i < n; i++)
+			b[i] = t_weight(&s);
+		for (size_t p = 0; p < sizeof(ppm) / sizeof(ppm[0]); p++) {
+			t_mutate(b, t, n, ppm[p], &s);
+			if (n > 70000 && p % 2)
+				continue; /* keep the suite fast */
+			roundtrip_all_sizes(b, t, n);
+		}
+		free(b);
+		free(t);
+	}
+}
+
+/* Special bit patterns and every kind of change between them round-trip:
+ * +-0, NaN payloads, infinities, subnormals, sign flips, exponent
+ * crossings, the largest jumps (including a delta of exactly -32768). */
+static void test_special_values_and_huge_jumps_round_trip(void **state)
+{
+	(void)state;
+	static const uint16_t pairs[][2] = {
+		{0x0000, 0x8000}, {0x8000, 0x0000}, {0x0000, 0x0001},
+		{0x8000, 0x8001}, {0x0001, 0x8001}, {0x7FC1, 0x7FC2},
+		{0xFFFF, 0x7FFF}, {0x7F80, 0xFF80}, {0x7F80, 0x7F7F},
+		{0x3F7F, 0x3F80}, {0x3F80, 0x3F7F}, {0xBF80, 0x3F80},
+		{0x0000, 0x7FFF}, {0x8000, 0x7FFF}, {0x7FFF, 0x8000},
+		{0xFFFF, 0x0000}, {0x0000, 0xFFFF}, {0x007F, 0x0080},
+		{0x3C00, 0x3C01}, {0x3C00, 0x3BFF}, {0x4000, 0x3FFF},
+	};
+	enum { N = 4096 };
+	static uint16_t b[N], t[N];
+	uint64_t s = 7;
+	size_t np = sizeof(pairs) / sizeof(pairs[0]);
+	for (size_t i = 0; i < N; i++) {
+		size_t k = (size_t)(t_rand(&s) % np);
+		b[i] = pairs[k][0];
+		t[i] = (t_rand(&s) % 3) ? pairs[k][1] : pairs[k][0];
+	}
+	roundtrip_all_sizes(b, t, N);
+	/* every single 16-bit delta from a fixed base, sparse and dense */
+	for (uint32_t d = 1; d < 65536; d += 257) {
+		for (size_t i = 0; i < N; i++) {
+			b[i] = (uint16_t)(i * 40503u);
+			t[i] = (i % 97 == 0) ? bfp_unkey((uint16_t)(bfp_key(b[i]) + d)) : b[i];
+		}
+		roundtrip(b, t, N, opts(1200));
+	}
+}
+
+/* Nothing changed: a handful of frames cover everything and verify. */
+static void test_nothing_changed_costs_only_headers(void **state)
+{
+	(void)state;
+	size_t n = 1u << 20;
+	uint16_t *b = malloc(n * 2);
+	uint64_t s = 1;
+	for (size_t i = 0; i < n; i++)
+		b[i] = t_weight(&s);
+	size_t frames = roundtrip(b, b, n, opts(1200));
+	assert_true(frames == 1);
+	free(b);
+}
+
+/* Everything changed: every frame covers at least as many parameters as
+ * a keyframe of the same size would (the encoder picks the densest). */
+static void test_everything_changed_never_worse_than_keyframes(void **state)
+{
+	(void)state;
+	size_t n = 100000;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
+	uint64_t s = 3;
+	t_frames f = {0};
+	for (size_t i = 0; i < n; i++) {
+		b[i] = t_weight(&s);
+		t[i] = bfp_unkey((uint16_t)(bfp_key(b[i]) + 1));
+	}
+	bfp_encode_opts o = opts(1200);
+	assert_int_equal(t_encode(&o, b, t, n, 0, n, &f), BFP_OK);
+	for (size_t i = 0; i < f.n; i++) {
+		bfp_frame_header h;
+		assert_int_equal(bfp_frame_parse(f.buf + f.off[i], t_frame_len(&f, i), &h), BFP_OK);
+		assert_true(h.range_len >= (1200 - BFP_HEADER_SIZE) / 2 || i == f.n - 1);
+	}
+	t_frames_free(&f);
+	roundtrip(b, t, n, o);
+	free(b);
+	free(t);
+}
+
+/* Ranges on tensor boundaries: encoding [0,a), [a,b), [b,n) separately
+ * gives frames that never cross a boundary and still apply exactly. */
+static void test_ranges_on_tensor_boundaries_apply_exactly(void **state)
+{
+	(void)state;
+	size_t n = 50001, cut[] = {0, 1, 4097, 4098, 30000, 50001};
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2), *w = malloc(n * 2);
+	uint64_t s = 11;
+	t_frames f = {0};
+	for (size_t i = 0; i < n; i++)
+		b[i] = t_weight(&s);
+	t_mutate(b, t, n, 20000, &s);
+	bfp_encode_opts o = opts(1200);
+	for (size_t k = 0; k + 1 < sizeof(cut) / sizeof(cut[0]); k++) {
+		size_t before = f.n;
+		assert_int_equal(t_encode(&o, b, t, n, cut[k], cut[k + 1], &f), BFP_OK);
+		for (size_t i = before; i < f.n; i++) {
+			bfp_frame_header h;
+			assert_int_equal(bfp_frame_parse(f.buf + f.off[i], t_frame_len(&f, i), &h), BFP_OK);
+			assert_true(h.range_begin >= cut[k] && h.range_begin + h.range_len <= cut[k + 1]);
+		}
+	}
+	t_assert_cover(&f, 0, n);
+	memcpy(w, b, n * 2);
+	bfp_apply_opts ao = aopts();
+	t_apply_all(&f, &ao, w, n);
+	assert_words_equal(w, t, n);
+	t_frames_free(&f);
+	free(b);
+	free(t);
+	free(w);
+}
+
+/* Canonical: same inputs and options give the same bytes; the SIMD and
+ * scalar scan paths give identical frames. */
+static void test_encoder_is_canonical_and_simd_matches_scalar(void **state)
+{
+	(void)state;
+	size_t n = 200003;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
+	uint64_t s = 5;
+	for (size_t i = 0; i < n; i++)
+		b[i] = t_weight(&s);
+	t_mutate(b, t, n, 15000, &s);
+	t_frames f1 = {0}, f2 = {0}, f3 = {0};
+	bfp_encode_opts o = opts(1200);
+	assert_int_equal(t_encode(&o, b, t, n, 0, n, &f1), BFP_OK);
+	assert_int_equal(t_encode(&o, b, t, n, 0, n, &f2), BFP_OK);
+	o.flags = BFP_ENC_F_SCALAR;
+	assert_int_equal(t_encode(&o, b, t, n, 0, n, &f3), BFP_OK);
+	assert_int_equal(f1.len, f2.len);
+	assert_memory_equal(f1.buf, f2.buf, f1.len);
+	assert_int_equal(f1.len, f3.len);
+	assert_memory_equal(f1.buf, f3.buf, f1.len);
+
+	/* the scalar decoder gives the same weights as the vector one */
+	static bfp_decoder d1, d2;
+	uint16_t *w1 = malloc(n * 2), *w2 = malloc(n * 2);
+	memcpy(w1, b, n * 2);
+	memcpy(w2, b, n * 2);
+	assert_int_equal(bfp_decoder_init(&d1, 0), BFP_OK);
+	assert_int_equal(bfp_decoder_init(&d2, BFP_DEC_F_SCALAR), BFP_OK);
+	bfp_apply_opts ao = aopts();
+	for (size_t i = 0; i < f1.n; i++) {
+		assert_int_equal(bfp_decode_apply(&d1, &ao, f1.buf + f1.off[i], t_frame_len(&f1, i), w1, n, NULL), BFP_OK);
+		assert_int_equal(bfp_decode_apply(&d2, &ao, f1.buf + f1.off[i], t_frame_len(&f1, i), w2, n, NULL), BFP_OK);
+	}
+	assert_words_equal(w1, t, n);
+	assert_words_equal(w2, t, n);
+	t_frames_free(&f1);
+	t_frames_free(&f2);
+	t_frames_free(&f3);
+	free(b);
+	free(t);
+	free(w1);
+	free(w2);
+}
+
+/* ---- reject rules: each gives its exact status and leaves w untouched ---- */
+
+enum { RN = 20000 };
+static uint16_t rb[RN], rt[RN], rw[RN], rsnap[RN];
+static uint8_t frame[BFP_FRAME_SIZE_MAX + 16];
+static size_t frame_len;
+static bfp_decoder rdec;
+
+static int reject_setup(void **state)
+{
+	(void)state;
+	uint64_t s = 99;
+	bfp_encoder *enc = malloc(sizeof(*enc));
+	for (size_t i = 0; i < RN; i++)
+		rb[i] = t_weight(&s);
+	t_mutate(rb, rt, RN, 10000, &s);
+	bfp_encode_opts o = opts(1200);
+	o.frame_count = 3;
+	assert_int_equal(bfp_encoder_init(enc, &o, rb, rt, RN, 0, RN), BFP_OK);
+	assert_int_equal(bfp_encode_next(enc, frame, sizeof(frame), &frame_len), BFP_OK);
+	free(enc);
+	memcpy(rw, rb, sizeof(rb));
+	memcpy(rsnap, rb, sizeof(rb));
+	assert_int_equal(bfp_decoder_init(&rdec, 0), BFP_OK);
+	return 0;
+}
+
+static void reseal(uint8_t *p, size_t len)
+{
+	uint32_t c = bfp_crc32c(0, p, 56);
+	c = bfp_crc32c(c, p + BFP_HEADER_SIZE, len - BFP_HEADER_SIZE);
+	p[56] = (uint8_t)c;
+	p[57] = (uint8_t)(c >> 8);
+	p[58] = (uint8_t)(c >> 16);
+	p[59] = (uint8_t)(c >> 24);
+}
+
+static void expect_reject(const uint8_t *p, size_t len, bfp_status want)
+{
+	bfp_apply_opts ao = aopts();
+	bfp_status st = bfp_decode_apply(&rdec, &ao, p, len, rw, RN, NULL);
+	if (st != want)
+		fail_msg("got %s, want %s", bfp_status_str(st), bfp_status_str(want));
+	assert_words_equal(rw, rsnap, RN);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The unmodified frame applies (so the rejects below are due to edits). */
+static void test_reject_fixture_frame_applies(void **state)
+{
+	(void)state;
+	bfp_apply_opts ao = aopts();
+	assert_int_equal(bfp_decode_apply(&rdec, &ao, frame, frame_len, rw, RN, NULL), BFP_OK);
+	/* applying it twice fails the target hash and writes nothing */
+	memcpy(rsnap, rw, sizeof(rw));
+	expect_reject(frame, frame_len, BFP_E_HASH);
+}
+
+/* FORMAT.md 2.4 rule 1: shorter than a header, or than header+payload. */
+static void test_reject_truncated(void **state)
+{
+	(void)state;
+	for (size_t l = 0; l < frame_len; l += (l < 70 ? 1 : 37))
+		expect_reject(frame, l, l < BFP_HEADER_SIZE ? BFP_E_TRUNCATED : BFP_E_TRUNCATED);
+}
+
+/* Rule: longer than header+payload (trailing bytes in the datagram). */
+static void test_reject_trailing_bytes(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX + 16];
+	memcpy(p, frame, frame_len);
+	p[frame_len] = 0;
+	expect_reject(p, frame_len + 1, BFP_E_LENGTH);
+}
+
+static void test_reject_bad_magic(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	memcpy(p, frame, frame_len);
+	p[0] ^= 0x20;
+	reseal(p, frame_len);
+	expect_reject(p, frame_len, BFP_E_MAGIC);
+}
+
+static void test_reject_unknown_format_version(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	memcpy(p, frame, frame_len);
+	p[4] = 2;
+	reseal(p, frame_len);
+	expect_reject(p, frame_len, BFP_E_FORMAT_VERSION);
+}
+
+/* Every reserved bit (flags, bytes 6-7) set alone is rejected. */
+static void test_reject_reserved_bits_set(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	for (int bit = 0; bit < 16; bit++) {
+		memcpy(p, frame, frame_len);
+		p[6 + bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		reseal(p, frame_len);
+		expect_reject(p, frame_len, BFP_E_RESERVED);
+	}
+}
+
+static void test_reject_unknown_encoding(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	static const uint8_t bad[] = {0, 5, 200, 255};
+	for (size_t i = 0; i < sizeof(bad); i++) {
+		memcpy(p, frame, frame_len);
+		p[5] = bad[i];
+		reseal(p, frame_len);
+		expect_reject(p, frame_len, BFP_E_ENCODING);
+	}
+}
+
+/* Any single flipped bit anywhere fails the CRC (or an earlier check). */
+static void test_reject_any_flipped_bit(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	for (size_t bit = 0; bit < frame_len * 8; bit += 3) {
+		memcpy(p, frame, frame_len);
+		p[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		bfp_apply_opts ao = aopts();
+		bfp_status st = bfp_decode_apply(&rdec, &ao, p, frame_len, rw, RN, NULL);
+		assert_true(st != BFP_OK);
+		if (bit / 8 >= 4 && !(bit / 8 >= 44 && bit / 8 < 48))
+			assert_int_equal(st, (bit / 8 == 4) ? BFP_E_FORMAT_VERSION : BFP_E_CHECKSUM);
+		assert_words_equal(rw, rsnap, RN);
+	}
+}
+
+static void test_reject_range_out_of_bounds(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(frame, frame_len, &h), BFP_OK);
+	/* begin past the end, end past the end, begin+len overflowing */
+	uint64_t begins[] = {RN, RN - h.range_len + 1, UINT64_MAX - 2};
+	for (size_t i = 0; i < 3; i++) {
+		memcpy(p, frame, frame_len);
+		put32(p + 32, (uint32_t)begins[i]);
+		put32(p + 36, (uint32_t)(begins[i] >> 32));
+		reseal(p, frame_len);
+		expect_reject(p, frame_len, BFP_E_RANGE);
+	}
+	memcpy(p, frame, frame_len);
+	put32(p + 40, 0); /* empty range */
+	reseal(p, frame_len);
+	expect_reject(p, frame_len, BFP_E_RANGE);
+}
+
+static void test_reject_counts_inconsistent(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	uint32_t pairs[][2] = {{0, 0}, {3, 3}, {4, 3}, {UINT32_MAX, 1}};
+	for (size_t i = 0; i < 4; i++) {
+		memcpy(p, frame, frame_len);
+		put32(p + 24, pairs[i][0]);
+		put32(p + 28, pairs[i][1]);
+		reseal(p, frame_len);
+		expect_reject(p, frame_len, BFP_E_COUNT);
+	}
+}
+
+static void test_reject_wrong_model(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	memcpy(p, frame, frame_len);
+	p[8] ^= 1;
+	reseal(p, frame_len);
+	expect_reject(p, frame_len, BFP_E_MODEL);
+}
+
+static void test_reject_wrong_base_version(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	memcpy(p, frame, frame_len);
+	put32(p + 16, 6);
+	reseal(p, frame_len);
+	expect_reject(p, frame_len, BFP_E_BASE_VERSION);
+	/* target not after base */
+	memcpy(p, frame, frame_len);
+	put32(p + 20, 7);
+	reseal(p, frame_len);
+	expect_reject(p, frame_len, BFP_E_BASE_VERSION);
+}
+
+/* A payload edited under a valid CRC is corrupt or fails the hash. */
+static void test_reject_corrupt_payload_under_valid_crc(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	uint64_t s = 1234;
+	for (int trial = 0; trial < 2000; trial++) {
+		memcpy(p, frame, frame_len);
+		size_t at = BFP_HEADER_SIZE + (size_t)(t_rand(&s) % (frame_len - BFP_HEADER_SIZE));
+		p[at] ^= (uint8_t)(1u << (t_rand(&s) % 8));
+		reseal(p, frame_len);
+		bfp_apply_opts ao = aopts();
+		bfp_status st = bfp_decode_apply(&rdec, &ao, p, frame_len, rw, RN, NULL);
+		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+		assert_words_equal(rw, rsnap, RN);
+	}
+	/* a payload shortened by one byte (header length adjusted) */
+	memcpy(p, frame, frame_len);
+	put32(p + 44, (uint32_t)(frame_len - BFP_HEADER_SIZE - 1));
+	reseal(p, frame_len - 1);
+	expect_reject(p, frame_len - 1, BFP_E_CORRUPT);
+}
+
+static void test_reject_wrong_target_hash(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	memcpy(p, frame, frame_len);
+	p[50] ^= 4;
+	reseal(p, frame_len);
+	expect_reject(p, frame_len, BFP_E_HASH);
+}
+
+/* bfp_frame_check_target tells applied from not applied. */
+static void test_check_target_detects_applied_frames(void **state)
+{
+	(void)state;
+	int at = -1;
+	assert_int_equal(bfp_frame_check_target(frame, frame_len, rw, RN, &at), BFP_OK);
+	assert_int_equal(at, 0);
+	assert_int_equal(bfp_frame_check_target(frame, frame_len, rt, RN, &at), BFP_OK);
+	assert_int_equal(at, 1);
+}
+
+/* set_index rewrites index/count and keeps the frame valid. */
+static void test_set_index_reseals_the_frame(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	bfp_frame_header h;
+	memcpy(p, frame, frame_len);
+	assert_int_equal(bfp_frame_set_index(p, frame_len, 5, 9), BFP_OK);
+	assert_int_equal(bfp_frame_parse(p, frame_len, &h), BFP_OK);
+	assert_int_equal(h.frame_index, 5);
+	assert_int_equal(h.frame_count, 9);
+	assert_int_equal(bfp_frame_set_index(p, frame_len, 9, 9), BFP_E_COUNT);
+}
+
+/* Encoder options are checked. */
+static void test_encoder_rejects_bad_options(void **state)
+{
+	(void)state;
+	static bfp_encoder enc;
+	bfp_encode_opts o = opts(BFP_FRAME_SIZE_MIN - 1);
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_E_ARG);
+	o = opts(BFP_FRAME_SIZE_MAX + 1);
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_E_ARG);
+	o = opts(1200);
+	o.target_version = o.base_version;
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_E_ARG);
+	o = opts(1200);
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 5, RN + 1), BFP_E_RANGE);
+	assert_int_equal(bfp_encoder_init(&enc, &o, NULL, rt, RN, 0, RN), BFP_E_ARG);
+	o.flags = 1u << 20;
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_E_ARG);
+	o = opts(1200);
+	uint8_t out[64];
+	size_t len;
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
+	assert_int_equal(bfp_encode_next(&enc, out, sizeof(out), &len), BFP_E_SPACE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest roundtrips[] = {
+		cmocka_unit_test(test_rl_deltas_round_trip_at_every_frame_size),
+		cmocka_unit_test(test_special_values_and_huge_jumps_round_trip),
+		cmocka_unit_test(test_nothing_changed_costs_only_headers),
+		cmocka_unit_test(test_everything_changed_never_worse_than_keyframes),
+		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
+		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
+	};
+	const struct CMUnitTest rejects[] = {
+		cmocka_unit_test_setup(test_reject_fixture_frame_applies, reject_setup),
+		cmocka_unit_test_setup(test_reject_truncated, reject_setup),
+		cmocka_unit_test_setup(test_reject_trailing_bytes, reject_setup),
+		cmocka_unit_test_setup(test_reject_bad_magic, reject_setup),
+		cmocka_unit_test_setup(test_reject_unknown_format_version, reject_setup),
+		cmocka_unit_test_setup(test_reject_reserved_bits_set, reject_setup),
+		cmocka_unit_test_setup(test_reject_unknown_encoding, reject_setup),
+		cmocka_unit_test_setup(test_reject_any_flipped_bit, reject_setup),
+		cmocka_unit_test_setup(test_reject_range_out_of_bounds, reject_setup),
+		cmocka_unit_test_setup(test_reject_counts_inconsistent, reject_setup),
+		cmocka_unit_test_setup(test_reject_wrong_model, reject_setup),
+		cmocka_unit_test_setup(test_reject_wrong_base_version, reject_setup),
+		cmocka_unit_test_setup(test_reject_corrupt_payload_under_valid_crc, reject_setup),
+		cmocka_unit_test_setup(test_reject_wrong_target_hash, reject_setup),
+		cmocka_unit_test_setup(test_check_target_detects_applied_frames, reject_setup),
+		cmocka_unit_test_setup(test_set_index_reseals_the_frame, reject_setup),
+		cmocka_unit_test_setup(test_encoder_rejects_bad_options, reject_setup),
+	};
+	int fails = cmocka_run_group_tests_name("roundtrip", roundtrips, NULL, NULL);
+	fails += cmocka_run_group_tests_name("reject", rejects, NULL, NULL);
+	return fails;
+}
