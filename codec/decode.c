@@ -242,3 +242,73 @@ bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 		     h.target_hash;
 	return BFP_OK;
 }
+
+bfp_status bfp_frame_stats_get(const void *frame, size_t frame_len,
+			       bfp_frame_stats *out)
+{
+	bfp_frame_header h;
+	bfp_br r;
+	BFP_CHECK(frame && out, BFP_E_ARG);
+	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
+	if (st != BFP_OK)
+		return st;
+	BFP_MEMSET(out, 0, sizeof(*out));
+	out->encoding = h.encoding;
+	out->range_len = h.range_len;
+	out->payload_len = h.payload_len;
+	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
+	if (h.encoding == BFP_ENC_SPARSE) {
+		uint32_t n[BFP_CLASSES], kg[BFP_CLASSES], k1[BFP_CLASSES];
+		uint64_t total = 0, t0, t1;
+		for (unsigned c = 0; c < BFP_CLASSES; c++) {
+			n[c] = bfp_get_eg0(&r);
+			total += n[c];
+			BFP_CHECK(!r.err && total <= h.range_len && total <= BFP_CHANGES_MAX,
+				  BFP_E_CORRUPT);
+			kg[c] = n[c] ? bfp_br_get(&r, 5) : 0;
+			k1[c] = n[c] ? bfp_br_get(&r, 5) : 0;
+		}
+		out->model_bits = (uint32_t)bfp_br_tell(&r);
+		for (unsigned c = 0; c < BFP_CLASSES; c++) {
+			t0 = bfp_br_tell(&r);
+			for (uint32_t j = 0; j < n[c]; j++)
+				(void)bfp_get_rice(&r, kg[c]);
+			t1 = bfp_br_tell(&r);
+			out->position_bits += (uint32_t)(t1 - t0);
+			int need_run = 1;
+			uint32_t run = 0;
+			for (uint32_t j = 0; j < n[c] && !r.err; j++) {
+				if (need_run) {
+					run = bfp_get_rice(&r, k1[c]);
+					need_run = 0;
+				}
+				(void)bfp_br_get(&r, 1);
+				if (run > 0) {
+					run--;
+				} else {
+					(void)bfp_get_eg0(&r);
+					need_run = 1;
+				}
+			}
+			out->value_bits += (uint32_t)(bfp_br_tell(&r) - t1);
+		}
+		out->n_changes = (uint32_t)total;
+	} else if (h.encoding == BFP_ENC_DENSE) {
+		BFP_CHECK((uint64_t)h.range_len <= (uint64_t)h.payload_len * 8,
+			  BFP_E_CORRUPT);
+		for (uint32_t i = 0; i < h.range_len && !r.err; i++) {
+			out->position_bits++;
+			if (!bfp_br_get(&r, 1))
+				continue;
+			uint64_t t0 = bfp_br_tell(&r);
+			(void)bfp_br_get(&r, 1);
+			if (bfp_br_get(&r, 1))
+				(void)bfp_get_eg0(&r);
+			out->value_bits += (uint32_t)(bfp_br_tell(&r) - t0);
+			out->n_changes++;
+		}
+	} else {
+		return BFP_OK;
+	}
+	return check_end(&r, h.payload_len);
+}

@@ -275,6 +275,22 @@ bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 				  const uint16_t *weights, uint64_t n_params,
 				  int *at_target);
 
+/* What a frame carries, read without the base weights (tools, reports). */
+typedef struct bfp_frame_stats {
+	uint32_t encoding;
+	uint32_t range_len;
+	uint32_t payload_len;
+	uint32_t n_changes;    /* coded changes (keyframes: 0) */
+	uint32_t model_bits;   /* sparse: class header bits (code parameters) */
+	uint32_t position_bits; /* sparse: gap codes; dense: change flags */
+	uint32_t value_bits;   /* signs, runs and magnitudes */
+} bfp_frame_stats;
+
+/* Parse a frame and its payload structure (not the values, which need the
+ * base) and count what it carries. Validates header and CRC. */
+bfp_status bfp_frame_stats_get(const void *frame, size_t frame_len,
+			       bfp_frame_stats *st);
+
 /* ---- value mapping (FORMAT.md 3.2), exposed for tools and tests ------- */
 
 /* Order-preserving map of a BF16 bit pattern to an unsigned key: keys of

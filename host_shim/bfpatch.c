@@ -1,0 +1,590 @@
+/*
+ * bfpatch.c: the command-line tool. Subcommands: synth (trajectory),
+ * diff, apply, info, demo (the README's main job). Every output file is
+ * written through a temporary and a rename, so a failed command leaves
+ * no output behind; errors go to stderr with a non-zero exit.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bfpatch.h"
+#include "model.h"
+#include "patch.h"
+#include "synth.h"
+
+#define ERRLEN 512
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int die(const char *cmd, const char *msg)
+{
+	fprintf(stderr, "bfpatch %s: %s\n", cmd, msg);
+	return 1;
+}
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (!s || !*s || *s == '-')
+		return -1;
+	unsigned long long v = strtoull(s, &end, 0);
+	uint64_t mul = 1;
+	if (*end == 'k' || *end == 'K')
+		mul = 1000, end++;
+	else if (*end == 'M')
+		mul = 1000000, end++;
+	else if (*end == 'G')
+		mul = 1000000000, end++;
+	if (errno || *end || v > max / mul)
+		return -1;
+	*out = v * mul;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint64_t v;
+	if (parse_u64(s, hi, &v) || v < lo)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int bad_value(const char *cmd, const char *opt, const char *val)
+{
+	fprintf(stderr, "bfpatch %s: invalid value '%s' for %s (see bfpatch %s --help)\n",
+		cmd, val ? val : "", opt, cmd);
+	return 2;
+}
+
+/* ---- diff ---- */
+
+static const char diff_usage[] =
+	"usage: bfpatch diff OLD NEW -o PATCH [options]\n"
+	"Encode the change from OLD to NEW (safetensors or raw BF16 files with the\n"
+	"same tensor layout) as a patch: self-contained frames (docs/FORMAT.md).\n"
+	"  -o, --output PATCH      patch file to write (atomically)\n"
+	"  -s, --frame-size BYTES  max frame size, 128..9000 (default 1200)\n"
+	"  -b, --base-version N    version of OLD (default 0)\n"
+	"  -t, --target-version N  version of NEW (default base + 1)\n"
+	"  -k, --keyframe          absolute values only (bootstrap/resync)\n"
+	"  -j, --threads N         encoder threads (default: all CPUs)\n"
+	"  -q, --quiet             no progress or summary\n"
+	"  -h, --help\n";
+
+static int cmd_diff(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"output", required_argument, 0, 'o'}, {"frame-size", required_argument, 0, 's'},
+		{"base-version", required_argument, 0, 'b'},
+		{"target-version", required_argument, 0, 't'},
+		{"keyframe", no_argument, 0, 'k'}, {"threads", required_argument, 0, 'j'},
+		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *out = NULL;
+	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
+	int have_target = 0, quiet = 0, c;
+	uint32_t th = 0;
+	while ((c = getopt_long(argc, argv, "o:s:b:t:kj:qh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'o': out = optarg; break;
+		case 's':
+			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
+				return bad_value("diff", "--frame-size", optarg);
+			break;
+		case 'b':
+			if (parse_u32(optarg, 0, UINT32_MAX - 1, &po.base_version))
+				return bad_value("diff", "--base-version", optarg);
+			break;
+		case 't':
+			if (parse_u32(optarg, 1, UINT32_MAX, &po.target_version))
+				return bad_value("diff", "--target-version", optarg);
+			have_target = 1;
+			break;
+		case 'k': po.enc_flags |= BFP_ENC_F_KEYFRAME; break;
+		case 'j':
+			if (parse_u32(optarg, 1, 256, &th))
+				return bad_value("diff", "--threads", optarg);
+			break;
+		case 'q': quiet = 1; break;
+		case 'h': fputs(diff_usage, stdout); return 0;
+		default: fputs(diff_usage, stderr); return 2;
+		}
+	}
+	if (argc - optind != 2 || !out) {
+		fputs(diff_usage, stderr);
+		return 2;
+	}
+	if (!have_target)
+		po.target_version = po.base_version + 1;
+	if (po.enc_flags & BFP_ENC_F_KEYFRAME)
+		po.base_version = 0;
+	else if (po.target_version <= po.base_version)
+		return die("diff", "--target-version must be greater than --base-version");
+	po.threads = (int)th;
+	char err[ERRLEN] = "";
+	model a, b;
+	if (model_load(&a, argv[optind], err, sizeof(err)))
+		return die("diff", err);
+	if (model_load(&b, argv[optind + 1], err, sizeof(err))) {
+		model_free(&a);
+		return die("diff", err);
+	}
+	po.progress = !quiet && b.n_params > (64u << 20);
+	patch p;
+	double t0 = now_s();
+	int rc = patch_encode(&a, &b, &po, &p, err, sizeof(err));
+	double t1 = now_s();
+	if (rc == 0) {
+		const void *bufs[1] = {p.buf};
+		size_t lens[1] = {p.len};
+		rc = write_file_atomic(out, bufs, lens, 1, err, sizeof(err));
+	}
+	if (rc == 0 && !quiet)
+		fprintf(stderr, "bfpatch diff: %llu parameters, %zu frames, %zu bytes "
+			"(%.1fx smaller than dense BF16), encoded in %.3f s\n",
+			(unsigned long long)b.n_params, p.n, p.len,
+			p.len ? (double)b.n_params * 2 / (double)p.len : 0.0, t1 - t0);
+	if (rc == 0)
+		patch_free(&p);
+	model_free(&a);
+	model_free(&b);
+	return rc ? die("diff", err) : 0;
+}
+
+/* ---- apply ---- */
+
+static const char apply_usage[] =
+	"usage: bfpatch apply BASE PATCH -o OUT [options]\n"
+	"Apply PATCH to BASE and write the result to OUT (atomically). Every frame\n"
+	"is checked (CRC, model, base version, range) and every range's target\n"
+	"hash verified before OUT is written; on any error OUT is not created.\n"
+	"  -o, --output OUT   file to write\n"
+	"  -j, --threads N    decoder threads (default: all CPUs)\n"
+	"  -q, --quiet\n"
+	"  -h, --help\n";
+
+static int cmd_apply(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 'j'},
+		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *out = NULL;
+	int quiet = 0, c;
+	uint32_t th = 0;
+	while ((c = getopt_long(argc, argv, "o:j:qh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'o': out = optarg; break;
+		case 'j':
+			if (parse_u32(optarg, 1, 256, &th))
+				return bad_value("apply", "--threads", optarg);
+			break;
+		case 'q': quiet = 1; break;
+		case 'h': fputs(apply_usage, stdout); return 0;
+		default: fputs(apply_usage, stderr); return 2;
+		}
+	}
+	if (argc - optind != 2 || !out) {
+		fputs(apply_usage, stderr);
+		return 2;
+	}
+	char err[ERRLEN] = "";
+	model m;
+	patch p;
+	if (model_load(&m, argv[optind], err, sizeof(err)))
+		return die("apply", err);
+	if (patch_read(argv[optind + 1], &p, err, sizeof(err))) {
+		model_free(&m);
+		return die("apply", err);
+	}
+	double t0 = now_s();
+	int rc = patch_apply(&p, m.params, m.n_params, m.model_id, (int)th, err, sizeof(err));
+	double t1 = now_s();
+	if (rc == 0)
+		rc = model_save(&m, out, err, sizeof(err));
+	if (rc == 0 && !quiet)
+		fprintf(stderr, "bfpatch apply: %zu frames applied and verified in %.3f s, wrote %s\n",
+			p.n, t1 - t0, out);
+	patch_free(&p);
+	model_free(&m);
+	return rc ? die("apply", err) : 0;
+}
+
+/* ---- info ---- */
+
+static const char info_usage[] =
+	"usage: bfpatch info PATCH [--json]\n"
+	"Print what a patch carries: parameters, changed parameters, frames per\n"
+	"encoding, bytes, bits per changed parameter, ratio to dense BF16.\n"
+	"  --json   one JSON object on stdout\n"
+	"  -h, --help\n";
+
+static int cmd_info(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"json", no_argument, 0, 'J'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	int json = 0, c;
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'J': json = 1; break;
+		case 'h': fputs(info_usage, stdout); return 0;
+		default: fputs(info_usage, stderr); return 2;
+		}
+	}
+	if (argc - optind != 1) {
+		fputs(info_usage, stderr);
+		return 2;
+	}
+	char err[ERRLEN] = "";
+	patch p;
+	if (patch_read(argv[optind], &p, err, sizeof(err)))
+		return die("info", err);
+	uint64_t params = 0, changed = 0, key_params = 0;
+	uint64_t by_enc[5] = {0}, model_bits = 0, pos_bits = 0, val_bits = 0;
+	bfp_frame_header h0;
+	bfp_frame_parse(p.buf, p.off[1], &h0);
+	for (size_t i = 0; i < p.n; i++) {
+		bfp_frame_stats st;
+		bfp_status s = bfp_frame_stats_get(p.buf + p.off[i], p.off[i + 1] - p.off[i], &st);
+		if (s != BFP_OK) {
+			snprintf(err, sizeof(err), "%s: frame %zu: %s", argv[optind], i,
+				 bfp_status_str(s));
+			patch_free(&p);
+			return die("info", err);
+		}
+		params += st.range_len;
+		changed += st.n_changes;
+		by_enc[st.encoding]++;
+		if (st.encoding == BFP_ENC_KEY_RAW || st.encoding == BFP_ENC_KEY_ZSTD)
+			key_params += st.range_len;
+		model_bits += st.model_bits;
+		pos_bits += st.position_bits;
+		val_bits += st.value_bits;
+	}
+	double bpc = changed ? (double)p.len * 8 / (double)changed : 0;
+	double ratio = p.len ? (double)params * 2 / (double)p.len : 0;
+	if (json) {
+		json_t *o = json_object();
+		char mid[17];
+		snprintf(mid, sizeof(mid), "%016llx", (unsigned long long)h0.model_id);
+		json_object_set_new(o, "model_id", json_string(mid));
+		json_object_set_new(o, "base_version", json_integer(h0.base_version));
+		json_object_set_new(o, "target_version", json_integer(h0.target_version));
+		json_object_set_new(o, "params", json_integer((json_int_t)params));
+		json_object_set_new(o, "changed", json_integer((json_int_t)changed));
+		json_object_set_new(o, "keyframe_params", json_integer((json_int_t)key_params));
+		json_object_set_new(o, "frames", json_integer((json_int_t)p.n));
+		json_object_set_new(o, "bytes", json_integer((json_int_t)p.len));
+		json_object_set_new(o, "header_bytes", json_integer((json_int_t)(p.n * BFP_HEADER_SIZE)));
+		json_object_set_new(o, "model_bits", json_integer((json_int_t)model_bits));
+		json_object_set_new(o, "position_bits", json_integer((json_int_t)pos_bits));
+		json_object_set_new(o, "value_bits", json_integer((json_int_t)val_bits));
+		json_object_set_new(o, "bits_per_changed", json_real(bpc));
+		json_object_set_new(o, "ratio_to_dense", json_real(ratio));
+		json_t *fe = json_object();
+		json_object_set_new(fe, "sparse", json_integer((json_int_t)by_enc[BFP_ENC_SPARSE]));
+		json_object_set_new(fe, "dense", json_integer((json_int_t)by_enc[BFP_ENC_DENSE]));
+		json_object_set_new(fe, "keyframe", json_integer((json_int_t)by_enc[BFP_ENC_KEY_RAW]));
+		json_object_set_new(fe, "keyframe_zstd", json_integer((json_int_t)by_enc[BFP_ENC_KEY_ZSTD]));
+		json_object_set_new(o, "frames_by_encoding", fe);
+		char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+		puts(s);
+		free(s);
+		json_decref(o);
+	} else {
+		printf("model id          %016llx\n", (unsigned long long)h0.model_id);
+		printf("versions          %u -> %u\n", h0.base_version, h0.target_version);
+		printf("parameters        %llu\n", (unsigned long long)params);
+		printf("changed           %llu (%.3f%%)\n", (unsigned long long)changed,
+		       params ? 100.0 * (double)changed / (double)params : 0.0);
+		printf("keyframe params   %llu\n", (unsigned long long)key_params);
+		printf("frames            %zu (sparse %llu, dense %llu, keyframe %llu, keyframe-zstd %llu)\n",
+		       p.n, (unsigned long long)by_enc[1], (unsigned long long)by_enc[2],
+		       (unsigned long long)by_enc[3], (unsigned long long)by_enc[4]);
+		printf("bytes             %zu (headers %zu, code parameters %llu, positions %llu, values %llu)\n",
+		       p.len, p.n * BFP_HEADER_SIZE, (unsigned long long)(model_bits / 8),
+		       (unsigned long long)(pos_bits / 8), (unsigned long long)(val_bits / 8));
+		printf("bits per changed  %.3f\n", bpc);
+		printf("ratio to dense    %.1fx\n", ratio);
+	}
+	patch_free(&p);
+	return 0;
+}
+
+/* ---- synth ---- */
+
+static const char synth_usage[] =
+	"usage: bfpatch synth -o DIR [options]\n"
+	"Write a deterministic RL-like trajectory of safetensors checkpoints\n"
+	"DIR/step-0000.safetensors .. step-NNNN.safetensors (BF16 casts of FP32\n"
+	"master weights trained with Adam).\n"
+	"  -o, --output DIR     directory (created if missing)\n"
+	"  -p, --params N       approximate parameter count (default 4M; k/M/G ok)\n"
+	"  -n, --steps N        optimizer steps after step 0 (default 5)\n"
+	"  -l, --lr X           learning rate (default 1e-6)\n"
+	"  -g, --ongrid         master starts on the BF16 grid (RL from a BF16\n"
+	"                       checkpoint); default: off-grid FP32 master\n"
+	"  -S, --seed N         seed (default 1)\n"
+	"  -j, --threads N\n"
+	"  -h, --help\n";
+
+static int parse_lr(const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || *end || !(v > 0) || v > 1)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int cmd_synth(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"output", required_argument, 0, 'o'}, {"params", required_argument, 0, 'p'},
+		{"steps", required_argument, 0, 'n'}, {"lr", required_argument, 0, 'l'},
+		{"ongrid", no_argument, 0, 'g'}, {"seed", required_argument, 0, 'S'},
+		{"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0}};
+	synth_opts so = {.params = 4000000, .lr = 1e-6, .seed = 1};
+	const char *dir = NULL;
+	uint32_t steps = 5, th = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "o:p:n:l:gS:j:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'o': dir = optarg; break;
+		case 'p':
+			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096)
+				return bad_value("synth", "--params", optarg);
+			break;
+		case 'n':
+			if (parse_u32(optarg, 0, 100000, &steps))
+				return bad_value("synth", "--steps", optarg);
+			break;
+		case 'l':
+			if (parse_lr(optarg, &so.lr))
+				return bad_value("synth", "--lr", optarg);
+			break;
+		case 'g': so.ongrid = 1; break;
+		case 'S':
+			if (parse_u64(optarg, UINT64_MAX, &so.seed))
+				return bad_value("synth", "--seed", optarg);
+			break;
+		case 'j':
+			if (parse_u32(optarg, 1, 64, &th))
+				return bad_value("synth", "--threads", optarg);
+			break;
+		case 'h': fputs(synth_usage, stdout); return 0;
+		default: fputs(synth_usage, stderr); return 2;
+		}
+	}
+	if (!dir || optind != argc) {
+		fputs(synth_usage, stderr);
+		return 2;
+	}
+	so.threads = (int)th;
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		char e[ERRLEN];
+		snprintf(e, sizeof(e), "%s: %s", dir, strerror(errno));
+		return die("synth", e);
+	}
+	char err[ERRLEN] = "";
+	model bf;
+	synth *s = synth_new(&so, &bf, err, sizeof(err));
+	if (!s)
+		return die("synth", err);
+	int rc = 0;
+	for (uint32_t k = 0; k <= steps && rc == 0; k++) {
+		if (k)
+			synth_step(s, &bf);
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, k);
+		rc = model_save(&bf, path, err, sizeof(err));
+		if (rc == 0)
+			fprintf(stderr, "bfpatch synth: wrote %s (%llu parameters)\n", path,
+				(unsigned long long)bf.n_params);
+	}
+	synth_free(s);
+	model_free(&bf);
+	return rc ? die("synth", err) : 0;
+}
+
+/* ---- demo: the README's main job ---- */
+
+static const char demo_usage[] =
+	"usage: bfpatch demo [options]\n"
+	"Generate a synthetic RL trajectory in memory, and for every step diff it\n"
+	"against the previous one, apply the patch to an independent copy of the\n"
+	"previous weights, verify it byte for byte and print a per-step table.\n"
+	"  -p, --params N      approximate parameter count (default 16M)\n"
+	"  -n, --steps N       steps (default 10)\n"
+	"  -l, --lr X          learning rate (default 1e-6)\n"
+	"  -g, --ongrid        master starts on the BF16 grid\n"
+	"  -s, --frame-size N  frame size (default 1200)\n"
+	"  -h, --help\n";
+
+static int cmd_demo(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"params", required_argument, 0, 'p'}, {"steps", required_argument, 0, 'n'},
+		{"lr", required_argument, 0, 'l'}, {"ongrid", no_argument, 0, 'g'},
+		{"frame-size", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0}};
+	synth_opts so = {.params = 16000000, .lr = 1e-6, .seed = 1};
+	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
+	uint32_t steps = 10;
+	int c;
+	while ((c = getopt_long(argc, argv, "p:n:l:gs:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096)
+				return bad_value("demo", "--params", optarg);
+			break;
+		case 'n':
+			if (parse_u32(optarg, 1, 100000, &steps))
+				return bad_value("demo", "--steps", optarg);
+			break;
+		case 'l':
+			if (parse_lr(optarg, &so.lr))
+				return bad_value("demo", "--lr", optarg);
+			break;
+		case 'g': so.ongrid = 1; break;
+		case 's':
+			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
+				return bad_value("demo", "--frame-size", optarg);
+			break;
+		case 'h': fputs(demo_usage, stdout); return 0;
+		default: fputs(demo_usage, stderr); return 2;
+		}
+	}
+	if (optind != argc) {
+		fputs(demo_usage, stderr);
+		return 2;
+	}
+	char err[ERRLEN] = "";
+	model cur;
+	synth *s = synth_new(&so, &cur, err, sizeof(err));
+	if (!s)
+		return die("demo", err);
+	size_t bytes = (size_t)cur.n_params * 2;
+	uint16_t *prev = alloc_aligned(bytes), *actor = alloc_aligned(bytes);
+	if (!prev || !actor) {
+		free(prev);
+		free(actor);
+		synth_free(s);
+		model_free(&cur);
+		return die("demo", "out of memory");
+	}
+	memcpy(actor, cur.params, bytes);
+	printf("bfpatch demo: %llu parameters (%zu tensors), lr %g, %s master, frames of %u bytes\n",
+	       (unsigned long long)cur.n_params, cur.n_tensors, so.lr,
+	       so.ongrid ? "on-grid" : "off-grid", po.frame_size);
+	printf("%4s %9s %10s %8s %10s %9s %9s %9s %s\n", "step", "changed", "patch B",
+	       "frames", "bits/chg", "x dense", "enc ms", "apply ms", "actor == trainer");
+	int rc = 0;
+	for (uint32_t k = 1; k <= steps && rc == 0; k++) {
+		memcpy(prev, cur.params, bytes);
+		synth_step(s, &cur);
+		uint64_t changed = 0;
+		for (uint64_t i = 0; i < cur.n_params; i++)
+			changed += prev[i] != cur.params[i];
+		po.base_version = k - 1;
+		po.target_version = k;
+		model old = cur;
+		old.params = prev;
+		patch p;
+		double t0 = now_s();
+		rc = patch_encode(&old, &cur, &po, &p, err, sizeof(err));
+		double t1 = now_s();
+		if (rc)
+			break;
+		/* the actor side: the frames as they would arrive, re-parsed */
+		patch rx = {0};
+		for (size_t i = 0; i < p.n && rc == 0; i++)
+			rc = patch_push(&rx, p.buf + p.off[i], p.off[i + 1] - p.off[i]);
+		if (rc == 0)
+			rc = patch_parse(&rx, err, sizeof(err));
+		double t2 = now_s();
+		if (rc == 0)
+			rc = patch_apply(&rx, actor, cur.n_params, cur.model_id, 0, err, sizeof(err));
+		double t3 = now_s();
+		int same = rc == 0 && memcmp(actor, cur.params, bytes) == 0;
+		printf("%4u %8.3f%% %10zu %8zu %10.2f %8.1fx %9.1f %9.1f %s\n", k,
+		       100.0 * (double)changed / (double)cur.n_params, p.len, p.n,
+		       changed ? (double)p.len * 8 / (double)changed : 0.0,
+		       (double)bytes / (double)p.len, (t1 - t0) * 1e3, (t3 - t2) * 1e3,
+		       same ? "yes (byte compare)" : "NO");
+		if (rc == 0 && !same) {
+			snprintf(err, sizeof(err), "step %u: actor weights differ from the trainer's", k);
+			rc = -1;
+		}
+		patch_free(&p);
+		patch_free(&rx);
+	}
+	free(prev);
+	free(actor);
+	synth_free(s);
+	model_free(&cur);
+	if (rc)
+		return die("demo", err);
+	printf("all %u steps verified bit-exact\n", steps);
+	return 0;
+}
+
+static const char usage[] =
+	"usage: bfpatch COMMAND [options]\n"
+	"Lossless sparse patches between versions of BF16 model weights.\n\n"
+	"commands:\n"
+	"  diff OLD NEW -o PATCH   encode the change between two checkpoints\n"
+	"  apply BASE PATCH -o OUT apply and verify a patch\n"
+	"  info PATCH [--json]     what a patch carries\n"
+	"  synth -o DIR            write a synthetic RL training trajectory\n"
+	"  demo                    end-to-end demo on a synthetic trajectory\n"
+	"  version\n\n"
+	"Run 'bfpatch COMMAND --help' for a command's options.\n";
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	argv++;
+	argc--;
+	if (!strcmp(cmd, "diff"))
+		return cmd_diff(argc, argv);
+	if (!strcmp(cmd, "apply"))
+		return cmd_apply(argc, argv);
+	if (!strcmp(cmd, "info"))
+		return cmd_info(argc, argv);
+	if (!strcmp(cmd, "synth"))
+		return cmd_synth(argc, argv);
+	if (!strcmp(cmd, "demo"))
+		return cmd_demo(argc, argv);
+	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+		printf("bfpatch %s (frame format %u)\n", BFP_VERSION_STRING, BFP_FORMAT_VERSION);
+		return 0;
+	}
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	fprintf(stderr, "bfpatch: unknown command '%s'\n%s", cmd, usage);
+	return 2;
+}

@@ -1,0 +1,415 @@
+/*
+ * model.c: safetensors and raw BF16 model files. The safetensors header is
+ * validated against everything the format forbids (duplicate keys, holes,
+ * overlaps, sizes not matching shapes, trailing bytes) before any data is
+ * trusted. Files are written through a temporary and a rename.
+ */
+#define _GNU_SOURCE
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ST_HEADER_MAX (100u * 1024 * 1024) /* safetensors' own limit */
+
+static int fail(char *err, size_t n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+void *alloc_aligned(size_t n)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, n ? n : 64) != 0)
+		return NULL;
+	memset(p, 0, n);
+	return p;
+}
+
+static const struct {
+	const char *name;
+	uint32_t dt;
+} dtypes[] = {
+	{"BF16", BFP_DT_BF16}, {"F16", BFP_DT_F16}, {"F32", BFP_DT_F32},
+	{"F64", BFP_DT_F64}, {"I8", BFP_DT_I8}, {"U8", BFP_DT_U8},
+	{"I16", BFP_DT_I16}, {"U16", BFP_DT_U16}, {"I32", BFP_DT_I32},
+	{"U32", BFP_DT_U32}, {"I64", BFP_DT_I64}, {"U64", BFP_DT_U64},
+	{"BOOL", BFP_DT_BOOL}, {"F8_E4M3", BFP_DT_F8_E4M3},
+	{"F8_E5M2", BFP_DT_F8_E5M2},
+};
+
+static uint32_t dtype_of(const char *s)
+{
+	for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++)
+		if (strcmp(s, dtypes[i].name) == 0)
+			return dtypes[i].dt;
+	return 0;
+}
+
+static int cmp_tensor(const void *a, const void *b)
+{
+	const bfp_tensor *x = a, *y = b;
+	if (x->byte_begin != y->byte_begin)
+		return x->byte_begin < y->byte_begin ? -1 : 1;
+	return x->byte_end < y->byte_end ? -1 : (x->byte_end > y->byte_end);
+}
+
+static int get_u64(json_t *v, uint64_t *out)
+{
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return -1;
+	*out = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+void model_free(model *m)
+{
+	if (!m)
+		return;
+	free(m->header);
+	free(m->params);
+	for (size_t i = 0; m->names && i < m->n_tensors; i++)
+		free(m->names[i]);
+	free(m->names);
+	free(m->tensors);
+	memset(m, 0, sizeof(*m));
+}
+
+void model_manifest(const model *m, bfp_manifest *mf)
+{
+	mf->tensors = m->tensors;
+	mf->n_tensors = m->n_tensors;
+	mf->data_bytes = m->data_bytes;
+}
+
+int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
+			    uint64_t file_size, char *err, size_t errlen)
+{
+	json_error_t je;
+	json_t *root;
+	uint64_t n = 0;
+
+	memset(m, 0, sizeof(*m));
+	if (hdr_len < 8)
+		return fail(err, errlen, "safetensors: file shorter than 8 bytes");
+	for (int i = 0; i < 8; i++)
+		n |= (uint64_t)hdr[i] << (8 * i);
+	if (n < 2 || n > ST_HEADER_MAX)
+		return fail(err, errlen, "safetensors: header length %llu out of range",
+			    (unsigned long long)n);
+	if (hdr_len < 8 + n || file_size < 8 + n)
+		return fail(err, errlen, "safetensors: truncated header");
+	if (hdr[8] != '{')
+		return fail(err, errlen, "safetensors: header does not start with '{'");
+	root = json_loadb((const char *)hdr + 8, (size_t)n,
+			  JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK |
+				  JSON_ALLOW_NUL * 0,
+			  &je);
+	if (!root)
+		return fail(err, errlen, "safetensors: header JSON: %s (offset %d)",
+			    je.text, je.position);
+	/* Only spaces may follow the JSON object (safetensors pads so). */
+	for (size_t i = (size_t)je.position; i < n; i++) {
+		if (hdr[8 + i] != ' ') {
+			json_decref(root);
+			return fail(err, errlen,
+				    "safetensors: bytes after the header JSON");
+		}
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		return fail(err, errlen, "safetensors: header is not an object");
+	}
+	size_t cap = json_object_size(root);
+	m->tensors = calloc(cap ? cap : 1, sizeof(bfp_tensor));
+	m->names = calloc(cap ? cap : 1, sizeof(char *));
+	if (!m->tensors || !m->names) {
+		json_decref(root);
+		model_free(m);
+		return fail(err, errlen, "out of memory");
+	}
+	const char *key;
+	json_t *val;
+	int rc = 0;
+	json_object_foreach(root, key, val) {
+		if (strcmp(key, "__metadata__") == 0) {
+			const char *mk;
+			json_t *mv;
+			if (!json_is_object(val)) {
+				rc = fail(err, errlen, "safetensors: __metadata__ is not an object");
+				break;
+			}
+			json_object_foreach(val, mk, mv) {
+				if (!json_is_string(mv)) {
+					rc = fail(err, errlen, "safetensors: __metadata__ value of '%s' is not a string", mk);
+					break;
+				}
+			}
+			if (rc)
+				break;
+			continue;
+		}
+		bfp_tensor *t = &m->tensors[m->n_tensors];
+		json_t *dt = json_object_get(val, "dtype");
+		json_t *sh = json_object_get(val, "shape");
+		json_t *off = json_object_get(val, "data_offsets");
+		if (!json_is_object(val) || !json_is_string(dt) || !json_is_array(sh) ||
+		    !json_is_array(off) || json_array_size(off) != 2 ||
+		    json_object_size(val) != 3) {
+			rc = fail(err, errlen, "safetensors: tensor '%s': needs exactly dtype, shape, data_offsets", key);
+			break;
+		}
+		t->dtype = dtype_of(json_string_value(dt));
+		if (!t->dtype) {
+			rc = fail(err, errlen, "safetensors: tensor '%s': unknown dtype '%s'",
+				  key, json_string_value(dt));
+			break;
+		}
+		if (json_array_size(sh) > BFP_MAX_DIMS) {
+			rc = fail(err, errlen, "safetensors: tensor '%s': more than %u dimensions", key, BFP_MAX_DIMS);
+			break;
+		}
+		t->ndim = (uint32_t)json_array_size(sh);
+		for (uint32_t d = 0; d < t->ndim && !rc; d++)
+			if (get_u64(json_array_get(sh, d), &t->shape[d]))
+				rc = fail(err, errlen, "safetensors: tensor '%s': bad shape", key);
+		if (rc)
+			break;
+		if (get_u64(json_array_get(off, 0), &t->byte_begin) ||
+		    get_u64(json_array_get(off, 1), &t->byte_end) ||
+		    t->byte_end < t->byte_begin) {
+			rc = fail(err, errlen, "safetensors: tensor '%s': bad data_offsets", key);
+			break;
+		}
+		m->names[m->n_tensors] = strdup(key);
+		if (!m->names[m->n_tensors]) {
+			rc = fail(err, errlen, "out of memory");
+			break;
+		}
+		t->name = m->names[m->n_tensors];
+		t->name_len = strlen(key);
+		m->n_tensors++;
+	}
+	json_decref(root);
+	if (rc) {
+		model_free(m);
+		return -1;
+	}
+	/* sort tensors by offset; names follow their tensors */
+	qsort(m->tensors, m->n_tensors, sizeof(bfp_tensor), cmp_tensor);
+	for (size_t i = 0; i < m->n_tensors; i++)
+		m->names[i] = (char *)m->tensors[i].name;
+	m->data_bytes = file_size - 8 - n;
+	bfp_manifest mf;
+	model_manifest(m, &mf);
+	if (bfp_manifest_check(&mf) != BFP_OK) {
+		model_free(m);
+		return fail(err, errlen,
+			    "safetensors: tensors do not tile the data section exactly "
+			    "(holes, overlaps, sizes not matching shapes, or trailing bytes)");
+	}
+	m->safetensors = 1;
+	m->header_len = (size_t)(8 + n);
+	m->n_params = bfp_manifest_params(&mf);
+	m->model_id = bfp_manifest_id(&mf);
+	return 0;
+}
+
+static int read_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	uint8_t *p = buf;
+	while (n > 0) {
+		ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int model_init_raw(model *m, uint64_t n)
+{
+	memset(m, 0, sizeof(*m));
+	m->params = alloc_aligned((size_t)n * 2);
+	m->tensors = calloc(1, sizeof(bfp_tensor));
+	m->names = calloc(1, sizeof(char *));
+	if (!m->params || !m->tensors || !m->names) {
+		model_free(m);
+		return -1;
+	}
+	m->n_tensors = 1;
+	m->names[0] = strdup("");
+	m->tensors[0].name = m->names[0];
+	m->tensors[0].dtype = BFP_DT_BF16;
+	m->tensors[0].ndim = 1;
+	m->tensors[0].shape[0] = n;
+	m->tensors[0].byte_end = n * 2;
+	m->data_bytes = n * 2;
+	m->n_params = n;
+	bfp_manifest mf;
+	model_manifest(m, &mf);
+	m->model_id = bfp_manifest_id(&mf);
+	return 0;
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+int model_load(model *m, const char *path, char *err, size_t errlen)
+{
+	struct stat sb;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	memset(m, 0, sizeof(*m));
+	if (fd < 0)
+		return fail(err, errlen, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return fail(err, errlen, "%s: not a regular file", path);
+	}
+	uint64_t size = (uint64_t)sb.st_size;
+	if (has_suffix(path, ".safetensors")) {
+		uint8_t lenb[8];
+		uint64_t n = 0;
+		if (size < 8 || read_full(fd, lenb, 8, 0)) {
+			close(fd);
+			return fail(err, errlen, "%s: truncated safetensors file", path);
+		}
+		for (int i = 0; i < 8; i++)
+			n |= (uint64_t)lenb[i] << (8 * i);
+		if (n > ST_HEADER_MAX || 8 + n > size) {
+			close(fd);
+			return fail(err, errlen, "%s: safetensors header length %llu exceeds the file",
+				    path, (unsigned long long)n);
+		}
+		uint8_t *hdr = malloc((size_t)(8 + n));
+		if (!hdr || read_full(fd, hdr, (size_t)(8 + n), 0)) {
+			free(hdr);
+			close(fd);
+			return fail(err, errlen, "%s: cannot read header", path);
+		}
+		char e2[256];
+		if (model_parse_safetensors(m, hdr, (size_t)(8 + n), size, e2, sizeof(e2))) {
+			free(hdr);
+			close(fd);
+			return fail(err, errlen, "%s: %s", path, e2);
+		}
+		m->header = hdr;
+	} else {
+		if (size % 2) {
+			close(fd);
+			return fail(err, errlen, "%s: raw BF16 file has an odd size (%llu bytes)",
+				    path, (unsigned long long)size);
+		}
+		if (model_init_raw(m, size / 2)) {
+			close(fd);
+			return fail(err, errlen, "out of memory");
+		}
+	}
+	if (!m->params)
+		m->params = alloc_aligned((size_t)m->n_params * 2);
+	if (!m->params) {
+		close(fd);
+		model_free(m);
+		return fail(err, errlen, "%s: out of memory for %llu parameters", path,
+			    (unsigned long long)m->n_params);
+	}
+	if (read_full(fd, m->params, (size_t)m->data_bytes, m->header_len)) {
+		close(fd);
+		model_free(m);
+		return fail(err, errlen, "%s: read error", path);
+	}
+	close(fd);
+	return 0;
+}
+
+int write_file_atomic(const char *path, const void *const *bufs,
+		      const size_t *lens, size_t nbufs, char *err, size_t errlen)
+{
+	char *tmp = NULL, *dcopy = NULL;
+	int fd = -1;
+	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
+		return fail(err, errlen, "out of memory");
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		fail(err, errlen, "%s: cannot create temporary file: %s", path, strerror(errno));
+		free(tmp);
+		return -1;
+	}
+	for (size_t b = 0; b < nbufs; b++) {
+		const uint8_t *p = bufs[b];
+		size_t n = lens[b];
+		while (n > 0) {
+			ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				fail(err, errlen, "%s: write failed: %s", path,
+				     w < 0 ? strerror(errno) : "short write");
+				goto bad;
+			}
+			p += w;
+			n -= (size_t)w;
+		}
+	}
+	if (fsync(fd) != 0) {
+		fail(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+		goto bad;
+	}
+	if (fchmod(fd, 0644) != 0 || close(fd) != 0) {
+		fd = -1;
+		fail(err, errlen, "%s: close failed: %s", path, strerror(errno));
+		goto bad;
+	}
+	fd = -1;
+	if (rename(tmp, path) != 0) {
+		fail(err, errlen, "%s: rename failed: %s", path, strerror(errno));
+		goto bad;
+	}
+	dcopy = strdup(path);
+	if (dcopy) {
+		int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			(void)fsync(dfd);
+			close(dfd);
+		}
+	}
+	free(dcopy);
+	free(tmp);
+	return 0;
+bad:
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+	free(tmp);
+	return -1;
+}
+
+int model_save(const model *m, const char *path, char *err, size_t errlen)
+{
+	const void *bufs[2] = {m->header, m->params};
+	size_t lens[2] = {m->header_len, (size_t)m->data_bytes};
+	if (!m->safetensors)
+		return write_file_atomic(path, bufs + 1, lens + 1, 1, err, errlen);
+	return write_file_atomic(path, bufs, lens, 2, err, errlen);
+}

@@ -1,0 +1,56 @@
+/*
+ * model.h: model files for the command-line tool: safetensors (header
+ * parsed and validated with jansson) or raw flat BF16, loaded into one
+ * aligned array of 16-bit parameter words, and written back atomically.
+ */
+#ifndef BFP_MODEL_H
+#define BFP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bfpatch.h"
+
+typedef struct model {
+	int safetensors;       /* 0: raw flat BF16 */
+	uint8_t *header;       /* safetensors: 8-byte length + JSON, verbatim */
+	size_t header_len;
+	uint16_t *params;      /* data section as words; odd tail zero-padded */
+	uint64_t n_params;
+	uint64_t data_bytes;
+	bfp_tensor *tensors;   /* sorted by byte_begin */
+	size_t n_tensors;
+	char **names;          /* owned storage behind tensors[i].name */
+	uint64_t model_id;
+} model;
+
+/* Parse a safetensors header (the 8-byte length and JSON). file_size is
+ * the whole file size, for the data-section check. On error returns -1
+ * and writes a message to err. The model owns nothing from hdr. */
+int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
+			    uint64_t file_size, char *err, size_t errlen);
+
+/* Load path: safetensors if the name ends in .safetensors, else raw flat
+ * BF16 (even size). */
+int model_load(model *m, const char *path, char *err, size_t errlen);
+
+/* Write m to path atomically: temporary file in the same directory,
+ * fsync, rename, fsync of the directory. Leaves nothing on error. */
+int model_save(const model *m, const char *path, char *err, size_t errlen);
+
+/* Build a raw model of n words (params allocated, zeroed). */
+int model_init_raw(model *m, uint64_t n);
+
+/* Fill manifest view of m. */
+void model_manifest(const model *m, bfp_manifest *mf);
+
+void model_free(model *m);
+
+/* Shared helper: write buf to path atomically (tmp + fsync + rename). */
+int write_file_atomic(const char *path, const void *const *bufs,
+		      const size_t *lens, size_t nbufs, char *err, size_t errlen);
+
+/* 64-byte aligned allocation of n bytes, zeroed; NULL on failure. */
+void *alloc_aligned(size_t n);
+
+#endif

@@ -1,0 +1,496 @@
+/*
+ * patch.c: multi-threaded patch encode and apply over the codec. Work is
+ * split into fixed chunks (tensor boundaries and PATCH_CHUNK) so output
+ * bytes are the same for any thread count; frames are indexed at the end.
+ */
+#define _GNU_SOURCE
+#include "patch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fail(char *err, size_t n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+int cpu_count(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}
+
+void patch_free(patch *p)
+{
+	free(p->buf);
+	free(p->off);
+	memset(p, 0, sizeof(*p));
+}
+
+static int reserve(patch *p, size_t add)
+{
+	if (p->len + add > p->cap) {
+		size_t nc = (p->len + add) * 3 / 2 + 65536;
+		uint8_t *nb = realloc(p->buf, nc);
+		if (!nb)
+			return -1;
+		p->buf = nb;
+		p->cap = nc;
+	}
+	return 0;
+}
+
+int patch_push(patch *p, const void *frame, size_t len)
+{
+	if (reserve(p, len))
+		return -1;
+	if (p->n + 1 >= p->off_cap) {
+		size_t nc = p->off_cap * 2 + 64;
+		size_t *no = realloc(p->off, nc * sizeof(size_t));
+		if (!no)
+			return -1;
+		p->off = no;
+		p->off_cap = nc;
+	}
+	memcpy(p->buf + p->len, frame, len);
+	p->off[p->n++] = p->len;
+	p->len += len;
+	p->off[p->n] = p->len;
+	return 0;
+}
+
+typedef struct range {
+	uint64_t begin, end;
+} range;
+
+typedef struct enc_job {
+	const uint16_t *base, *target;
+	uint64_t n;
+	uint64_t model_id;
+	const patch_opts *o;
+	range *chunks;
+	size_t n_chunks;
+	patch *parts;           /* one frame list per chunk */
+	atomic_size_t next;
+	atomic_int failed;
+	atomic_uint_fast64_t done_params;
+	int status;
+} enc_job;
+
+static void *enc_worker(void *arg)
+{
+	enc_job *j = arg;
+	bfp_encoder *enc = malloc(sizeof(*enc));
+	uint8_t frame[BFP_FRAME_SIZE_MAX];
+	if (!enc) {
+		atomic_store(&j->failed, 1);
+		return NULL;
+	}
+	for (;;) {
+		size_t c = atomic_fetch_add(&j->next, 1);
+		if (c >= j->n_chunks || atomic_load(&j->failed))
+			break;
+		bfp_encode_opts eo;
+		memset(&eo, 0, sizeof(eo));
+		eo.frame_size = j->o->frame_size;
+		eo.model_id = j->model_id;
+		eo.base_version = j->o->base_version;
+		eo.target_version = j->o->target_version;
+		eo.flags = j->o->enc_flags;
+		eo.frame_count = 1; /* fixed up by patch_finish() */
+		bfp_status st = bfp_encoder_init(enc, &eo, j->base, j->target, j->n,
+						 j->chunks[c].begin, j->chunks[c].end);
+		size_t len;
+		while (st == BFP_OK) {
+			st = bfp_encode_next(enc, frame, sizeof(frame), &len);
+			if (st == BFP_OK && patch_push(&j->parts[c], frame, len))
+				st = BFP_E_SPACE;
+		}
+		if (st != BFP_DONE) {
+			j->status = st;
+			atomic_store(&j->failed, 1);
+			break;
+		}
+		atomic_fetch_add(&j->done_params, j->chunks[c].end - j->chunks[c].begin);
+	}
+	free(enc);
+	return NULL;
+}
+
+static int run_threads(int threads, void *(*fn)(void *), void *arg,
+		       atomic_uint_fast64_t *done, uint64_t total, int progress,
+		       const char *what)
+{
+	pthread_t tid[256];
+	int n = threads > 0 ? threads : cpu_count();
+	if (n > 256)
+		n = 256;
+	int started = 0;
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&tid[i], NULL, fn, arg) != 0)
+			break;
+		started++;
+	}
+	if (started == 0)
+		fn(arg); /* no threads available: do the work here */
+	if (progress && done) {
+		struct timespec ts = {0, 200 * 1000 * 1000};
+		int last = -1;
+		for (;;) {
+			uint64_t d = atomic_load(done);
+			int pct = total ? (int)(d * 100 / total) : 100;
+			if (pct / 10 != last / 10 || pct == 100) {
+				fprintf(stderr, "%s: %3d%% (%llu of %llu parameters)\n", what, pct,
+					(unsigned long long)d, (unsigned long long)total);
+				last = pct;
+			}
+			if (d >= total)
+				break;
+			int alive = 0;
+			for (int i = 0; i < started; i++)
+				if (pthread_tryjoin_np(tid[i], NULL) == EBUSY)
+					alive = 1;
+				else
+					tid[i] = tid[--started], i--;
+			if (!alive)
+				break;
+			nanosleep(&ts, NULL);
+		}
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	return 0;
+}
+
+/* Concatenate parts in chunk order and assign indices 0..n-1 of n. */
+static int patch_finish(patch *parts, size_t n_parts, patch *out, char *err,
+			size_t errlen)
+{
+	size_t total = 0;
+	memset(out, 0, sizeof(*out));
+	for (size_t c = 0; c < n_parts; c++)
+		total += parts[c].n;
+	if (total > UINT32_MAX)
+		return fail(err, errlen, "patch would have more than 2^32 frames");
+	for (size_t c = 0; c < n_parts; c++) {
+		for (size_t i = 0; i < parts[c].n; i++) {
+			uint8_t *f = parts[c].buf + parts[c].off[i];
+			size_t fl = parts[c].off[i + 1] - parts[c].off[i];
+			bfp_frame_set_index(f, fl, (uint32_t)out->n, (uint32_t)total);
+			if (patch_push(out, f, fl))
+				return fail(err, errlen, "out of memory");
+		}
+		patch_free(&parts[c]);
+	}
+	return 0;
+}
+
+static int encode_chunks(const uint16_t *base, const uint16_t *target,
+			 uint64_t n, uint64_t model_id, const patch_opts *o,
+			 range *chunks, size_t n_chunks, patch *out, char *err,
+			 size_t errlen)
+{
+	enc_job j;
+	memset(&j, 0, sizeof(j));
+	j.base = base;
+	j.target = target;
+	j.n = n;
+	j.model_id = model_id;
+	j.o = o;
+	j.chunks = chunks;
+	j.n_chunks = n_chunks;
+	j.parts = calloc(n_chunks ? n_chunks : 1, sizeof(patch));
+	if (!j.parts)
+		return fail(err, errlen, "out of memory");
+	run_threads(o->threads, enc_worker, &j, &j.done_params, n, o->progress,
+		    "diff");
+	int rc = 0;
+	if (atomic_load(&j.failed))
+		rc = fail(err, errlen, "encode failed: %s",
+			  j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");
+	else
+		rc = patch_finish(j.parts, n_chunks, out, err, errlen);
+	for (size_t c = 0; c < n_chunks; c++)
+		patch_free(&j.parts[c]);
+	free(j.parts);
+	return rc;
+}
+
+static size_t add_chunks(range **v, size_t *n, size_t *cap, uint64_t b, uint64_t e)
+{
+	while (b < e) {
+		uint64_t x = e - b > PATCH_CHUNK ? b + PATCH_CHUNK : e;
+		if (*n == *cap) {
+			*cap = *cap * 2 + 64;
+			range *nv = realloc(*v, *cap * sizeof(range));
+			if (!nv)
+				return 0;
+			*v = nv;
+		}
+		(*v)[(*n)++] = (range){b, x};
+		b = x;
+	}
+	return 1;
+}
+
+int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
+			uint64_t n, uint64_t model_id, const patch_opts *o,
+			patch *out, char *err, size_t errlen)
+{
+	range *ch = NULL;
+	size_t nc = 0, cap = 0;
+	if (!add_chunks(&ch, &nc, &cap, 0, n))
+		return fail(err, errlen, "out of memory");
+	int rc = encode_chunks(base, target, n, model_id, o, ch, nc, out, err, errlen);
+	free(ch);
+	return rc;
+}
+
+int patch_encode(const model *old, const model *nw, const patch_opts *o,
+		 patch *out, char *err, size_t errlen)
+{
+	range *ch = NULL;
+	size_t nc = 0, cap = 0;
+	if (old->n_params != nw->n_params || old->model_id != nw->model_id)
+		return fail(err, errlen, "the two models have different tensor layouts "
+			    "(names, dtypes, shapes or offsets differ)");
+	if (old->header_len != nw->header_len ||
+	    (old->header_len && memcmp(old->header, nw->header, old->header_len)))
+		return fail(err, errlen, "the safetensors headers differ (metadata); "
+			    "format v1 carries tensor data only");
+	/* chunks follow tensor boundaries (in words; a tensor starting at an
+	 * odd byte shares its first word with the previous tensor) */
+	uint64_t at = 0;
+	for (size_t i = 0; i < nw->n_tensors; i++) {
+		uint64_t e = (nw->tensors[i].byte_end + 1) / 2;
+		if (e > at && !add_chunks(&ch, &nc, &cap, at, e)) {
+			free(ch);
+			return fail(err, errlen, "out of memory");
+		}
+		if (e > at)
+			at = e;
+	}
+	if (at < nw->n_params && !add_chunks(&ch, &nc, &cap, at, nw->n_params)) {
+		free(ch);
+		return fail(err, errlen, "out of memory");
+	}
+	int rc = encode_chunks(old->params, nw->params, nw->n_params, nw->model_id,
+			       o, ch, nc, out, err, errlen);
+	free(ch);
+	return rc;
+}
+
+int patch_parse(patch *p, char *err, size_t errlen)
+{
+	size_t at = 0;
+	bfp_frame_header first, h;
+	const uint8_t *buf = p->buf;
+	const size_t len = p->len;
+	/* (re)build the frame index over the bytes in p->buf */
+	memset(&first, 0, sizeof(first));
+	p->n = 0;
+	while (at < len) {
+		size_t fl;
+		bfp_status st = bfp_frame_length(buf + at, len - at, &fl);
+		if (st == BFP_OK)
+			st = bfp_frame_parse(buf + at, fl, &h);
+		if (st != BFP_OK)
+			return fail(err, errlen, "frame %zu at byte %zu: %s", p->n, at,
+				    bfp_status_str(st));
+		if (p->n == 0)
+			first = h;
+		else if (h.model_id != first.model_id ||
+			 h.target_version != first.target_version ||
+			 (h.base_version != first.base_version &&
+			  h.encoding != BFP_ENC_KEY_RAW && h.encoding != BFP_ENC_KEY_ZSTD &&
+			  first.encoding != BFP_ENC_KEY_RAW && first.encoding != BFP_ENC_KEY_ZSTD))
+			return fail(err, errlen, "frame %zu: model or versions differ from frame 0", p->n);
+		if (h.frame_index != p->n || h.frame_count != first.frame_count)
+			return fail(err, errlen, "frame %zu: index %u of %u out of sequence",
+				    p->n, h.frame_index, h.frame_count);
+		if (p->n + 1 >= p->off_cap) {
+			size_t nc = p->off_cap * 2 + 64;
+			size_t *no = realloc(p->off, nc * sizeof(size_t));
+			if (!no)
+				return fail(err, errlen, "out of memory");
+			p->off = no;
+			p->off_cap = nc;
+		}
+		p->off[p->n++] = at;
+		at += fl;
+		p->off[p->n] = at;
+	}
+	if (p->n == 0)
+		return fail(err, errlen, "patch has no frames");
+	if (p->n != first.frame_count)
+		return fail(err, errlen, "patch is truncated: %zu of %u frames", p->n,
+			    first.frame_count);
+	return 0;
+}
+
+int patch_read(const char *path, patch *p, char *err, size_t errlen)
+{
+	struct stat sb;
+	memset(p, 0, sizeof(*p));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fail(err, errlen, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return fail(err, errlen, "%s: not a regular file", path);
+	}
+	p->buf = malloc((size_t)sb.st_size + 1);
+	if (!p->buf) {
+		close(fd);
+		return fail(err, errlen, "%s: out of memory", path);
+	}
+	size_t got = 0;
+	while (got < (size_t)sb.st_size) {
+		ssize_t r = read(fd, p->buf + got, (size_t)sb.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	if (got != (size_t)sb.st_size) {
+		patch_free(p);
+		return fail(err, errlen, "%s: read error", path);
+	}
+	p->len = got;
+	char e2[256];
+	if (patch_parse(p, e2, sizeof(e2))) {
+		patch_free(p);
+		return fail(err, errlen, "%s: %s", path, e2);
+	}
+	return 0;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+	const range *x = a, *y = b;
+	return x->begin < y->begin ? -1 : (x->begin > y->begin);
+}
+
+int patch_check_cover(const patch *p, uint64_t n_params, char *err, size_t errlen)
+{
+	range *r = malloc((p->n ? p->n : 1) * sizeof(range));
+	if (!r)
+		return fail(err, errlen, "out of memory");
+	for (size_t i = 0; i < p->n; i++) {
+		bfp_frame_header h;
+		bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &h);
+		r[i].begin = h.range_begin;
+		r[i].end = h.range_begin + h.range_len;
+	}
+	qsort(r, p->n, sizeof(range), cmp_range);
+	uint64_t at = 0;
+	int rc = 0;
+	for (size_t i = 0; i < p->n && !rc; i++) {
+		if (r[i].begin != at)
+			rc = fail(err, errlen, "frames do not tile the model: %s at parameter %llu",
+				  r[i].begin > at ? "gap" : "overlap", (unsigned long long)at);
+		at = r[i].end;
+	}
+	if (!rc && at != n_params)
+		rc = fail(err, errlen, "frames cover %llu parameters, the model has %llu",
+			  (unsigned long long)at, (unsigned long long)n_params);
+	free(r);
+	return rc;
+}
+
+typedef struct apply_job {
+	const patch *p;
+	uint16_t *params;
+	uint64_t n;
+	uint64_t model_id;
+	uint32_t base_version;
+	atomic_size_t next;
+	atomic_int failed;
+	atomic_uint_fast64_t done_params;
+	size_t bad_frame;
+	int status;
+} apply_job;
+
+static void *apply_worker(void *arg)
+{
+	apply_job *j = arg;
+	bfp_decoder *dec = malloc(sizeof(*dec));
+	if (!dec || bfp_decoder_init(dec, 0) != BFP_OK) {
+		free(dec);
+		atomic_store(&j->failed, 1);
+		return NULL;
+	}
+	bfp_apply_opts ao;
+	memset(&ao, 0, sizeof(ao));
+	ao.model_id = j->model_id;
+	ao.base_version = j->base_version;
+	for (;;) {
+		size_t i = atomic_fetch_add(&j->next, 1);
+		if (i >= j->p->n || atomic_load(&j->failed))
+			break;
+		bfp_frame_header h;
+		bfp_status st = bfp_decode_apply(dec, &ao, j->p->buf + j->p->off[i],
+						 j->p->off[i + 1] - j->p->off[i],
+						 j->params, j->n, &h);
+		if (st != BFP_OK) {
+			j->status = st;
+			j->bad_frame = i;
+			atomic_store(&j->failed, 1);
+			break;
+		}
+		atomic_fetch_add(&j->done_params, h.range_len);
+	}
+	free(dec);
+	return NULL;
+}
+
+int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
+		uint64_t model_id, int threads, char *err, size_t errlen)
+{
+	apply_job j;
+	bfp_frame_header h0;
+	if (patch_check_cover(p, n_params, err, errlen))
+		return -1;
+	bfp_frame_parse(p->buf, p->off[1], &h0);
+	if (h0.model_id != model_id)
+		return fail(err, errlen, "patch is for another model (model id %016llx, "
+			    "base has %016llx)", (unsigned long long)h0.model_id,
+			    (unsigned long long)model_id);
+	memset(&j, 0, sizeof(j));
+	j.p = p;
+	j.params = params;
+	j.n = n_params;
+	j.model_id = model_id;
+	/* all delta frames share one base version (checked by patch_parse) */
+	j.base_version = h0.base_version;
+	for (size_t i = 0; i < p->n; i++) {
+		bfp_frame_header h;
+		bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &h);
+		if (h.encoding == BFP_ENC_SPARSE || h.encoding == BFP_ENC_DENSE) {
+			j.base_version = h.base_version;
+			break;
+		}
+	}
+	run_threads(threads, apply_worker, &j, &j.done_params, n_params,
+		    n_params > (64u << 20), "apply");
+	if (atomic_load(&j.failed))
+		return fail(err, errlen, "frame %zu: %s", j.bad_frame,
+			    j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");
+	return 0;
+}

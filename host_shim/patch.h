@@ -1,0 +1,63 @@
+/*
+ * patch.h: whole patches for the tools: encode a model pair on several
+ * threads into an ordered frame list, read and check a patch file, apply
+ * a patch to a model on several threads. A patch file is its frames,
+ * concatenated (docs/FORMAT.md section 4).
+ */
+#ifndef BFP_PATCH_H
+#define BFP_PATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bfpatch.h"
+#include "model.h"
+
+typedef struct patch {
+	uint8_t *buf;
+	size_t len, cap;
+	size_t *off;     /* off[i] = start of frame i; off[n] = len */
+	size_t n, off_cap;
+} patch;
+
+typedef struct patch_opts {
+	uint32_t frame_size;
+	uint32_t base_version;
+	uint32_t target_version;
+	uint32_t enc_flags;   /* BFP_ENC_F_* */
+	int threads;          /* 0 = all online CPUs */
+	int progress;         /* print progress to stderr */
+} patch_opts;
+
+/* Chunk of parameters encoded as one unit: frames never span chunks or
+ * tensors, so the output does not depend on the thread count. */
+#define PATCH_CHUNK (1u << 24)
+
+int patch_encode(const model *old, const model *nw, const patch_opts *o,
+		 patch *out, char *err, size_t errlen);
+
+/* Encode arrays directly (bench): frames cover [0, n) in PATCH_CHUNK units. */
+int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
+			uint64_t n, uint64_t model_id, const patch_opts *o,
+			patch *out, char *err, size_t errlen);
+
+/* Split and check a patch image: every frame parses, all frames share
+ * model, base and target version, indices are 0..n-1 with count n. */
+int patch_parse(patch *p, char *err, size_t errlen);
+int patch_read(const char *path, patch *p, char *err, size_t errlen);
+
+/* Frames must tile [0, n_params) exactly. */
+int patch_check_cover(const patch *p, uint64_t n_params, char *err,
+		      size_t errlen);
+
+/* Apply every frame to params (validated frame by frame; on error the
+ * buffer may be partly at target: callers write outputs only on success). */
+int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
+		uint64_t model_id, int threads, char *err, size_t errlen);
+
+void patch_free(patch *p);
+int patch_push(patch *p, const void *frame, size_t len);
+
+int cpu_count(void);
+
+#endif
