@@ -465,13 +465,13 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 {
 	apply_job j;
 	bfp_frame_header h0;
-	if (patch_check_cover(p, n_params, err, errlen))
-		return -1;
 	bfp_frame_parse(p->buf, p->off[1], &h0);
 	if (h0.model_id != model_id)
 		return fail(err, errlen, "patch is for another model (model id %016llx, "
 			    "base has %016llx)", (unsigned long long)h0.model_id,
 			    (unsigned long long)model_id);
+	if (patch_check_cover(p, n_params, err, errlen))
+		return -1;
 	memset(&j, 0, sizeof(j));
 	j.p = p;
 	j.params = params;

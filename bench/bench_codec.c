@@ -1,0 +1,508 @@
+/*
+ * bench_codec.c: compression and speed of bfpatch on synthetic RL
+ * trajectories, next to the baselines measured in the same run:
+ * PULSESync-style COO + zstd-1, SparrowRL-style LEB128 gaps (raw and
+ * zstd-1), zstd-3 of old XOR new, a plug-in conditional entropy estimate,
+ * and this machine's bandwidth for comparing two BF16 arrays.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zstd.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "bfpatch.h"
+#include "model.h"
+#include "patch.h"
+#include "synth.h"
+
+#ifndef BENCH_BUILD
+#define BENCH_BUILD "unknown"
+#endif
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- growable byte buffer for the baselines ---- */
+typedef struct bytes {
+	uint8_t *p;
+	size_t n, cap;
+} bytes;
+
+static void put(bytes *b, const void *src, size_t n)
+{
+	if (b->n + n > b->cap) {
+		b->cap = (b->n + n) * 2 + 4096;
+		b->p = realloc(b->p, b->cap);
+		if (!b->p) {
+			fprintf(stderr, "out of memory\n");
+			exit(1);
+		}
+	}
+	memcpy(b->p + b->n, src, n);
+	b->n += n;
+}
+
+static size_t zstd_size(const bytes *b, int level)
+{
+	size_t cap = ZSTD_compressBound(b->n);
+	void *o = malloc(cap);
+	size_t r = ZSTD_compress(o, cap, b->p, b->n, level);
+	free(o);
+	if (ZSTD_isError(r)) {
+		fprintf(stderr, "zstd: %s\n", ZSTD_getErrorName(r));
+		exit(1);
+	}
+	return r;
+}
+
+/* PULSESync-style (as its public code does it): per tensor, the changed
+ * (row, col) coordinates in row-major order; row deltas as uint8 when all
+ * fit, else int32; column deltas (reset at each new row) as uint16 when all
+ * fit, else int32; raw BF16 new values; the whole payload zstd level 1. */
+static size_t pulse_size(const model *m, const uint16_t *a, const uint16_t *b)
+{
+	bytes out = {0};
+	uint32_t *rows = NULL, *cols = NULL;
+	uint16_t *vals = NULL;
+	size_t cap = 0;
+	for (size_t t = 0; t < m->n_tensors; t++) {
+		const bfp_tensor *x = &m->tensors[t];
+		uint64_t b0 = x->byte_begin / 2, e0 = x->byte_end / 2;
+		uint64_t ncols = x->ndim >= 2 ? x->shape[x->ndim - 1] : (e0 - b0);
+		size_t k = 0;
+		for (uint64_t i = b0; i < e0; i++) {
+			if (a[i] == b[i])
+				continue;
+			if (k == cap) {
+				cap = cap * 2 + 1024;
+				rows = realloc(rows, cap * 4);
+				cols = realloc(cols, cap * 4);
+				vals = realloc(vals, cap * 2);
+			}
+			rows[k] = (uint32_t)((i - b0) / ncols);
+			cols[k] = (uint32_t)((i - b0) % ncols);
+			vals[k] = b[i];
+			k++;
+		}
+		uint64_t nk = k;
+		put(&out, &nk, 8);
+		int r8 = 1, c16 = 1;
+		for (size_t j = 0; j < k; j++) {
+			uint32_t dr = rows[j] - (j ? rows[j - 1] : 0);
+			uint32_t dc = (j && rows[j] == rows[j - 1]) ? cols[j] - cols[j - 1] : cols[j];
+			r8 &= dr < 256;
+			c16 &= dc < 65536;
+		}
+		uint8_t flags = (uint8_t)(r8 | (c16 << 1));
+		put(&out, &flags, 1);
+		for (size_t j = 0; j < k; j++) {
+			uint32_t dr = rows[j] - (j ? rows[j - 1] : 0);
+			if (r8) {
+				uint8_t v = (uint8_t)dr;
+				put(&out, &v, 1);
+			} else {
+				put(&out, &dr, 4);
+			}
+		}
+		for (size_t j = 0; j < k; j++) {
+			uint32_t dc = (j && rows[j] == rows[j - 1]) ? cols[j] - cols[j - 1] : cols[j];
+			if (c16) {
+				uint16_t v = (uint16_t)dc;
+				put(&out, &v, 2);
+			} else {
+				put(&out, &dc, 4);
+			}
+		}
+		put(&out, vals, k * 2);
+	}
+	size_t z = zstd_size(&out, 1);
+	free(out.p);
+	free(rows);
+	free(cols);
+	free(vals);
+	return z;
+}
+
+/* SparrowRL-style: sorted flat offsets as LEB128 varint gaps, then the raw
+ * BF16 values; *raw gets the size without zstd, returns zstd-1 size. */
+static size_t sparrow_size(const uint16_t *a, const uint16_t *b, uint64_t n,
+			   size_t *raw)
+{
+	bytes gaps = {0}, vals = {0};
+	uint64_t last = 0;
+	int first = 1;
+	for (uint64_t i = 0; i < n; i++) {
+		if (a[i] == b[i])
+			continue;
+		uint64_t g = first ? i : i - last;
+		first = 0;
+		last = i;
+		uint8_t v[10];
+		int k = 0;
+		do {
+			v[k] = (uint8_t)(g & 0x7F);
+			g >>= 7;
+			if (g)
+				v[k] |= 0x80;
+			k++;
+		} while (g);
+		put(&gaps, v, (size_t)k);
+		put(&vals, &b[i], 2);
+	}
+	put(&gaps, vals.p ? vals.p : (uint8_t *)"", vals.n);
+	*raw = gaps.n;
+	size_t z = zstd_size(&gaps, 1);
+	free(gaps.p);
+	free(vals.p);
+	return z;
+}
+
+static size_t xor_zstd_size(const uint16_t *a, const uint16_t *b, uint64_t n)
+{
+	bytes x = {0};
+	x.p = malloc(n * 2);
+	x.n = x.cap = n * 2;
+	uint16_t *w = (uint16_t *)x.p;
+	for (uint64_t i = 0; i < n; i++)
+		w[i] = a[i] ^ b[i];
+	size_t z = zstd_size(&x, 3);
+	free(x.p);
+	return z;
+}
+
+/* Plug-in entropy of positions and values conditioned on (tensor, base
+ * exponent byte): per context, n*h(p) for the changed flag plus the
+ * empirical entropy of the value delta (key difference; deltas beyond
+ * +-64 pooled and costed by their pooled empirical entropy). In bits. */
+#define DB 64
+static double entropy_bits(const model *m, const uint16_t *a, const uint16_t *b)
+{
+	double H = 0;
+	uint32_t *hist = calloc(256 * (2 * DB + 2), sizeof(uint32_t));
+	uint64_t *cnt = calloc(256, sizeof(uint64_t));
+	uint32_t *esc = calloc(65536, sizeof(uint32_t));
+	uint64_t n_esc = 0;
+	for (size_t t = 0; t < m->n_tensors; t++) {
+		const bfp_tensor *x = &m->tensors[t];
+		uint64_t b0 = x->byte_begin / 2, e0 = x->byte_end / 2;
+		memset(hist, 0, 256 * (2 * DB + 2) * sizeof(uint32_t));
+		memset(cnt, 0, 256 * sizeof(uint64_t));
+		for (uint64_t i = b0; i < e0; i++) {
+			unsigned e = (a[i] >> 7) & 0xFF;
+			cnt[e]++;
+			if (a[i] == b[i])
+				continue;
+			int d = (int16_t)(uint16_t)(bfp_key(b[i]) - bfp_key(a[i]));
+			unsigned bin = (d >= -DB && d <= DB) ? (unsigned)(d + DB) : 2 * DB + 1;
+			if (bin == 2 * DB + 1) {
+				esc[(uint16_t)d]++;
+				n_esc++;
+			}
+			hist[e * (2 * DB + 2) + bin]++;
+		}
+		for (unsigned e = 0; e < 256; e++) {
+			uint64_t k = 0;
+			uint32_t *h = hist + e * (2 * DB + 2);
+			for (unsigned j = 0; j < 2 * DB + 2; j++)
+				k += h[j];
+			if (!k || k == cnt[e]) {
+				/* all or nothing changed: the flag costs nothing */
+			} else {
+				double p = (double)k / (double)cnt[e];
+				H += (double)cnt[e] * (-p * log2(p) - (1 - p) * log2(1 - p));
+			}
+			for (unsigned j = 0; j < 2 * DB + 2; j++)
+				if (h[j])
+					H -= (double)h[j] * log2((double)h[j] / (double)k);
+		}
+	}
+	for (unsigned j = 0; j < 65536; j++)
+		if (esc[j])
+			H -= (double)esc[j] * log2((double)esc[j] / (double)n_esc);
+	free(hist);
+	free(cnt);
+	free(esc);
+	return H;
+}
+
+/* ---- bandwidth of comparing two BF16 arrays ---- */
+#if defined(__x86_64__)
+__attribute__((target("avx2")))
+static uint64_t count_diff_avx2(const uint16_t *a, const uint16_t *b, uint64_t n)
+{
+	__m256i acc = _mm256_setzero_si256();
+	uint64_t i = 0, c = 0;
+	for (; i + 16 <= n; i += 16) {
+		__m256i x = _mm256_loadu_si256((const __m256i *)(a + i));
+		__m256i y = _mm256_loadu_si256((const __m256i *)(b + i));
+		acc = _mm256_sub_epi16(acc, _mm256_cmpeq_epi16(x, y));
+		if ((i & 0x3FFF0) == 0x3FFF0) { /* drain before 16-bit overflow */
+			uint16_t t[16];
+			_mm256_storeu_si256((__m256i *)t, acc);
+			for (int k = 0; k < 16; k++)
+				c += t[k];
+			acc = _mm256_setzero_si256();
+		}
+	}
+	uint16_t t[16];
+	_mm256_storeu_si256((__m256i *)t, acc);
+	for (int k = 0; k < 16; k++)
+		c += t[k];
+	for (; i < n; i++)
+		c += a[i] == b[i];
+	return n - c;
+}
+#endif
+
+static uint64_t count_diff(const uint16_t *a, const uint16_t *b, uint64_t n)
+{
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx2"))
+		return count_diff_avx2(a, b, n);
+#endif
+	uint64_t c = 0;
+	for (uint64_t i = 0; i < n; i++)
+		c += a[i] != b[i];
+	return c;
+}
+
+typedef struct cmp_job {
+	const uint16_t *a, *b;
+	uint64_t n;
+	int parts;
+	atomic_int next;
+	atomic_uint_fast64_t sum;
+} cmp_job;
+
+static void *cmp_worker(void *arg)
+{
+	cmp_job *j = arg;
+	int k = atomic_fetch_add(&j->next, 1);
+	uint64_t lo = j->n * (uint64_t)k / (uint64_t)j->parts;
+	uint64_t hi = j->n * (uint64_t)(k + 1) / (uint64_t)j->parts;
+	atomic_fetch_add(&j->sum, count_diff(j->a + lo, j->b + lo, hi - lo));
+	return NULL;
+}
+
+/* Seconds to compare a and b with `threads` threads (best of 3). */
+static double compare_time(const uint16_t *a, const uint16_t *b, uint64_t n, int threads)
+{
+	double best = 1e9;
+	for (int rep = 0; rep < 3; rep++) {
+		cmp_job j = {.a = a, .b = b, .n = n, .parts = threads};
+		pthread_t t[64];
+		double t0 = now_s();
+		for (int i = 0; i < threads; i++)
+			pthread_create(&t[i], NULL, cmp_worker, &j);
+		for (int i = 0; i < threads; i++)
+			pthread_join(t[i], NULL);
+		double dt = now_s() - t0;
+		if (dt < best)
+			best = dt;
+	}
+	return best;
+}
+
+static double encode_time(const model *m, const uint16_t *a, const uint16_t *b,
+			  uint32_t fs, int threads, size_t *bytes_out, size_t *frames)
+{
+	model old = *m, nw = *m;
+	old.params = (uint16_t *)a;
+	nw.params = (uint16_t *)b;
+	patch_opts po = {.frame_size = fs, .base_version = 1, .target_version = 2,
+			 .threads = threads};
+	char err[256];
+	double best = 1e9;
+	for (int rep = 0; rep < 2; rep++) {
+		patch p;
+		double t0 = now_s();
+		if (patch_encode(&old, &nw, &po, &p, err, sizeof(err))) {
+			fprintf(stderr, "encode: %s\n", err);
+			exit(1);
+		}
+		double dt = now_s() - t0;
+		best = dt < best ? dt : best;
+		*bytes_out = p.len;
+		*frames = p.n;
+		patch_free(&p);
+	}
+	return best;
+}
+
+static double apply_time(const model *m, const uint16_t *a, const uint16_t *b,
+			 uint32_t fs, int threads, uint16_t *scratch)
+{
+	model old = *m, nw = *m;
+	old.params = (uint16_t *)a;
+	nw.params = (uint16_t *)b;
+	patch_opts po = {.frame_size = fs, .base_version = 1, .target_version = 2};
+	char err[256];
+	patch p;
+	if (patch_encode(&old, &nw, &po, &p, err, sizeof(err))) {
+		fprintf(stderr, "encode: %s\n", err);
+		exit(1);
+	}
+	double best = 1e9;
+	for (int rep = 0; rep < 2; rep++) {
+		memcpy(scratch, a, m->n_params * 2);
+		double t0 = now_s();
+		if (patch_apply(&p, scratch, m->n_params, m->model_id, threads, err, sizeof(err))) {
+			fprintf(stderr, "apply: %s\n", err);
+			exit(1);
+		}
+		double dt = now_s() - t0;
+		best = dt < best ? dt : best;
+		if (memcmp(scratch, b, m->n_params * 2) != 0) {
+			fprintf(stderr, "apply: result differs from the target\n");
+			exit(1);
+		}
+	}
+	patch_free(&p);
+	return best;
+}
+
+static void cpu_name(char *out, size_t n)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+	snprintf(out, n, "unknown");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "model name", 10)) {
+			char *c = strchr(line, ':');
+			if (c) {
+				snprintf(out, n, "%s", c + 2);
+				out[strcspn(out, "\n")] = 0;
+			}
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
+static const char usage[] =
+	"usage: bench_codec [--params N] [--steps N] [--threads N] [--quick]\n"
+	"Runs three synthetic trajectories (lr 1e-6 off-grid, lr 1e-6 on-grid,\n"
+	"lr 1e-5 off-grid) and prints compression against the baselines and\n"
+	"throughput against this machine's compare bandwidth, all measured now.\n";
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"params", required_argument, 0, 'p'}, {"steps", required_argument, 0, 'n'},
+		{"threads", required_argument, 0, 'j'}, {"quick", no_argument, 0, 'q'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	uint64_t params = 128000000;
+	int steps = 3, threads = cpu_count(), c;
+	while ((c = getopt_long(argc, argv, "p:n:j:qh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'p': params = strtoull(optarg, NULL, 0); break;
+		case 'n': steps = atoi(optarg); break;
+		case 'j': threads = atoi(optarg); break;
+		case 'q': params = 8000000; steps = 2; break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: fputs(usage, stderr); return 2;
+		}
+	}
+	if (params < 4096 || steps < 1 || threads < 1 || threads > 64) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	char cpu[128];
+	cpu_name(cpu, sizeof(cpu));
+	printf("bfpatch bench_codec: %s, %d threads; %s; build: %s\n", cpu, threads,
+	       __VERSION__, BENCH_BUILD);
+	printf("codec working memory: encoder %zu B, decoder %zu B, independent of model size\n",
+	       sizeof(bfp_encoder), sizeof(bfp_decoder));
+
+	static const struct {
+		const char *name;
+		double lr;
+		int ongrid;
+	} runs[] = {{"lr 1e-6 off-grid", 1e-6, 0}, {"lr 1e-6 on-grid", 1e-6, 1},
+		    {"lr 1e-5 off-grid", 1e-5, 0}};
+	for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+		synth_opts so = {.params = params, .lr = runs[r].lr, .ongrid = runs[r].ongrid,
+				 .seed = 1, .threads = threads};
+		char err[256] = "";
+		model cur;
+		synth *s = synth_new(&so, &cur, err, sizeof(err));
+		if (!s) {
+			fprintf(stderr, "synth: %s\n", err);
+			return 1;
+		}
+		uint64_t n = cur.n_params;
+		uint16_t *prev = alloc_aligned(n * 2), *scratch = alloc_aligned(n * 2);
+		for (int k = 0; k < steps; k++) {
+			memcpy(prev, cur.params, n * 2);
+			synth_step(s, &cur);
+		}
+		const uint16_t *a = prev, *b = cur.params;
+		uint64_t changed = count_diff(a, b, n);
+		size_t b1200, f1200, b8900, f8900, sp_raw;
+		double te1 = encode_time(&cur, a, b, 1200, 1, &b1200, &f1200);
+		double ten = encode_time(&cur, a, b, 1200, threads, &b1200, &f1200);
+		(void)encode_time(&cur, a, b, 8900, threads, &b8900, &f8900);
+		double ta1 = apply_time(&cur, a, b, 1200, 1, scratch);
+		double tan = apply_time(&cur, a, b, 1200, threads, scratch);
+		size_t pulse = pulse_size(&cur, a, b);
+		size_t sparrow_z = sparrow_size(a, b, n, &sp_raw);
+		size_t xz = xor_zstd_size(a, b, n);
+		double H = entropy_bits(&cur, a, b);
+		double tc1 = compare_time(a, b, n, 1), tcn = compare_time(a, b, n, threads);
+		double dense = (double)n * 2;
+		double ch = changed ? (double)changed : 1;
+
+		printf("\n== %s: %llu parameters, step %d -> %d, changed %.3f%% ==\n", runs[r].name,
+		       (unsigned long long)n, steps - 1, steps, 100.0 * (double)changed / (double)n);
+		printf("%-34s %14s %12s %10s\n", "encoding", "bytes", "bits/chg", "x dense");
+		struct {
+			const char *name;
+			double bytes;
+		} rows[] = {
+			{"dense BF16", dense},
+			{"bfpatch, 1200 B frames", (double)b1200},
+			{"bfpatch, 8900 B frames", (double)b8900},
+			{"PULSESync-style (COO + zstd-1)", (double)pulse},
+			{"SparrowRL-style (LEB128 + raw)", (double)sp_raw},
+			{"SparrowRL-style + zstd-1", (double)sparrow_z},
+			{"zstd -3 of old XOR new", (double)xz},
+			{"entropy (tensor, base exponent)", H / 8},
+		};
+		for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+			printf("%-34s %14.0f %12.3f %9.1fx\n", rows[i].name, rows[i].bytes,
+			       rows[i].bytes * 8 / ch, dense / rows[i].bytes);
+		printf("bfpatch 1200 B frames: %zu frames (%.1f%% headers); %.2fx fewer bytes than PULSESync-style; %.1f%% above the entropy estimate (8900 B: %.1f%%)\n",
+		       f1200, 100.0 * (double)f1200 * BFP_HEADER_SIZE / (double)b1200,
+		       (double)pulse / (double)b1200, 100.0 * ((double)b1200 * 8 / H - 1),
+		       100.0 * ((double)b8900 * 8 / H - 1));
+		double cbw1 = (double)n / tc1, cbwn = (double)n / tcn;
+		printf("compare two BF16 arrays: 1 thread %.2f G params/s (%.1f GB/s of input), %d threads %.2f G params/s\n",
+		       cbw1 / 1e9, cbw1 * 4 / 1e9, threads, cbwn / 1e9);
+		printf("encode:       1 thread %.2f G params/s (%.2f of compare), %d threads %.2f G params/s (%.2f)\n",
+		       (double)n / te1 / 1e9, (double)n / te1 / cbw1, threads,
+		       (double)n / ten / 1e9, (double)n / ten / cbwn);
+		printf("decode+apply: 1 thread %.2f G params/s (%.2f of compare), %d threads %.2f G params/s (%.2f)\n",
+		       (double)n / ta1 / 1e9, (double)n / ta1 / cbw1, threads,
+		       (double)n / tan / 1e9, (double)n / tan / cbwn);
+		free(prev);
+		free(scratch);
+		synth_free(s);
+		model_free(&cur);
+	}
+	return 0;
+}

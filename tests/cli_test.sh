@@ -1,0 +1,115 @@
+#!/bin/sh
+# cli_test.sh BFPATCH: end-to-end tests of the command-line tool.
+# Round trips are checked with cmp and sha256sum (independent of the
+# codec); failures must exit non-zero and leave no output file behind.
+set -u
+BFP=$1
+T=$(mktemp -d)
+trap 'chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
+fails=0
+pass() { echo "ok   - $1"; }
+bad() { echo "FAIL - $1"; fails=$((fails + 1)); }
+check() { if eval "$2"; then pass "$1"; else bad "$1"; fi; }
+# expect_fail NAME OUTFILE CMD...: non-zero exit, message on stderr, no OUTFILE
+expect_fail() {
+	name=$1 out=$2
+	shift 2
+	if "$@" >"$T/stdout" 2>"$T/stderr"; then
+		bad "$name (exit 0)"
+	elif [ ! -s "$T/stderr" ]; then
+		bad "$name (no error message)"
+	elif [ -n "$out" ] && ls "$out"* >/dev/null 2>&1; then
+		bad "$name (left $out behind)"
+	else
+		pass "$name: $(head -n 1 "$T/stderr")"
+	fi
+}
+
+"$BFP" synth -o "$T/traj" -p 300k -n 2 -S 3 2>/dev/null || { echo "synth failed"; exit 1; }
+S0=$T/traj/step-0000.safetensors S1=$T/traj/step-0001.safetensors S2=$T/traj/step-0002.safetensors
+
+# safetensors round trip, verified by byte compare and sha256
+"$BFP" diff -q "$S0" "$S1" -o "$T/p01" && "$BFP" apply -q "$S0" "$T/p01" -o "$T/out1.safetensors"
+check "diff/apply safetensors reproduces NEW byte for byte" "cmp -s '$T/out1.safetensors' '$S1'"
+check "sha256 of applied equals sha256 of NEW" \
+	"[ \"\$(sha256sum < '$T/out1.safetensors')\" = \"\$(sha256sum < '$S1')\" ]"
+"$BFP" diff -q -b 1 "$S1" "$S2" -o "$T/p12" && "$BFP" apply -q "$T/out1.safetensors" "$T/p12" -o "$T/out2.safetensors"
+check "chained patches reach step 2 exactly" "cmp -s '$T/out2.safetensors' '$S2'"
+for fs in 128 1500 9000; do
+	"$BFP" diff -q -s $fs "$S0" "$S1" -o "$T/pf" && "$BFP" apply -q "$S0" "$T/pf" -o "$T/of.safetensors"
+	check "frame size $fs round trip" "cmp -s '$T/of.safetensors' '$S1'"
+done
+"$BFP" diff -q -j 1 "$S0" "$S1" -o "$T/p01j1"
+check "output is the same for 1 thread and all threads (canonical)" "cmp -s '$T/p01' '$T/p01j1'"
+"$BFP" diff -q -k "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
+check "keyframe patch restores NEW from any base" "cmp -s '$T/ok.safetensors' '$S1'"
+
+# raw BF16 files (odd lengths, edge values), made by python, compared by cmp
+python3 - "$T" <<'EOF'
+import os, random, struct, sys
+t = sys.argv[1]
+r = random.Random(5)
+n = 100003
+old = [r.getrandbits(16) for _ in range(n)]
+new = list(old)
+for i in r.sample(range(n), 3000):
+    new[i] = r.getrandbits(16)
+for i, (a, b) in enumerate([(0x0000, 0x8000), (0x7F80, 0xFF80), (0x7FC1, 0x7FC2), (0x0001, 0x8001), (0x3F7F, 0x3F80)]):
+    old[i * 7], new[i * 7] = a, b
+open(t + "/old.bin", "wb").write(struct.pack("<%dH" % n, *old))
+open(t + "/new.bin", "wb").write(struct.pack("<%dH" % n, *new))
+open(t + "/changed.txt", "w").write(str(sum(1 for a, b in zip(old, new) if a != b)))
+EOF
+"$BFP" diff -q "$T/old.bin" "$T/new.bin" -o "$T/praw" && "$BFP" apply -q "$T/old.bin" "$T/praw" -o "$T/out.bin"
+check "raw BF16 round trip" "cmp -s '$T/out.bin' '$T/new.bin'"
+"$BFP" info --json "$T/praw" > "$T/info.json"
+check "info --json counts the changed parameters (independent count)" \
+	"python3 -c \"import json,sys; j=json.load(open('$T/info.json')); sys.exit(0 if j['changed']==int(open('$T/changed.txt').read()) and j['params']==100003 else 1)\""
+check "info prints a human summary" "'$BFP' info '$T/praw' | grep -q 'bits per changed'"
+
+# failures: clear error, non-zero exit, no output
+cp "$T/p01" "$T/corrupt"
+printf '\377' | dd of="$T/corrupt" bs=1 seek=700 conv=notrunc 2>/dev/null
+expect_fail "corrupt patch is rejected" "$T/x1" "$BFP" apply "$S0" "$T/corrupt" -o "$T/x1"
+head -c $(( $(wc -c < "$T/p01") - 5 )) "$T/p01" > "$T/trunc"
+expect_fail "truncated patch is rejected" "$T/x2" "$BFP" apply "$S0" "$T/trunc" -o "$T/x2"
+head -c $(( $(wc -c < "$T/p01") / 2 )) "$T/p01" > "$T/half"
+expect_fail "patch missing frames is rejected" "$T/x2b" "$BFP" apply "$S0" "$T/half" -o "$T/x2b"
+expect_fail "patch applied to the wrong base fails verification" "$T/x3" "$BFP" apply "$S1" "$T/p01" -o "$T/x3"
+expect_fail "patch for another model is rejected" "$T/x4" "$BFP" apply "$T/old.bin" "$T/p01" -o "$T/x4"
+head -c 1000 "$S0" > "$T/short.safetensors"
+expect_fail "truncated safetensors base is rejected" "$T/x5" "$BFP" apply "$T/short.safetensors" "$T/p01" -o "$T/x5"
+expect_fail "truncated NEW is rejected by diff" "$T/x6" "$BFP" diff "$S0" "$T/short.safetensors" -o "$T/x6"
+printf 'abc' > "$T/odd.bin"
+expect_fail "odd-sized raw file is rejected" "$T/x7" "$BFP" diff "$T/odd.bin" "$T/odd.bin" -o "$T/x7"
+expect_fail "models with different layouts are rejected" "$T/x8" "$BFP" diff "$T/old.bin" "$S0" -o "$T/x8"
+expect_fail "missing input file" "$T/x9" "$BFP" diff "$T/nope" "$S0" -o "$T/x9"
+expect_fail "output directory missing" "" "$BFP" apply "$S0" "$T/p01" -o "$T/no/such/dir/out"
+mkdir "$T/ro" && chmod 0555 "$T/ro"
+if [ "$(id -u)" != 0 ]; then
+	expect_fail "read-only output directory" "$T/ro/out" "$BFP" apply "$S0" "$T/p01" -o "$T/ro/out"
+fi
+check "no temporary files are left behind" "! ls '$T'/*.tmp.* >/dev/null 2>&1"
+# disk full: a file size limit makes writes fail with EFBIG, as a full
+# disk fails them with ENOSPC; the output must not appear
+expect_fail "write error (disk full) leaves no output" "$T/full.safetensors" \
+	sh -c "trap '' XFSZ; ulimit -f 4; exec '$BFP' apply '$S0' '$T/p01' -o '$T/full.safetensors'"
+expect_fail "diff into a full disk leaves no patch" "$T/fullpatch" \
+	sh -c "trap '' XFSZ; ulimit -f 1; exec '$BFP' diff '$S0' '$T/../$(basename $T)/traj/step-0001.safetensors' -o '$T/fullpatch'"
+
+# usage errors exit 2; --help exits 0
+for c in diff apply info synth demo; do
+	"$BFP" $c --help >/dev/null 2>&1
+	check "bfpatch $c --help exits 0" "[ $? -eq 0 ]"
+	"$BFP" $c --no-such-option >/dev/null 2>&1
+	check "bfpatch $c with an unknown option exits 2" "[ $? -eq 2 ]"
+done
+"$BFP" diff -s 99999 "$S0" "$S1" -o "$T/x10" >/dev/null 2>&1
+check "out-of-range frame size is a usage error" "[ $? -eq 2 ] && [ ! -e '$T/x10' ]"
+"$BFP" nosuchcommand >/dev/null 2>&1
+check "unknown command exits 2" "[ $? -eq 2 ]"
+"$BFP" demo -p 200k -n 2 > "$T/demo.txt" 2>&1
+check "demo runs and verifies every step" "grep -q 'all 2 steps verified bit-exact' '$T/demo.txt'"
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,132 @@
+/*
+ * test_safetensors.c: the safetensors header parser accepts valid headers
+ * and rejects everything the format forbids, with a message, never
+ * reading outside the given bytes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "model.h"
+
+/* Parse JSON as a header for a file with data_bytes of data. */
+static int parse(const char *json, uint64_t data_bytes, model *m, char *err)
+{
+	size_t n = strlen(json);
+	uint8_t *h = malloc(8 + n);
+	for (int i = 0; i < 8; i++)
+		h[i] = (uint8_t)((uint64_t)n >> (8 * i));
+	memcpy(h + 8, json, n);
+	int rc = model_parse_safetensors(m, h, 8 + n, 8 + n + data_bytes, err, 256);
+	free(h);
+	return rc;
+}
+
+/* Valid headers give the tensors sorted by offset, with names and shapes. */
+static void test_valid_header_is_parsed_in_offset_order(void **state)
+{
+	(void)state;
+	model m;
+	char err[256] = "";
+	const char *j = "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[6,14]},"
+			"\"__metadata__\":{\"format\":\"pt\"},"
+			"\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+			"\"c\":{\"dtype\":\"U8\",\"shape\":[1,3],\"data_offsets\":[14,17]}}   ";
+	assert_int_equal(parse(j, 17, &m, err), 0);
+	assert_int_equal(m.n_tensors, 3);
+	assert_string_equal(m.tensors[0].name, "a");
+	assert_string_equal(m.tensors[1].name, "b");
+	assert_int_equal(m.tensors[1].dtype, BFP_DT_F32);
+	assert_int_equal(m.tensors[2].shape[1], 3);
+	assert_int_equal(m.data_bytes, 17);
+	assert_int_equal(m.n_params, 9); /* 17 bytes -> 9 words, last padded */
+	model_free(&m);
+}
+
+/* The model id depends on names, dtypes, shapes and offsets. */
+static void test_model_id_changes_with_the_layout(void **state)
+{
+	(void)state;
+	model a, b, c;
+	char err[256];
+	assert_int_equal(parse("{\"x\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}", 8, &a, err), 0);
+	assert_int_equal(parse("{\"x\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[0,8]}}", 8, &b, err), 0);
+	assert_int_equal(parse("{\"y\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]}}", 8, &c, err), 0);
+	assert_true(a.model_id != b.model_id);
+	assert_true(a.model_id != c.model_id);
+	model_free(&a);
+	model_free(&b);
+	model_free(&c);
+}
+
+/* Each header below breaks one rule of the format and is rejected. */
+static void test_forbidden_headers_are_rejected(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *json;
+		uint64_t data;
+		const char *why;
+	} cases[] = {
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+		 "\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}", 8, "duplicate key"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[2,6]}}", 6, "hole at start"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+		 "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[2,6]}}", 6, "overlap"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,4]}}", 4, "size vs shape"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 6, "trailing data"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 2, "data too short"},
+		{"{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "unknown dtype"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[-2],\"data_offsets\":[0,4]}}", 4, "negative dim"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,0]}}", 4, "end before begin"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0]}}", 4, "one offset"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2]}}", 4, "no offsets"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4],\"x\":1}}", 4, "extra field"},
+		{"{\"a\":[1,2]}", 0, "tensor not an object"},
+		{"{\"__metadata__\":{\"k\":1}}", 0, "metadata value not a string"},
+		{"{\"__metadata__\":[]}", 0, "metadata not an object"},
+		{"[1,2,3]", 0, "not an object"},
+		{"{\"a\":", 0, "truncated JSON"},
+		{"{} x", 0, "garbage after JSON"},
+		{" {}", 0, "does not start with {"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,4]}}", 4, "shape overflow"},
+		{"{\"a\":{\"dtype\":\"BF16\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,2]}}", 2, "too many dims"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		model m;
+		char err[256] = "";
+		int rc = parse(cases[i].json, cases[i].data, &m, err);
+		if (rc == 0)
+			fail_msg("accepted: %s", cases[i].why);
+		assert_true(strlen(err) > 0);
+	}
+}
+
+/* Header lengths beyond the buffer or the 100 MB limit are rejected. */
+static void test_bad_header_lengths_are_rejected(void **state)
+{
+	(void)state;
+	model m;
+	char err[256];
+	uint8_t h[16] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F, '{', '}'};
+	assert_int_equal(model_parse_safetensors(&m, h, 10, 10, err, sizeof(err)), -1);
+	uint8_t h2[16] = {20, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
+	assert_int_equal(model_parse_safetensors(&m, h2, 10, 10, err, sizeof(err)), -1);
+	assert_int_equal(model_parse_safetensors(&m, h2, 4, 4, err, sizeof(err)), -1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_valid_header_is_parsed_in_offset_order),
+		cmocka_unit_test(test_model_id_changes_with_the_layout),
+		cmocka_unit_test(test_forbidden_headers_are_rejected),
+		cmocka_unit_test(test_bad_header_lengths_are_rejected),
+	};
+	return cmocka_run_group_tests_name("safetensors", tests, NULL, NULL);
+}
