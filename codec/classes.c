@@ -12,25 +12,6 @@
 #include <immintrin.h>
 #endif
 
-static inline uint16_t class_off(unsigned c)
-{
-	unsigned lo, hi;
-	bfp_class_bounds(c, &lo, &hi);
-	return (uint16_t)(lo << 7);
-}
-
-static inline uint16_t class_lim(unsigned c)
-{
-	unsigned lo, hi;
-	bfp_class_bounds(c, &lo, &hi);
-	return (uint16_t)((hi - lo) << 7);
-}
-
-static inline int in_class(uint16_t x, uint16_t off, uint16_t lim)
-{
-	return (uint16_t)((x & 0x7F80u) - off) <= lim;
-}
-
 #ifdef BFP_X86
 uint32_t bfp_cpu_features(void)
 {
@@ -47,67 +28,6 @@ uint32_t bfp_cpu_features(void)
 	if ((xlo & 0xE6) == 0xE6 && (b & (1u << 16)) && (b & (1u << 30)))
 		f |= BFP_CPU_AVX512BW;
 	return f;
-}
-
-__attribute__((target("avx512f,avx512bw,popcnt")))
-static uint64_t count_avx512(const uint16_t *v, uint64_t n, uint16_t off,
-			     uint16_t lim, uint64_t *done)
-{
-	const __m512i mexp = _mm512_set1_epi16(0x7F80);
-	const __m512i moff = _mm512_set1_epi16((short)off);
-	const __m512i mlim = _mm512_set1_epi16((short)lim);
-	uint64_t i = 0, cnt = 0;
-	for (; i + 32 <= n; i += 32) {
-		__m512i x = _mm512_loadu_si512((const void *)(v + i));
-		x = _mm512_sub_epi16(_mm512_and_si512(x, mexp), moff);
-		cnt += (uint64_t)__builtin_popcount(
-			_mm512_cmple_epu16_mask(x, mlim));
-	}
-	*done = i;
-	return cnt;
-}
-
-__attribute__((target("avx512f,avx512bw,popcnt,bmi2")))
-static uint64_t find_avx512(const uint16_t *v, uint64_t n, uint16_t off,
-			    uint16_t lim, uint64_t *r, uint64_t *done)
-{
-	const __m512i mexp = _mm512_set1_epi16(0x7F80);
-	const __m512i moff = _mm512_set1_epi16((short)off);
-	const __m512i mlim = _mm512_set1_epi16((short)lim);
-	uint64_t i = 0;
-	for (; i + 32 <= n; i += 32) {
-		__m512i x = _mm512_loadu_si512((const void *)(v + i));
-		x = _mm512_sub_epi16(_mm512_and_si512(x, mexp), moff);
-		uint32_t m = _mm512_cmple_epu16_mask(x, mlim);
-		uint64_t pc = (uint64_t)__builtin_popcount(m);
-		if (*r < pc) {
-			uint32_t bit = (uint32_t)_pdep_u32(1u << *r, m);
-			*done = i;
-			return i + (uint64_t)__builtin_ctz(bit);
-		}
-		*r -= pc;
-	}
-	*done = i;
-	return UINT64_MAX;
-}
-
-__attribute__((target("avx2,popcnt")))
-static uint64_t count_avx2(const uint16_t *v, uint64_t n, uint16_t off,
-			   uint16_t lim, uint64_t *done)
-{
-	const __m256i mexp = _mm256_set1_epi16(0x7F80);
-	const __m256i moff = _mm256_set1_epi16((short)off);
-	const __m256i mlim = _mm256_set1_epi16((short)lim);
-	uint64_t i = 0, cnt = 0;
-	for (; i + 16 <= n; i += 16) {
-		__m256i x = _mm256_loadu_si256((const __m256i *)(v + i));
-		x = _mm256_sub_epi16(_mm256_and_si256(x, mexp), moff);
-		__m256i le = _mm256_cmpeq_epi16(_mm256_min_epu16(x, mlim), x);
-		cnt += (uint64_t)__builtin_popcount(
-			(unsigned)_mm256_movemask_epi8(le));
-	}
-	*done = i;
-	return cnt / 2;
 }
 
 __attribute__((target("avx2")))
@@ -136,46 +56,6 @@ uint32_t bfp_cpu_features(void)
 }
 #endif
 
-uint64_t bfp_count_class(const uint16_t *v, uint64_t n, unsigned c,
-			 uint32_t cpu)
-{
-	uint16_t off = class_off(c), lim = class_lim(c);
-	uint64_t i = 0, cnt = 0;
-	(void)cpu;
-#ifdef BFP_X86
-	if (cpu & BFP_CPU_AVX512BW)
-		cnt = count_avx512(v, n, off, lim, &i);
-	else if (cpu & BFP_CPU_AVX2)
-		cnt = count_avx2(v, n, off, lim, &i);
-#endif
-	for (; i < n; i++)
-		cnt += (uint64_t)in_class(v[i], off, lim);
-	return cnt;
-}
-
-uint64_t bfp_find_rank(const uint16_t *v, uint64_t n, unsigned c, uint64_t r,
-		       uint32_t cpu)
-{
-	uint16_t off = class_off(c), lim = class_lim(c);
-	uint64_t i = 0;
-	(void)cpu;
-#ifdef BFP_X86
-	if (cpu & BFP_CPU_AVX512BW) {
-		uint64_t at = find_avx512(v, n, off, lim, &r, &i);
-		if (at != UINT64_MAX)
-			return at;
-	}
-#endif
-	for (; i < n; i++) {
-		if (in_class(v[i], off, lim)) {
-			if (r == 0)
-				return i;
-			r--;
-		}
-	}
-	return n;
-}
-
 uint64_t bfp_next_diff(const uint16_t *a, const uint16_t *b, uint64_t n,
 		       uint32_t cpu)
 {
@@ -188,4 +68,119 @@ uint64_t bfp_next_diff(const uint16_t *a, const uint16_t *b, uint64_t n,
 		if (a[i] != b[i])
 			return i;
 	return n;
+}
+
+/* ---- generic block helpers (any target, freestanding) ---- */
+
+static inline unsigned popcnt_generic(uint32_t x)
+{
+	x = x - ((x >> 1) & 0x55555555u);
+	x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+	x = (x + (x >> 4)) & 0x0F0F0F0Fu;
+	return (x * 0x01010101u) >> 24;
+}
+
+static inline uint32_t select_generic(uint32_t m, unsigned r)
+{
+	while (r--)
+		m &= m - 1;
+	return m & (0u - m);
+}
+
+static inline void masks_generic(const uint16_t *b, unsigned n,
+				 uint32_t cm[BFP_CLASSES])
+{
+	BFP_MEMSET(cm, 0, BFP_CLASSES * sizeof(uint32_t));
+	for (unsigned l = 0; l < n; l++)
+		cm[bfp_class(b[l])] |= 1u << l;
+}
+
+static inline uint32_t neq_generic(const uint16_t *a, const uint16_t *b,
+				   unsigned n)
+{
+	uint32_t m = 0;
+	for (unsigned l = 0; l < n; l++)
+		m |= (uint32_t)(a[l] != b[l]) << l;
+	return m;
+}
+
+#define T_ATTR
+#define T_NAME(x) x##_generic
+#define t_masks masks_generic
+#define t_neq neq_generic
+#define t_popcnt popcnt_generic
+#define t_select select_generic
+#include "scan_tmpl.h"
+#undef T_ATTR
+#undef T_NAME
+#undef t_masks
+#undef t_neq
+#undef t_popcnt
+#undef t_select
+
+#ifdef BFP_X86
+#define AVX512_ATTR __attribute__((target("avx512f,avx512bw,bmi2,popcnt")))
+
+AVX512_ATTR static inline __attribute__((always_inline)) void
+masks_avx512(const uint16_t *b, unsigned n, uint32_t cm[BFP_CLASSES])
+{
+	__mmask32 lanes = n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1);
+	__m512i x = _mm512_maskz_loadu_epi16(lanes, b);
+	__m512i e = _mm512_and_si512(x, _mm512_set1_epi16(0x7F80));
+	cm[0] = _mm512_mask_cmple_epu16_mask(lanes, e, _mm512_set1_epi16(112 << 7));
+	for (unsigned c = 1; c < 15; c++)
+		cm[c] = _mm512_mask_cmpeq_epi16_mask(lanes, e,
+						     _mm512_set1_epi16((short)((112 + c) << 7)));
+	cm[15] = _mm512_mask_cmpge_epu16_mask(lanes, e, _mm512_set1_epi16(127 << 7));
+}
+
+AVX512_ATTR static inline __attribute__((always_inline)) uint32_t
+neq_avx512(const uint16_t *a, const uint16_t *b, unsigned n)
+{
+	__mmask32 lanes = n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1);
+	return _mm512_mask_cmpneq_epi16_mask(lanes, _mm512_maskz_loadu_epi16(lanes, a),
+					     _mm512_maskz_loadu_epi16(lanes, b));
+}
+
+AVX512_ATTR static inline __attribute__((always_inline)) unsigned
+popcnt_avx512(uint32_t x)
+{
+	return (unsigned)__builtin_popcount(x);
+}
+
+AVX512_ATTR static inline __attribute__((always_inline)) uint32_t
+select_avx512(uint32_t m, unsigned r)
+{
+	return _pdep_u32(1u << r, m);
+}
+
+#define T_ATTR AVX512_ATTR
+#define T_NAME(x) x##_avx512
+#define t_masks masks_avx512
+#define t_neq neq_avx512
+#define t_popcnt popcnt_avx512
+#define t_select select_avx512
+#include "scan_tmpl.h"
+#endif
+
+uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
+{
+#ifdef BFP_X86
+	if (e->cpu & BFP_CPU_AVX512BW)
+		return gather_avx512(e, end, limit_bits);
+#endif
+	return gather_generic(e, end, limit_bits);
+}
+
+bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,
+			 const uint32_t start[BFP_CLASSES + 1],
+			 const uint32_t *gaps, const uint16_t *steps,
+			 uint32_t *pos, uint16_t *val)
+{
+	(void)cpu;
+#ifdef BFP_X86
+	if (cpu & BFP_CPU_AVX512BW)
+		return positions_avx512(base, len, start, gaps, steps, pos, val);
+#endif
+	return positions_generic(base, len, start, gaps, steps, pos, val);
 }

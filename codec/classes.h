@@ -16,21 +16,18 @@
 /* CPU features usable by the codec (0 on other architectures). */
 uint32_t bfp_cpu_features(void);
 
-/* Exponent bounds of class c: c holds exponents [lo, hi] (FORMAT.md 3.3). */
-static inline void bfp_class_bounds(unsigned c, unsigned *lo, unsigned *hi)
-{
-	*lo = c == 0 ? 0u : 112u + c;
-	*hi = c == 0 ? 112u : (c == 15 ? 255u : 112u + c);
-}
+/* Gather the changes ahead of e->pos up to end into e->chg_* (offset,
+ * class, gap in the class's rank space, step); stop once the running
+ * size estimate exceeds limit_bits or the scratch is full. Returns the
+ * first position not examined. */
+uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits);
 
-/* Number of elements of v[0..n) of class c. */
-uint64_t bfp_count_class(const uint16_t *v, uint64_t n, unsigned c,
-			 uint32_t cpu);
-
-/* Index in v of the element of class c preceded by exactly r elements of
- * class c, or n if v[0..n) has no such element. */
-uint64_t bfp_find_rank(const uint16_t *v, uint64_t n, unsigned c, uint64_t r,
-		       uint32_t cpu);
+/* Decoder: per-class gaps and steps (grouped by class, start[c] ..
+ * start[c+1]) to positions and new values in position order. */
+bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,
+			 const uint32_t start[BFP_CLASSES + 1],
+			 const uint32_t *gaps, const uint16_t *steps,
+			 uint32_t *pos, uint16_t *val);
 
 /* Smallest i in [0, n) with a[i] != b[i], or n. */
 uint64_t bfp_next_diff(const uint16_t *a, const uint16_t *b, uint64_t n,

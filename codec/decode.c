@@ -40,7 +40,7 @@ static bfp_status decode_sparse(bfp_decoder *d, const uint8_t *pl,
 				uint32_t len)
 {
 	uint32_t n[BFP_CLASSES], kg[BFP_CLASSES], k1[BFP_CLASSES];
-	uint32_t start[BFP_CLASSES + 1], head[BFP_CLASSES];
+	uint32_t start[BFP_CLASSES + 1];
 	uint64_t total = 0;
 	bfp_br r;
 
@@ -61,16 +61,11 @@ static bfp_status decode_sparse(bfp_decoder *d, const uint8_t *pl,
 		start[c + 1] = start[c] + n[c];
 
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		uint32_t *pos = d->grp_pos + start[c];
-		uint16_t *val = d->grp_val + start[c];
-		uint64_t p = 0;
+		uint32_t *gap = d->grp_pos + start[c];
+		uint16_t *step = d->grp_val + start[c];
 		for (uint32_t j = 0; j < n[c]; j++) {
-			uint32_t g = bfp_get_rice(&r, kg[c]);
-			BFP_CHECK(!r.err, BFP_E_CORRUPT);
-			uint64_t at = bfp_find_rank(base + p, len - p, c, g, d->cpu);
-			BFP_CHECK(at < len - p, BFP_E_CORRUPT);
-			pos[j] = (uint32_t)(p + at);
-			p += at + 1;
+			gap[j] = bfp_get_rice(&r, kg[c]);
+			BFP_CHECK(!r.err && gap[j] < len, BFP_E_CORRUPT);
 		}
 		int need_run = 1;
 		uint32_t run = 0;
@@ -93,29 +88,16 @@ static bfp_status decode_sparse(bfp_decoder *d, const uint8_t *pl,
 			}
 			/* FORMAT.md 3.2: +32768 is written as -32768 */
 			BFP_CHECK(m < 32768u || sign, BFP_E_CORRUPT);
-			uint16_t b = base[pos[j]];
-			val[j] = bfp_unkey((uint16_t)(bfp_key(b) + delta_of(sign, m)));
+			step[j] = delta_of(sign, m);
 		}
 	}
 	bfp_status st = check_end(&r, pl_len);
 	if (st != BFP_OK)
 		return st;
-
-	/* merge the per-class lists into position order */
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		head[c] = start[c];
-	for (uint32_t o = 0; o < total; o++) {
-		unsigned best = BFP_CLASSES;
-		uint32_t bp = UINT32_MAX;
-		for (unsigned c = 0; c < BFP_CLASSES; c++) {
-			if (head[c] < start[c + 1] && d->grp_pos[head[c]] < bp) {
-				bp = d->grp_pos[head[c]];
-				best = c;
-			}
-		}
-		d->chg_pos[o] = bp;
-		d->chg_val[o] = d->grp_val[head[best]++];
-	}
+	st = bfp_positions(d->cpu, base, len, start, d->grp_pos, d->grp_val,
+			   d->chg_pos, d->chg_val);
+	if (st != BFP_OK)
+		return st;
 	d->n_changes = (uint32_t)total;
 	return BFP_OK;
 }

@@ -122,45 +122,6 @@ static void sparse_size(const bfp_encoder *e, uint32_t k, sparse_plan *pl)
 	pl->bits = bits;
 }
 
-/* Gather changes from enc->pos: offset, class, class-rank gap, delta. Stops
- * past an estimate of what fits budget bytes, at the range end, or at the
- * scratch capacity. Returns the end of the scanned region (absolute). */
-static uint64_t gather(bfp_encoder *e, uint64_t end, size_t budget,
-		       uint32_t cpu)
-{
-	const uint64_t s = e->pos;
-	uint64_t cursor[BFP_CLASSES];
-	uint64_t est = 16 + 8 * 10, limit = (uint64_t)budget * 8 * 5 / 4;
-	uint64_t i = s;
-	uint32_t n = 0;
-
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		cursor[c] = s;
-	while (i < end && n < BFP_CHANGES_MAX && est <= limit) {
-		uint64_t j = i + bfp_next_diff(e->base + i, e->target + i,
-					       end - i, cpu);
-		if (j >= end) {
-			i = end;
-			break;
-		}
-		uint16_t b = e->base[j];
-		unsigned c = bfp_class(b);
-		uint64_t gap = bfp_count_class(e->base + cursor[c],
-					       j - cursor[c], c, cpu);
-		uint16_t d = (uint16_t)(bfp_key(e->target[j]) - bfp_key(b));
-		cursor[c] = j + 1;
-		e->chg_pos[n] = (uint32_t)(j - s);
-		e->chg_class[n] = (uint8_t)c;
-		e->chg_rank[n] = (uint32_t)gap;
-		e->chg_delta[n] = d;
-		est += value_bits(mag_of(d)) + bfp_bitlen32((uint32_t)gap) + 2u;
-		n++;
-		i = j + 1;
-	}
-	e->n_changes = n;
-	return i;
-}
-
 /* Parameters covered by a dense frame starting at pos within budget. */
 static uint64_t dense_cover(const bfp_encoder *e, uint64_t end, size_t budget,
 			    uint32_t cpu)
@@ -318,7 +279,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 		h.encoding = BFP_ENC_KEY_RAW;
 	} else {
 		/* sparse: exact size of a prefix of the gathered changes */
-		uint64_t scanned = gather(e, end, budget, e->cpu);
+		uint64_t scanned = bfp_gather(e, end, (uint64_t)budget * 8 * 5 / 4);
 		uint32_t n = e->n_changes, k = n;
 		sparse_plan pl;
 		sparse_size(e, k, &pl);

@@ -1,0 +1,107 @@
+/*
+ * scan_tmpl.h: the block scans of sparse encode and decode, written once
+ * and compiled per instruction set by classes.c (which defines T_ATTR,
+ * T_NAME, t_masks, t_neq, t_popcnt and t_select before including this).
+ * Each 32-element block yields one lane mask per base-exponent class; a
+ * change's rank in its class is a popcount of its class mask below it.
+ */
+
+/* Gather the changes from e->pos up to end (FORMAT.md 3.4): offset, class,
+ * gap in the class's rank space and step. Stops once the running estimate
+ * exceeds limit_bits or the scratch is full. Returns the first position
+ * not examined. */
+T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
+				      uint64_t limit_bits)
+{
+	const uint64_t s = e->pos;
+	uint64_t cnt[BFP_CLASSES] = {0}, next[BFP_CLASSES] = {0};
+	uint64_t est = 16 + 8 * 10;
+	uint32_t n = 0;
+	uint64_t i = s;
+
+	while (i < end) {
+		unsigned len = end - i < 32 ? (unsigned)(end - i) : 32u;
+		const uint16_t *b = e->base + i;
+		__builtin_prefetch(b + 1024);
+		__builtin_prefetch(e->target + i + 1024);
+		uint32_t neq = t_neq(b, e->target + i, len);
+		uint32_t cm[BFP_CLASSES];
+		t_masks(b, len, cm);
+		while (neq) {
+			unsigned l = (unsigned)__builtin_ctz(neq);
+			neq &= neq - 1;
+			unsigned c = bfp_class(b[l]);
+			uint64_t rank = cnt[c] + t_popcnt(cm[c] & ((1u << l) - 1));
+			uint32_t gap = (uint32_t)(rank - next[c]);
+			uint16_t d = (uint16_t)(bfp_key(e->target[i + l]) - bfp_key(b[l]));
+			unsigned m = (unsigned)((int16_t)d < 0 ? -(int32_t)(int16_t)d : (int16_t)d);
+			next[c] = rank + 1;
+			e->chg_pos[n] = (uint32_t)(i + l - s);
+			e->chg_class[n] = (uint8_t)c;
+			e->chg_rank[n] = gap;
+			e->chg_delta[n] = d;
+			est += 1u + (m > 1 ? bfp_eg0_bits(m - 2) : 0u) + bfp_bitlen32(gap) + 2u;
+			n++;
+			if (n == BFP_CHANGES_MAX || est > limit_bits) {
+				e->n_changes = n;
+				return i + l + 1;
+			}
+		}
+		for (unsigned c = 0; c < BFP_CLASSES; c++)
+			cnt[c] += t_popcnt(cm[c]);
+		i += len;
+	}
+	e->n_changes = n;
+	return end;
+}
+
+/* Turn per-class gaps into positions in flat order (FORMAT.md 3.4). gaps
+ * and steps are grouped by class (start[c] .. start[c+1]); writes pos/val
+ * of every change in position order. Returns BFP_E_CORRUPT when a gap runs
+ * past the last element of its class. */
+T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
+					   const uint32_t start[BFP_CLASSES + 1],
+					   const uint32_t *gaps, const uint16_t *steps,
+					   uint32_t *pos, uint16_t *val)
+{
+	uint64_t cnt[BFP_CLASSES] = {0}, target[BFP_CLASSES] = {0};
+	uint32_t idx[BFP_CLASSES], used[BFP_CLASSES];
+	uint32_t active = 0, o = 0;
+
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		idx[c] = used[c] = start[c];
+		if (start[c] < start[c + 1]) {
+			active |= 1u << c;
+			target[c] = gaps[start[c]];
+		}
+	}
+	for (uint32_t i = 0; i < len && active; i += 32) {
+		unsigned n = len - i < 32 ? len - i : 32u;
+		const uint16_t *b = base + i;
+		uint32_t cm[BFP_CLASSES], hit = 0;
+		__builtin_prefetch(b + 1024);
+		t_masks(b, n, cm);
+		for (uint32_t a = active; a; a &= a - 1) {
+			unsigned c = (unsigned)__builtin_ctz(a);
+			uint64_t pc = t_popcnt(cm[c]);
+			while (target[c] < cnt[c] + pc) {
+				hit |= t_select(cm[c], (unsigned)(target[c] - cnt[c]));
+				if (++idx[c] == start[c + 1]) {
+					active &= ~(1u << c);
+					break;
+				}
+				target[c] += (uint64_t)gaps[idx[c]] + 1;
+			}
+			cnt[c] += pc;
+		}
+		while (hit) {
+			unsigned l = (unsigned)__builtin_ctz(hit);
+			hit &= hit - 1;
+			unsigned c = bfp_class(b[l]);
+			pos[o] = i + l;
+			val[o] = bfp_unkey((uint16_t)(bfp_key(b[l]) + steps[used[c]++]));
+			o++;
+		}
+	}
+	return active ? BFP_E_CORRUPT : BFP_OK;
+}
