@@ -127,11 +127,11 @@ masks_avx512(const uint16_t *b, unsigned n, uint32_t cm[BFP_CLASSES])
 	__mmask32 lanes = n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1);
 	__m512i x = _mm512_maskz_loadu_epi16(lanes, b);
 	__m512i e = _mm512_and_si512(x, _mm512_set1_epi16(0x7F80));
-	cm[0] = _mm512_mask_cmple_epu16_mask(lanes, e, _mm512_set1_epi16(112 << 7));
+	cm[0] = _mm512_mask_cmple_epu16_mask(lanes, e, _mm512_set1_epi16(BFP_CLASS_EXP0 << 7));
 	for (unsigned c = 1; c < 15; c++)
 		cm[c] = _mm512_mask_cmpeq_epi16_mask(lanes, e,
-						     _mm512_set1_epi16((short)((112 + c) << 7)));
-	cm[15] = _mm512_mask_cmpge_epu16_mask(lanes, e, _mm512_set1_epi16(127 << 7));
+						     _mm512_set1_epi16((short)((BFP_CLASS_EXP0 + c) << 7)));
+	cm[15] = _mm512_mask_cmpge_epu16_mask(lanes, e, _mm512_set1_epi16((BFP_CLASS_EXP0 + 15) << 7));
 }
 
 AVX512_ATTR static inline __attribute__((always_inline)) uint32_t

@@ -5,6 +5,7 @@
  * frame that fails any check of FORMAT.md leaves the weights untouched.
  */
 #include "classes.h"
+#include "sparse.h"
 
 bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags)
 {
@@ -39,67 +40,18 @@ static bfp_status decode_sparse(bfp_decoder *d, const uint8_t *pl,
 				size_t pl_len, const uint16_t *base,
 				uint32_t len)
 {
-	uint32_t n[BFP_CLASSES], kg[BFP_CLASSES], k1[BFP_CLASSES];
 	uint32_t start[BFP_CLASSES + 1];
-	uint64_t total = 0;
 	bfp_br r;
-
 	bfp_br_init(&r, pl, pl_len);
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		n[c] = bfp_get_eg0(&r);
-		BFP_CHECK(!r.err, BFP_E_CORRUPT);
-		total += n[c];
-		BFP_CHECK(total <= BFP_CHANGES_MAX && total <= len, BFP_E_CORRUPT);
-		kg[c] = k1[c] = 0;
-		if (n[c]) {
-			kg[c] = bfp_br_get(&r, 5);
-			k1[c] = bfp_br_get(&r, 5);
-		}
-	}
-	start[0] = 0;
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		start[c + 1] = start[c] + n[c];
-
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		uint32_t *gap = d->grp_pos + start[c];
-		uint16_t *step = d->grp_val + start[c];
-		for (uint32_t j = 0; j < n[c]; j++) {
-			gap[j] = bfp_get_rice(&r, kg[c]);
-			BFP_CHECK(!r.err && gap[j] < len, BFP_E_CORRUPT);
-		}
-		int need_run = 1;
-		uint32_t run = 0;
-		for (uint32_t j = 0; j < n[c]; j++) {
-			unsigned m;
-			if (need_run) {
-				run = bfp_get_rice(&r, k1[c]);
-				BFP_CHECK(!r.err && run <= n[c] - j, BFP_E_CORRUPT);
-				need_run = 0;
-			}
-			unsigned sign = bfp_br_get(&r, 1);
-			if (run > 0) {
-				m = 1;
-				run--;
-			} else {
-				uint32_t big = bfp_get_eg0(&r);
-				BFP_CHECK(!r.err && big <= 32766u, BFP_E_CORRUPT);
-				m = big + 2;
-				need_run = 1;
-			}
-			/* FORMAT.md 3.2: +32768 is written as -32768 */
-			BFP_CHECK(m < 32768u || sign, BFP_E_CORRUPT);
-			step[j] = delta_of(sign, m);
-		}
-	}
-	bfp_status st = check_end(&r, pl_len);
-	if (st != BFP_OK)
-		return st;
-	st = bfp_positions(d->cpu, base, len, start, d->grp_pos, d->grp_val,
-			   d->chg_pos, d->chg_val);
-	if (st != BFP_OK)
-		return st;
-	d->n_changes = (uint32_t)total;
-	return BFP_OK;
+	bfp_status st = bfp_sparse_parse(&r, len, start, d->grp_pos, d->grp_val, NULL);
+	if (st == BFP_OK)
+		st = check_end(&r, pl_len);
+	if (st == BFP_OK)
+		st = bfp_positions(d->cpu, base, len, start, d->grp_pos, d->grp_val,
+				   d->chg_pos, d->chg_val);
+	if (st == BFP_OK)
+		d->n_changes = start[BFP_CLASSES];
+	return st;
 }
 
 /* FORMAT.md 3.5 */
@@ -225,12 +177,12 @@ bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 	return BFP_OK;
 }
 
-bfp_status bfp_frame_stats_get(const void *frame, size_t frame_len,
-			       bfp_frame_stats *out)
+bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
+			       size_t frame_len, bfp_frame_stats *out)
 {
 	bfp_frame_header h;
 	bfp_br r;
-	BFP_CHECK(frame && out, BFP_E_ARG);
+	BFP_CHECK(dec && frame && out, BFP_E_ARG);
 	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
 	if (st != BFP_OK)
 		return st;
@@ -240,41 +192,11 @@ bfp_status bfp_frame_stats_get(const void *frame, size_t frame_len,
 	out->payload_len = h.payload_len;
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
 	if (h.encoding == BFP_ENC_SPARSE) {
-		uint32_t n[BFP_CLASSES], kg[BFP_CLASSES], k1[BFP_CLASSES];
-		uint64_t total = 0, t0, t1;
-		for (unsigned c = 0; c < BFP_CLASSES; c++) {
-			n[c] = bfp_get_eg0(&r);
-			total += n[c];
-			BFP_CHECK(!r.err && total <= h.range_len && total <= BFP_CHANGES_MAX,
-				  BFP_E_CORRUPT);
-			kg[c] = n[c] ? bfp_br_get(&r, 5) : 0;
-			k1[c] = n[c] ? bfp_br_get(&r, 5) : 0;
-		}
-		out->model_bits = (uint32_t)bfp_br_tell(&r);
-		for (unsigned c = 0; c < BFP_CLASSES; c++) {
-			t0 = bfp_br_tell(&r);
-			for (uint32_t j = 0; j < n[c]; j++)
-				(void)bfp_get_rice(&r, kg[c]);
-			t1 = bfp_br_tell(&r);
-			out->position_bits += (uint32_t)(t1 - t0);
-			int need_run = 1;
-			uint32_t run = 0;
-			for (uint32_t j = 0; j < n[c] && !r.err; j++) {
-				if (need_run) {
-					run = bfp_get_rice(&r, k1[c]);
-					need_run = 0;
-				}
-				(void)bfp_br_get(&r, 1);
-				if (run > 0) {
-					run--;
-				} else {
-					(void)bfp_get_eg0(&r);
-					need_run = 1;
-				}
-			}
-			out->value_bits += (uint32_t)(bfp_br_tell(&r) - t1);
-		}
-		out->n_changes = (uint32_t)total;
+		uint32_t start[BFP_CLASSES + 1];
+		st = bfp_sparse_parse(&r, h.range_len, start, dec->grp_pos,
+				      dec->grp_val, out);
+		if (st != BFP_OK)
+			return st;
 	} else if (h.encoding == BFP_ENC_DENSE) {
 		BFP_CHECK((uint64_t)h.range_len <= (uint64_t)h.payload_len * 8,
 			  BFP_E_CORRUPT);

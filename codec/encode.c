@@ -5,121 +5,15 @@
  * and writes the encoding that covers the most parameters (FORMAT.md 3).
  */
 #include "classes.h"
+#include "sparse.h"
 
 /* Range length cap per frame (a u32 field; keep well inside it). */
 #define RANGE_CAP (1ull << 31)
 
-typedef struct sparse_plan {
-	uint32_t n[BFP_CLASSES];
-	uint8_t kg[BFP_CLASSES];
-	uint8_t k1[BFP_CLASSES];
-	uint64_t bits;
-} sparse_plan;
-
-static inline unsigned mag_of(uint16_t d)
+/* Bits of a dense change after its flag: sign, big flag, magnitude. */
+static inline unsigned dense_bits(unsigned m)
 {
-	int16_t s = (int16_t)d;
-	return s < 0 ? (unsigned)(-(int32_t)s) : (unsigned)s;
-}
-
-/* Bits of one change's value part excluding runs (FORMAT.md 3.4). */
-static inline unsigned value_bits(unsigned m)
-{
-	return 1u + (m > 1 ? bfp_eg0_bits(m - 2) : 0u);
-}
-
-/* Best Rice parameter near the mean: k with 2^k about mean * ln 2. */
-static unsigned rice_guess(uint64_t sum, uint64_t cnt)
-{
-	if (cnt == 0)
-		return 0;
-	uint64_t mean = (sum * 7 / 10) / cnt;
-	unsigned k = 0;
-	while (k < 29 && (1ull << (k + 1)) <= mean)
-		k++;
-	return k;
-}
-
-/* Exact payload bits of the sparse encoding of the first k gathered
- * changes, choosing Rice parameters per class. */
-static void sparse_size(const bfp_encoder *e, uint32_t k, sparse_plan *pl)
-{
-	uint64_t gsum[BFP_CLASSES] = {0}, rsum[BFP_CLASSES] = {0};
-	uint32_t nruns[BFP_CLASSES] = {0}, run[BFP_CLASSES];
-	uint8_t open[BFP_CLASSES] = {0};
-	uint64_t gb[BFP_CLASSES][3], rb[BFP_CLASSES][3];
-	uint64_t vbits = 0;
-
-	BFP_MEMSET(pl, 0, sizeof(*pl));
-	for (uint32_t j = 0; j < k; j++) {
-		unsigned c = e->chg_class[j];
-		unsigned m = mag_of(e->chg_delta[j]);
-		pl->n[c]++;
-		gsum[c] += e->chg_rank[j];
-		vbits += value_bits(m);
-		if (!open[c]) {
-			open[c] = 1;
-			run[c] = 0;
-		}
-		if (m == 1) {
-			run[c]++;
-		} else {
-			rsum[c] += run[c];
-			nruns[c]++;
-			open[c] = 0;
-		}
-	}
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		if (open[c]) {
-			rsum[c] += run[c];
-			nruns[c]++;
-		}
-		unsigned g = rice_guess(gsum[c], pl->n[c]);
-		unsigned r = rice_guess(rsum[c], nruns[c]);
-		pl->kg[c] = (uint8_t)(g ? g - 1 : 0);
-		pl->k1[c] = (uint8_t)(r ? r - 1 : 0);
-		for (int t = 0; t < 3; t++)
-			gb[c][t] = rb[c][t] = 0;
-	}
-	/* second pass: exact bits for three parameters around each guess */
-	BFP_MEMSET(open, 0, sizeof(open));
-	for (uint32_t j = 0; j < k; j++) {
-		unsigned c = e->chg_class[j];
-		unsigned m = mag_of(e->chg_delta[j]);
-		for (unsigned t = 0; t < 3; t++)
-			gb[c][t] += bfp_rice_bits(e->chg_rank[j], pl->kg[c] + t);
-		if (!open[c]) {
-			open[c] = 1;
-			run[c] = 0;
-		}
-		if (m == 1) {
-			run[c]++;
-		} else {
-			for (unsigned t = 0; t < 3; t++)
-				rb[c][t] += bfp_rice_bits(run[c], pl->k1[c] + t);
-			open[c] = 0;
-		}
-	}
-	uint64_t bits = vbits;
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		bits += bfp_eg0_bits(pl->n[c]);
-		if (pl->n[c] == 0)
-			continue;
-		if (open[c])
-			for (unsigned t = 0; t < 3; t++)
-				rb[c][t] += bfp_rice_bits(run[c], pl->k1[c] + t);
-		unsigned bg = 0, br = 0;
-		for (unsigned t = 1; t < 3; t++) {
-			if (gb[c][t] < gb[c][bg])
-				bg = t;
-			if (rb[c][t] < rb[c][br])
-				br = t;
-		}
-		pl->kg[c] = (uint8_t)(pl->kg[c] + bg);
-		pl->k1[c] = (uint8_t)(pl->k1[c] + br);
-		bits += 10 + gb[c][bg] + rb[c][br];
-	}
-	pl->bits = bits;
+	return 2u + (m > 1 ? bfp_eg0_bits(m - 2) : 0u);
 }
 
 /* Parameters covered by a dense frame starting at pos within budget. */
@@ -138,65 +32,15 @@ static uint64_t dense_cover(const bfp_encoder *e, uint64_t end, size_t budget,
 		i = j;
 		if (i >= end)
 			break;
-		unsigned m = mag_of((uint16_t)(bfp_key(e->target[i]) -
+		unsigned m = bfp_mag((uint16_t)(bfp_key(e->target[i]) -
 					       bfp_key(e->base[i])));
-		unsigned cb = 2 + value_bits(m);
+		unsigned cb = 1 + dense_bits(m);
 		if (bits + cb > cap)
 			break;
 		bits += cb;
 		i++;
 	}
 	return i - e->pos;
-}
-
-static void write_sparse(bfp_encoder *e, uint32_t k, const sparse_plan *pl,
-			 bfp_bw *w)
-{
-	uint32_t start[BFP_CLASSES + 1], fill[BFP_CLASSES];
-	uint32_t *order = e->chg_order;
-
-	/* class header */
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		bfp_put_eg0(w, pl->n[c]);
-		if (pl->n[c]) {
-			bfp_bw_put(w, pl->kg[c], 5);
-			bfp_bw_put(w, pl->k1[c], 5);
-		}
-	}
-	/* stable counting sort of the changes by class */
-	start[0] = 0;
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		start[c + 1] = start[c] + pl->n[c];
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		fill[c] = start[c];
-	for (uint32_t j = 0; j < k; j++)
-		order[fill[e->chg_class[j]]++] = j;
-
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		uint32_t a = start[c], b = start[c + 1];
-		if (a == b)
-			continue;
-		for (uint32_t t = a; t < b; t++)
-			bfp_put_rice(w, e->chg_rank[order[t]], pl->kg[c]);
-		/* values: run of magnitude-1 changes, then sign and big magnitude */
-		int need_run = 1;
-		for (uint32_t t = a; t < b; t++) {
-			uint16_t d = e->chg_delta[order[t]];
-			unsigned m = mag_of(d);
-			if (need_run) {
-				uint32_t r = 0;
-				while (t + r < b && mag_of(e->chg_delta[order[t + r]]) == 1)
-					r++;
-				bfp_put_rice(w, r, pl->k1[c]);
-				need_run = 0;
-			}
-			bfp_bw_put(w, ((int16_t)d < 0) ? 1u : 0u, 1);
-			if (m > 1) {
-				bfp_put_eg0(w, m - 2);
-				need_run = 1;
-			}
-		}
-	}
 }
 
 static void write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
@@ -208,7 +52,7 @@ static void write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
 			continue;
 		}
 		uint16_t d = (uint16_t)(bfp_key(t) - bfp_key(b));
-		unsigned m = mag_of(d);
+		unsigned m = bfp_mag(d);
 		bfp_bw_put(w, 1, 1);
 		bfp_bw_put(w, ((int16_t)d < 0) ? 1u : 0u, 1);
 		bfp_bw_put(w, m > 1, 1);
@@ -281,13 +125,10 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 		/* sparse: exact size of a prefix of the gathered changes */
 		uint64_t scanned = bfp_gather(e, end, (uint64_t)budget * 8 * 5 / 4);
 		uint32_t n = e->n_changes, k = n;
-		sparse_plan pl;
-		sparse_size(e, k, &pl);
-		while (pl.bits > budget * 8) {
-			uint64_t nk = (uint64_t)k * (budget * 8) / pl.bits;
-			k = (uint32_t)(nk < k ? nk : k - 1);
-			sparse_size(e, k, &pl);
-		}
+		bfp_sparse_plan pl;
+		bfp_sparse_plan_make(e, n, &pl);
+		if (pl.bits > budget * 8)
+			k = bfp_sparse_cut(e, n, &pl, budget * 8);
 		uint64_t sparse_len = k < n ? e->chg_pos[k] : scanned - e->pos;
 		uint64_t dense_len = 0;
 		if (!(e->opts.flags & BFP_ENC_F_NO_DENSE) &&
@@ -303,7 +144,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 		} else {
 			len = sparse_len;
 			h.encoding = BFP_ENC_SPARSE;
-			write_sparse(e, k, &pl, &w);
+			bfp_sparse_write(e, k, &pl, &w);
 		}
 	}
 	if (h.encoding == BFP_ENC_KEY_RAW) {

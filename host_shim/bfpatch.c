@@ -257,12 +257,18 @@ static int cmd_info(int argc, char **argv)
 	uint64_t by_enc[5] = {0}, model_bits = 0, pos_bits = 0, val_bits = 0;
 	bfp_frame_header h0;
 	bfp_frame_parse(p.buf, p.off[1], &h0);
+	bfp_decoder *dec = malloc(sizeof(*dec));
+	if (!dec) {
+		patch_free(&p);
+		return die("info", "out of memory");
+	}
 	for (size_t i = 0; i < p.n; i++) {
 		bfp_frame_stats st;
-		bfp_status s = bfp_frame_stats_get(p.buf + p.off[i], p.off[i + 1] - p.off[i], &st);
+		bfp_status s = bfp_frame_stats_get(dec, p.buf + p.off[i], p.off[i + 1] - p.off[i], &st);
 		if (s != BFP_OK) {
 			snprintf(err, sizeof(err), "%s: frame %zu: %s", argv[optind], i,
 				 bfp_status_str(s));
+			free(dec);
 			patch_free(&p);
 			return die("info", err);
 		}
@@ -275,6 +281,7 @@ static int cmd_info(int argc, char **argv)
 		pos_bits += st.position_bits;
 		val_bits += st.value_bits;
 	}
+	free(dec);
 	double bpc = changed ? (double)p.len * 8 / (double)changed : 0;
 	double ratio = p.len ? (double)params * 2 / (double)p.len : 0;
 	if (json) {

@@ -70,8 +70,10 @@ const char *bfp_status_str(bfp_status s);
 /* Upper bound on changed parameters one frame can carry: every change
  * costs at least two bits (FORMAT.md 3.4). Sizes the decoder scratch. */
 #define BFP_CHANGES_MAX (BFP_PAYLOAD_MAX * 4u)
-/* Number of base-exponent contexts of the sparse encoding. */
+/* Number of base-exponent contexts of the sparse encoding, and the BF16
+ * exponent field of class 0's upper end (FORMAT.md 3.3). */
 #define BFP_CLASSES 16u
+#define BFP_CLASS_EXP0 108u
 
 typedef enum bfp_encoding {
 	BFP_ENC_SPARSE = 1,   /* positions and values conditioned on the base */
@@ -287,9 +289,10 @@ typedef struct bfp_frame_stats {
 } bfp_frame_stats;
 
 /* Parse a frame and its payload structure (not the values, which need the
- * base) and count what it carries. Validates header and CRC. */
-bfp_status bfp_frame_stats_get(const void *frame, size_t frame_len,
-			       bfp_frame_stats *st);
+ * base) and count what it carries. Validates header, CRC and the payload
+ * rules that do not need the base; dec is scratch. */
+bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
+			       size_t frame_len, bfp_frame_stats *st);
 
 /* ---- value mapping (FORMAT.md 3.2), exposed for tools and tests ------- */
 
@@ -309,7 +312,8 @@ static inline uint16_t bfp_unkey(uint16_t k)
 static inline unsigned bfp_class(uint16_t x)
 {
 	unsigned e = (x >> 7) & 0xFFu;
-	return e <= 112u ? 0u : (e >= 127u ? 15u : e - 112u);
+	return e <= BFP_CLASS_EXP0 ? 0u
+	       : (e >= BFP_CLASS_EXP0 + 15u ? 15u : e - BFP_CLASS_EXP0);
 }
 
 #ifdef __cplusplus

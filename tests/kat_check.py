@@ -71,7 +71,7 @@ def unkey(k):
 
 def cls(x):
     e = (x >> 7) & 0xFF
-    return 0 if e <= 112 else (15 if e >= 127 else e - 112)
+    return 0 if e <= 108 else (15 if e >= 123 else e - 108)
 
 
 def newval(b, sign, m):
@@ -81,36 +81,70 @@ def newval(b, sign, m):
     return unkey((key(b) + d) & 0xFFFF)
 
 
+def eg(bits, k):
+    return (bits.eg0() << k) | bits.get(k)
+
+
 def sparse(bits, base):
-    n = []
-    kg = []
-    k1 = []
+    n, gs, ms = [], [], []
     for c in range(16):
         n.append(bits.eg0())
-        kg.append(bits.get(5) if n[c] else 0)
-        k1.append(bits.get(5) if n[c] else 0)
+        g = m = None
+        if n[c]:
+            runs = bits.get(1)
+            g = dict(runs=runs, k=bits.get(5), kr=bits.get(5) if runs else 0)
+            runs = bits.get(1)
+            m = dict(runs=runs, k=bits.get(4))
+            if runs:
+                m["M"] = bits.eg0() + 1
+                m["kr"] = bits.get(5)
+        gs.append(g)
+        ms.append(m)
     out = {}
     for c in range(16):
+        if not n[c]:
+            continue
         members = [i for i, x in enumerate(base) if cls(x) == c]
-        pos = []
-        r = -1
-        for _ in range(n[c]):
-            r += bits.rice(kg[c]) + 1
-            pos.append(members[r])  # IndexError: past the range
-        need_run, run = True, 0
+        # gaps: plain Rice, or runs of zero gaps then Rice(g - 1)
+        gaps, due, run = [], True, 0
         for j in range(n[c]):
-            if need_run:
-                run = bits.rice(k1[c])
+            if not gs[c]["runs"]:
+                gaps.append(bits.rice(gs[c]["k"]))
+                continue
+            if due:
+                run = bits.rice(gs[c]["kr"])
                 if run > n[c] - j:
-                    raise ValueError("run too long")
-                need_run = False
-            sign = bits.get(1)
+                    raise ValueError("gap run too long")
+                due = False
             if run > 0:
-                m = 1
                 run -= 1
+                gaps.append(0)
             else:
-                m = bits.eg0() + 2
-                need_run = True
+                gaps.append(bits.rice(gs[c]["k"]) + 1)
+                due = True
+        pos, r = [], -1
+        for g in gaps:
+            r += g + 1
+            pos.append(members[r])  # IndexError: past the range
+        # magnitudes: plain EG(k) of m - 1, or runs of M then the others
+        due, run = True, 0
+        for j in range(n[c]):
+            mm = ms[c]
+            if mm["runs"] and due:
+                run = bits.rice(mm["kr"])
+                if run > n[c] - j:
+                    raise ValueError("magnitude run too long")
+                due = False
+            sign = bits.get(1)
+            if mm["runs"] and run > 0:
+                run -= 1
+                m = mm["M"]
+            else:
+                v = eg(bits, mm["k"])
+                m = v + 1 if (not mm["runs"] or v + 1 < mm["M"]) else v + 2
+                if m > 32768:
+                    raise ValueError("magnitude too large")
+                due = True
             out[pos[j]] = newval(base[pos[j]], sign, m)
     return out
 

@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bfp_frame_stats st;
 	int at;
 	(void)bfp_frame_parse(in.p, size - 1, &h);
-	(void)bfp_frame_stats_get(in.p, size - 1, &st);
+	(void)bfp_frame_stats_get(&dec, in.p, size - 1, &st);
 	(void)bfp_frame_check_target(in.p, size - 1, wt, n, &at);
 	bfp_decoder_init(&dec, (mode & 128) ? BFP_DEC_F_SCALAR : 0);
 	bfp_apply_opts o;

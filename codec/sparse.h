@@ -1,0 +1,52 @@
+/*
+ * sparse.h: the sparse payload of FORMAT.md 3.4 (per-class gap and
+ * magnitude sequences, each plain or run-coded): planning and writing on
+ * the encoder side, parsing on the decoder side. One place for the rules.
+ */
+#ifndef BFP_SPARSE_H
+#define BFP_SPARSE_H
+
+#include "internal.h"
+
+/* How one per-class sequence is coded. */
+typedef struct bfp_seq {
+	uint8_t runs;    /* 1: runs of the common symbol, then the others */
+	uint8_t k;       /* parameter of the code of the other symbols */
+	uint8_t kr;      /* Rice parameter of run lengths (runs == 1) */
+	uint16_t common; /* magnitudes: the common magnitude M (runs == 1) */
+} bfp_seq;
+
+typedef struct bfp_sparse_plan {
+	uint32_t n[BFP_CLASSES];
+	bfp_seq gap[BFP_CLASSES];
+	bfp_seq mag[BFP_CLASSES];
+	uint64_t bits;
+} bfp_sparse_plan;
+
+/* Choose codes for the first k gathered changes of e; pl->bits is the
+ * exact payload size in bits with those codes. */
+void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl);
+
+/* Largest prefix of the first k changes whose payload, with pl's codes,
+ * fits budget_bits; updates pl->n and pl->bits for it. */
+uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
+			uint64_t budget_bits);
+
+/* Write the payload of the first k changes with pl (pl->n must match). */
+void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+		      bfp_bw *w);
+
+/* Parse a sparse payload into per-class gaps and steps (grouped by class:
+ * start[c] .. start[c+1]). Checks every rule of FORMAT.md 3.4 that does
+ * not need the base values. st may be NULL; else bits are accounted. */
+bfp_status bfp_sparse_parse(bfp_br *r, uint32_t len,
+			    uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
+			    uint16_t *steps, bfp_frame_stats *st);
+
+static inline unsigned bfp_mag(uint16_t step)
+{
+	int16_t s = (int16_t)step;
+	return s < 0 ? (unsigned)(-(int32_t)s) : (unsigned)s;
+}
+
+#endif
