@@ -72,91 +72,125 @@ uint64_t bfp_next_diff(const uint16_t *a, const uint16_t *b, uint64_t n,
 
 /* ---- generic block helpers (any target, freestanding) ---- */
 
-static inline unsigned popcnt_generic(uint32_t x)
+typedef struct cls_generic {
+	uint8_t v[64];
+	unsigned n;
+} cls_generic;
+
+static inline unsigned popcnt_generic(uint64_t x)
 {
-	x = x - ((x >> 1) & 0x55555555u);
-	x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
-	x = (x + (x >> 4)) & 0x0F0F0F0Fu;
-	return (x * 0x01010101u) >> 24;
+	x = x - ((x >> 1) & 0x5555555555555555ull);
+	x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+	x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+	return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
-static inline uint32_t select_generic(uint32_t m, unsigned r)
+static inline uint64_t select_generic(uint64_t m, unsigned r)
 {
 	while (r--)
 		m &= m - 1;
-	return m & (0u - m);
+	return m & (0ull - m);
 }
 
-static inline void masks_generic(const uint16_t *b, unsigned n,
-				 uint32_t cm[BFP_CLASSES])
+static inline cls_generic classes_generic(const uint16_t *b, unsigned n)
 {
-	BFP_MEMSET(cm, 0, BFP_CLASSES * sizeof(uint32_t));
+	cls_generic k;
+	k.n = n;
 	for (unsigned l = 0; l < n; l++)
-		cm[bfp_class(b[l])] |= 1u << l;
+		k.v[l] = (uint8_t)bfp_class(b[l]);
+	return k;
 }
 
-static inline uint32_t neq_generic(const uint16_t *a, const uint16_t *b,
+static inline uint64_t cmask_generic(const cls_generic *k, unsigned c)
+{
+	uint64_t m = 0;
+	for (unsigned l = 0; l < k->n; l++)
+		m |= (uint64_t)(k->v[l] == c) << l;
+	return m;
+}
+
+static inline uint64_t neq_generic(const uint16_t *a, const uint16_t *b,
 				   unsigned n)
 {
-	uint32_t m = 0;
+	uint64_t m = 0;
 	for (unsigned l = 0; l < n; l++)
-		m |= (uint32_t)(a[l] != b[l]) << l;
+		m |= (uint64_t)(a[l] != b[l]) << l;
 	return m;
 }
 
 #define T_ATTR
 #define T_NAME(x) x##_generic
-#define t_masks masks_generic
+#define T_CLS cls_generic
+#define t_classes classes_generic
+#define t_cmask(k, c) cmask_generic(&(k), (c))
 #define t_neq neq_generic
 #define t_popcnt popcnt_generic
 #define t_select select_generic
 #include "scan_tmpl.h"
 #undef T_ATTR
 #undef T_NAME
-#undef t_masks
+#undef T_CLS
+#undef t_classes
+#undef t_cmask
 #undef t_neq
 #undef t_popcnt
 #undef t_select
 
 #ifdef BFP_X86
 #define AVX512_ATTR __attribute__((target("avx512f,avx512bw,bmi2,popcnt")))
+#define AVX512_INLINE AVX512_ATTR static inline __attribute__((always_inline))
 
-AVX512_ATTR static inline __attribute__((always_inline)) void
-masks_avx512(const uint16_t *b, unsigned n, uint32_t cm[BFP_CLASSES])
+static inline __mmask64 lanes64(unsigned n)
 {
-	__mmask32 lanes = n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1);
-	__m512i x = _mm512_maskz_loadu_epi16(lanes, b);
-	__m512i e = _mm512_and_si512(x, _mm512_set1_epi16(0x7F80));
-	cm[0] = _mm512_mask_cmple_epu16_mask(lanes, e, _mm512_set1_epi16(BFP_CLASS_EXP0 << 7));
-	for (unsigned c = 1; c < 15; c++)
-		cm[c] = _mm512_mask_cmpeq_epi16_mask(lanes, e,
-						     _mm512_set1_epi16((short)((BFP_CLASS_EXP0 + c) << 7)));
-	cm[15] = _mm512_mask_cmpge_epu16_mask(lanes, e, _mm512_set1_epi16((BFP_CLASS_EXP0 + 15) << 7));
+	return n >= 64 ? ~0ull : ((1ull << n) - 1);
 }
 
-AVX512_ATTR static inline __attribute__((always_inline)) uint32_t
-neq_avx512(const uint16_t *a, const uint16_t *b, unsigned n)
+/* Class bytes of 64 values (lanes past n hold 0xFF, matching no class):
+ * the exponent byte of each word, saturating-minus EXP0, capped at 15. */
+AVX512_INLINE __m512i classes_avx512(const uint16_t *b, unsigned n)
 {
-	__mmask32 lanes = n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1);
-	return _mm512_mask_cmpneq_epi16_mask(lanes, _mm512_maskz_loadu_epi16(lanes, a),
-					     _mm512_maskz_loadu_epi16(lanes, b));
+	__mmask64 lanes = lanes64(n);
+	__m512i lo = _mm512_maskz_loadu_epi16((__mmask32)lanes, b);
+	__m512i hi = _mm512_maskz_loadu_epi16((__mmask32)(lanes >> 32), b + 32);
+	__m256i elo = _mm512_cvtepi16_epi8(_mm512_srli_epi16(lo, 7));
+	__m256i ehi = _mm512_cvtepi16_epi8(_mm512_srli_epi16(hi, 7));
+	__m512i e = _mm512_inserti64x4(_mm512_castsi256_si512(elo), ehi, 1);
+	__m512i c = _mm512_min_epu8(_mm512_subs_epu8(e, _mm512_set1_epi8((char)BFP_CLASS_EXP0)),
+				    _mm512_set1_epi8(15));
+	return _mm512_mask_blend_epi8(lanes, _mm512_set1_epi8((char)0xFF), c);
 }
 
-AVX512_ATTR static inline __attribute__((always_inline)) unsigned
-popcnt_avx512(uint32_t x)
+AVX512_INLINE uint64_t cmask_avx512(__m512i k, unsigned c)
 {
-	return (unsigned)__builtin_popcount(x);
+	return _mm512_cmpeq_epi8_mask(k, _mm512_set1_epi8((char)c));
 }
 
-AVX512_ATTR static inline __attribute__((always_inline)) uint32_t
-select_avx512(uint32_t m, unsigned r)
+AVX512_INLINE uint64_t neq_avx512(const uint16_t *a, const uint16_t *b, unsigned n)
 {
-	return _pdep_u32(1u << r, m);
+	__mmask64 lanes = lanes64(n);
+	__mmask32 l0 = (__mmask32)lanes, l1 = (__mmask32)(lanes >> 32);
+	uint64_t m0 = _mm512_mask_cmpneq_epi16_mask(l0, _mm512_maskz_loadu_epi16(l0, a),
+						    _mm512_maskz_loadu_epi16(l0, b));
+	uint64_t m1 = _mm512_mask_cmpneq_epi16_mask(l1, _mm512_maskz_loadu_epi16(l1, a + 32),
+						    _mm512_maskz_loadu_epi16(l1, b + 32));
+	return m0 | (m1 << 32);
+}
+
+AVX512_INLINE unsigned popcnt_avx512(uint64_t x)
+{
+	return (unsigned)__builtin_popcountll(x);
+}
+
+AVX512_INLINE uint64_t select_avx512(uint64_t m, unsigned r)
+{
+	return _pdep_u64(1ull << r, m);
 }
 
 #define T_ATTR AVX512_ATTR
 #define T_NAME(x) x##_avx512
-#define t_masks masks_avx512
+#define T_CLS __m512i
+#define t_classes classes_avx512
+#define t_cmask cmask_avx512
 #define t_neq neq_avx512
 #define t_popcnt popcnt_avx512
 #define t_select select_avx512

@@ -127,8 +127,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 		uint32_t n = e->n_changes, k = n;
 		bfp_sparse_plan pl;
 		bfp_sparse_plan_make(e, n, &pl);
-		if (pl.bits > budget * 8)
-			k = bfp_sparse_cut(e, n, &pl, budget * 8);
+		k = bfp_sparse_cut(e, n, &pl, budget * 8);
 		uint64_t sparse_len = k < n ? e->chg_pos[k] : scanned - e->pos;
 		uint64_t dense_len = 0;
 		if (!(e->opts.flags & BFP_ENC_F_NO_DENSE) &&

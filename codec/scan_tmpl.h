@@ -20,18 +20,18 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 	uint64_t i = s;
 
 	while (i < end) {
-		unsigned len = end - i < 32 ? (unsigned)(end - i) : 32u;
+		unsigned len = end - i < 64 ? (unsigned)(end - i) : 64u;
 		const uint16_t *b = e->base + i;
 		__builtin_prefetch(b + 1024);
 		__builtin_prefetch(e->target + i + 1024);
-		uint32_t neq = t_neq(b, e->target + i, len);
-		uint32_t cm[BFP_CLASSES];
-		t_masks(b, len, cm);
+		uint64_t neq = t_neq(b, e->target + i, len);
+		T_CLS k = t_classes(b, len);
 		while (neq) {
-			unsigned l = (unsigned)__builtin_ctz(neq);
+			unsigned l = (unsigned)__builtin_ctzll(neq);
 			neq &= neq - 1;
 			unsigned c = bfp_class(b[l]);
-			uint64_t rank = cnt[c] + t_popcnt(cm[c] & ((1u << l) - 1));
+			uint64_t below = l ? (~0ull >> (64 - l)) : 0;
+			uint64_t rank = cnt[c] + t_popcnt(t_cmask(k, c) & below);
 			uint32_t gap = (uint32_t)(rank - next[c]);
 			uint16_t d = (uint16_t)(bfp_key(e->target[i + l]) - bfp_key(b[l]));
 			unsigned m = (unsigned)((int16_t)d < 0 ? -(int32_t)(int16_t)d : (int16_t)d);
@@ -48,7 +48,7 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 			}
 		}
 		for (unsigned c = 0; c < BFP_CLASSES; c++)
-			cnt[c] += t_popcnt(cm[c]);
+			cnt[c] += t_popcnt(t_cmask(k, c));
 		i += len;
 	}
 	e->n_changes = n;
@@ -75,17 +75,18 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 			target[c] = gaps[start[c]];
 		}
 	}
-	for (uint32_t i = 0; i < len && active; i += 32) {
-		unsigned n = len - i < 32 ? len - i : 32u;
+	for (uint32_t i = 0; i < len && active; i += 64) {
+		unsigned n = len - i < 64 ? len - i : 64u;
 		const uint16_t *b = base + i;
-		uint32_t cm[BFP_CLASSES], hit = 0;
+		uint64_t hit = 0;
 		__builtin_prefetch(b + 1024);
-		t_masks(b, n, cm);
+		T_CLS k = t_classes(b, n);
 		for (uint32_t a = active; a; a &= a - 1) {
 			unsigned c = (unsigned)__builtin_ctz(a);
-			uint64_t pc = t_popcnt(cm[c]);
+			uint64_t m = t_cmask(k, c);
+			uint64_t pc = t_popcnt(m);
 			while (target[c] < cnt[c] + pc) {
-				hit |= t_select(cm[c], (unsigned)(target[c] - cnt[c]));
+				hit |= t_select(m, (unsigned)(target[c] - cnt[c]));
 				if (++idx[c] == start[c + 1]) {
 					active &= ~(1u << c);
 					break;
@@ -95,7 +96,7 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 			cnt[c] += pc;
 		}
 		while (hit) {
-			unsigned l = (unsigned)__builtin_ctz(hit);
+			unsigned l = (unsigned)__builtin_ctzll(hit);
 			hit &= hit - 1;
 			unsigned c = bfp_class(b[l]);
 			pos[o] = i + l;

@@ -8,8 +8,6 @@
  */
 #include "sparse.h"
 
-#define NCAND 3 /* parameters tried around each guess */
-
 static inline unsigned eg_bits(uint32_t v, unsigned k)
 {
 	return bfp_eg0_bits(v >> k) + k;
@@ -50,56 +48,66 @@ static inline unsigned header_bits(const bfp_seq *g, const bfp_seq *m)
 	       (m->runs ? bfp_eg0_bits(m->common - 1u) + 5 : 0);
 }
 
-/* Largest k with 2^k <= mean * 0.7 (about log2(mean ln 2)), bounded. */
-static unsigned guess(uint64_t sum, uint64_t cnt, unsigned maxk)
+/* Estimated bits of n Rice(k) codes of values summing to sum, for the
+ * best k (returned in *kout); floor effects counted for geometric data. */
+static uint64_t rice_est(uint64_t n, uint64_t sum, unsigned maxk, unsigned *kout)
 {
-	if (cnt == 0)
+	uint64_t best = UINT64_MAX;
+	*kout = 0;
+	if (n == 0)
 		return 0;
-	uint64_t mean = (sum * 7 / 10) / cnt;
-	unsigned k = 0;
-	while (k < maxk && (2ull << k) <= mean)
-		k++;
-	return k;
-}
-
-static unsigned lo3(unsigned k, unsigned maxk)
-{
-	/* first of NCAND candidates centred on k within [0, maxk] */
-	if (k == 0)
-		return 0;
-	if (k + 1 > maxk)
-		return maxk - (NCAND - 1);
-	return k - 1;
+	for (unsigned k = 0; k <= maxk; k++) {
+		/* 2 * (n (k + 1) + sum / 2^k - n / 2 + n / 2^(k+1)) */
+		uint64_t twice = 2 * n * (k + 1) + ((2 * sum) >> k) + (n >> k) - n;
+		if (twice < best) {
+			best = twice;
+			*kout = k;
+		}
+		if ((sum >> k) == 0)
+			break;
+	}
+	return best / 2;
 }
 
 typedef struct cls_acc {
-	/* pass 1 */
-	uint64_t gsum, gnzsum, msum;
-	uint32_t gzero, mbig, mhist[17];
-	/* pass 2: bits per candidate */
-	uint64_t gplain[NCAND], gother[NCAND], grun[NCAND];
-	uint64_t mplain[NCAND], mother[NCAND], mrun[NCAND];
-	unsigned gp0, go0, gr0, mp0, mo0, mr0; /* first candidate of each */
-	uint32_t grun_len, mrun_len;
-	uint8_t gopen, mopen;
+	uint64_t gsum, gnzsum, bigsum;
+	uint32_t gzero, nbig, mhist[17];
 } cls_acc;
 
-/* Close a run of length r: add its code length for each candidate. */
-static inline void close_run(uint64_t *acc, unsigned k0, uint32_t r)
+/* Bits of the magnitudes of one class coded with Exp-Golomb order k:
+ * plain (M == 0: v = m - 1) or the others of run mode (v = m-1 / m-2).
+ * Exact for magnitudes up to 16, the mean for larger ones. */
+static uint64_t eg_cost(const cls_acc *x, unsigned M, unsigned k)
 {
-	for (unsigned t = 0; t < NCAND; t++)
-		acc[t] += bfp_rice_bits(r, k0 + t);
+	uint64_t bits = 0;
+	for (unsigned m = 1; m <= 16; m++) {
+		if (m == M || !x->mhist[m])
+			continue;
+		uint32_t v = (M == 0 || m < M) ? m - 1 : m - 2;
+		bits += (uint64_t)x->mhist[m] * eg_bits(v, k);
+	}
+	if (x->nbig) {
+		uint32_t mean = (uint32_t)(x->bigsum / x->nbig);
+		bits += (uint64_t)x->nbig * eg_bits(mean - (M ? 2 : 1), k);
+	}
+	return bits;
 }
 
-static unsigned best_of(const uint64_t *v)
+static uint64_t eg_best(const cls_acc *x, unsigned M, unsigned *kout)
 {
-	unsigned b = 0;
-	for (unsigned t = 1; t < NCAND; t++)
-		if (v[t] < v[b])
-			b = t;
-	return b;
+	uint64_t best = UINT64_MAX;
+	for (unsigned k = 0; k < 16; k++) {
+		uint64_t b = eg_cost(x, M, k);
+		if (b < best) {
+			best = b;
+			*kout = k;
+		}
+	}
+	return best;
 }
 
+/* Codes are chosen from per-class statistics with a cost model (one pass
+ * over the changes); bfp_sparse_cut then counts the exact size. */
 void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl)
 {
 	cls_acc a[BFP_CLASSES];
@@ -116,113 +124,47 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl)
 			a[c].gzero++;
 		else
 			a[c].gnzsum += g - 1;
-		a[c].msum += m - 1;
-		if (m <= 16)
+		if (m <= 16) {
 			a[c].mhist[m]++;
-		else
-			a[c].mbig++;
+		} else {
+			a[c].nbig++;
+			a[c].bigsum += m;
+		}
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		cls_acc *x = &a[c];
+		const cls_acc *x = &a[c];
 		uint32_t n = pl->n[c];
+		bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
+		unsigned kp, ko, kr;
 		if (!n)
 			continue;
+		uint32_t nz = n - x->gzero;
+		uint64_t plain = rice_est(n, x->gsum, 30, &kp);
+		uint64_t runs = 5 + rice_est(nz, x->gnzsum, 30, &ko) +
+				rice_est(nz + 1, x->gzero, 30, &kr);
+		if (runs < plain) {
+			gs->runs = 1;
+			gs->k = (uint8_t)ko;
+			gs->kr = (uint8_t)kr;
+		} else {
+			gs->k = (uint8_t)kp;
+		}
 		unsigned M = 1;
 		for (unsigned v = 2; v <= 16; v++)
 			if (x->mhist[v] > x->mhist[M])
 				M = v;
-		pl->mag[c].common = (uint16_t)M;
-		uint32_t nz = n - x->gzero, mo = n - x->mhist[M];
-		uint64_t above = x->mbig;
-		for (unsigned v = M + 1; v <= 16; v++)
-			above += x->mhist[v];
-		uint64_t osum = x->msum - (uint64_t)x->mhist[M] * (M - 1) - above;
-		x->gp0 = lo3(guess(x->gsum, n, 29), 31);
-		x->go0 = lo3(guess(x->gnzsum, nz, 29), 31);
-		x->gr0 = lo3(guess(x->gzero, nz + 1, 29), 31);
-		x->mp0 = lo3(guess(x->msum, n, 13), 15);
-		x->mo0 = lo3(guess(osum, mo, 13), 15);
-		x->mr0 = lo3(guess(x->mhist[M], mo + 1, 29), 31);
-	}
-	/* pass 2: exact bits of each candidate code */
-	for (uint32_t j = 0; j < k; j++) {
-		unsigned c = e->chg_class[j];
-		cls_acc *x = &a[c];
-		uint32_t g = e->chg_rank[j];
-		unsigned m = bfp_mag(e->chg_delta[j]);
-		unsigned M = pl->mag[c].common;
-		for (unsigned t = 0; t < NCAND; t++) {
-			x->gplain[t] += bfp_rice_bits(g, x->gp0 + t);
-			x->mplain[t] += eg_bits(m - 1, x->mp0 + t);
-		}
-		if (!x->gopen) {
-			x->gopen = 1;
-			x->grun_len = 0;
-		}
-		if (g == 0) {
-			x->grun_len++;
-		} else {
-			close_run(x->grun, x->gr0, x->grun_len);
-			for (unsigned t = 0; t < NCAND; t++)
-				x->gother[t] += bfp_rice_bits(g - 1, x->go0 + t);
-			x->gopen = 0;
-		}
-		if (!x->mopen) {
-			x->mopen = 1;
-			x->mrun_len = 0;
-		}
-		if (m == M) {
-			x->mrun_len++;
-		} else {
-			close_run(x->mrun, x->mr0, x->mrun_len);
-			uint32_t v = m < M ? m - 1 : m - 2;
-			for (unsigned t = 0; t < NCAND; t++)
-				x->mother[t] += eg_bits(v, x->mo0 + t);
-			x->mopen = 0;
-		}
-	}
-	uint64_t bits = 0;
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		cls_acc *x = &a[c];
-		uint32_t n = pl->n[c];
-		bits += bfp_eg0_bits(n);
-		if (!n)
-			continue;
-		if (x->gopen)
-			close_run(x->grun, x->gr0, x->grun_len);
-		if (x->mopen)
-			close_run(x->mrun, x->mr0, x->mrun_len);
-		unsigned bp = best_of(x->gplain), bo = best_of(x->gother),
-			 br = best_of(x->grun);
-		uint64_t plain = x->gplain[bp], runs = x->gother[bo] + x->grun[br] + 5;
-		bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
-		if (runs < plain) {
-			gs->runs = 1;
-			gs->k = (uint8_t)(x->go0 + bo);
-			gs->kr = (uint8_t)(x->gr0 + br);
-			bits += runs - 5;
-		} else {
-			gs->k = (uint8_t)(x->gp0 + bp);
-			bits += plain;
-		}
-		bp = best_of(x->mplain);
-		bo = best_of(x->mother);
-		br = best_of(x->mrun);
-		plain = x->mplain[bp];
-		runs = x->mother[bo] + x->mrun[br] + 5 + bfp_eg0_bits(ms->common - 1u);
+		plain = eg_best(x, 0, &kp);
+		runs = 5 + bfp_eg0_bits(M - 1) + eg_best(x, M, &ko) +
+		       rice_est(n - x->mhist[M] + 1, x->mhist[M], 30, &kr);
 		if (runs < plain) {
 			ms->runs = 1;
-			ms->k = (uint8_t)(x->mo0 + bo);
-			ms->kr = (uint8_t)(x->mr0 + br);
-			bits += x->mother[bo] + x->mrun[br];
+			ms->common = (uint16_t)M;
+			ms->k = (uint8_t)ko;
+			ms->kr = (uint8_t)kr;
 		} else {
-			ms->common = 0;
-			ms->k = (uint8_t)(x->mp0 + bp);
-			bits += plain;
+			ms->k = (uint8_t)kp;
 		}
-		bits += header_bits(gs, ms) + n; /* n sign bits */
 	}
-	pl->bits = bits;
 }
 
 uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,

@@ -23,12 +23,12 @@ typedef struct bfp_sparse_plan {
 	uint64_t bits;
 } bfp_sparse_plan;
 
-/* Choose codes for the first k gathered changes of e; pl->bits is the
- * exact payload size in bits with those codes. */
+/* Choose codes for the first k gathered changes of e (cost model over
+ * per-class statistics); sizes come from bfp_sparse_cut. */
 void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl);
 
 /* Largest prefix of the first k changes whose payload, with pl's codes,
- * fits budget_bits; updates pl->n and pl->bits for it. */
+ * fits budget_bits (exact count); sets pl->n and pl->bits for it. */
 uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			uint64_t budget_bits);
 
