@@ -6,6 +6,7 @@
  */
 #include "classes.h"
 #include "sparse.h"
+#include "keyzstd.h"
 
 bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags)
 {
@@ -132,7 +133,21 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 			w[i] = bfp_ld16(pl + 2 * i);
 		break;
 	case BFP_ENC_KEY_ZSTD:
+#ifdef BFP_HAVE_ZSTD
+		BFP_CHECK(o->zstd_workspace, BFP_E_ARG);
+		BFP_CHECK(h.range_len <= BFP_KEYZSTD_MAX, BFP_E_CORRUPT);
+		st = bfp_keyzstd_decompress(o->zstd_workspace, o->zstd_workspace_size,
+					    pl, h.payload_len, h.range_len,
+					    (uint8_t *)d->grp_val, d->chunk);
+		if (st != BFP_OK)
+			return st;
+		BFP_CHECK(bfp_hash_params(d->chunk, h.range_len) == h.target_hash,
+			  BFP_E_HASH);
+		BFP_MEMCPY(w, d->chunk, (size_t)h.range_len * 2);
+		break;
+#else
 		return BFP_E_UNSUPPORTED;
+#endif
 	case BFP_ENC_SPARSE:
 	case BFP_ENC_DENSE:
 		st = h.encoding == BFP_ENC_SPARSE

@@ -6,6 +6,7 @@
  */
 #include "classes.h"
 #include "sparse.h"
+#include "keyzstd.h"
 
 /* Range length cap per frame (a u32 field; keep well inside it). */
 #define RANGE_CAP (1ull << 31)
@@ -61,13 +62,49 @@ static void write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
 	}
 }
 
+/* Keyframe covering as much as fits from e->pos: byte planes through zstd
+ * when allowed and smaller, else raw words (FORMAT.md 3.6, 3.7). Writes
+ * the payload at pl; returns the range length, sets *enc and *len. */
+static uint64_t key_frame(bfp_encoder *e, uint64_t end, size_t budget,
+			  uint8_t *pl, uint8_t *encoding, size_t *len)
+{
+	uint64_t raw = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;
+#ifdef BFP_HAVE_ZSTD
+	if (e->opts.flags & BFP_ENC_F_ZSTD) {
+		uint8_t *planes = (uint8_t *)e->chg_order;
+		uint8_t *tmp = planes + 2 * BFP_KEYZSTD_MAX;
+		size_t tmp_cap = sizeof(e->chg_order) - 2 * BFP_KEYZSTD_MAX;
+		uint64_t L = end - e->pos < BFP_KEYZSTD_MAX ? end - e->pos : BFP_KEYZSTD_MAX;
+		/* shrink the range in proportion until the frame fits */
+		for (int tries = 0; tries < 8 && L > raw; tries++) {
+			size_t z = bfp_keyzstd_compress(e->opts.zstd_workspace,
+							e->opts.zstd_workspace_size,
+							e->target + e->pos, (uint32_t)L,
+							planes, tmp, tmp_cap);
+			if (z == 0)
+				break;
+			if (z <= budget) {
+				BFP_MEMCPY(pl, tmp, z);
+				*encoding = BFP_ENC_KEY_ZSTD;
+				*len = z;
+				return L;
+			}
+			L = L * budget / z * 31 / 32;
+		}
+	}
+#endif
+	for (uint64_t i = 0; i < raw; i++)
+		bfp_st16(pl + 2 * i, e->target[e->pos + i]);
+	*encoding = BFP_ENC_KEY_RAW;
+	*len = (size_t)raw * 2;
+	return raw;
+}
+
 bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 			    const uint16_t *base, const uint16_t *target,
 			    uint64_t n_params, uint64_t begin, uint64_t end)
 {
-	BFP_CHECK(enc && opts && target, BFP_E_ARG);
-	BFP_CHECK(base || (opts->flags & BFP_ENC_F_KEYFRAME), BFP_E_ARG);
-	BFP_CHECK(begin <= end && end <= n_params, BFP_E_RANGE);
+	BFP_CHECK(enc && opts, BFP_E_ARG);
 	uint32_t fs = opts->frame_size ? opts->frame_size : BFP_FRAME_SIZE_DEFAULT;
 	BFP_CHECK(fs >= BFP_FRAME_SIZE_MIN && fs <= BFP_FRAME_SIZE_MAX, BFP_E_ARG);
 	if (opts->flags & BFP_ENC_F_KEYFRAME)
@@ -79,9 +116,29 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 		  BFP_E_ARG);
 #ifndef BFP_HAVE_ZSTD
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
+#else
+	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD) ||
+			  (opts->zstd_workspace &&
+			   opts->zstd_workspace_size >= bfp_zstd_workspace_size()),
+		  BFP_E_ARG);
 #endif
 	enc->opts = *opts;
 	enc->opts.frame_size = fs;
+	enc->cpu = (opts->flags & BFP_ENC_F_SCALAR) ? 0 : bfp_cpu_features();
+	enc->base = enc->target = NULL;
+	enc->pos = enc->end = 0;
+	return bfp_encoder_reset(enc, base, target, n_params, begin, end,
+				 opts->first_index);
+}
+
+bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
+			     const uint16_t *target, uint64_t n_params,
+			     uint64_t begin, uint64_t end, uint32_t first_index)
+{
+	BFP_CHECK(enc && target, BFP_E_ARG);
+	BFP_CHECK(base || (enc->opts.flags & BFP_ENC_F_KEYFRAME), BFP_E_ARG);
+	BFP_CHECK(begin <= end && end <= n_params, BFP_E_RANGE);
+	enc->opts.first_index = first_index;
 	enc->base = base;
 	enc->target = target;
 	enc->n_params = n_params;
@@ -89,7 +146,6 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 	enc->end = end;
 	enc->emitted = 0;
 	enc->n_changes = 0;
-	enc->cpu = (opts->flags & BFP_ENC_F_SCALAR) ? 0 : bfp_cpu_features();
 	return BFP_OK;
 }
 
@@ -112,51 +168,47 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 							 : e->end;
 	bfp_frame_header h;
 	uint64_t len;
-	bfp_bw w;
+	size_t pl_len = 0;
 
 	BFP_MEMSET(&h, 0, sizeof(h));
-	bfp_bw_init(&w, p + BFP_HEADER_SIZE, budget);
-	uint64_t key_len = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;
-
 	if (e->opts.flags & BFP_ENC_F_KEYFRAME) {
-		len = key_len;
-		h.encoding = BFP_ENC_KEY_RAW;
+		len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding, &pl_len);
 	} else {
-		/* sparse: exact size of a prefix of the gathered changes */
+		/* sparse: the longest prefix of the gathered changes that fits */
 		uint64_t scanned = bfp_gather(e, end, (uint64_t)budget * 8 * 5 / 4);
-		uint32_t n = e->n_changes, k = n;
+		uint32_t n = e->n_changes, k;
 		bfp_sparse_plan pl;
 		bfp_sparse_plan_make(e, n, &pl);
 		k = bfp_sparse_cut(e, n, &pl, budget * 8);
 		uint64_t sparse_len = k < n ? e->chg_pos[k] : scanned - e->pos;
 		uint64_t dense_len = 0;
+		uint64_t key_len = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;
 		if (!(e->opts.flags & BFP_ENC_F_NO_DENSE) &&
 		    (uint64_t)k * 4 > sparse_len)
 			dense_len = dense_cover(e, end, budget, e->cpu);
 		if (key_len > sparse_len && key_len > dense_len) {
-			len = key_len;
-			h.encoding = BFP_ENC_KEY_RAW;
-		} else if (dense_len > sparse_len) {
-			len = dense_len;
-			h.encoding = BFP_ENC_DENSE;
-			write_dense(e, len, &w);
+			len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding,
+					&pl_len);
 		} else {
-			len = sparse_len;
-			h.encoding = BFP_ENC_SPARSE;
-			bfp_sparse_write(e, k, &pl, &w);
+			bfp_bw w;
+			bfp_bw_init(&w, p + BFP_HEADER_SIZE, budget);
+			if (dense_len > sparse_len) {
+				len = dense_len;
+				h.encoding = BFP_ENC_DENSE;
+				write_dense(e, len, &w);
+			} else {
+				len = sparse_len;
+				h.encoding = BFP_ENC_SPARSE;
+				bfp_sparse_write(e, k, &pl, &w);
+			}
+			pl_len = bfp_bw_finish(&w);
+			if (w.overflow)
+				return BFP_E_SPACE; /* cannot happen: sizes are exact */
 		}
 	}
-	if (h.encoding == BFP_ENC_KEY_RAW) {
-		for (uint64_t i = 0; i < len; i++)
-			bfp_st16(p + BFP_HEADER_SIZE + 2 * i, e->target[e->pos + i]);
-		w.pos = (size_t)len * 2;
-	}
-	size_t pl_len = bfp_bw_finish(&w);
-	if (w.overflow)
-		return BFP_E_SPACE; /* cannot happen: sizes are exact */
-
+	const int key = h.encoding == BFP_ENC_KEY_RAW || h.encoding == BFP_ENC_KEY_ZSTD;
 	h.model_id = e->opts.model_id;
-	h.base_version = h.encoding == BFP_ENC_KEY_RAW ? 0 : e->opts.base_version;
+	h.base_version = key ? 0 : e->opts.base_version;
 	h.target_version = e->opts.target_version;
 	h.frame_index = e->opts.first_index + e->emitted;
 	h.frame_count = e->opts.frame_count;
@@ -170,9 +222,4 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 	e->emitted++;
 	*out_len = BFP_HEADER_SIZE + pl_len;
 	return BFP_OK;
-}
-
-size_t bfp_zstd_workspace_size(void)
-{
-	return 0;
 }

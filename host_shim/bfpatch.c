@@ -83,6 +83,7 @@ static const char diff_usage[] =
 	"  -b, --base-version N    version of OLD (default 0)\n"
 	"  -t, --target-version N  version of NEW (default base + 1)\n"
 	"  -k, --keyframe          absolute values only (bootstrap/resync)\n"
+	"  -z, --zstd              keyframes may use zstd byte planes when smaller\n"
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
 	"  -q, --quiet             no progress or summary\n"
 	"  -h, --help\n";
@@ -93,13 +94,14 @@ static int cmd_diff(int argc, char **argv)
 		{"output", required_argument, 0, 'o'}, {"frame-size", required_argument, 0, 's'},
 		{"base-version", required_argument, 0, 'b'},
 		{"target-version", required_argument, 0, 't'},
-		{"keyframe", no_argument, 0, 'k'}, {"threads", required_argument, 0, 'j'},
+		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
+		{"threads", required_argument, 0, 'j'},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	int have_target = 0, quiet = 0, c;
 	uint32_t th = 0;
-	while ((c = getopt_long(argc, argv, "o:s:b:t:kj:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 's':
@@ -116,6 +118,11 @@ static int cmd_diff(int argc, char **argv)
 			have_target = 1;
 			break;
 		case 'k': po.enc_flags |= BFP_ENC_F_KEYFRAME; break;
+		case 'z':
+			if (!bfp_zstd_workspace_size())
+				return die("diff", "--zstd: this build has no zstd support");
+			po.enc_flags |= BFP_ENC_F_ZSTD;
+			break;
 		case 'j':
 			if (parse_u32(optarg, 1, 256, &th))
 				return bad_value("diff", "--threads", optarg);

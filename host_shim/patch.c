@@ -100,20 +100,30 @@ static void *enc_worker(void *arg)
 		atomic_store(&j->failed, 1);
 		return NULL;
 	}
+	bfp_encode_opts eo;
+	memset(&eo, 0, sizeof(eo));
+	eo.frame_size = j->o->frame_size;
+	eo.model_id = j->model_id;
+	eo.base_version = j->o->base_version;
+	eo.target_version = j->o->target_version;
+	eo.flags = j->o->enc_flags;
+	eo.frame_count = 1; /* fixed up by patch_finish() */
+	void *ws = NULL;
+	if (eo.flags & BFP_ENC_F_ZSTD) {
+		eo.zstd_workspace_size = bfp_zstd_workspace_size();
+		eo.zstd_workspace = ws = malloc(eo.zstd_workspace_size ? eo.zstd_workspace_size : 1);
+	}
+	bfp_status st = bfp_encoder_init(enc, &eo, j->base, j->target, j->n, 0, 0);
+	if (st != BFP_OK) {
+		j->status = st;
+		atomic_store(&j->failed, 1);
+	}
 	for (;;) {
 		size_t c = atomic_fetch_add(&j->next, 1);
 		if (c >= j->n_chunks || atomic_load(&j->failed))
 			break;
-		bfp_encode_opts eo;
-		memset(&eo, 0, sizeof(eo));
-		eo.frame_size = j->o->frame_size;
-		eo.model_id = j->model_id;
-		eo.base_version = j->o->base_version;
-		eo.target_version = j->o->target_version;
-		eo.flags = j->o->enc_flags;
-		eo.frame_count = 1; /* fixed up by patch_finish() */
-		bfp_status st = bfp_encoder_init(enc, &eo, j->base, j->target, j->n,
-						 j->chunks[c].begin, j->chunks[c].end);
+		st = bfp_encoder_reset(enc, j->base, j->target, j->n,
+				       j->chunks[c].begin, j->chunks[c].end, 0);
 		size_t len;
 		while (st == BFP_OK) {
 			st = bfp_encode_next(enc, frame, sizeof(frame), &len);
@@ -127,6 +137,7 @@ static void *enc_worker(void *arg)
 		}
 		atomic_fetch_add(&j->done_params, j->chunks[c].end - j->chunks[c].begin);
 	}
+	free(ws);
 	free(enc);
 	return NULL;
 }
@@ -440,6 +451,12 @@ static void *apply_worker(void *arg)
 	memset(&ao, 0, sizeof(ao));
 	ao.model_id = j->model_id;
 	ao.base_version = j->base_version;
+	ao.zstd_workspace_size = bfp_zstd_workspace_size();
+	if (ao.zstd_workspace_size && !(ao.zstd_workspace = malloc(ao.zstd_workspace_size))) {
+		free(dec);
+		atomic_store(&j->failed, 1);
+		return NULL;
+	}
 	for (;;) {
 		size_t i = atomic_fetch_add(&j->next, 1);
 		if (i >= j->p->n || atomic_load(&j->failed))
@@ -456,6 +473,7 @@ static void *apply_worker(void *arg)
 		}
 		atomic_fetch_add(&j->done_params, h.range_len);
 	}
+	free(ao.zstd_workspace);
 	free(dec);
 	return NULL;
 }

@@ -217,6 +217,13 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 			    const uint16_t *base, const uint16_t *target,
 			    uint64_t n_params, uint64_t begin, uint64_t end);
 
+/* Point an initialised encoder at another range (of the same or other
+ * arrays), keeping its options and detected CPU features: cheaper than
+ * bfp_encoder_init per tensor. Frames count from first_index again. */
+bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
+			     const uint16_t *target, uint64_t n_params,
+			     uint64_t begin, uint64_t end, uint32_t first_index);
+
 /* Emit the next frame into out (at least opts.frame_size bytes, or
  * BFP_FRAME_SIZE_MAX to be safe). Returns BFP_OK with *out_len set, or
  * BFP_DONE when the range is fully covered. Canonical: the same inputs and

@@ -115,11 +115,23 @@ static inline bfp_status t_encode(const bfp_encode_opts *o, const uint16_t *base
 	return st == BFP_DONE ? BFP_OK : st;
 }
 
+/* A zstd workspace for the tests (NULL when built without zstd). */
+static inline void *t_zstd_ws(void)
+{
+	static void *ws;
+	if (!ws && bfp_zstd_workspace_size())
+		ws = malloc(bfp_zstd_workspace_size());
+	return ws;
+}
+
 /* Apply every frame to w; all must succeed. */
-static inline void t_apply_all(const t_frames *f, const bfp_apply_opts *o,
+static inline void t_apply_all(const t_frames *f, const bfp_apply_opts *o_in,
 			       uint16_t *w, uint64_t n)
 {
 	static bfp_decoder dec;
+	bfp_apply_opts o2 = *o_in, *o = &o2;
+	o2.zstd_workspace = t_zstd_ws();
+	o2.zstd_workspace_size = bfp_zstd_workspace_size();
 	assert_int_equal(bfp_decoder_init(&dec, 0), BFP_OK);
 	for (size_t i = 0; i < f->n; i++) {
 		bfp_status st = bfp_decode_apply(&dec, o, f->buf + f->off[i],

@@ -44,6 +44,10 @@ check "output is the same for 1 thread and all threads (canonical)" "cmp -s '$T/
 "$BFP" diff -q -k "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
 check "keyframe patch restores NEW from any base" "cmp -s '$T/ok.safetensors' '$S1'"
 
+"$BFP" diff -q -k -z "$S0" "$S1" -o "$T/keyz" && "$BFP" apply -q "$S2" "$T/keyz" -o "$T/okz.safetensors"
+check "zstd keyframe patch restores NEW and is smaller than raw keyframes" \
+	"cmp -s '$T/okz.safetensors' '$S1' && [ \$(wc -c < '$T/keyz') -lt \$(wc -c < '$T/key') ] && '$BFP' info --json '$T/keyz' | grep -q '\"keyframe_zstd\": [1-9]'"
+
 # raw BF16 files (odd lengths, edge values), made by python, compared by cmp
 python3 - "$T" <<'EOF'
 import os, random, struct, sys

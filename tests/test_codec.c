@@ -7,6 +7,9 @@
 
 #define MODEL 0x1122334455667788ull
 
+static void reseal(uint8_t *p, size_t len);
+static void put32(uint8_t *p, uint32_t v);
+
 static bfp_encode_opts opts(uint32_t fs)
 {
 	bfp_encode_opts o;
@@ -242,6 +245,79 @@ static void test_encoder_is_canonical_and_simd_matches_scalar(void **state)
 	free(t);
 	free(w1);
 	free(w2);
+}
+
+/* zstd keyframes (byte planes) round-trip, cover more parameters than raw
+ * keyframes on weight-like data, and reject damaged or ambiguous zstd
+ * payloads without touching the weights. */
+static void test_zstd_keyframes_round_trip_and_reject_damage(void **state)
+{
+	(void)state;
+	if (!bfp_zstd_workspace_size())
+		skip();
+	size_t n = 50000;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2), *w = malloc(n * 2);
+	uint64_t s = 21;
+	for (size_t i = 0; i < n; i++)
+		b[i] = t_weight(&s);
+	t_mutate(b, t, n, 30000, &s);
+	bfp_encode_opts o = opts(1200);
+	o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD;
+	o.base_version = 0;
+	t_frames none = {0};
+	assert_int_equal(t_encode(&o, b, t, n, 0, n, &none), BFP_E_ARG); /* no workspace */
+	o.zstd_workspace = t_zstd_ws();
+	o.zstd_workspace_size = bfp_zstd_workspace_size();
+	t_frames f = {0};
+	assert_int_equal(t_encode(&o, b, t, n, 0, n, &f), BFP_OK);
+	t_assert_cover(&f, 0, n);
+	size_t zframes = 0;
+	for (size_t i = 0; i < f.n; i++) {
+		bfp_frame_header h;
+		assert_int_equal(bfp_frame_parse(f.buf + f.off[i], t_frame_len(&f, i), &h), BFP_OK);
+		if (h.encoding == BFP_ENC_KEY_ZSTD) {
+			zframes++;
+			assert_true(h.range_len > (1200 - BFP_HEADER_SIZE) / 2);
+		}
+	}
+	assert_true(zframes > f.n / 2);
+	memcpy(w, b, n * 2);
+	bfp_apply_opts ao = aopts();
+	ao.base_version = 0;
+	t_apply_all(&f, &ao, w, n);
+	assert_words_equal(w, t, n);
+
+	/* no workspace: refused, nothing written */
+	static bfp_decoder d;
+	assert_int_equal(bfp_decoder_init(&d, 0), BFP_OK);
+	memcpy(w, b, n * 2);
+	assert_int_equal(bfp_decode_apply(&d, &ao, f.buf, t_frame_len(&f, 0), w, n, NULL), BFP_E_ARG);
+	assert_words_equal(w, b, n);
+	/* damaged zstd payload under a valid CRC, and a payload with a second
+	 * zstd frame appended: rejected, nothing written */
+	ao.zstd_workspace = t_zstd_ws();
+	ao.zstd_workspace_size = bfp_zstd_workspace_size();
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	size_t fl = t_frame_len(&f, 0);
+	for (size_t at = BFP_HEADER_SIZE; at < fl; at += 7) {
+		memcpy(p, f.buf, fl);
+		p[at] ^= 0x10;
+		reseal(p, fl);
+		bfp_status st = bfp_decode_apply(&d, &ao, p, fl, w, n, NULL);
+		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+		assert_words_equal(w, b, n);
+	}
+	size_t pl = fl - BFP_HEADER_SIZE;
+	memcpy(p, f.buf, fl);
+	memcpy(p + fl, f.buf + BFP_HEADER_SIZE, pl);
+	put32(p + 44, (uint32_t)(2 * pl));
+	reseal(p, fl + pl);
+	assert_int_equal(bfp_decode_apply(&d, &ao, p, fl + pl, w, n, NULL), BFP_E_CORRUPT);
+	assert_words_equal(w, b, n);
+	t_frames_free(&f);
+	free(b);
+	free(t);
+	free(w);
 }
 
 /* ---- reject rules: each gives its exact status and leaves w untouched ---- */
@@ -539,6 +615,7 @@ int main(void)
 		cmocka_unit_test(test_everything_changed_never_worse_than_keyframes),
 		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
+		cmocka_unit_test(test_zstd_keyframes_round_trip_and_reject_damage),
 	};
 	const struct CMUnitTest rejects[] = {
 		cmocka_unit_test_setup(test_reject_fixture_frame_applies, reject_setup),
