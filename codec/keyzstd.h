@@ -7,7 +7,7 @@
 
 #include "internal.h"
 
-#define BFP_KEYZSTD_MAX 4096u  /* parameters per zstd keyframe, at most */
+#define BFP_KEYZSTD_MAX 8192u  /* parameters per zstd keyframe, at most */
 #define BFP_KEYZSTD_LEVEL 3
 
 #ifdef BFP_HAVE_ZSTD

@@ -262,7 +262,7 @@ typedef struct bfp_decoder {
 	uint16_t chg_val[BFP_CHANGES_MAX];  /* new values */
 	uint32_t grp_pos[BFP_CHANGES_MAX];  /* the same, grouped by class */
 	uint16_t grp_val[BFP_CHANGES_MAX];
-	uint16_t chunk[4096];    /* target values, for the range hash */
+	uint16_t chunk[8192];    /* target values: range hash, zstd keyframes */
 } bfp_decoder;
 
 /* Prepare a decoder; flags: BFP_DEC_F_SCALAR or 0. */
