@@ -360,7 +360,8 @@ static double apply_time(const model *m, const uint16_t *a, const uint16_t *b,
 	for (int rep = 0; rep < 2; rep++) {
 		memcpy(scratch, a, m->n_params * 2);
 		double t0 = now_s();
-		if (patch_apply(&p, scratch, m->n_params, m->model_id, threads, err, sizeof(err))) {
+		if (patch_apply(&p, scratch, m->n_params, m->model_id, threads, 0, err,
+				sizeof(err))) {
 			fprintf(stderr, "apply: %s\n", err);
 			exit(1);
 		}

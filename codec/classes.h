@@ -23,7 +23,8 @@ uint32_t bfp_cpu_features(void);
 uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits);
 
 /* Decoder: per-class gaps and steps (grouped by class, start[c] ..
- * start[c+1]) to positions and new values in position order. */
+ * start[c+1]) to positions and new values, ordered by 64-element block
+ * (not within a block; blocks never straddle a 4096-element hash chunk). */
 bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,
 			 const uint32_t start[BFP_CLASSES + 1],
 			 const uint32_t *gaps, const uint16_t *steps,

@@ -149,6 +149,11 @@ bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 	return BFP_OK;
 }
 
+size_t bfp_frame_bound(uint32_t frame_size)
+{
+	return BFP_FRAME_BOUND(frame_size);
+}
+
 uint32_t bfp_encoder_frames(const bfp_encoder *enc)
 {
 	return enc->emitted;
@@ -160,7 +165,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 	BFP_CHECK(e && out && out_len, BFP_E_ARG);
 	if (e->pos >= e->end)
 		return BFP_DONE;
-	BFP_CHECK(out_cap >= e->opts.frame_size, BFP_E_SPACE);
+	BFP_CHECK(out_cap >= bfp_frame_bound(e->opts.frame_size), BFP_E_SPACE);
 
 	uint8_t *p = out;
 	const size_t budget = e->opts.frame_size - BFP_HEADER_SIZE;

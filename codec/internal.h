@@ -273,6 +273,8 @@ void bfp_header_write(uint8_t *p, const bfp_frame_header *h);
 /* Compute and store a written frame's CRC (FORMAT.md 2.1). */
 void bfp_frame_seal(uint8_t *p, size_t len);
 uint64_t bfp_hash_bytes(const void *p, size_t n);
+/* Range hash of base[0..n) with val[i] at pos[i]: changes must be ordered
+ * by chunk_len-aligned chunk (any order within a chunk). */
 uint64_t bfp_hash_with_changes(uint16_t *chunk, size_t chunk_len,
 			       const uint16_t *base, uint64_t n,
 			       const uint32_t *pos, const uint16_t *val,

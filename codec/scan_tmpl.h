@@ -55,21 +55,22 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 	return end;
 }
 
-/* Turn per-class gaps into positions in flat order (FORMAT.md 3.4). gaps
- * and steps are grouped by class (start[c] .. start[c+1]); writes pos/val
- * of every change in position order. Returns BFP_E_CORRUPT when a gap runs
- * past the last element of its class. */
+/* Turn per-class gaps into positions (FORMAT.md 3.4). gaps and steps are
+ * grouped by class (start[c] .. start[c+1]); writes pos/val of every
+ * change, in order of 64-element blocks (within a block, by class).
+ * Returns BFP_E_CORRUPT when a gap runs past the last element of its
+ * class. */
 T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 					   const uint32_t start[BFP_CLASSES + 1],
 					   const uint32_t *gaps, const uint16_t *steps,
 					   uint32_t *pos, uint16_t *val)
 {
 	uint64_t cnt[BFP_CLASSES] = {0}, target[BFP_CLASSES] = {0};
-	uint32_t idx[BFP_CLASSES], used[BFP_CLASSES];
+	uint32_t idx[BFP_CLASSES];
 	uint32_t active = 0, o = 0;
 
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		idx[c] = used[c] = start[c];
+		idx[c] = start[c];
 		if (start[c] < start[c + 1]) {
 			active |= 1u << c;
 			target[c] = gaps[start[c]];
@@ -78,30 +79,30 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 	for (uint32_t i = 0; i < len && active; i += 64) {
 		unsigned n = len - i < 64 ? len - i : 64u;
 		const uint16_t *b = base + i;
-		uint64_t hit = 0;
 		__builtin_prefetch(b + 1024);
 		T_CLS k = t_classes(b, n);
 		for (uint32_t a = active; a; a &= a - 1) {
 			unsigned c = (unsigned)__builtin_ctz(a);
 			uint64_t m = t_cmask(k, c);
 			uint64_t pc = t_popcnt(m);
-			while (target[c] < cnt[c] + pc) {
-				hit |= t_select(m, (unsigned)(target[c] - cnt[c]));
+			/* distance to the class's next change, in class elements;
+			 * the common case (no change of c here) takes no branch */
+			uint64_t dist = target[c] - cnt[c];
+			cnt[c] += pc;
+			if (BFP_LIKELY(dist >= pc))
+				continue;
+			do {
+				unsigned l = (unsigned)__builtin_ctzll(t_select(m, (unsigned)dist));
+				pos[o] = i + l;
+				val[o] = bfp_unkey((uint16_t)(bfp_key(b[l]) + steps[idx[c]]));
+				o++;
 				if (++idx[c] == start[c + 1]) {
 					active &= ~(1u << c);
 					break;
 				}
 				target[c] += (uint64_t)gaps[idx[c]] + 1;
-			}
-			cnt[c] += pc;
-		}
-		while (hit) {
-			unsigned l = (unsigned)__builtin_ctzll(hit);
-			hit &= hit - 1;
-			unsigned c = bfp_class(b[l]);
-			pos[o] = i + l;
-			val[o] = bfp_unkey((uint16_t)(bfp_key(b[l]) + steps[used[c]++]));
-			o++;
+				dist = target[c] - (cnt[c] - pc);
+			} while (dist < pc);
 		}
 	}
 	return active ? BFP_E_CORRUPT : BFP_OK;

@@ -219,7 +219,8 @@ static int cmd_apply(int argc, char **argv)
 		return die("apply", err);
 	}
 	double t0 = now_s();
-	int rc = patch_apply(&p, m.params, m.n_params, m.model_id, (int)th, err, sizeof(err));
+	int rc = patch_apply(&p, m.params, m.n_params, m.model_id, (int)th,
+			     !quiet && m.n_params > (64u << 20), err, sizeof(err));
 	double t1 = now_s();
 	if (rc == 0)
 		rc = model_save(&m, out, err, sizeof(err));
@@ -535,7 +536,8 @@ static int cmd_demo(int argc, char **argv)
 			rc = patch_parse(&rx, err, sizeof(err));
 		double t2 = now_s();
 		if (rc == 0)
-			rc = patch_apply(&rx, actor, cur.n_params, cur.model_id, 0, err, sizeof(err));
+			rc = patch_apply(&rx, actor, cur.n_params, cur.model_id, 0, 0, err,
+					 sizeof(err));
 		double t3 = now_s();
 		int same = rc == 0 && memcmp(actor, cur.params, bytes) == 0;
 		printf("%4u %8.3f%% %10zu %8zu %10.2f %8.1fx %9.1f %9.1f %s\n", k,

@@ -479,7 +479,8 @@ static void *apply_worker(void *arg)
 }
 
 int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
-		uint64_t model_id, int threads, char *err, size_t errlen)
+		uint64_t model_id, int threads, int progress, char *err,
+		size_t errlen)
 {
 	apply_job j;
 	bfp_frame_header h0;
@@ -505,8 +506,8 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 			break;
 		}
 	}
-	run_threads(threads, apply_worker, &j, &j.done_params, n_params,
-		    n_params > (64u << 20), "apply");
+	run_threads(threads, apply_worker, &j, &j.done_params, n_params, progress,
+		    "apply");
 	if (atomic_load(&j.failed))
 		return fail(err, errlen, "frame %zu: %s", j.bad_frame,
 			    j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");

@@ -53,7 +53,8 @@ int patch_check_cover(const patch *p, uint64_t n_params, char *err,
 /* Apply every frame to params (validated frame by frame; on error the
  * buffer may be partly at target: callers write outputs only on success). */
 int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
-		uint64_t model_id, int threads, char *err, size_t errlen);
+		uint64_t model_id, int threads, int progress, char *err,
+		size_t errlen);
 
 void patch_free(patch *p);
 int patch_push(patch *p, const void *frame, size_t len);

@@ -67,6 +67,10 @@ const char *bfp_status_str(bfp_status s);
 #define BFP_FRAME_SIZE_MAX 9000u
 #define BFP_FRAME_SIZE_DEFAULT 1200u
 #define BFP_PAYLOAD_MAX (BFP_FRAME_SIZE_MAX - BFP_HEADER_SIZE)
+/* Bound on the bytes one frame occupies for a frame size limit (0 means
+ * the default): encoders never write more. */
+#define BFP_FRAME_BOUND(frame_size) \
+	((frame_size) ? (size_t)(frame_size) : (size_t)BFP_FRAME_SIZE_DEFAULT)
 /* Upper bound on changed parameters one frame can carry: every change
  * costs at least two bits (FORMAT.md 3.4). Sizes the decoder scratch. */
 #define BFP_CHANGES_MAX (BFP_PAYLOAD_MAX * 4u)
@@ -224,8 +228,11 @@ bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 			     const uint16_t *target, uint64_t n_params,
 			     uint64_t begin, uint64_t end, uint32_t first_index);
 
-/* Emit the next frame into out (at least opts.frame_size bytes, or
- * BFP_FRAME_SIZE_MAX to be safe). Returns BFP_OK with *out_len set, or
+/* Function twin of BFP_FRAME_BOUND(). */
+size_t bfp_frame_bound(uint32_t frame_size);
+
+/* Emit the next frame into out (at least bfp_frame_bound(opts.frame_size)
+ * bytes). Returns BFP_OK with *out_len set, or
  * BFP_DONE when the range is fully covered. Canonical: the same inputs and
  * options always produce the same bytes. */
 bfp_status bfp_encode_next(bfp_encoder *enc, void *out, size_t out_cap,
