@@ -31,6 +31,13 @@ extern "C" {
 
 #define BFP_VERSION_STRING "0.1.0"
 
+/* Public functions; everything else in the shared library is hidden. */
+#if defined(__GNUC__)
+#define BFP_API __attribute__((visibility("default")))
+#else
+#define BFP_API
+#endif
+
 /* ---- status ---------------------------------------------------------- */
 
 typedef enum bfp_status {
@@ -56,7 +63,7 @@ typedef enum bfp_status {
 } bfp_status;
 
 /* Short, static, human-readable text for a status. Never NULL. */
-const char *bfp_status_str(bfp_status s);
+BFP_API const char *bfp_status_str(bfp_status s);
 
 /* ---- frame format constants (docs/FORMAT.md section 2) ---------------- */
 
@@ -107,26 +114,26 @@ typedef struct bfp_frame_header {
  * frame_len must be exactly the frame's length (one datagram); use
  * bfp_frame_length() to split a byte stream. On error *hdr is unspecified.
  * Does not check the payload. */
-bfp_status bfp_frame_parse(const void *frame, size_t frame_len,
+BFP_API bfp_status bfp_frame_parse(const void *frame, size_t frame_len,
 			   bfp_frame_header *hdr);
 
 /* Length of the frame starting at buf (header + payload) from its header,
  * after checking magic and bounds; for splitting a patch file. */
-bfp_status bfp_frame_length(const void *buf, size_t avail, size_t *frame_len);
+BFP_API bfp_status bfp_frame_length(const void *buf, size_t avail, size_t *frame_len);
 
 /* Rewrite frame_index and frame_count of an encoded frame and recompute
  * its CRC (a publisher that learns the count only after encoding). */
-bfp_status bfp_frame_set_index(void *frame, size_t frame_len,
+BFP_API bfp_status bfp_frame_set_index(void *frame, size_t frame_len,
 			       uint32_t index, uint32_t count);
 
 /* ---- hashing ---------------------------------------------------------- */
 
 /* CRC32C (Castagnoli), as used by the frame checksum; crc starts at 0. */
-uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len);
+BFP_API uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len);
 
 /* The 64-bit range hash of FORMAT.md 2.3: XXH3-64 (seed 0) of the values
  * as little-endian 16-bit words. */
-uint64_t bfp_hash_params(const uint16_t *params, size_t n);
+BFP_API uint64_t bfp_hash_params(const uint16_t *params, size_t n);
 
 /* ---- manifest --------------------------------------------------------- */
 
@@ -160,17 +167,17 @@ typedef struct bfp_manifest {
 } bfp_manifest;
 
 /* Size in bytes of one element of dtype, or 0 if unknown. */
-size_t bfp_dtype_size(uint32_t dtype);
+BFP_API size_t bfp_dtype_size(uint32_t dtype);
 
 /* Check the manifest: known dtypes, byte sizes matching shapes, tensors
  * sorted, non-overlapping, contiguous and covering exactly data_bytes. */
-bfp_status bfp_manifest_check(const bfp_manifest *m);
+BFP_API bfp_status bfp_manifest_check(const bfp_manifest *m);
 
 /* Number of 16-bit parameter words of the model: ceil(data_bytes / 2). */
-uint64_t bfp_manifest_params(const bfp_manifest *m);
+BFP_API uint64_t bfp_manifest_params(const bfp_manifest *m);
 
 /* Model id: the 64-bit hash of the canonical manifest (FORMAT.md 2.2). */
-uint64_t bfp_manifest_id(const bfp_manifest *m);
+BFP_API uint64_t bfp_manifest_id(const bfp_manifest *m);
 
 /* ---- encoder ---------------------------------------------------------- */
 
@@ -217,32 +224,32 @@ typedef struct bfp_encoder {
  * point to element 0 of the full arrays of n_params words each (base may
  * be NULL with BFP_ENC_F_KEYFRAME). Frames never span beyond end, so call
  * once per tensor to keep frames within tensor boundaries. */
-bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
+BFP_API bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 			    const uint16_t *base, const uint16_t *target,
 			    uint64_t n_params, uint64_t begin, uint64_t end);
 
 /* Point an initialised encoder at another range (of the same or other
  * arrays), keeping its options and detected CPU features: cheaper than
  * bfp_encoder_init per tensor. Frames count from first_index again. */
-bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
+BFP_API bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 			     const uint16_t *target, uint64_t n_params,
 			     uint64_t begin, uint64_t end, uint32_t first_index);
 
 /* Function twin of BFP_FRAME_BOUND(). */
-size_t bfp_frame_bound(uint32_t frame_size);
+BFP_API size_t bfp_frame_bound(uint32_t frame_size);
 
 /* Emit the next frame into out (at least bfp_frame_bound(opts.frame_size)
  * bytes). Returns BFP_OK with *out_len set, or
  * BFP_DONE when the range is fully covered. Canonical: the same inputs and
  * options always produce the same bytes. */
-bfp_status bfp_encode_next(bfp_encoder *enc, void *out, size_t out_cap,
+BFP_API bfp_status bfp_encode_next(bfp_encoder *enc, void *out, size_t out_cap,
 			   size_t *out_len);
 
 /* Frames emitted so far by this encoder. */
-uint32_t bfp_encoder_frames(const bfp_encoder *enc);
+BFP_API uint32_t bfp_encoder_frames(const bfp_encoder *enc);
 
 /* Workspace bytes needed for zstd keyframes (0 if built without zstd). */
-size_t bfp_zstd_workspace_size(void);
+BFP_API size_t bfp_zstd_workspace_size(void);
 
 /* ---- decoder ---------------------------------------------------------- */
 
@@ -273,21 +280,21 @@ typedef struct bfp_decoder {
 } bfp_decoder;
 
 /* Prepare a decoder; flags: BFP_DEC_F_SCALAR or 0. */
-bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags);
+BFP_API bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags);
 
 /* Validate a frame completely (header, CRC, model, base version, range
  * within [0, n_params), payload, target hash) and only then write its
  * target values into weights. On any error weights is untouched. Applying
  * the same delta frame twice fails with BFP_E_HASH and changes nothing.
  * hdr_out may be NULL. */
-bfp_status bfp_decode_apply(bfp_decoder *dec, const bfp_apply_opts *opts,
+BFP_API bfp_status bfp_decode_apply(bfp_decoder *dec, const bfp_apply_opts *opts,
 			    const void *frame, size_t frame_len,
 			    uint16_t *weights, uint64_t n_params,
 			    bfp_frame_header *hdr_out);
 
 /* Does weights already hold this frame's target values over its range?
  * (Crash recovery, duplicate detection.) *at_target gets 1 or 0. */
-bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
+BFP_API bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 				  const uint16_t *weights, uint64_t n_params,
 				  int *at_target);
 
@@ -305,7 +312,7 @@ typedef struct bfp_frame_stats {
 /* Parse a frame and its payload structure (not the values, which need the
  * base) and count what it carries. Validates header, CRC and the payload
  * rules that do not need the base; dec is scratch. */
-bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
+BFP_API bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 			       size_t frame_len, bfp_frame_stats *st);
 
 /* ---- value mapping (FORMAT.md 3.2), exposed for tools and tests ------- */

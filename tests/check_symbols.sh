@@ -1,12 +1,15 @@
 #!/bin/sh
-# check_symbols.sh LIB.a [freestanding]
+# check_symbols.sh LIB.a|LIB.so [freestanding]
 # Every global symbol the codec library defines starts with bfp_; with
 # "freestanding", the only symbols it needs from outside are memcpy,
 # memset and memmove (STYLE.md, issue 2).
 set -eu
 lib=$1
 mode=${2:-}
-defined=$(nm -g --defined-only "$lib" | awk 'NF==3 {print $3}' | sort -u)
+case "$lib" in
+*.so*) defined=$(nm -D --defined-only "$lib" | awk 'NF==3 {print $3}' | sort -u) ;;
+*) defined=$(nm -g --defined-only "$lib" | awk 'NF==3 {print $3}' | sort -u) ;;
+esac
 [ -n "$defined" ] || { echo "no symbols in $lib"; exit 1; }
 bad=$(printf '%s\n' "$defined" | grep -v '^bfp_' || true)
 if [ -n "$bad" ]; then
