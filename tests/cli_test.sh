@@ -28,6 +28,26 @@ expect_fail() {
 "$BFP" synth -o "$T/traj" -p 300k -n 2 -S 3 2>/dev/null || { echo "synth failed"; exit 1; }
 S0=$T/traj/step-0000.safetensors S1=$T/traj/step-0001.safetensors S2=$T/traj/step-0002.safetensors
 
+# the generator is deterministic from its seed, and RL-like at lr 1e-6:
+# ~1-4% of parameters change per step, most by exactly one BF16 step
+"$BFP" synth -o "$T/traj2" -p 300k -n 2 -S 3 2>/dev/null
+check "synth is deterministic from the seed" "cmp -s '$S2' '$T/traj2/step-0002.safetensors'"
+"$BFP" synth -o "$T/traj3" -p 300k -n 1 -S 4 2>/dev/null
+check "another seed gives other weights" "! cmp -s '$S1' '$T/traj3/step-0001.safetensors'"
+check "synth at lr 1e-6: 0.5-5% changed, >75% of changes are one step" "python3 - '$S1' '$S2' <<'EOF'
+import array, struct, sys
+def load(p):
+    d = open(p, 'rb').read(); n = struct.unpack_from('<Q', d)[0]
+    x = array.array('H'); x.frombytes(d[8 + n:]); return x
+a, b = load(sys.argv[1]), load(sys.argv[2])
+key = lambda x: (~x & 0xFFFF) if x & 0x8000 else (x | 0x8000)
+ch = [((key(y) - key(x)) & 0xFFFF) for x, y in zip(a, b) if x != y]
+one = sum(1 for d in ch if d in (1, 0xFFFF))
+frac = len(ch) / len(a)
+print('changed %.2f%%, one step %.1f%%' % (100 * frac, 100 * one / len(ch)))
+sys.exit(0 if 0.005 < frac < 0.05 and one > 0.75 * len(ch) else 1)
+EOF"
+
 # safetensors round trip, verified by byte compare and sha256
 "$BFP" diff -q "$S0" "$S1" -o "$T/p01" && "$BFP" apply -q "$S0" "$T/p01" -o "$T/out1.safetensors"
 check "diff/apply safetensors reproduces NEW byte for byte" "cmp -s '$T/out1.safetensors' '$S1'"
