@@ -109,6 +109,20 @@ static inline uint64_t cmask_generic(const cls_generic *k, unsigned c)
 	return m;
 }
 
+static inline void cls_store_generic(uint8_t *dst, cls_generic k)
+{
+	for (unsigned l = 0; l < 64; l++)
+		dst[l] = l < k.n ? k.v[l] : 0xFF;
+}
+
+static inline uint64_t cmask_mem_generic(const uint8_t *src, unsigned c)
+{
+	uint64_t m = 0;
+	for (unsigned l = 0; l < 64; l++)
+		m |= (uint64_t)(src[l] == c) << l;
+	return m;
+}
+
 static inline uint64_t neq_generic(const uint16_t *a, const uint16_t *b,
 				   unsigned n)
 {
@@ -123,6 +137,8 @@ static inline uint64_t neq_generic(const uint16_t *a, const uint16_t *b,
 #define T_CLS cls_generic
 #define t_classes classes_generic
 #define t_cmask(k, c) cmask_generic(&(k), (c))
+#define t_cls_store cls_store_generic
+#define t_cmask_mem cmask_mem_generic
 #define t_neq neq_generic
 #define t_popcnt popcnt_generic
 #define t_select select_generic
@@ -132,6 +148,8 @@ static inline uint64_t neq_generic(const uint16_t *a, const uint16_t *b,
 #undef T_CLS
 #undef t_classes
 #undef t_cmask
+#undef t_cls_store
+#undef t_cmask_mem
 #undef t_neq
 #undef t_popcnt
 #undef t_select
@@ -165,6 +183,17 @@ AVX512_INLINE uint64_t cmask_avx512(__m512i k, unsigned c)
 	return _mm512_cmpeq_epi8_mask(k, _mm512_set1_epi8((char)c));
 }
 
+AVX512_INLINE void cls_store_avx512(uint8_t *dst, __m512i k)
+{
+	_mm512_store_si512((void *)dst, k);
+}
+
+AVX512_INLINE uint64_t cmask_mem_avx512(const uint8_t *src, unsigned c)
+{
+	return _mm512_cmpeq_epi8_mask(_mm512_load_si512((const void *)src),
+				      _mm512_set1_epi8((char)c));
+}
+
 AVX512_INLINE uint64_t neq_avx512(const uint16_t *a, const uint16_t *b, unsigned n)
 {
 	__mmask64 lanes = lanes64(n);
@@ -191,6 +220,8 @@ AVX512_INLINE uint64_t select_avx512(uint64_t m, unsigned r)
 #define T_CLS __m512i
 #define t_classes classes_avx512
 #define t_cmask cmask_avx512
+#define t_cls_store cls_store_avx512
+#define t_cmask_mem cmask_mem_avx512
 #define t_neq neq_avx512
 #define t_popcnt popcnt_avx512
 #define t_select select_avx512

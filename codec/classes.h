@@ -22,9 +22,13 @@ uint32_t bfp_cpu_features(void);
  * first position not examined. */
 uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits);
 
+/* Elements per scan chunk; a divisor of the decoder's hash chunk, so
+ * changes ordered by scan chunk are in the order the range hash needs. */
+#define BFP_SCAN_CHUNK 4096u
+
 /* Decoder: per-class gaps and steps (grouped by class, start[c] ..
- * start[c+1]) to positions and new values, ordered by 64-element block
- * (not within a block; blocks never straddle a 4096-element hash chunk). */
+ * start[c+1]) to positions and new values, ordered by BFP_SCAN_CHUNK
+ * chunk (not within a chunk). */
 bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,
 			 const uint32_t start[BFP_CLASSES + 1],
 			 const uint32_t *gaps, const uint16_t *steps,

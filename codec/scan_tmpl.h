@@ -57,9 +57,10 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 
 /* Turn per-class gaps into positions (FORMAT.md 3.4). gaps and steps are
  * grouped by class (start[c] .. start[c+1]); writes pos/val of every
- * change, in order of 64-element blocks (within a block, by class).
- * Returns BFP_E_CORRUPT when a gap runs past the last element of its
- * class. */
+ * change, ordered by BFP_SCAN_CHUNK-element chunk (within a chunk, by
+ * class). The class bytes of a chunk are computed once; then each class
+ * walks them with its counters in registers. Returns BFP_E_CORRUPT when
+ * a gap runs past the last element of its class. */
 T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 					   const uint32_t start[BFP_CLASSES + 1],
 					   const uint32_t *gaps, const uint16_t *steps,
@@ -68,6 +69,7 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 	uint64_t cnt[BFP_CLASSES] = {0}, target[BFP_CLASSES] = {0};
 	uint32_t idx[BFP_CLASSES];
 	uint32_t active = 0, o = 0;
+	uint8_t cb[BFP_SCAN_CHUNK] __attribute__((aligned(64)));
 
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		idx[c] = start[c];
@@ -76,33 +78,42 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 			target[c] = gaps[start[c]];
 		}
 	}
-	for (uint32_t i = 0; i < len && active; i += 64) {
-		unsigned n = len - i < 64 ? len - i : 64u;
-		const uint16_t *b = base + i;
-		__builtin_prefetch(b + 1024);
-		T_CLS k = t_classes(b, n);
+	for (uint32_t i0 = 0; i0 < len && active; i0 += BFP_SCAN_CHUNK) {
+		uint32_t cn = len - i0 < BFP_SCAN_CHUNK ? len - i0 : BFP_SCAN_CHUNK;
+		const uint16_t *b = base + i0;
+		for (uint32_t off = 0; off < cn; off += 64)
+			t_cls_store(cb + off, t_classes(b + off, cn - off < 64 ? cn - off : 64u));
 		for (uint32_t a = active; a; a &= a - 1) {
 			unsigned c = (unsigned)__builtin_ctz(a);
-			uint64_t m = t_cmask(k, c);
-			uint64_t pc = t_popcnt(m);
-			/* distance to the class's next change, in class elements;
-			 * the common case (no change of c here) takes no branch */
-			uint64_t dist = target[c] - cnt[c];
-			cnt[c] += pc;
-			if (BFP_LIKELY(dist >= pc))
-				continue;
-			do {
-				unsigned l = (unsigned)__builtin_ctzll(t_select(m, (unsigned)dist));
-				pos[o] = i + l;
-				val[o] = bfp_unkey((uint16_t)(bfp_key(b[l]) + steps[idx[c]]));
-				o++;
-				if (++idx[c] == start[c + 1]) {
-					active &= ~(1u << c);
-					break;
-				}
-				target[c] += (uint64_t)gaps[idx[c]] + 1;
-				dist = target[c] - (cnt[c] - pc);
-			} while (dist < pc);
+			uint64_t cc = cnt[c], tg = target[c];
+			uint32_t ix = idx[c];
+			const uint32_t last = start[c + 1];
+			for (uint32_t off = 0; off < cn; off += 64) {
+				uint64_t m = t_cmask_mem(cb + off, c);
+				uint64_t pc = t_popcnt(m);
+				/* distance to the class's next change, in class
+				 * elements; most blocks take no branch */
+				uint64_t dist = tg - cc;
+				cc += pc;
+				if (BFP_LIKELY(dist >= pc))
+					continue;
+				do {
+					unsigned l = (unsigned)__builtin_ctzll(t_select(m, (unsigned)dist));
+					pos[o] = i0 + off + l;
+					val[o] = bfp_unkey((uint16_t)(bfp_key(b[off + l]) + steps[ix]));
+					o++;
+					if (++ix == last) {
+						active &= ~(1u << c);
+						goto class_done;
+					}
+					tg += (uint64_t)gaps[ix] + 1;
+					dist = tg - (cc - pc);
+				} while (dist < pc);
+			}
+			cnt[c] = cc;
+			target[c] = tg;
+			idx[c] = ix;
+		class_done:;
 		}
 	}
 	return active ? BFP_E_CORRUPT : BFP_OK;
