@@ -1,0 +1,467 @@
+/*
+ * proto.c: pure packet logic of bfpatch-relay (see proto.h). Every read is
+ * bounds-checked against the packet length first; fields are assembled
+ * from bytes, never through casts of packet memory.
+ */
+#include "proto.h"
+
+#include <string.h>
+
+#include "bfpatch.h"
+
+const char *const rp_class_names[RP_CLASS_COUNT] = {
+	[RP_DROP_SHORT] = "drop_short",       [RP_DROP_ETHERTYPE] = "drop_ethertype",
+	[RP_DROP_IP] = "drop_ip",             [RP_DROP_NOT_OURS] = "drop_not_ours",
+	[RP_DROP_PROTO] = "drop_proto",       [RP_DROP_UDP] = "drop_udp",
+	[RP_DROP_PORT] = "drop_port",         [RP_DROP_FRAME] = "drop_frame",
+	[RP_DROP_ARP] = "drop_arp",           [RP_ARP_REQUEST] = "arp_request",
+	[RP_ARP_REPLY] = "arp_reply",         [RP_DATA] = "data",
+	[RP_CONTROL] = "control",
+};
+
+static inline uint16_t be16(const uint8_t *p)
+{
+	return (uint16_t)((p[0] << 8) | p[1]);
+}
+static inline uint32_t be32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline void wbe16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+static inline void wbe32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+static inline uint32_t le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t le64(const uint8_t *p)
+{
+	return (uint64_t)le32(p) | ((uint64_t)le32(p + 4) << 32);
+}
+static inline void wle32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+static inline void wle64(uint8_t *p, uint64_t v)
+{
+	wle32(p, (uint32_t)v);
+	wle32(p + 4, (uint32_t)(v >> 32));
+}
+
+uint32_t rp_sum(const void *data, size_t len, uint32_t sum)
+{
+	const uint8_t *p = data;
+	uint64_t s = sum;
+	while (len >= 2) {
+		s += (uint32_t)((p[0] << 8) | p[1]);
+		p += 2;
+		len -= 2;
+	}
+	if (len)
+		s += (uint32_t)(p[0] << 8);
+	while (s >> 32)
+		s = (s & 0xFFFFFFFFu) + (s >> 32);
+	return (uint32_t)s;
+}
+
+uint16_t rp_fold(uint32_t sum)
+{
+	while (sum >> 16)
+		sum = (sum & 0xFFFF) + (sum >> 16);
+	return (uint16_t)sum;
+}
+
+static int ours(const rp_addrs *a, uint32_t ip)
+{
+	for (unsigned i = 0; i < a->n_ip; i++)
+		if (a->ip[i] == ip)
+			return 1;
+	return 0;
+}
+
+static uint32_t pseudo_sum(uint32_t src, uint32_t dst, uint16_t udp_len)
+{
+	uint8_t ph[12];
+	wbe32(ph, src);
+	wbe32(ph + 4, dst);
+	ph[8] = 0;
+	ph[9] = 17;
+	wbe16(ph + 10, udp_len);
+	return rp_sum(ph, 12, 0);
+}
+
+/* Cheap frame-header checks for the data path (FORMAT.md 2.4 rules 1-4,
+ * 6-7); the full CRC only when asked. */
+static int frame_ok(const uint8_t *f, size_t len, int check_crc)
+{
+	if (len < BFP_HEADER_SIZE || le32(f) != BFP_MAGIC || f[4] != BFP_FORMAT_VERSION)
+		return 0;
+	if (BFP_HEADER_SIZE + (size_t)le32(f + 44) != len || f[6] || f[7])
+		return 0;
+	if (f[5] < BFP_ENC_SPARSE || f[5] > BFP_ENC_KEY_ZSTD)
+		return 0;
+	if (check_crc) {
+		bfp_frame_header h;
+		return bfp_frame_parse(f, len, &h) == BFP_OK;
+	}
+	return 1;
+}
+
+rp_class rp_classify(const uint8_t *p, size_t len, const rp_addrs *a, rp_pkt *o)
+{
+	memset(o, 0, sizeof(*o));
+	if (len < RP_ETH_LEN)
+		return o->cls = RP_DROP_SHORT;
+	memcpy(o->src_mac, p + 6, 6);
+	uint16_t et = be16(p + 12);
+	if (et == 0x0806) {
+		const uint8_t *q = p + RP_ETH_LEN;
+		if (len < RP_ETH_LEN + 28)
+			return o->cls = RP_DROP_SHORT;
+		if (be16(q) != 1 || be16(q + 2) != 0x0800 || q[4] != 6 || q[5] != 4)
+			return o->cls = RP_DROP_ARP;
+		o->src_ip = be32(q + 14);
+		o->arp_target_ip = be32(q + 24);
+		memcpy(o->src_mac, q + 8, 6);
+		if (be16(q + 6) == 1 && ours(a, o->arp_target_ip))
+			return o->cls = RP_ARP_REQUEST;
+		if (be16(q + 6) == 2)
+			return o->cls = RP_ARP_REPLY;
+		return o->cls = RP_DROP_ARP;
+	}
+	if (et != 0x0800)
+		return o->cls = RP_DROP_ETHERTYPE;
+	if (len < RP_HDRS)
+		return o->cls = RP_DROP_SHORT;
+	const uint8_t *ip = p + RP_ETH_LEN;
+	uint16_t tot = be16(ip + 2);
+	if (ip[0] != 0x45 || tot < RP_IP_LEN + RP_UDP_LEN || tot > len - RP_ETH_LEN)
+		return o->cls = RP_DROP_IP;
+	if (be16(ip + 6) & 0x3FFF) /* MF set or fragment offset: no reassembly */
+		return o->cls = RP_DROP_IP;
+	if (rp_fold(rp_sum(ip, RP_IP_LEN, 0)) != 0xFFFF)
+		return o->cls = RP_DROP_IP;
+	o->src_ip = be32(ip + 12);
+	o->dst_ip = be32(ip + 16);
+	if (!ours(a, o->dst_ip))
+		return o->cls = RP_DROP_NOT_OURS;
+	if (ip[9] != 17)
+		return o->cls = RP_DROP_PROTO;
+	const uint8_t *u = ip + RP_IP_LEN;
+	uint16_t ulen = be16(u + 4);
+	if (ulen != tot - RP_IP_LEN)
+		return o->cls = RP_DROP_UDP;
+	if (be16(u + 6) != 0) {
+		uint32_t s = pseudo_sum(o->src_ip, o->dst_ip, ulen);
+		if (rp_fold(rp_sum(u, ulen, s)) != 0xFFFF)
+			return o->cls = RP_DROP_UDP;
+	}
+	o->src_port = be16(u);
+	o->dst_port = be16(u + 2);
+	o->l4_off = RP_HDRS;
+	o->l4_len = (uint16_t)(ulen - RP_UDP_LEN);
+	if (o->dst_port == a->data_port)
+		return o->cls = frame_ok(p + RP_HDRS, o->l4_len, a->check_crc) ? RP_DATA
+									    : RP_DROP_FRAME;
+	if (o->dst_port == a->control_port)
+		return o->cls = RP_CONTROL;
+	return o->cls = RP_DROP_PORT;
+}
+
+void rp_build_udp(uint8_t *h, const uint8_t dst_mac[6], const uint8_t src_mac[6],
+		  uint32_t src_ip, uint32_t dst_ip, uint16_t src_port,
+		  uint16_t dst_port, uint16_t payload_len, uint32_t payload_sum,
+		  uint16_t ip_id)
+{
+	uint16_t ulen = (uint16_t)(RP_UDP_LEN + payload_len);
+	memcpy(h, dst_mac, 6);
+	memcpy(h + 6, src_mac, 6);
+	wbe16(h + 12, 0x0800);
+	uint8_t *ip = h + RP_ETH_LEN;
+	ip[0] = 0x45;
+	ip[1] = 0;
+	wbe16(ip + 2, (uint16_t)(RP_IP_LEN + ulen));
+	wbe16(ip + 4, ip_id);
+	wbe16(ip + 6, 0x4000); /* don't fragment */
+	ip[8] = 64;
+	ip[9] = 17;
+	wbe16(ip + 10, 0);
+	wbe32(ip + 12, src_ip);
+	wbe32(ip + 16, dst_ip);
+	wbe16(ip + 10, (uint16_t)~rp_fold(rp_sum(ip, RP_IP_LEN, 0)));
+	uint8_t *u = ip + RP_IP_LEN;
+	wbe16(u, src_port);
+	wbe16(u + 2, dst_port);
+	wbe16(u + 4, ulen);
+	wbe16(u + 6, 0);
+	uint32_t s = pseudo_sum(src_ip, dst_ip, ulen);
+	s = rp_sum(u, RP_UDP_LEN, s);
+	uint64_t t = (uint64_t)s + payload_sum;
+	uint16_t ck = (uint16_t)~rp_fold((uint32_t)((t & 0xFFFFFFFF) + (t >> 32)));
+	wbe16(u + 6, ck ? ck : 0xFFFF); /* RFC 768: a computed 0 is sent as all ones */
+}
+
+int rp_arp_reply_inplace(uint8_t *p, size_t len, const uint8_t our_mac[6])
+{
+	if (len < RP_ETH_LEN + 28 || be16(p + 12) != 0x0806)
+		return -1;
+	uint8_t *q = p + RP_ETH_LEN;
+	if (be16(q + 6) != 1)
+		return -1;
+	uint8_t sha[6], spa[4], tpa[4];
+	memcpy(sha, q + 8, 6);
+	memcpy(spa, q + 14, 4);
+	memcpy(tpa, q + 24, 4);
+	wbe16(q + 6, 2);
+	memcpy(q + 8, our_mac, 6);
+	memcpy(q + 14, tpa, 4);
+	memcpy(q + 18, sha, 6);
+	memcpy(q + 24, spa, 4);
+	memcpy(p, sha, 6);
+	memcpy(p + 6, our_mac, 6);
+	return 0;
+}
+
+size_t rp_arp_request(uint8_t *p, const uint8_t our_mac[6], uint32_t our_ip,
+		      uint32_t target_ip)
+{
+	memset(p, 0xFF, 6);
+	memcpy(p + 6, our_mac, 6);
+	wbe16(p + 12, 0x0806);
+	uint8_t *q = p + RP_ETH_LEN;
+	wbe16(q, 1);
+	wbe16(q + 2, 0x0800);
+	q[4] = 6;
+	q[5] = 4;
+	wbe16(q + 6, 1);
+	memcpy(q + 8, our_mac, 6);
+	wbe32(q + 14, our_ip);
+	memset(q + 18, 0, 6);
+	wbe32(q + 24, target_ip);
+	return RP_ETH_LEN + 28;
+}
+
+/* ---- control messages (PROTOCOL.md section 2) ---- */
+
+int rp_ctl_parse(const uint8_t *p, size_t len, rp_ctl *c)
+{
+	memset(c, 0, sizeof(*c));
+	if (len < RP_CTL_HDR + 4 || le32(p) != RP_CTL_MAGIC || p[4] != RP_CTL_VERSION)
+		return -1;
+	if (bfp_crc32c(0, p, len - 4) != le32(p + len - 4))
+		return -1;
+	c->type = p[5];
+	c->data_port = (uint16_t)(p[6] | (p[7] << 8));
+	c->model_id = le64(p + 8);
+	c->version = le32(p + 16);
+	c->rate_kbps = le32(p + 20);
+	c->n_ranges = (uint16_t)le32(p + 24);
+	size_t body = len - RP_CTL_HDR - 4;
+	switch (c->type) {
+	case RP_JOIN:
+		return body == 0 && c->data_port != 0 ? 0 : -1;
+	case RP_LEAVE:
+	case RP_HEARTBEAT:
+		return body == 0 && c->data_port == 0 && c->rate_kbps == 0 ? 0 : -1;
+	case RP_NACK:
+		if (le32(p + 24) > RP_NACK_MAX || c->data_port || c->rate_kbps ||
+		    body != 8u * c->n_ranges || c->n_ranges == 0)
+			return -1;
+		for (unsigned i = 0; i < c->n_ranges; i++) {
+			c->ranges[i].first = le32(p + RP_CTL_HDR + 8 * i);
+			c->ranges[i].count = le32(p + RP_CTL_HDR + 8 * i + 4);
+			if (c->ranges[i].count == 0 ||
+			    c->ranges[i].first > UINT32_MAX - c->ranges[i].count)
+				return -1;
+		}
+		return 0;
+	}
+	return -1;
+}
+
+size_t rp_ctl_build(uint8_t *p, size_t cap, const rp_ctl *c)
+{
+	size_t n = c->type == RP_NACK ? c->n_ranges : 0;
+	size_t len = RP_CTL_HDR + 8 * n + 4;
+	if (cap < len || n > RP_NACK_MAX)
+		return 0;
+	wle32(p, RP_CTL_MAGIC);
+	p[4] = RP_CTL_VERSION;
+	p[5] = c->type;
+	p[6] = (uint8_t)c->data_port;
+	p[7] = (uint8_t)(c->data_port >> 8);
+	wle64(p + 8, c->model_id);
+	wle32(p + 16, c->version);
+	wle32(p + 20, c->rate_kbps);
+	wle32(p + 24, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		wle32(p + RP_CTL_HDR + 8 * i, c->ranges[i].first);
+		wle32(p + RP_CTL_HDR + 8 * i + 4, c->ranges[i].count);
+	}
+	wle32(p + len - 4, bfp_crc32c(0, p, len - 4));
+	return len;
+}
+
+/* ---- token bucket ---- */
+
+void rp_bucket_init(rp_bucket *b, uint64_t rate, uint64_t burst, uint64_t now)
+{
+	b->rate = rate;
+	b->burst = burst;
+	b->tokens = 0;
+	b->last = now;
+}
+
+int rp_bucket_take(rp_bucket *b, uint64_t len, uint64_t now, uint64_t hz)
+{
+	if (b->rate == 0)
+		return 1;
+	/* tokens are kept in byte*hz units so integer refill is exact */
+	uint64_t cap = b->burst * hz;
+	if (now > b->last) {
+		uint64_t dt = now - b->last;
+		if (dt >= cap / b->rate || b->tokens + dt * b->rate >= cap)
+			b->tokens = cap;
+		else
+			b->tokens += dt * b->rate;
+		b->last = now;
+	}
+	if (b->tokens < len * hz)
+		return 0;
+	b->tokens -= len * hz;
+	return 1;
+}
+
+/* ---- repair cache index ----
+ * Entries live in a ring in insertion order (eviction is always at the
+ * head); a linear-probing hash of ring positions finds them, with
+ * backward-shift deletion so no tombstones accumulate. */
+
+static uint32_t hkey(uint64_t m, uint32_t v, uint32_t i)
+{
+	uint64_t z = m ^ (((uint64_t)v << 32) | i) * 0x9E3779B97F4A7C15ull;
+	z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+	return (uint32_t)(z ^ (z >> 29));
+}
+
+int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint32_t *hash, uint32_t cap,
+		  uint64_t budget, uint32_t keep_versions)
+{
+	if (cap == 0 || (cap & (cap - 1)) || cap > (1u << 30))
+		return -1;
+	memset(c, 0, sizeof(*c));
+	memset(hash, 0, 2 * (size_t)cap * sizeof(*hash));
+	c->ring = ring;
+	c->hash = hash;
+	c->cap = cap;
+	c->budget = budget;
+	c->keep_versions = keep_versions ? keep_versions : 1;
+	return 0;
+}
+
+static const rp_cache_entry *at(const rp_cache *c, uint32_t h)
+{
+	return &c->ring[h - 1];
+}
+
+/* Hash slot holding the entry, or -1. */
+static int64_t find(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
+{
+	uint32_t mask = 2 * c->cap - 1;
+	for (uint32_t k = hkey(m, v, i) & mask;; k = (k + 1) & mask) {
+		uint32_t h = c->hash[k];
+		if (h == 0)
+			return -1;
+		const rp_cache_entry *e = at(c, h);
+		if (e->model_id == m && e->version == v && e->index == i)
+			return k;
+	}
+}
+
+static void unhash(rp_cache *c, uint32_t k)
+{
+	uint32_t mask = 2 * c->cap - 1;
+	c->hash[k] = 0;
+	for (uint32_t j = (k + 1) & mask; c->hash[j]; j = (j + 1) & mask) {
+		const rp_cache_entry *e = at(c, c->hash[j]);
+		uint32_t home = hkey(e->model_id, e->version, e->index) & mask;
+		/* move j back to the hole at k unless its home lies
+		 * cyclically in (k, j] */
+		if (((j - home) & mask) >= ((j - k) & mask)) {
+			c->hash[k] = c->hash[j];
+			c->hash[j] = 0;
+			k = j;
+		}
+	}
+}
+
+static void evict_oldest(rp_cache *c, void (*drop)(void *, void *), void *ctx)
+{
+	rp_cache_entry *e = &c->ring[c->head];
+	int64_t k = find(c, e->model_id, e->version, e->index);
+	if (k >= 0)
+		unhash(c, (uint32_t)k);
+	c->bytes -= e->bytes;
+	if (drop)
+		drop(ctx, e->obj);
+	e->obj = NULL;
+	c->head = (c->head + 1) & (c->cap - 1);
+	c->len--;
+}
+
+int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes,
+		 void *obj, void (*drop)(void *, void *), void *ctx)
+{
+	if (bytes > c->budget)
+		return -1;
+	if (find(c, m, v, i) >= 0)
+		return 0;
+	if (v > c->newest)
+		c->newest = v;
+	else if (c->newest - v >= c->keep_versions)
+		return -1; /* older than the versions kept */
+	/* keep at most K versions, the byte budget and the slot count:
+	 * evict from the oldest */
+	while (c->len &&
+	       (c->newest - c->ring[c->head].version >= c->keep_versions ||
+		c->bytes + bytes > c->budget || c->len == c->cap))
+		evict_oldest(c, drop, ctx);
+	uint32_t r = (c->head + c->len) & (c->cap - 1);
+	rp_cache_entry *e = &c->ring[r];
+	e->model_id = m;
+	e->version = v;
+	e->index = i;
+	e->bytes = bytes;
+	e->obj = obj;
+	uint32_t mask = 2 * c->cap - 1, k = hkey(m, v, i) & mask;
+	while (c->hash[k])
+		k = (k + 1) & mask;
+	c->hash[k] = r + 1;
+	c->len++;
+	c->bytes += bytes;
+	return 1;
+}
+
+void *rp_cache_get(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
+{
+	int64_t k = find(c, m, v, i);
+	return k < 0 ? NULL : at(c, c->hash[k])->obj;
+}
+
+void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx)
+{
+	while (c->len)
+		evict_oldest(c, drop, ctx);
+}

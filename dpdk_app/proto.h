@@ -1,0 +1,168 @@
+/*
+ * proto.h: the relay's packet logic as pure functions over bytes (no DPDK
+ * types): classify an Ethernet frame, build Ethernet/IPv4/UDP headers with
+ * correct checksums, ARP replies, the control messages of
+ * docs/PROTOCOL.md, a token bucket and the repair-cache index. Unit tests
+ * and fuzzers drive these directly; main.c wires them to mbufs.
+ */
+#ifndef BFP_RELAY_PROTO_H
+#define BFP_RELAY_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RP_ETH_LEN 14u
+#define RP_IP_LEN 20u
+#define RP_UDP_LEN 8u
+#define RP_HDRS (RP_ETH_LEN + RP_IP_LEN + RP_UDP_LEN) /* 42 */
+
+/* ---- classification ---- */
+
+typedef enum rp_class {
+	RP_DROP_SHORT = 0,    /* too short for its headers */
+	RP_DROP_ETHERTYPE,    /* not IPv4 or ARP (VLANs, IPv6, ...) */
+	RP_DROP_IP,           /* bad IPv4 header, options, fragment, checksum */
+	RP_DROP_NOT_OURS,     /* IPv4 not to one of our addresses */
+	RP_DROP_PROTO,        /* not UDP */
+	RP_DROP_UDP,          /* bad UDP length or checksum */
+	RP_DROP_PORT,         /* UDP to a port we do not serve */
+	RP_DROP_FRAME,        /* data port, but not a valid bfpatch frame */
+	RP_DROP_ARP,          /* ARP we do not answer */
+	RP_ARP_REQUEST,       /* who-has one of our addresses */
+	RP_ARP_REPLY,         /* an answer: learn sender MAC */
+	RP_DATA,              /* a frame on the data port */
+	RP_CONTROL,           /* a message on the control port */
+	RP_CLASS_COUNT
+} rp_class;
+
+extern const char *const rp_class_names[RP_CLASS_COUNT];
+
+typedef struct rp_addrs {
+	uint32_t ip[8];       /* our IPv4 addresses, host order */
+	unsigned n_ip;
+	uint16_t data_port;
+	uint16_t control_port;
+	int check_crc;        /* verify the frame CRC32C on the data path */
+} rp_addrs;
+
+typedef struct rp_pkt {
+	rp_class cls;
+	uint32_t src_ip, dst_ip;    /* host order */
+	uint16_t src_port, dst_port;
+	uint8_t src_mac[6];
+	uint16_t l4_off;            /* start of the UDP payload */
+	uint16_t l4_len;            /* UDP payload length */
+	uint32_t arp_target_ip;     /* ARP: target protocol address */
+} rp_pkt;
+
+/* Classify an Ethernet frame of len bytes. Reads only within [p, p+len). */
+rp_class rp_classify(const uint8_t *p, size_t len, const rp_addrs *a, rp_pkt *out);
+
+/* ---- building ---- */
+
+/* Internet checksum helpers (RFC 1071), 32-bit partial sums. */
+uint32_t rp_sum(const void *p, size_t len, uint32_t sum);
+uint16_t rp_fold(uint32_t sum);
+
+/* Write Ethernet/IPv4/UDP headers (RP_HDRS bytes) for a UDP payload of
+ * payload_len bytes whose one's-complement sum is payload_sum (from
+ * rp_sum(payload, len, 0)); both checksums are computed. ip_id: IPv4 id. */
+void rp_build_udp(uint8_t *h, const uint8_t dst_mac[6], const uint8_t src_mac[6],
+		  uint32_t src_ip, uint32_t dst_ip, uint16_t src_port,
+		  uint16_t dst_port, uint16_t payload_len, uint32_t payload_sum,
+		  uint16_t ip_id);
+
+/* Turn an ARP request (as classified) in place into the reply from
+ * our_mac; returns 0, or -1 if the packet is not an ARP request. */
+int rp_arp_reply_inplace(uint8_t *p, size_t len, const uint8_t our_mac[6]);
+
+/* Write a 42-byte ARP request for target_ip from (our_mac, our_ip). */
+size_t rp_arp_request(uint8_t *p, const uint8_t our_mac[6], uint32_t our_ip,
+		      uint32_t target_ip);
+
+/* ---- control messages: docs/PROTOCOL.md ---- */
+
+#define RP_CTL_MAGIC 0x43504642u /* "BFPC" */
+#define RP_CTL_VERSION 1u
+#define RP_CTL_HDR 28u
+#define RP_NACK_MAX 128u
+
+typedef enum rp_ctl_type {
+	RP_JOIN = 1,
+	RP_LEAVE = 2,
+	RP_NACK = 3,
+	RP_HEARTBEAT = 4,
+} rp_ctl_type;
+
+typedef struct rp_range {
+	uint32_t first; /* first missing frame index */
+	uint32_t count; /* number of frames from first */
+} rp_range;
+
+typedef struct rp_ctl {
+	uint8_t type;
+	uint64_t model_id;
+	uint32_t version;    /* JOIN/HEARTBEAT: version held; NACK: target */
+	uint32_t rate_kbps;  /* JOIN: what the subscriber's link takes (0: default) */
+	uint16_t data_port;  /* JOIN: where the subscriber receives frames */
+	uint16_t n_ranges;   /* NACK */
+	rp_range ranges[RP_NACK_MAX];
+} rp_ctl;
+
+/* Parse a control message; 0 on success, -1 if malformed (any rule of
+ * PROTOCOL.md section 2). */
+int rp_ctl_parse(const uint8_t *p, size_t len, rp_ctl *c);
+
+/* Serialise; returns the length written, 0 if cap is too small. */
+size_t rp_ctl_build(uint8_t *p, size_t cap, const rp_ctl *c);
+
+/* ---- token bucket (pacing) ---- */
+
+typedef struct rp_bucket {
+	uint64_t rate;    /* bytes per second; 0 = unlimited */
+	uint64_t burst;   /* bytes */
+	uint64_t tokens;  /* scaled: bytes * hz */
+	uint64_t last;    /* timestamp, in ticks */
+} rp_bucket;
+
+void rp_bucket_init(rp_bucket *b, uint64_t rate_bytes, uint64_t burst_bytes,
+		    uint64_t now);
+/* Take len bytes at time now (ticks of a clock at hz); 1 if allowed. */
+int rp_bucket_take(rp_bucket *b, uint64_t len, uint64_t now, uint64_t hz);
+
+/* ---- repair cache index ---- */
+
+/* The repair cache's index: entries in insertion order in a ring (cap
+ * entries), found through a hash of 2*cap slots; evicts oldest first by
+ * version window (the last K target versions), byte budget and slots. */
+typedef struct rp_cache_entry {
+	uint64_t model_id;
+	uint32_t version;
+	uint32_t index;
+	uint32_t bytes;
+	void *obj;      /* the cached packet (an mbuf in the relay) */
+} rp_cache_entry;
+
+typedef struct rp_cache {
+	rp_cache_entry *ring;
+	uint32_t *hash;        /* ring position + 1; 0 = empty */
+	uint32_t cap, head, len;
+	uint64_t bytes, budget;
+	uint32_t keep_versions; /* K */
+	uint32_t newest;        /* newest target version seen */
+} rp_cache;
+
+/* cap: a power of two; ring has cap entries, hash 2*cap slots. */
+int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint32_t *hash,
+		  uint32_t cap, uint64_t budget, uint32_t keep_versions);
+/* Insert; evicted objects (oldest first) are passed to drop(ctx, obj).
+ * Returns 1 if inserted, 0 if already present (obj not kept), -1 if not
+ * cacheable (larger than the whole budget, or older than the K versions
+ * kept; obj not kept). */
+int rp_cache_put(rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
+		 uint32_t bytes, void *obj, void (*drop)(void *, void *), void *ctx);
+void *rp_cache_get(const rp_cache *c, uint64_t model, uint32_t version,
+		   uint32_t index);
+void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx);
+
+#endif

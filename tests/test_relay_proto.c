@@ -1,0 +1,312 @@
+/*
+ * test_relay_proto.c: the relay's pure packet logic: classification of
+ * good and malformed packets, header building (checksums checked by an
+ * independent summation written here), ARP, control messages, pacing and
+ * the repair-cache index against a reference model.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "bfpatch.h"
+#include "proto.h"
+
+#define OUR_IP 0xC6120001u   /* 198.18.0.1 */
+#define PEER_IP 0xC6120002u  /* 198.18.0.2 */
+static const uint8_t MAC_A[6] = {2, 0, 0, 0, 0, 1}, MAC_B[6] = {2, 0, 0, 0, 0, 2};
+
+static rp_addrs addrs(void)
+{
+	rp_addrs a;
+	memset(&a, 0, sizeof(a));
+	a.ip[0] = OUR_IP;
+	a.n_ip = 1;
+	a.data_port = 7400;
+	a.control_port = 7401;
+	a.check_crc = 1;
+	return a;
+}
+
+/* Independent one's-complement checksum over a byte string (RFC 1071). */
+static uint16_t ref_cksum(const uint8_t *p, size_t n, uint32_t add)
+{
+	uint32_t s = add;
+	for (size_t i = 0; i + 1 < n; i += 2)
+		s += (uint32_t)(p[i] << 8 | p[i + 1]);
+	if (n & 1)
+		s += (uint32_t)(p[n - 1] << 8);
+	while (s >> 16)
+		s = (s & 0xFFFF) + (s >> 16);
+	return (uint16_t)s;
+}
+
+/* A valid bfpatch frame (keyframe of 10 params) as UDP payload. */
+static size_t make_frame(uint8_t *out)
+{
+	static bfp_encoder enc;
+	uint16_t w[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+	bfp_encode_opts o;
+	memset(&o, 0, sizeof(o));
+	o.frame_size = 200;
+	o.model_id = 77;
+	o.target_version = 3;
+	o.frame_count = 1;
+	o.flags = BFP_ENC_F_KEYFRAME;
+	size_t len = 0;
+	assert_int_equal(bfp_encoder_init(&enc, &o, NULL, w, 10, 0, 10), BFP_OK);
+	assert_int_equal(bfp_encode_next(&enc, out, 200, &len), BFP_OK);
+	return len;
+}
+
+static size_t make_udp(uint8_t *pkt, uint32_t dst_ip, uint16_t dport, const uint8_t *pl, size_t n)
+{
+	rp_build_udp(pkt, MAC_A, MAC_B, PEER_IP, dst_ip, 5555, dport, (uint16_t)n,
+		     rp_sum(pl, n, 0), 7);
+	memcpy(pkt + RP_HDRS, pl, n);
+	return RP_HDRS + n;
+}
+
+/* Built headers carry correct IPv4 and UDP checksums (independent sum). */
+static void test_built_headers_have_valid_checksums(void **state)
+{
+	(void)state;
+	uint8_t pl[300], pkt[400];
+	for (size_t n = 0; n < 300; n += 37) {
+		for (size_t i = 0; i < n; i++)
+			pl[i] = (uint8_t)(i * 31 + n);
+		size_t len = make_udp(pkt, OUR_IP, 9, pl, n);
+		assert_int_equal(ref_cksum(pkt + 14, 20, 0), 0xFFFF);
+		uint8_t ph[12] = {0xC6, 0x12, 0, 2, 0xC6, 0x12, 0, 1, 0, 17,
+				  (uint8_t)((8 + n) >> 8), (uint8_t)(8 + n)};
+		assert_int_equal(ref_cksum(pkt + 34, len - 34, ref_cksum(ph, 12, 0)), 0xFFFF);
+	}
+}
+
+/* A valid frame to our data port is data; each kind of damage gets its
+ * own drop class. */
+static void test_classify_accepts_frames_and_names_each_drop(void **state)
+{
+	(void)state;
+	rp_addrs a = addrs();
+	rp_pkt k;
+	uint8_t fr[256], pkt[400], bad[400];
+	size_t fl = make_frame(fr);
+	size_t len = make_udp(pkt, OUR_IP, 7400, fr, fl);
+	assert_int_equal(rp_classify(pkt, len, &a, &k), RP_DATA);
+	assert_int_equal(k.l4_off, RP_HDRS);
+	assert_int_equal(k.l4_len, fl);
+	assert_int_equal(k.src_port, 5555);
+	assert_memory_equal(k.src_mac, MAC_B, 6);
+
+	for (size_t l = 0; l < len; l++) /* every truncation is a drop */
+		assert_true(rp_classify(pkt, l, &a, &k) < RP_ARP_REQUEST);
+	memcpy(bad, pkt, len);
+	bad[12] = 0x86, bad[13] = 0xDD;
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_ETHERTYPE);
+	memcpy(bad, pkt, len);
+	bad[14] = 0x46; /* IP options */
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_IP);
+	memcpy(bad, pkt, len);
+	bad[20] |= 0x20; /* more fragments */
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_IP);
+	memcpy(bad, pkt, len);
+	bad[22] ^= 1; /* TTL: header checksum now wrong */
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_IP);
+	len = make_udp(bad, PEER_IP, 7400, fr, fl);
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_NOT_OURS);
+	len = make_udp(bad, OUR_IP, 7400, fr, fl);
+	bad[len - 1] ^= 1; /* payload: UDP checksum now wrong */
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_UDP);
+	len = make_udp(bad, OUR_IP, 7402, fr, fl);
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_PORT);
+	fr[0] ^= 1; /* bad magic, checksums recomputed */
+	len = make_udp(bad, OUR_IP, 7400, fr, fl);
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_FRAME);
+	fr[0] ^= 1;
+	fr[70] ^= 1; /* payload damage: only the frame CRC tells */
+	len = make_udp(bad, OUR_IP, 7400, fr, fl);
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_FRAME);
+	a.check_crc = 0;
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DATA);
+	len = make_udp(bad, OUR_IP, 7401, fr, 12);
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_CONTROL);
+	len = make_udp(pkt, OUR_IP, 7400, fr, fl);
+	memcpy(bad, pkt, len);
+	bad[23] = 6; /* TCP (fix the header checksum) */
+	bad[24] = bad[25] = 0;
+	uint16_t ck = (uint16_t)~ref_cksum(bad + 14, 20, 0);
+	bad[24] = (uint8_t)(ck >> 8), bad[25] = (uint8_t)ck;
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_PROTO);
+}
+
+/* ARP requests for our address are recognised and answered in place. */
+static void test_arp_request_is_answered(void **state)
+{
+	(void)state;
+	rp_addrs a = addrs();
+	rp_pkt k;
+	uint8_t p[64];
+	size_t n = rp_arp_request(p, MAC_B, PEER_IP, OUR_IP);
+	assert_int_equal(rp_classify(p, n, &a, &k), RP_ARP_REQUEST);
+	assert_int_equal(k.src_ip, PEER_IP);
+	assert_int_equal(rp_arp_reply_inplace(p, n, MAC_A), 0);
+	assert_int_equal(rp_classify(p, n, &a, &k), RP_ARP_REPLY);
+	assert_memory_equal(k.src_mac, MAC_A, 6);
+	assert_int_equal(k.src_ip, OUR_IP);
+	assert_memory_equal(p, MAC_B, 6); /* back to the asker */
+	n = rp_arp_request(p, MAC_B, PEER_IP, 0xC6120009u);
+	assert_int_equal(rp_classify(p, n, &a, &k), RP_DROP_ARP);
+}
+
+/* Control messages round-trip; malformed ones are refused. */
+static void test_control_messages_round_trip_and_reject_damage(void **state)
+{
+	(void)state;
+	rp_ctl c, d;
+	uint8_t buf[2048];
+	memset(&c, 0, sizeof(c));
+	c.type = RP_NACK;
+	c.model_id = 0x1234;
+	c.version = 9;
+	c.n_ranges = 3;
+	c.ranges[0] = (rp_range){0, 1};
+	c.ranges[1] = (rp_range){5, 7};
+	c.ranges[2] = (rp_range){100, 1};
+	size_t n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_true(n == RP_CTL_HDR + 24 + 4);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), 0);
+	assert_int_equal(d.type, RP_NACK);
+	assert_int_equal(d.n_ranges, 3);
+	assert_int_equal(d.ranges[1].first, 5);
+	assert_int_equal(d.ranges[1].count, 7);
+	for (size_t i = 0; i < n; i++) { /* any flipped byte is refused */
+		buf[i] ^= 0x40;
+		assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
+		buf[i] ^= 0x40;
+	}
+	assert_int_equal(rp_ctl_parse(buf, n - 1, &d), -1);
+	memset(&c, 0, sizeof(c));
+	c.type = RP_JOIN;
+	c.model_id = 1;
+	c.rate_kbps = 100000;
+	c.data_port = 7500;
+	n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), 0);
+	assert_int_equal(d.data_port, 7500);
+	assert_int_equal(d.rate_kbps, 100000);
+	c.data_port = 0; /* a JOIN must say where to send */
+	n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
+	memset(&c, 0, sizeof(c));
+	c.type = RP_NACK; /* empty NACK */
+	n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
+	c.type = 9;
+	n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
+}
+
+/* The token bucket admits the configured rate and burst, no more. */
+static void test_token_bucket_paces_to_rate(void **state)
+{
+	(void)state;
+	rp_bucket b;
+	const uint64_t hz = 1000000;
+	rp_bucket_init(&b, 1000, 1500, 0);
+	assert_int_equal(rp_bucket_take(&b, 100, 0, hz), 0);
+	assert_int_equal(rp_bucket_take(&b, 1500, 1500000, hz), 1);
+	assert_int_equal(rp_bucket_take(&b, 1, 1500000, hz), 0);
+	/* a long idle time fills only to the burst */
+	assert_int_equal(rp_bucket_take(&b, 1500, 100000000, hz), 1);
+	assert_int_equal(rp_bucket_take(&b, 10, 100000000, hz), 0);
+	/* over 10 s at 1000 B/s, 100-byte packets: about 100 admitted */
+	unsigned ok = 0;
+	for (uint64_t t = 100000000; t < 110000000; t += 1000)
+		ok += (unsigned)rp_bucket_take(&b, 100, t, hz);
+	assert_true(ok >= 99 && ok <= 101);
+	rp_bucket_init(&b, 0, 0, 0); /* unlimited */
+	assert_int_equal(rp_bucket_take(&b, 1u << 30, 0, hz), 1);
+}
+
+static unsigned dropped[4096];
+static void drop_cb(void *ctx, void *obj)
+{
+	(void)ctx;
+	dropped[(uintptr_t)obj]++;
+}
+
+/* The cache index finds what it holds, evicts oldest first by bytes and
+ * by version window, and stays consistent over many insert/evict cycles
+ * (checked against a reference list). */
+static void test_repair_cache_evicts_oldest_and_stays_consistent(void **state)
+{
+	(void)state;
+	enum { CAP = 64 };
+	rp_cache_entry ring[CAP];
+	uint32_t hash[2 * CAP];
+	rp_cache c;
+	memset(dropped, 0, sizeof(dropped));
+	assert_int_equal(rp_cache_init(&c, ring, hash, CAP, 10000, 3), 0);
+	assert_int_equal(rp_cache_put(&c, 1, 1, 0, 1000, (void *)1, drop_cb, NULL), 1);
+	assert_int_equal(rp_cache_put(&c, 1, 1, 0, 1000, (void *)2, drop_cb, NULL), 0);
+	assert_ptr_equal(rp_cache_get(&c, 1, 1, 0), (void *)1);
+	assert_null(rp_cache_get(&c, 1, 1, 1));
+	assert_null(rp_cache_get(&c, 2, 1, 0));
+	assert_int_equal(rp_cache_put(&c, 1, 1, 9, 20000, (void *)3, drop_cb, NULL), -1);
+	for (uintptr_t i = 1; i <= 10; i++) /* 11 x 1000 bytes > budget */
+		assert_int_equal(rp_cache_put(&c, 1, 1, (uint32_t)i, 1000, (void *)(i + 10), drop_cb, NULL), 1);
+	assert_int_equal(dropped[1], 1); /* the first one went */
+	assert_null(rp_cache_get(&c, 1, 1, 0));
+	assert_ptr_equal(rp_cache_get(&c, 1, 1, 10), (void *)20);
+	/* version 4 pushes out version 1 (K = 3 keeps 2, 3, 4) */
+	assert_int_equal(rp_cache_put(&c, 1, 4, 0, 10, (void *)30, drop_cb, NULL), 1);
+	assert_null(rp_cache_get(&c, 1, 1, 10));
+	assert_int_equal(c.len, 1);
+	assert_int_equal(rp_cache_put(&c, 1, 1, 0, 10, (void *)31, drop_cb, NULL), -1);
+	rp_cache_clear(&c, drop_cb, NULL);
+	assert_int_equal(dropped[30], 1);
+
+	/* stress against a reference FIFO */
+	assert_int_equal(rp_cache_init(&c, ring, hash, CAP, 1u << 30, 1000000), 0);
+	uint32_t ref[CAP], head = 0, len = 0;
+	uint64_t s = 1;
+	for (uint32_t step = 0; step < 20000; step++) {
+		s = s * 6364136223846793005ull + 1;
+		uint32_t key = (uint32_t)(s >> 33) % 300;
+		int present = 0;
+		for (uint32_t q = 0; q < len; q++)
+			present |= ref[(head + q) % CAP] == key;
+		int r = rp_cache_put(&c, 5, 1, key, 1, (void *)(uintptr_t)(key + 1), NULL, NULL);
+		assert_int_equal(r, present ? 0 : 1);
+		if (!present) {
+			if (len == CAP)
+				head = (head + 1) % CAP, len--;
+			ref[(head + len) % CAP] = key;
+			len++;
+		}
+		for (uint32_t q = 0; q < 300; q += 7) {
+			int in = 0;
+			for (uint32_t z = 0; z < len; z++)
+				in |= ref[(head + z) % CAP] == q;
+			void *g = rp_cache_get(&c, 5, 1, q);
+			assert_true(in ? g == (void *)(uintptr_t)(q + 1) : g == NULL);
+		}
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_built_headers_have_valid_checksums),
+		cmocka_unit_test(test_classify_accepts_frames_and_names_each_drop),
+		cmocka_unit_test(test_arp_request_is_answered),
+		cmocka_unit_test(test_control_messages_round_trip_and_reject_damage),
+		cmocka_unit_test(test_token_bucket_paces_to_rate),
+		cmocka_unit_test(test_repair_cache_evicts_oldest_and_stays_consistent),
+	};
+	return cmocka_run_group_tests_name("relay_proto", tests, NULL, NULL);
+}
