@@ -20,6 +20,9 @@
 #include "model.h"
 #include "patch.h"
 #include "synth.h"
+#include "proto.h"
+
+#include <arpa/inet.h>
 
 #define ERRLEN 512
 
@@ -562,6 +565,134 @@ static int cmd_demo(int argc, char **argv)
 	return 0;
 }
 
+/* ---- pcap: a patch as Ethernet/IPv4/UDP packets ---- */
+
+static const char pcap_usage[] =
+	"usage: bfpatch pcap PATCH -o FRAMES.pcap --dst ADDR:PORT [options]\n"
+	"Write a patch's frames as Ethernet/IPv4/UDP packets (one frame per\n"
+	"datagram) to a pcap file, for replay through DPDK's net_pcap.\n"
+	"  -o, --output FILE      pcap file to write (atomically)\n"
+	"  -d, --dst ADDR:PORT    destination (a relay's data port)\n"
+	"  -s, --src ADDR:PORT    source (default 198.18.0.100:7399)\n"
+	"      --dst-mac MAC      (default 02:00:00:00:00:01)\n"
+	"      --src-mac MAC      (default 02:00:00:00:00:64)\n"
+	"  -h, --help\n";
+
+static int parse_addr_port(const char *s, uint32_t *ip, uint16_t *port)
+{
+	char buf[64];
+	const char *colon = strrchr(s, ':');
+	uint32_t p;
+	if (!colon || (size_t)(colon - s) >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, (size_t)(colon - s));
+	buf[colon - s] = 0;
+	struct in_addr a;
+	if (inet_pton(AF_INET, buf, &a) != 1 || parse_u32(colon + 1, 1, 65535, &p))
+		return -1;
+	*ip = ntohl(a.s_addr);
+	*port = (uint16_t)p;
+	return 0;
+}
+
+static int parse_mac_str(const char *s, uint8_t mac[6])
+{
+	unsigned v[6];
+	char tail;
+	if (sscanf(s, "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6)
+		return -1;
+	for (int i = 0; i < 6; i++) {
+		if (v[i] > 255)
+			return -1;
+		mac[i] = (uint8_t)v[i];
+	}
+	return 0;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static int cmd_pcap(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"output", required_argument, 0, 'o'}, {"dst", required_argument, 0, 'd'},
+		{"src", required_argument, 0, 's'}, {"dst-mac", required_argument, 0, 'M'},
+		{"src-mac", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0}};
+	const char *out = NULL;
+	uint32_t sip = 0xC6120064u, dip = 0;
+	uint16_t sport = 7399, dport = 0;
+	uint8_t smac[6] = {2, 0, 0, 0, 0, 0x64}, dmac[6] = {2, 0, 0, 0, 0, 1};
+	int c;
+	while ((c = getopt_long(argc, argv, "o:d:s:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'o': out = optarg; break;
+		case 'd':
+			if (parse_addr_port(optarg, &dip, &dport))
+				return bad_value("pcap", "--dst", optarg);
+			break;
+		case 's':
+			if (parse_addr_port(optarg, &sip, &sport))
+				return bad_value("pcap", "--src", optarg);
+			break;
+		case 'M':
+			if (parse_mac_str(optarg, dmac))
+				return bad_value("pcap", "--dst-mac", optarg);
+			break;
+		case 'S':
+			if (parse_mac_str(optarg, smac))
+				return bad_value("pcap", "--src-mac", optarg);
+			break;
+		case 'h': fputs(pcap_usage, stdout); return 0;
+		default: fputs(pcap_usage, stderr); return 2;
+		}
+	}
+	if (argc - optind != 1 || !out || !dport) {
+		fputs(pcap_usage, stderr);
+		return 2;
+	}
+	char err[ERRLEN] = "";
+	patch p;
+	if (patch_read(argv[optind], &p, err, sizeof(err)))
+		return die("pcap", err);
+	/* pcap: global header, then per packet a 16-byte record header */
+	size_t total = 24 + p.n * (16 + RP_HDRS) + p.len;
+	uint8_t *buf = malloc(total), *w = buf;
+	if (!buf) {
+		patch_free(&p);
+		return die("pcap", "out of memory");
+	}
+	put_le32(w, 0xA1B2C3D4u);
+	w[4] = 2, w[5] = 0, w[6] = 4, w[7] = 0;   /* version 2.4 */
+	put_le32(w + 8, 0);
+	put_le32(w + 12, 0);
+	put_le32(w + 16, 65535);                  /* snaplen */
+	put_le32(w + 20, 1);                      /* LINKTYPE_ETHERNET */
+	w += 24;
+	for (size_t i = 0; i < p.n; i++) {
+		const uint8_t *f = p.buf + p.off[i];
+		size_t fl = p.off[i + 1] - p.off[i];
+		uint32_t len = (uint32_t)(RP_HDRS + fl);
+		put_le32(w, (uint32_t)(i / 1000000));
+		put_le32(w + 4, (uint32_t)(i % 1000000));
+		put_le32(w + 8, len);
+		put_le32(w + 12, len);
+		rp_build_udp(w + 16, dmac, smac, sip, dip, sport, dport, (uint16_t)fl,
+			     rp_sum(f, fl, 0), (uint16_t)i);
+		memcpy(w + 16 + RP_HDRS, f, fl);
+		w += 16 + len;
+	}
+	const void *bufs[1] = {buf};
+	size_t lens[1] = {total};
+	int rc = write_file_atomic(out, bufs, lens, 1, err, sizeof(err));
+	free(buf);
+	patch_free(&p);
+	return rc ? die("pcap", err) : 0;
+}
+
 static const char usage[] =
 	"usage: bfpatch COMMAND [options]\n"
 	"Lossless sparse patches between versions of BF16 model weights.\n\n"
@@ -571,6 +702,7 @@ static const char usage[] =
 	"  info PATCH [--json]     what a patch carries\n"
 	"  synth -o DIR            write a synthetic RL training trajectory\n"
 	"  demo                    end-to-end demo on a synthetic trajectory\n"
+	"  pcap PATCH -o F --dst A:P  a patch as UDP packets in a pcap file\n"
 	"  version\n\n"
 	"Run 'bfpatch COMMAND --help' for a command's options.\n";
 
@@ -593,6 +725,8 @@ int main(int argc, char **argv)
 		return cmd_synth(argc, argv);
 	if (!strcmp(cmd, "demo"))
 		return cmd_demo(argc, argv);
+	if (!strcmp(cmd, "pcap"))
+		return cmd_pcap(argc, argv);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("bfpatch %s (frame format %u)\n", BFP_VERSION_STRING, BFP_FORMAT_VERSION);
 		return 0;

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""pcaptool.py: an independent pcap reader/writer for the relay tests.
+
+  mix IN OUT          copy IN's packets to OUT with malformed packets mixed
+                      in; prints the number of malformed packets added
+  check IN OUT N      OUT must carry every bfpatch frame of IN exactly once
+                      to each of N subscribers, byte-identical, with valid
+                      IPv4 and UDP checksums; prints a summary
+Written from the pcap, IPv4 and UDP specifications; shares no code with
+the relay.
+"""
+import struct
+import sys
+
+
+def read_pcap(path):
+    d = open(path, "rb").read()
+    magic = struct.unpack_from("<I", d)[0]
+    if magic not in (0xA1B2C3D4, 0xA1B23C4D):  # micro- or nanosecond pcap
+        sys.exit("%s: not a little-endian pcap file" % path)
+    at, out = 24, []
+    while at + 16 <= len(d):
+        _, _, incl, _ = struct.unpack_from("<IIII", d, at)
+        out.append(d[at + 16:at + 16 + incl])
+        at += 16 + incl
+    return out
+
+
+def write_pcap(path, pkts):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, p in enumerate(pkts):
+            f.write(struct.pack("<IIII", i // 1000000, i % 1000000, len(p), len(p)))
+            f.write(p)
+
+
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def udp_parts(p):
+    """(src_ip, dst_ip, sport, dport, payload) if p is a valid IPv4/UDP
+    packet with correct checksums, else None."""
+    if len(p) < 42 or p[12:14] != b"\x08\x00":
+        return None
+    ip = p[14:34]
+    if ip[0] != 0x45 or csum(ip) != 0xFFFF:
+        return "bad-ip"
+    tot = struct.unpack("!H", ip[2:4])[0]
+    if ip[9] != 17 or tot > len(p) - 14:
+        return None
+    udp = p[34:14 + tot]
+    ulen = struct.unpack("!H", udp[4:6])[0]
+    if ulen != len(udp):
+        return "bad-udp"
+    pseudo = ip[12:20] + b"\0\x11" + struct.pack("!H", ulen)
+    if struct.unpack("!H", udp[6:8])[0] != 0 and csum(pseudo + udp) != 0xFFFF:
+        return "bad-udp"
+    return (ip[12:16], ip[16:20], struct.unpack("!H", udp[0:2])[0],
+            struct.unpack("!H", udp[2:4])[0], bytes(udp[8:]))
+
+
+def mix(src, dst):
+    good = read_pcap(src)
+    base = good[0]
+    bad = []
+    bad.append(base[:30])                                  # truncated
+    b = bytearray(base); b[12:14] = b"\x86\xdd"; bad.append(bytes(b))  # IPv6 type
+    b = bytearray(base); b[22] ^= 1; bad.append(bytes(b))  # IP checksum wrong
+    b = bytearray(base); b[-1] ^= 1; bad.append(bytes(b))  # UDP checksum wrong
+    # a valid UDP packet whose payload is not a bfpatch frame
+    b = bytearray(base)
+    b[42] ^= 0xFF
+    b[40:42] = b"\0\0"  # checksum 0: "not computed", still a bad frame
+    bad.append(bytes(b))
+    b = bytearray(base); b[36:38] = struct.pack("!H", 9999); b[40:42] = b"\0\0"
+    bad.append(bytes(b))                                   # unknown port
+    b = bytearray(base); b[30:34] = bytes([198, 18, 9, 9])
+    ip = bytearray(b[14:34]); ip[10:12] = b"\0\0"
+    ip[10:12] = struct.pack("!H", 0xFFFF - csum(bytes(ip)) & 0xFFFF)
+    b[14:34] = ip; b[40:42] = b"\0\0"
+    bad.append(bytes(b))                                   # not our address
+    out = []
+    for i, p in enumerate(good):
+        out.append(p)
+        if i < len(bad):
+            out.append(bad[i])
+    write_pcap(dst, out)
+    print(len(bad))
+
+
+def check(src, dst, nsubs):
+    frames = [udp_parts(p)[4] for p in read_pcap(src)]
+    got = {}
+    bad = 0
+    for p in read_pcap(dst):
+        if p[12:14] == b"\x08\x06":
+            continue  # ARP
+        u = udp_parts(p)
+        if not isinstance(u, tuple):
+            bad += 1
+            continue
+        got.setdefault((u[1], u[3]), []).append(u[4])
+    ok = True
+    if bad:
+        print("FAIL: %d packets with bad headers or checksums" % bad)
+        ok = False
+    if len(got) != nsubs:
+        print("FAIL: %d destinations, expected %d" % (len(got), nsubs))
+        ok = False
+    want = sorted(frames)
+    for dest, pl in got.items():
+        if sorted(pl) != want:
+            print("FAIL: %s got %d frames, %d expected, or different bytes"
+                  % (dest, len(pl), len(want)))
+            ok = False
+    print("%d frames x %d subscribers checked: %s" % (len(frames), len(got),
+                                                      "ok" if ok else "FAILED"))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "mix":
+        mix(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "check":
+        check(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        sys.exit(__doc__)
