@@ -7,7 +7,8 @@ set -eu
 cd "$(dirname "$0")"
 
 PKGS="build-essential meson ninja-build pkg-config clang llvm libclang-rt-14-dev
-      libzstd-dev libcmocka-dev libjansson-dev libxxhash-dev zstd python3 binutils"
+      libzstd-dev libcmocka-dev libjansson-dev libxxhash-dev zstd python3 binutils
+      dpdk dpdk-dev libdpdk-dev iproute2"
 
 install_missing() {
 	missing=""

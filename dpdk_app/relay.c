@@ -935,9 +935,9 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 	if (nq > info.max_rx_queues)
 		nq = info.max_rx_queues;
 	r->n_rxq = nq;
-	/* jumbo frames where the port allows them */
-	if (info.max_mtu >= 9000)
-		conf.rxmode.mtu = 9000;
+	/* jumbo frames where the port allows them (18: Ethernet header + CRC) */
+	if (info.max_rx_pktlen > 1518 + 18)
+		conf.rxmode.mtu = (uint32_t)RTE_MIN(9000u, info.max_rx_pktlen - 18);
 	rc = rte_eth_dev_configure(port, nq, 1, &conf);
 	if (rc)
 		return rc;

@@ -1,0 +1,52 @@
+#!/bin/sh
+# tap_test.sh BFPATCH RELAY: bfpatch-relay on a net_tap port inside a
+# network namespace this test creates; kernel UDP sockets on the tap's
+# kernel side JOIN, send a patch's frames, receive them (3 receivers), and
+# one receiver repairs deliberate losses with NACKs answered from the
+# relay's cache. The namespace, devices and the relay are removed
+# afterwards, also on failure. Skipped (exit 77) without root or netns.
+set -u
+BFP=$1
+RELAY=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+NS=bfptap$$
+T=$(mktemp -d)
+RPID=""
+cleanup() {
+	[ -n "$RPID" ] && kill "$RPID" 2>/dev/null && wait "$RPID" 2>/dev/null
+	ip netns del "$NS" 2>/dev/null
+	rm -rf "$T" /var/run/dpdk/$NS
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() { echo "FAIL: $*"; [ -f "$T/relay.log" ] && cat "$T/relay.log"; exit 1; }
+
+[ "$(id -u)" = 0 ] && ip netns add "$NS" 2>/dev/null || { echo "skip: needs root and ip netns"; exit 77; }
+ip netns exec "$NS" ip link set lo up
+
+"$BFP" synth -o "$T/traj" -p 2M -n 1 -S 5 2>/dev/null || fail synth
+"$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p" || fail diff
+
+ip netns exec "$NS" "$RELAY" --no-huge -m 1024 --no-pci --file-prefix "$NS" -l 0 \
+	--log-level=lib.eal:error --vdev=net_tap0,iface=bfptap0 -- \
+	--ip 0:198.18.0.1 --heartbeat-timeout 60 > "$T/relay.log" 2>&1 &
+RPID=$!
+for i in $(seq 50); do
+	ip netns exec "$NS" ip link show bfptap0 >/dev/null 2>&1 && break
+	sleep 0.2
+done
+ip netns exec "$NS" ip link show bfptap0 >/dev/null 2>&1 || fail "no tap interface"
+for a in 10 11 12 13; do
+	ip netns exec "$NS" ip addr add 198.18.0.$a/24 dev bfptap0
+done
+ip netns exec "$NS" ip link set bfptap0 up
+sleep 1
+ip netns exec "$NS" python3 "$HERE/tap_peers.py" "$T/p" 198.18.0.1 || fail "peers"
+kill -TERM "$RPID"
+wait "$RPID"
+RPID=""
+grep -E "cache_hits|nacks |fanout|arp_request|joins|drop_" "$T/relay.log" | tr -s ' ' | tr '\n' ';'
+echo
+hits=$(awk '$1 == "cache_hits" {print $2}' "$T/relay.log")
+[ "${hits:-0}" -gt 0 ] || fail "no repairs came from the cache"
+echo "ok - repairs answered from the cache: $hits"
