@@ -1,0 +1,65 @@
+#!/bin/sh
+# bench_relay.sh [BUILD_DIR] [SECONDS]: bfpatch-relay's output rate at
+# fan-out 1, 4 and 16 for 1500- and 8000-byte packets, next to dpdk-testpmd
+# io forwarding on the same virtual devices in the same run, and the
+# repair path (NACKs answered from the cache). One lcore each: the relay
+# does RX, fan-out and TX on its main lcore; testpmd forwards on one lcore.
+# Devices: port 0 replays a pcap of valid frames forever (net_pcap,
+# infinite_rx), port 1 is net_null (TX discards).
+set -eu
+B=${1:-build}
+SECS=${2:-4}
+BFP=$B/host_shim/bfpatch
+RELAY=$B/dpdk_app/bfpatch-relay
+TESTPMD=$(command -v dpdk-testpmd || true)
+HERE=$(cd "$(dirname "$0")" && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T" /var/run/dpdk/bfpbench$$*' EXIT
+EAL="--no-huge -m 1024 --no-pci --log-level=lib.eal:error"
+
+echo "bfpatch bench_relay: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $SECS s per run"
+"$BFP" synth -o "$T/traj" -p 2M -n 0 -S 2 2>/dev/null
+
+printf '%-6s %-7s %14s %12s %14s %10s %10s\n' bytes fanout "relay Mpps" "relay Gb/s" "testpmd Mpps" ratio copies
+for size in 1500 8000; do
+	# keyframes of the right size: Ethernet+IPv4+UDP (42) + frame = size
+	"$BFP" diff -q -k -s $((size - 42)) "$T/traj/step-0000.safetensors" \
+		"$T/traj/step-0000.safetensors" -o "$T/key$size"
+	"$BFP" pcap "$T/key$size" -o "$T/in$size.pcap" --dst 198.18.0.1:7400
+	mbuf=$((size + 1024))
+	tp=""
+	if [ -n "$TESTPMD" ]; then
+		out=$( (sleep "$SECS"; echo) | "$TESTPMD" -l 0-1 $EAL --file-prefix bfpbench$$tp \
+			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
+			--forward-mode=io --no-flush-rx --total-num-mbufs=8192 --mbuf-size=$mbuf \
+			--max-pkt-len=9600 -a 2>&1 || true)
+		tx=$(printf '%s\n' "$out" | awk '/Accumulated forward statistics/ {f=1} f && /TX-packets:/ {print $NF; exit}')
+		[ -n "$tx" ] && tp=$(awk -v t="$tx" -v s="$SECS" 'BEGIN {printf "%.3f", t / s / 1e6}')
+	fi
+	for fan in 1 4 16; do
+		subs=""
+		i=1
+		while [ $i -le $fan ]; do
+			subs="$subs --subscriber 198.18.1.$i:7500,mac=02:00:00:00:01:$(printf %02x $i),eth=1"
+			i=$((i + 1))
+		done
+		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
+			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
+			--mbuf-size $mbuf --queue 256 --run-time "$SECS" $subs > "$T/relay.log" 2>&1
+		fo=$(awk '$1 == "fanout_copies" {print $2}' "$T/relay.log")
+		txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
+		awk -v p="$txp" -v s="$SECS" -v b="$size" -v tp="$tp" -v fan="$fan" -v fo="$fo" 'BEGIN {
+			mpps = p / s / 1e6
+			printf "%-6d %-7d %14.3f %12.2f %14s %10s %10s\n", b, fan, mpps, mpps * b * 8 / 1000,
+				tp == "" ? "n/a" : tp, tp == "" ? "n/a" : sprintf("%.2fx", mpps / tp), fo }'
+	done
+done
+
+# repair path: a JOINed subscriber NACKs frames the relay holds, over and over
+python3 "$HERE/nack_pcap.py" "$T/key1500" "$T/nack.pcap"
+"$RELAY" -l 0 $EAL --file-prefix bfpbench$$n \
+	--vdev=net_pcap0,rx_pcap="$T/nack.pcap",infinite_rx=1 --vdev=net_null0 -- \
+	--queue 256 --run-time "$SECS" > "$T/relay.log" 2>&1
+awk -v s="$SECS" '$1 == "cache_hits" {h = $2} $1 == "nacks" {n = $2}
+	END {printf "repair path: %.0f NACKs/s answered, %.3f M frames/s resent from the cache\n", n / s, h / s / 1e6}' "$T/relay.log"
+echo "payload copies on the fan-out path: 0 (header mbuf + indirect clone per output, see dpdk_app/relay.c)"
