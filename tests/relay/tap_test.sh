@@ -42,6 +42,20 @@ done
 ip netns exec "$NS" ip link set bfptap0 up
 sleep 1
 ip netns exec "$NS" python3 "$HERE/tap_peers.py" "$T/p" 198.18.0.1 || fail "peers"
+# counters are readable through DPDK telemetry while the relay runs
+if command -v dpdk-telemetry.py >/dev/null; then
+	printf '/bfpatch/stats\n/bfpatch/subscribers\n' | timeout 10 dpdk-telemetry.py -f "$NS" > "$T/tel" 2>&1
+	python3 - "$T/tel" <<'PY' || fail "telemetry"
+import json, sys
+docs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+st = next(d["/bfpatch/stats"] for d in docs if "/bfpatch/stats" in d)
+subs = next(d["/bfpatch/subscribers"] for d in docs if "/bfpatch/subscribers" in d)
+assert st["cache_hits"] > 0 and st["fanout_copies"] > 0, st
+assert st["joins"] == 3 and st["leaves"] == 3 and not subs, (st, subs)  # all LEFT
+print("telemetry: cache_hits %d, fanout_copies %d, joins %d, leaves %d, subscribers now %d" %
+      (st["cache_hits"], st["fanout_copies"], st["joins"], st["leaves"], len(subs)))
+PY
+fi
 kill -TERM "$RPID"
 wait "$RPID"
 RPID=""
