@@ -2,13 +2,14 @@
 # run.sh: the project's two entry points on a fresh Debian 12 machine.
 #   ./run.sh demo   install what is missing, build, run the end-to-end demo
 #   ./run.sh test   install what is missing, build, run every test suite
-#                   (gcc, clang -Werror, freestanding codec, ASan+UBSan)
+#                   (gcc, clang -Werror, freestanding codec, aarch64 cross
+#                   build, ASan+UBSan)
 set -eu
 cd "$(dirname "$0")"
 
 PKGS="build-essential meson ninja-build pkg-config clang llvm libclang-rt-14-dev
       libzstd-dev libcmocka-dev libjansson-dev libxxhash-dev zstd python3 binutils
-      dpdk dpdk-dev libdpdk-dev iproute2"
+      dpdk dpdk-dev libdpdk-dev iproute2 gcc-aarch64-linux-gnu"
 
 install_missing() {
 	missing=""
@@ -47,6 +48,10 @@ test)
 	meson test -C build-clang --print-errorlogs --suite unit
 	build build-free -Dfreestanding=true
 	meson test -C build-free --print-errorlogs --suite symbols
+	# the aarch64 cross file (BlueField Arm cores) configures and compiles
+	[ -f build-arm/build.ninja ] || meson setup build-arm --cross-file cross/aarch64-linux-gnu.ini \
+		-Dfreestanding=true -Dtests=disabled >/dev/null
+	ninja -C build-arm
 	build build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
 		meson test -C build-asan --print-errorlogs --timeout-multiplier 4
