@@ -55,6 +55,30 @@ for size in 1500 8000; do
 	done
 done
 
+# the fan-out method: header mbuf + clone (used) against a full payload copy
+# per output, fan-out 16, same input
+echo
+printf '%-6s %18s %18s\n' bytes "clone ns/output" "copy ns/output"
+for size in 1500 8000; do
+	mbuf=$((size + 1024))
+	subs=""
+	i=1
+	while [ $i -le 16 ]; do
+		subs="$subs --subscriber 198.18.1.$i:7500,mac=02:00:00:00:01:$(printf %02x $i),eth=1"
+		i=$((i + 1))
+	done
+	res=""
+	for mode in "" --copy-fanout; do
+		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$c \
+			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
+			--mbuf-size $mbuf --queue 256 --run-time "$SECS" $mode $subs > "$T/relay.log" 2>&1
+		p=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
+		res="$res $(awk -v p="$p" -v s="$SECS" 'BEGIN {printf "%.1f", p ? s * 1e9 / p : 0}')"
+	done
+	printf '%-6d %18s %18s\n' $size $res
+done
+echo "(ns per output of the whole single-core relay loop: RX, checks, fan-out, pacing, TX)"
+
 # repair path: a JOINed subscriber NACKs frames the relay holds, over and over
 python3 "$HERE/nack_pcap.py" "$T/key1500" "$T/nack.pcap"
 "$RELAY" -l 0 $EAL --file-prefix bfpbench$$n \

@@ -4,9 +4,12 @@
 # to 3 static subscribers; an independent reader checks the output pcap
 # (every frame to every subscriber exactly once, byte-identical, valid
 # checksums) and the relay's counters account for every malformed packet.
+# LCORES (default 0): with 0-1, a worker lcore receives and classifies and
+# the main lcore fans out.
 set -u
 BFP=$1
 RELAY=$2
+LCORES=${3:-0}
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T" /var/run/dpdk/bfprelay$$' EXIT
@@ -16,7 +19,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p" || fail diff
 "$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
 nbad=$(python3 "$HERE/pcaptool.py" mix "$T/frames.pcap" "$T/in.pcap") || fail mix
-"$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfprelay$$ -l 0 --log-level=lib.eal:error \
+"$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfprelay$$ -l "$LCORES" --log-level=lib.eal:error \
 	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" -- \
 	--ip 0:198.18.0.1 --check-crc --run-time 2 \
 	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11 \
