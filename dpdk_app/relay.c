@@ -966,6 +966,12 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 	if (nq > info.max_rx_queues)
 		nq = info.max_rx_queues;
 	r->n_rxq = nq;
+	/* several RX queues: let RSS spread flows (where the port can hash) */
+	uint64_t rss = (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+	if (nq > 1 && rss) {
+		conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+		conf.rx_adv_conf.rss_conf.rss_hf = rss;
+	}
 	/* jumbo frames where the port allows them (18: Ethernet header + CRC) */
 	if (info.max_rx_pktlen > 1518 + 18)
 		conf.rxmode.mtu = (uint32_t)RTE_MIN(9000u, info.max_rx_pktlen - 18);
