@@ -163,9 +163,13 @@ rp_class rp_classify(const uint8_t *p, size_t len, const rp_addrs *a, rp_pkt *o)
 	uint16_t ulen = be16(u + 4);
 	if (ulen != tot - RP_IP_LEN)
 		return o->cls = RP_DROP_UDP;
+	/* one pass over the payload serves the check and the relay's
+	 * outgoing checksums (the payload starts at an even offset) */
+	o->payload_sum = rp_sum(u + RP_UDP_LEN, ulen - RP_UDP_LEN, 0);
 	if (be16(u + 6) != 0) {
-		uint32_t s = pseudo_sum(o->src_ip, o->dst_ip, ulen);
-		if (rp_fold(rp_sum(u, ulen, s)) != 0xFFFF)
+		uint64_t s = (uint64_t)rp_sum(u, RP_UDP_LEN, pseudo_sum(o->src_ip, o->dst_ip, ulen)) +
+			     o->payload_sum;
+		if (rp_fold((uint32_t)((s & 0xFFFFFFFF) + (s >> 32))) != 0xFFFF)
 			return o->cls = RP_DROP_UDP;
 	}
 	o->src_port = be16(u);

@@ -53,6 +53,7 @@ typedef struct rp_pkt {
 	uint16_t l4_off;            /* start of the UDP payload */
 	uint16_t l4_len;            /* UDP payload length */
 	uint32_t arp_target_ip;     /* ARP: target protocol address */
+	uint32_t payload_sum;       /* data/control: rp_sum() of the UDP payload */
 } rp_pkt;
 
 /* Classify an Ethernet frame of len bytes. Reads only within [p, p+len). */

@@ -334,21 +334,30 @@ static void emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 	rp_build_udp(p, s->mac, r->mac[s->eth_port].addr_bytes, r->cf.ip[s->eth_port],
 		     s->ip, r->cf.data_port, s->data_port, (uint16_t)rte_pktmbuf_pkt_len(f),
 		     payload_sum, r->ip_id++);
-	if (rte_pktmbuf_chain(h, c) != 0 || rte_ring_enqueue(s->q, h) != 0) {
+	if (rte_pktmbuf_chain(h, c) != 0) {
 		rte_pktmbuf_free(h);
-		st->c[C_RING_FULL]++;
+		rte_pktmbuf_free(c);
+		st->c[C_NO_MBUF]++;
 		s->drops++;
 		return;
 	}
 	st->c[C_FANOUT]++;
+	/* unpaced and nothing waiting: straight to the TX buffer */
+	if (s->bucket.rate == 0 && !s->held && rte_ring_empty(s->q)) {
+		s->tx_pkts++;
+		s->tx_bytes += rte_pktmbuf_pkt_len(h);
+		send_now(r, s->eth_port, h, st);
+		return;
+	}
+	if (rte_ring_enqueue(s->q, h) != 0) {
+		rte_pktmbuf_free(h);
+		st->c[C_FANOUT]--;
+		st->c[C_RING_FULL]++;
+		s->drops++;
+	}
 }
 
 /* ---- core lcore: control, fan-out, cache, pacing ---- */
-
-static uint32_t frame_sum(struct rte_mbuf *f)
-{
-	return rp_sum(rte_pktmbuf_mtod(f, const uint8_t *), rte_pktmbuf_data_len(f), 0);
-}
 
 static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *st)
 {
@@ -364,7 +373,7 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		version = (version << 8) | f[20 + b];
 		index = (index << 8) | f[24 + b];
 	}
-	uint32_t sum = frame_sum(m);
+	uint32_t sum = m->hash.fdir.hi;
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && (s->model_id == 0 || s->model_id == model))
@@ -451,7 +460,7 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 				struct rte_mbuf *f = rp_cache_get(&r->cache, c.model_id, c.version, idx);
 				if (f) {
 					st->c[C_CACHE_HIT]++;
-					emit(r, s, f, frame_sum(f), st);
+					emit(r, s, f, f->hash.fdir.hi, st);
 					continue;
 				}
 				st->c[C_CACHE_MISS]++;
@@ -499,6 +508,7 @@ static int rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st)
 		return 0;
 	}
 	m->hash.usr = (uint32_t)cls << 16 | k.l4_len;
+	m->hash.fdir.hi = k.payload_sum; /* kept while the frame is cached */
 	return 1;
 }
 
