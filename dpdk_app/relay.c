@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -629,6 +630,8 @@ static int worker_main(void *arg)
 {
 	relay *r = arg;
 	unsigned lc = rte_lcore_id();
+	if (r->worker_q[lc] == UINT_MAX)
+		return 0; /* more workers than RX queues */
 	while (!force_quit)
 		rx_queue_poll(r, r->worker_q[lc], &r->stats[lc], 0);
 	return 0;
@@ -1031,6 +1034,135 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 	return rte_eth_macaddr_get(port, &r->mac[port]);
 }
 
+/* Pools, cache, queues, ports and static subscribers for r->cf (after
+ * EAL initialisation). 0 on success; on failure relay_teardown() undoes
+ * whatever was done. */
+static int relay_setup(relay *r)
+{
+	r->hz = rte_get_tsc_hz();
+	if (rte_get_main_lcore() >= MAX_LCORES || rte_lcore_count() > MAX_LCORES) {
+		fprintf(stderr, "bfpatch-relay: lcore ids must be below %d\n", MAX_LCORES);
+		return -1;
+	}
+	r->n_ports = rte_eth_dev_count_avail();
+	if (r->n_ports == 0 || r->n_ports > MAX_PORTS) {
+		fprintf(stderr, "bfpatch-relay: need 1..%d ports (got %u); add --vdev=...\n",
+			MAX_PORTS, r->n_ports);
+		r->n_ports = 0;
+		return -1;
+	}
+	for (unsigned i = 0; i < r->cf.n_ip; i++)
+		r->addrs.ip[r->addrs.n_ip++] = r->cf.ip[i];
+	r->addrs.data_port = r->cf.data_port;
+	r->addrs.control_port = r->cf.control_port;
+	r->addrs.check_crc = r->cf.check_crc;
+
+	/* the RX pool holds the rings, the bursts in flight and the repair
+	 * cache's frames; header and clone pools one entry per output queued */
+	unsigned n_workers = rte_lcore_count() - 1, nq = n_workers ? n_workers : 1;
+	r->pool = rte_pktmbuf_pool_create("rx", r->cf.n_mbufs, 256, 0,
+					  (uint16_t)(r->cf.mbuf_size + RTE_PKTMBUF_HEADROOM),
+					  (int)rte_socket_id());
+	r->hdr_pool = rte_pktmbuf_pool_create("hdr", 16383, 256, 0, HDR_ROOM + RTE_PKTMBUF_HEADROOM,
+					      (int)rte_socket_id());
+	r->clone_pool = rte_pktmbuf_pool_create("clone", 16383, 256, 0, 0, (int)rte_socket_id());
+	r->inbound = rte_ring_create("inbound", 4096, (int)rte_socket_id(), RING_F_SC_DEQ);
+	if (!r->pool || !r->hdr_pool || !r->clone_pool || !r->inbound) {
+		fprintf(stderr, "bfpatch-relay: cannot create pools: %s\n", rte_strerror(rte_errno));
+		return -1;
+	}
+	/* cache index sized for the budget at 1 kB frames, at least 1024 */
+	uint32_t cap = 1024;
+	while ((uint64_t)cap * 1024 < r->cf.cache_bytes && cap < (1u << 22))
+		cap <<= 1;
+	r->cache_ring = rte_zmalloc("cache_ring", cap * sizeof(rp_cache_entry), 0);
+	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint32_t), 0);
+	if (!r->cache_ring || !r->cache_hash ||
+	    rp_cache_init(&r->cache, r->cache_ring, r->cache_hash, cap, r->cf.cache_bytes,
+			  r->cf.cache_versions)) {
+		fprintf(stderr, "bfpatch-relay: out of memory for the cache\n");
+		return -1;
+	}
+	for (unsigned i = 0; i < MAX_SUBS; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "subq%u", i);
+		r->subs[i].q = rte_ring_create(name, r->cf.queue_len, (int)rte_socket_id(),
+					       RING_F_SP_ENQ | RING_F_SC_DEQ);
+		if (!r->subs[i].q) {
+			fprintf(stderr, "bfpatch-relay: cannot create queues: %s\n",
+				rte_strerror(rte_errno));
+			return -1;
+		}
+	}
+	for (uint16_t p = 0; p < r->n_ports; p++) {
+		if (p >= r->cf.n_ip || r->cf.ip[p] == 0)
+			r->cf.ip[p] = r->cf.ip[0];
+		int rc = port_init(r, p, (uint16_t)nq);
+		if (rc) {
+			fprintf(stderr, "bfpatch-relay: port %u: %s\n", p, rte_strerror(-rc));
+			return -1;
+		}
+	}
+	/* one worker per RX queue; workers beyond the queues stay idle, since
+	 * a queue cannot be shared without a lock */
+	unsigned lc, qi = 0;
+	RTE_LCORE_FOREACH_WORKER(lc) {
+		r->worker_q[lc] = qi < r->n_rxq ? qi : UINT_MAX;
+		qi++;
+	}
+	r->n_workers = n_workers < r->n_rxq ? n_workers : r->n_rxq;
+	if (n_workers > r->n_rxq)
+		fprintf(stderr, "bfpatch-relay: %u RX queue(s) per port: %u worker lcore(s) idle\n",
+			r->n_rxq, n_workers - r->n_rxq);
+	lcore_stats *st = &r->stats[rte_lcore_id()];
+	for (unsigned i = 0; i < r->cf.n_subs; i++) {
+		const sub_conf *sc = &r->cf.subs[i];
+		if (sc->eth_port >= r->n_ports) {
+			fprintf(stderr, "bfpatch-relay: subscriber %u: no port %u\n", i, sc->eth_port);
+			return -1;
+		}
+		sub *s = sub_add(r, sc->ip, sc->port, sc->eth_port, sc->rate_bps, st);
+		if (!s) {
+			fprintf(stderr, "bfpatch-relay: too many subscribers\n");
+			return -1;
+		}
+		s->is_static = 1;
+		if (sc->has_mac) {
+			memcpy(s->mac, sc->mac, 6);
+			s->has_mac = 1;
+		}
+	}
+	return 0;
+}
+
+/* Stop the ports and free everything relay_setup() took; frees r. */
+static void relay_teardown(relay *r)
+{
+	for (uint16_t p = 0; p < r->n_ports; p++) {
+		rte_eth_dev_stop(p);
+		rte_eth_dev_close(p);
+	}
+	for (unsigned i = 0; i < MAX_SUBS; i++) {
+		if (!r->subs[i].q)
+			continue;
+		if (r->subs[i].used)
+			sub_flush(&r->subs[i]);
+		rte_ring_free(r->subs[i].q);
+	}
+	if (r->cache_ring && r->cache_hash)
+		rp_cache_clear(&r->cache, mbuf_drop, NULL);
+	rte_free(r->cache_ring);
+	rte_free(r->cache_hash);
+	for (uint16_t p = 0; p < MAX_PORTS; p++)
+		rte_free(r->txb[p]);
+	rte_ring_free(r->inbound);
+	rte_mempool_free(r->pool);
+	rte_mempool_free(r->hdr_pool);
+	rte_mempool_free(r->clone_pool);
+	rte_free(r);
+}
+
+#ifndef BFP_RELAY_NO_MAIN
 int main(int argc, char **argv)
 {
 	int ret = rte_eal_init(argc, argv);
@@ -1044,149 +1176,32 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 
-	relay *r = rte_zmalloc("relay", sizeof(*r), RTE_CACHE_LINE_SIZE);
 	int rc = 1;
+	relay *r = rte_zmalloc("relay", sizeof(*r), RTE_CACHE_LINE_SIZE);
 	if (!r) {
 		fprintf(stderr, "bfpatch-relay: out of memory\n");
-		goto out_eal;
+		rte_eal_cleanup();
+		return 1;
 	}
 	R = r;
-	if (parse_args(argc, argv, &r->cf))
-		goto out_free;
-	r->hz = rte_get_tsc_hz();
-	if (rte_get_main_lcore() >= MAX_LCORES || rte_lcore_count() > MAX_LCORES) {
-		fprintf(stderr, "bfpatch-relay: lcore ids must be below %d\n", MAX_LCORES);
-		goto out_free;
+	if (parse_args(argc, argv, &r->cf) == 0 && relay_setup(r) == 0) {
+		rte_telemetry_register_cmd("/bfpatch/stats", tel_stats,
+					   "bfpatch-relay counters. No parameters");
+		rte_telemetry_register_cmd("/bfpatch/subscribers", tel_subscribers,
+					   "Per-subscriber bytes and drops. No parameters");
+		printf("bfpatch-relay: %u port(s), %u worker lcore(s), data port %u, "
+		       "control port %u, %u static subscriber(s)\n",
+		       r->n_ports, r->n_workers, r->cf.data_port, r->cf.control_port, r->cf.n_subs);
+		fflush(stdout);
+		if (r->n_workers)
+			rte_eal_mp_remote_launch(worker_main, r, SKIP_MAIN);
+		core_main(r);
+		rte_eal_mp_wait_lcore();
+		print_stats(r, stdout);
+		rc = 0;
 	}
-	r->n_ports = rte_eth_dev_count_avail();
-	if (r->n_ports == 0 || r->n_ports > MAX_PORTS) {
-		fprintf(stderr, "bfpatch-relay: need 1..%d ports (got %u); add --vdev=...\n",
-			MAX_PORTS, r->n_ports);
-		goto out_free;
-	}
-	for (unsigned i = 0; i < r->cf.n_ip; i++)
-		r->addrs.ip[r->addrs.n_ip++] = r->cf.ip[i];
-	r->addrs.data_port = r->cf.data_port;
-	r->addrs.control_port = r->cf.control_port;
-	r->addrs.check_crc = r->cf.check_crc;
-
-	/* pools by formula: RX rings and bursts per port and queue, plus the
-	 * repair cache's frames (each holds an RX mbuf) */
-	unsigned n_workers = rte_lcore_count() - 1, nq = n_workers ? n_workers : 1;
-	r->n_workers = n_workers;
-	r->pool = rte_pktmbuf_pool_create("rx", r->cf.n_mbufs, 256, 0,
-					  (uint16_t)(r->cf.mbuf_size + RTE_PKTMBUF_HEADROOM),
-					  (int)rte_socket_id());
-	r->hdr_pool = rte_pktmbuf_pool_create("hdr", 16383, 256, 0, HDR_ROOM + RTE_PKTMBUF_HEADROOM,
-					      (int)rte_socket_id());
-	r->clone_pool = rte_pktmbuf_pool_create("clone", 16383, 256, 0, 0, (int)rte_socket_id());
-	r->inbound = rte_ring_create("inbound", 4096, (int)rte_socket_id(), RING_F_SC_DEQ);
-	if (!r->pool || !r->hdr_pool || !r->clone_pool || !r->inbound) {
-		fprintf(stderr, "bfpatch-relay: cannot create pools: %s\n", rte_strerror(rte_errno));
-		goto out_free;
-	}
-	/* cache index sized for the budget at 1 kB frames, at least 1024 */
-	uint32_t cap = 1024;
-	while ((uint64_t)cap * 1024 < r->cf.cache_bytes && cap < (1u << 22))
-		cap <<= 1;
-	r->cache_ring = rte_zmalloc("cache_ring", cap * sizeof(rp_cache_entry), 0);
-	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint32_t), 0);
-	if (!r->cache_ring || !r->cache_hash ||
-	    rp_cache_init(&r->cache, r->cache_ring, r->cache_hash, cap, r->cf.cache_bytes,
-			  r->cf.cache_versions)) {
-		fprintf(stderr, "bfpatch-relay: out of memory for the cache\n");
-		goto out_free;
-	}
-	for (unsigned i = 0; i < MAX_SUBS; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), "subq%u", i);
-		r->subs[i].q = rte_ring_create(name, r->cf.queue_len, (int)rte_socket_id(),
-					       RING_F_SP_ENQ | RING_F_SC_DEQ);
-		if (!r->subs[i].q) {
-			fprintf(stderr, "bfpatch-relay: cannot create queues: %s\n",
-				rte_strerror(rte_errno));
-			goto out_free;
-		}
-	}
-	for (uint16_t p = 0; p < r->n_ports; p++) {
-		if (p >= r->cf.n_ip || r->cf.ip[p] == 0)
-			r->cf.ip[p] = r->cf.ip[0];
-		rc = port_init(r, p, (uint16_t)nq);
-		if (rc) {
-			fprintf(stderr, "bfpatch-relay: port %u: %s\n", p, rte_strerror(-rc));
-			rc = 1;
-			goto out_ports;
-		}
-	}
-	rc = 1;
-	lcore_stats *st = &r->stats[rte_lcore_id()];
-	for (unsigned i = 0; i < r->cf.n_subs; i++) {
-		const sub_conf *sc = &r->cf.subs[i];
-		if (sc->eth_port >= r->n_ports) {
-			fprintf(stderr, "bfpatch-relay: subscriber %u: no port %u\n", i, sc->eth_port);
-			goto out_ports;
-		}
-		sub *s = sub_add(r, sc->ip, sc->port, sc->eth_port, sc->rate_bps, st);
-		if (!s) {
-			fprintf(stderr, "bfpatch-relay: too many subscribers\n");
-			goto out_ports;
-		}
-		s->is_static = 1;
-		if (sc->has_mac) {
-			memcpy(s->mac, sc->mac, 6);
-			s->has_mac = 1;
-		}
-	}
-	rte_telemetry_register_cmd("/bfpatch/stats", tel_stats,
-				   "bfpatch-relay counters. No parameters");
-	rte_telemetry_register_cmd("/bfpatch/subscribers", tel_subscribers,
-				   "Per-subscriber bytes and drops. No parameters");
-
-	unsigned lc, qi = 0;
-	RTE_LCORE_FOREACH_WORKER(lc) {
-		r->worker_q[lc] = qi++ % r->n_rxq;
-	}
-	if (n_workers > r->n_rxq)
-		fprintf(stderr, "bfpatch-relay: %u workers share %u RX queues per port\n",
-			n_workers, r->n_rxq);
-	printf("bfpatch-relay: %u port(s), %u worker lcore(s), data port %u, control port %u, "
-	       "%u static subscriber(s)\n",
-	       r->n_ports, n_workers, r->cf.data_port, r->cf.control_port, r->cf.n_subs);
-	fflush(stdout);
-	if (n_workers > r->n_rxq)
-		r->n_workers = n_workers = 0; /* queues cannot be shared lock-free */
-	if (n_workers)
-		rte_eal_mp_remote_launch(worker_main, r, SKIP_MAIN);
-	core_main(r);
-	rte_eal_mp_wait_lcore();
-	print_stats(r, stdout);
-	rc = 0;
-out_ports:
-	for (uint16_t p = 0; p < r->n_ports; p++) {
-		rte_eth_dev_stop(p);
-		rte_eth_dev_close(p);
-	}
-out_free:
-	if (r) {
-		for (unsigned i = 0; i < MAX_SUBS; i++)
-			if (r->subs[i].q) {
-				if (r->subs[i].used)
-					sub_flush(&r->subs[i]);
-				rte_ring_free(r->subs[i].q);
-			}
-		if (r->cache_ring && r->cache_hash)
-			rp_cache_clear(&r->cache, mbuf_drop, NULL);
-		rte_free(r->cache_ring);
-		rte_free(r->cache_hash);
-		for (uint16_t p = 0; p < MAX_PORTS; p++)
-			rte_free(r->txb[p]);
-		rte_ring_free(r->inbound);
-		rte_mempool_free(r->pool);
-		rte_mempool_free(r->hdr_pool);
-		rte_mempool_free(r->clone_pool);
-		rte_free(r);
-	}
-out_eal:
+	relay_teardown(r);
 	rte_eal_cleanup();
 	return rc;
 }
+#endif

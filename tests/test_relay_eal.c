@@ -1,0 +1,266 @@
+/*
+ * test_relay_eal.c: the relay's data path under a real EAL (--no-huge
+ * --no-pci, one net_null port): fan-out outputs are header mbufs chained
+ * to clones of the one received payload (zero copies), carry each
+ * subscriber's addresses with valid checksums, NACKs are answered from the
+ * cache only to JOINed subscribers, the cache releases every mbuf it
+ * held, and pacing admits about the configured rate.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <unistd.h>
+
+#define BFP_RELAY_NO_MAIN
+#include "../dpdk_app/relay.c"
+
+static relay *T;
+static const uint8_t PEER_MAC[6] = {2, 0, 0, 0, 0, 0x42};
+static bfp_encoder enc;
+
+static int eal_up(void)
+{
+	static int done;
+	if (done)
+		return 0;
+	char prefix[64];
+	snprintf(prefix, sizeof(prefix), "--file-prefix=bfptest%d", (int)getpid());
+	char *args[] = {"test", "--no-huge", "-m", "512", "--no-pci", prefix, "-l", "0",
+			"--vdev=net_null0", "--log-level=lib.eal:error", NULL};
+	if (rte_eal_init(10, args) < 0)
+		return -1;
+	done = 1;
+	return 0;
+}
+
+/* One relay for the group (closing a vdev port removes it). */
+static int setup(void **state)
+{
+	(void)state;
+	if (eal_up())
+		return -1;
+	T = rte_zmalloc("relay", sizeof(*T), RTE_CACHE_LINE_SIZE);
+	char *argv[] = {"relay", "--cache-bytes", "1M", "--queue", "1024", NULL};
+	if (!T || parse_args(5, argv, &T->cf) || relay_setup(T))
+		return -1;
+	R = T;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	relay_teardown(T);
+	T = NULL;
+	return 0;
+}
+
+/* After each test: no subscribers, nothing queued. */
+static int drop_subs(void **state)
+{
+	(void)state;
+	for (unsigned i = 0; i < MAX_SUBS; i++)
+		if (T->subs[i].used)
+			sub_remove(&T->subs[i]);
+	rte_eth_tx_buffer_flush(0, 0, T->txb[0]);
+	return 0;
+}
+
+/* A received datagram from the peer to the relay, as the NIC gives it. */
+static struct rte_mbuf *datagram(uint16_t dport, const uint8_t *pl, size_t n)
+{
+	struct rte_mbuf *m = rte_pktmbuf_alloc(T->pool);
+	assert_non_null(m);
+	uint8_t *p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RP_HDRS + n));
+	rp_build_udp(p, T->mac[0].addr_bytes, PEER_MAC, 0xC6120063u, T->cf.ip[0], 7777, dport,
+		     (uint16_t)n, rp_sum(pl, n, 0), 1);
+	memcpy(p + RP_HDRS, pl, n);
+	m->port = 0;
+	return m;
+}
+
+static size_t frame(uint8_t *out, uint32_t index, uint32_t version)
+{
+	uint16_t w[300];
+	for (int i = 0; i < 300; i++)
+		w[i] = (uint16_t)(i * 7 + index);
+	bfp_encode_opts o;
+	memset(&o, 0, sizeof(o));
+	o.frame_size = 1200;
+	o.model_id = 99;
+	o.target_version = version;
+	o.first_index = index;
+	o.frame_count = 1000;
+	o.flags = BFP_ENC_F_KEYFRAME;
+	size_t len;
+	assert_int_equal(bfp_encoder_init(&enc, &o, NULL, w, 300, 0, 300), BFP_OK);
+	assert_int_equal(bfp_encode_next(&enc, out, 1200, &len), BFP_OK);
+	return len;
+}
+
+static void receive(struct rte_mbuf *m)
+{
+	lcore_stats *st = &T->stats[rte_lcore_id()];
+	if (rx_classify(T, m, st))
+		core_packet(T, m, st);
+}
+
+static sub *paced_sub(uint32_t ip, uint16_t port, uint8_t last_mac)
+{
+	sub *s = sub_add(T, ip, port, 0, 8000000, &T->stats[rte_lcore_id()]);
+	assert_non_null(s);
+	s->is_static = 1;
+	s->has_mac = 1;
+	uint8_t mac[6] = {2, 0, 0, 0, 1, last_mac};
+	memcpy(s->mac, mac, 6);
+	return s;
+}
+
+/* Each subscriber's output: its own header, chained to the cached
+ * payload itself (no copy), with valid IPv4 and UDP checksums. */
+static void test_fanout_chains_headers_to_the_shared_payload(void **state)
+{
+	(void)state;
+	sub *s[3];
+	for (int i = 0; i < 3; i++)
+		s[i] = paced_sub(0xC6120010u + (uint32_t)i, (uint16_t)(7500 + i), (uint8_t)i);
+	uint8_t fr[1200];
+	size_t fl = frame(fr, 5, 2);
+	receive(datagram(T->cf.data_port, fr, fl));
+	struct rte_mbuf *cached = rp_cache_get(&T->cache, 99, 2, 5);
+	assert_non_null(cached);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 3); /* cache + 3 clones */
+	for (int i = 0; i < 3; i++) {
+		struct rte_mbuf *o = NULL;
+		assert_int_equal(rte_ring_dequeue(s[i]->q, (void **)&o), 0);
+		assert_int_equal(o->nb_segs, 2);
+		assert_int_equal(rte_pktmbuf_data_len(o), RP_HDRS);
+		assert_ptr_equal(rte_pktmbuf_mtod(o->next, void *), rte_pktmbuf_mtod(cached, void *));
+		uint8_t flat[1300];
+		const uint8_t *p = rte_pktmbuf_read(o, 0, rte_pktmbuf_pkt_len(o), flat);
+		rp_addrs a;
+		memset(&a, 0, sizeof(a));
+		a.ip[0] = s[i]->ip;
+		a.n_ip = 1;
+		a.data_port = s[i]->data_port;
+		a.control_port = 1;
+		a.check_crc = 1;
+		rp_pkt k;
+		/* the subscriber's view: to it, valid checksums, the frame */
+		assert_int_equal(rp_classify(p, rte_pktmbuf_pkt_len(o), &a, &k), RP_DATA);
+		assert_memory_equal(p, s[i]->mac, 6);
+		assert_memory_equal(p + RP_HDRS, fr, fl);
+		rte_pktmbuf_free(o);
+	}
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
+}
+
+static void ctl_send(uint8_t type, uint16_t src_port, uint32_t index)
+{
+	rp_ctl c;
+	uint8_t msg[256];
+	memset(&c, 0, sizeof(c));
+	c.type = type;
+	c.model_id = 99;
+	c.version = 2;
+	if (type == RP_JOIN)
+		c.data_port = 7600;
+	if (type == RP_NACK) {
+		c.n_ranges = 1;
+		c.ranges[0] = (rp_range){index, 1};
+	}
+	size_t n = rp_ctl_build(msg, sizeof(msg), &c);
+	struct rte_mbuf *m = datagram(T->cf.control_port, msg, n);
+	/* the control message comes from src_port: rewrite and fix the sum */
+	uint8_t *p = rte_pktmbuf_mtod(m, uint8_t *);
+	p[34] = (uint8_t)(src_port >> 8);
+	p[35] = (uint8_t)src_port;
+	p[40] = p[41] = 0; /* UDP checksum 0: not computed (allowed in IPv4) */
+	receive(m);
+}
+
+/* NACKs are answered from the cache to a JOINed subscriber only. */
+static void test_nack_is_answered_from_the_cache_to_joined_subscribers_only(void **state)
+{
+	(void)state;
+	uint8_t fr[1200];
+	lcore_stats *st = &T->stats[rte_lcore_id()];
+	receive(datagram(T->cf.data_port, fr, frame(fr, 7, 2)));
+	ctl_send(RP_NACK, 9000, 7); /* not joined */
+	assert_int_equal(st->c[C_NACK_REFUSED], 1);
+	ctl_send(RP_JOIN, 9001, 0);
+	sub *s = sub_by_control(T, 0xC6120063u, 9001);
+	assert_non_null(s);
+	assert_int_equal(s->data_port, 7600);
+	assert_memory_equal(s->mac, PEER_MAC, 6); /* from the JOIN until ARP answers */
+	uint64_t hits = st->c[C_CACHE_HIT], before = T->stats[rte_lcore_id()].c[C_FANOUT];
+	ctl_send(RP_NACK, 9001, 7);
+	ctl_send(RP_NACK, 9001, 8); /* not cached: a miss */
+	assert_int_equal(st->c[C_CACHE_HIT], hits + 1);
+	assert_int_equal(st->c[C_CACHE_MISS], 1);
+	assert_int_equal(st->c[C_FANOUT], before + 1);
+	ctl_send(RP_LEAVE, 9001, 0);
+	assert_null(sub_by_control(T, 0xC6120063u, 9001));
+}
+
+/* The cache holds frames within its budget and releases every mbuf: after
+ * clearing it, the pools hold no more than before. */
+static void test_cache_releases_every_mbuf(void **state)
+{
+	(void)state;
+	unsigned before = rte_mempool_in_use_count(T->pool);
+	uint8_t fr[1200];
+	for (uint32_t i = 0; i < 3000; i++) /* 3000 x ~660 B > 1 MB budget */
+		receive(datagram(T->cf.data_port, fr, frame(fr, i, 3)));
+	assert_true(T->cache.bytes <= T->cache.budget);
+	assert_true(T->cache.len < 3000);
+	assert_non_null(rp_cache_get(&T->cache, 99, 3, 2999)); /* newest kept */
+	assert_null(rp_cache_get(&T->cache, 99, 3, 0));        /* oldest gone */
+	rp_cache_clear(&T->cache, mbuf_drop, NULL);
+	assert_true(rte_mempool_in_use_count(T->pool) <= before);
+	assert_int_equal(rte_mempool_in_use_count(T->clone_pool), 0);
+	assert_int_equal(rte_mempool_in_use_count(T->hdr_pool), 0);
+}
+
+/* Pacing: a subscriber at 8 Mbit/s gets its burst, then about 1 MB/s. */
+static void test_pacing_holds_a_subscriber_to_its_rate(void **state)
+{
+	(void)state;
+	sub *s = paced_sub(0xC6120020u, 7700, 9);
+	uint8_t fr[1200];
+	size_t fl = frame(fr, 1, 4);
+	receive(datagram(T->cf.data_port, fr, fl));
+	struct rte_mbuf *f = rp_cache_get(&T->cache, 99, 4, 1);
+	assert_non_null(f);
+	lcore_stats *st = &T->stats[rte_lcore_id()];
+	for (int i = 0; i < 1000; i++) /* 1000 x ~1.2 kB queued */
+		emit(T, s, f, f->hash.fdir.hi, st);
+	uint64_t t0 = rte_get_tsc_cycles(), sent0 = s->tx_bytes;
+	while (rte_get_tsc_cycles() - t0 < T->hz / 5) /* 200 ms */
+		pace(T, st);
+	double secs = (double)(rte_get_tsc_cycles() - t0) / (double)T->hz;
+	double most = 65536 + 1e6 * secs + 1300; /* burst + rate * time */
+	double got = (double)(s->tx_bytes - sent0);
+	print_message("paced: %.0f bytes in %.3f s at 1e6 B/s (at most %.0f)\n", got, secs, most);
+	assert_true(got <= most);
+	assert_true(got >= 0.8e6 * secs);
+	rte_eth_tx_buffer_flush(0, 0, T->txb[0]);
+}
+
+int main(void)
+{
+	if (getuid() != 0) {
+		printf("skip: DPDK EAL needs root here\n");
+		return 77;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_fanout_chains_headers_to_the_shared_payload, drop_subs),
+		cmocka_unit_test_teardown(test_nack_is_answered_from_the_cache_to_joined_subscribers_only, drop_subs),
+		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
+		cmocka_unit_test_teardown(test_pacing_holds_a_subscriber_to_its_rate, drop_subs),
+	};
+	int rc = cmocka_run_group_tests_name("relay_eal", tests, setup, teardown);
+	rte_eal_cleanup();
+	return rc;
+}
