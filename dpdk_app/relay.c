@@ -38,6 +38,8 @@
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
+#include <rte_ip.h>
+#include <rte_udp.h>
 #include <rte_launch.h>
 #include <rte_lcore.h>
 #include <rte_malloc.h>
@@ -133,6 +135,7 @@ typedef struct relay {
 	rp_addrs addrs;
 	uint16_t n_ports;
 	struct rte_ether_addr mac[MAX_PORTS];
+	uint8_t csum_offload[MAX_PORTS]; /* port computes IPv4/UDP checksums */
 	struct rte_mempool *pool, *hdr_pool, *clone_pool;
 	struct rte_ring *inbound;
 	struct rte_eth_dev_tx_buffer *txb[MAX_PORTS];
@@ -295,6 +298,22 @@ static void sub_remove(sub *s)
 	s->used = 0;
 }
 
+/* On a port with checksum offload, leave the IPv4 and UDP checksums of the
+ * header at the start of m to the NIC. */
+static void offload_csum(relay *r, struct rte_mbuf *m, uint16_t port)
+{
+	if (!r->csum_offload[port])
+		return;
+	struct rte_ipv4_hdr *ip = rte_pktmbuf_mtod_offset(m, struct rte_ipv4_hdr *, RP_ETH_LEN);
+	struct rte_udp_hdr *udp = rte_pktmbuf_mtod_offset(m, struct rte_udp_hdr *,
+							  RP_ETH_LEN + RP_IP_LEN);
+	m->l2_len = RP_ETH_LEN;
+	m->l3_len = RP_IP_LEN;
+	m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+	ip->hdr_checksum = 0;
+	udp->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
+}
+
 /* Hand one output to s: straight to the TX buffer when s is unpaced and
  * has nothing waiting, else into its queue (full: dropped, counted). */
 static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
@@ -330,6 +349,7 @@ static struct rte_mbuf *output_copy(relay *r, sub *s, struct rte_mbuf *f,
 	rp_build_udp(p, s->mac, r->mac[s->eth_port].addr_bytes, r->cf.ip[s->eth_port], s->ip,
 		     r->cf.data_port, s->data_port, fl, payload_sum, r->ip_id++);
 	memcpy(p + RP_HDRS, rte_pktmbuf_mtod(f, const void *), fl);
+	offload_csum(r, m, s->eth_port);
 	return m;
 }
 
@@ -352,6 +372,7 @@ static struct rte_mbuf *output_clone(relay *r, sub *s, struct rte_mbuf *f,
 		rte_pktmbuf_free(c);
 		return NULL;
 	}
+	offload_csum(r, h, s->eth_port);
 	return h;
 }
 
@@ -1003,6 +1024,15 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 	/* jumbo frames where the port allows them (18: Ethernet header + CRC) */
 	if (info.max_rx_pktlen > 1518 + 18)
 		conf.rxmode.mtu = (uint32_t)RTE_MIN(9000u, info.max_rx_pktlen - 18);
+	/* checksums in the NIC where it can: the header mbuf then carries only
+	 * the pseudo-header sum (RTE_MBUF_F_TX_UDP_CKSUM contract) */
+	const uint64_t ck = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
+	if ((info.tx_offload_capa & ck) == ck) {
+		conf.txmode.offloads |= ck;
+		r->csum_offload[port] = 1;
+	}
+	if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)
+		conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
 	rc = rte_eth_dev_configure(port, nq, 1, &conf);
 	if (rc)
 		return rc;
@@ -1192,6 +1222,11 @@ int main(int argc, char **argv)
 		printf("bfpatch-relay: %u port(s), %u worker lcore(s), data port %u, "
 		       "control port %u, %u static subscriber(s)\n",
 		       r->n_ports, r->n_workers, r->cf.data_port, r->cf.control_port, r->cf.n_subs);
+		for (uint16_t p = 0; p < r->n_ports; p++) {
+			char ip[INET_ADDRSTRLEN];
+			printf("bfpatch-relay: port %u %s, checksums in %s\n", p,
+			       ip_str(r->cf.ip[p], ip), r->csum_offload[p] ? "the NIC" : "software");
+		}
 		fflush(stdout);
 		if (r->n_workers)
 			rte_eal_mp_remote_launch(worker_main, r, SKIP_MAIN);

@@ -59,7 +59,7 @@ fi
 kill -TERM "$RPID"
 wait "$RPID"
 RPID=""
-grep -E "cache_hits|nacks |fanout|arp_request|joins|drop_" "$T/relay.log" | tr -s ' ' | tr '\n' ';'
+grep -E "checksums in|cache_hits|nacks |fanout|arp_request|joins|drop_" "$T/relay.log" | tr -s ' ' | tr '\n' ';'
 echo
 hits=$(awk '$1 == "cache_hits" {print $2}' "$T/relay.log")
 [ "${hits:-0}" -gt 0 ] || fail "no repairs came from the cache"
