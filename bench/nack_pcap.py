@@ -6,20 +6,11 @@ import struct
 import sys
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tests/relay")
-from pcaptool import write_pcap  # noqa: E402
+from pcaptool import csum, write_pcap  # noqa: E402
 from tap_peers import ctl, frames  # noqa: E402
 
 RELAY = bytes([198, 18, 0, 1])
 SUB = bytes([198, 18, 2, 1])
-
-
-def csum(b):
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return s
 
 
 def udp(src, sport, dport, payload):

@@ -5,6 +5,10 @@
  */
 #include "proto.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bfpatch.h"
@@ -58,6 +62,44 @@ static inline void wle64(uint8_t *p, uint64_t v)
 {
 	wle32(p, (uint32_t)v);
 	wle32(p + 4, (uint32_t)(v >> 32));
+}
+
+int rp_parse_mac(const char *s, uint8_t mac[6])
+{
+	unsigned v[6];
+	char tail;
+	if (sscanf(s, "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6)
+		return -1;
+	for (int i = 0; i < 6; i++) {
+		if (v[i] > 255)
+			return -1;
+		mac[i] = (uint8_t)v[i];
+	}
+	return 0;
+}
+
+int rp_parse_hostport(const char *s, uint32_t *ip, uint16_t *port, const char **rest)
+{
+	char buf[64];
+	struct in_addr a;
+	const char *colon = strchr(s, ':');
+	if (!colon || (size_t)(colon - s) >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, (size_t)(colon - s));
+	buf[colon - s] = 0;
+	if (inet_pton(AF_INET, buf, &a) != 1)
+		return -1;
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || colon[1] == '-' || colon[1] == '+' || v == 0 ||
+	    v > 65535 || (*end && (*end != ',' || !rest)))
+		return -1;
+	*ip = ntohl(a.s_addr);
+	*port = (uint16_t)v;
+	if (rest)
+		*rest = end;
+	return 0;
 }
 
 uint32_t rp_sum(const void *data, size_t len, uint32_t sum)

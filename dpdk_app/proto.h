@@ -16,6 +16,15 @@
 #define RP_UDP_LEN 8u
 #define RP_HDRS (RP_ETH_LEN + RP_IP_LEN + RP_UDP_LEN) /* 42 */
 
+/* ---- option parsing shared by the relay and the CLI ---- */
+
+/* "aa:bb:cc:dd:ee:ff" exactly; 0 or -1. */
+int rp_parse_mac(const char *s, uint8_t mac[6]);
+/* "A.B.C.D:PORT" (port 1..65535), host order; the text after the port must
+ * be empty or start with ',' (then *rest points at it; rest may be NULL
+ * only when nothing may follow). 0 or -1. */
+int rp_parse_hostport(const char *s, uint32_t *ip, uint16_t *port, const char **rest);
+
 /* ---- classification ---- */
 
 typedef enum rp_class {

@@ -803,45 +803,11 @@ static int parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 	return 0;
 }
 
-static int parse_mac(const char *s, uint8_t mac[6])
-{
-	unsigned v[6];
-	if (sscanf(s, "%x:%x:%x:%x:%x:%x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6)
-		return -1;
-	for (int i = 0; i < 6; i++) {
-		if (v[i] > 255)
-			return -1;
-		mac[i] = (uint8_t)v[i];
-	}
-	return 0;
-}
-
-static int parse_hostport(const char *s, uint32_t *ip, uint16_t *port, const char **rest)
-{
-	char buf[64];
-	const char *colon = strchr(s, ':');
-	if (!colon || (size_t)(colon - s) >= sizeof(buf))
-		return -1;
-	memcpy(buf, s, (size_t)(colon - s));
-	buf[colon - s] = 0;
-	if (ip_parse(buf, ip))
-		return -1;
-	char *end;
-	errno = 0;
-	unsigned long p = strtoul(colon + 1, &end, 10);
-	if (errno || end == colon + 1 || p == 0 || p > 65535 || (*end && *end != ','))
-		return -1;
-	*port = (uint16_t)p;
-	if (rest)
-		*rest = end;
-	return 0;
-}
-
 static int parse_sub(const char *s, sub_conf *sc)
 {
 	const char *rest;
 	memset(sc, 0, sizeof(*sc));
-	if (parse_hostport(s, &sc->ip, &sc->port, &rest))
+	if (rp_parse_hostport(s, &sc->ip, &sc->port, &rest))
 		return -1;
 	while (*rest == ',') {
 		rest++;
@@ -854,7 +820,7 @@ static int parse_sub(const char *s, sub_conf *sc)
 		opt[n] = 0;
 		uint64_t v;
 		if (!strncmp(opt, "mac=", 4)) {
-			if (parse_mac(opt + 4, sc->mac))
+			if (rp_parse_mac(opt + 4, sc->mac))
 				return -1;
 			sc->has_mac = 1;
 		} else if (!strncmp(opt, "rate=", 5)) {
@@ -935,7 +901,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			cf->n_subs++;
 			break;
 		case 'u':
-			if (parse_hostport(optarg, &cf->upstream_ip, &cf->upstream_port, NULL))
+			if (rp_parse_hostport(optarg, &cf->upstream_ip, &cf->upstream_port, NULL))
 				return bad("--upstream", optarg);
 			break;
 		case 'C':

@@ -22,8 +22,6 @@
 #include "synth.h"
 #include "proto.h"
 
-#include <arpa/inet.h>
-
 #define ERRLEN 512
 
 static double now_s(void)
@@ -578,37 +576,6 @@ static const char pcap_usage[] =
 	"      --src-mac MAC      (default 02:00:00:00:00:64)\n"
 	"  -h, --help\n";
 
-static int parse_addr_port(const char *s, uint32_t *ip, uint16_t *port)
-{
-	char buf[64];
-	const char *colon = strrchr(s, ':');
-	uint32_t p;
-	if (!colon || (size_t)(colon - s) >= sizeof(buf))
-		return -1;
-	memcpy(buf, s, (size_t)(colon - s));
-	buf[colon - s] = 0;
-	struct in_addr a;
-	if (inet_pton(AF_INET, buf, &a) != 1 || parse_u32(colon + 1, 1, 65535, &p))
-		return -1;
-	*ip = ntohl(a.s_addr);
-	*port = (uint16_t)p;
-	return 0;
-}
-
-static int parse_mac_str(const char *s, uint8_t mac[6])
-{
-	unsigned v[6];
-	char tail;
-	if (sscanf(s, "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6)
-		return -1;
-	for (int i = 0; i < 6; i++) {
-		if (v[i] > 255)
-			return -1;
-		mac[i] = (uint8_t)v[i];
-	}
-	return 0;
-}
-
 static void put_le32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)
@@ -631,19 +598,19 @@ static int cmd_pcap(int argc, char **argv)
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'd':
-			if (parse_addr_port(optarg, &dip, &dport))
+			if (rp_parse_hostport(optarg, &dip, &dport, NULL))
 				return bad_value("pcap", "--dst", optarg);
 			break;
 		case 's':
-			if (parse_addr_port(optarg, &sip, &sport))
+			if (rp_parse_hostport(optarg, &sip, &sport, NULL))
 				return bad_value("pcap", "--src", optarg);
 			break;
 		case 'M':
-			if (parse_mac_str(optarg, dmac))
+			if (rp_parse_mac(optarg, dmac))
 				return bad_value("pcap", "--dst-mac", optarg);
 			break;
 		case 'S':
-			if (parse_mac_str(optarg, smac))
+			if (rp_parse_mac(optarg, smac))
 				return bad_value("pcap", "--src-mac", optarg);
 			break;
 		case 'h': fputs(pcap_usage, stdout); return 0;

@@ -20,9 +20,7 @@
 
 #define ST_HEADER_MAX (100u * 1024 * 1024) /* safetensors' own limit */
 
-static int fail(char *err, size_t n, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
+int set_err(char *err, size_t n, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -105,34 +103,34 @@ int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
 
 	memset(m, 0, sizeof(*m));
 	if (hdr_len < 8)
-		return fail(err, errlen, "safetensors: file shorter than 8 bytes");
+		return set_err(err, errlen, "safetensors: file shorter than 8 bytes");
 	for (int i = 0; i < 8; i++)
 		n |= (uint64_t)hdr[i] << (8 * i);
 	if (n < 2 || n > ST_HEADER_MAX)
-		return fail(err, errlen, "safetensors: header length %llu out of range",
+		return set_err(err, errlen, "safetensors: header length %llu out of range",
 			    (unsigned long long)n);
 	if (hdr_len < 8 + n || file_size < 8 + n)
-		return fail(err, errlen, "safetensors: truncated header");
+		return set_err(err, errlen, "safetensors: truncated header");
 	if (hdr[8] != '{')
-		return fail(err, errlen, "safetensors: header does not start with '{'");
+		return set_err(err, errlen, "safetensors: header does not start with '{'");
 	root = json_loadb((const char *)hdr + 8, (size_t)n,
 			  JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK |
 				  JSON_ALLOW_NUL * 0,
 			  &je);
 	if (!root)
-		return fail(err, errlen, "safetensors: header JSON: %s (offset %d)",
+		return set_err(err, errlen, "safetensors: header JSON: %s (offset %d)",
 			    je.text, je.position);
 	/* Only spaces may follow the JSON object (safetensors pads so). */
 	for (size_t i = (size_t)je.position; i < n; i++) {
 		if (hdr[8 + i] != ' ') {
 			json_decref(root);
-			return fail(err, errlen,
+			return set_err(err, errlen,
 				    "safetensors: bytes after the header JSON");
 		}
 	}
 	if (!json_is_object(root)) {
 		json_decref(root);
-		return fail(err, errlen, "safetensors: header is not an object");
+		return set_err(err, errlen, "safetensors: header is not an object");
 	}
 	size_t cap = json_object_size(root);
 	m->tensors = calloc(cap ? cap : 1, sizeof(bfp_tensor));
@@ -140,7 +138,7 @@ int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
 	if (!m->tensors || !m->names) {
 		json_decref(root);
 		model_free(m);
-		return fail(err, errlen, "out of memory");
+		return set_err(err, errlen, "out of memory");
 	}
 	const char *key;
 	json_t *val;
@@ -150,12 +148,12 @@ int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
 			const char *mk;
 			json_t *mv;
 			if (!json_is_object(val)) {
-				rc = fail(err, errlen, "safetensors: __metadata__ is not an object");
+				rc = set_err(err, errlen, "safetensors: __metadata__ is not an object");
 				break;
 			}
 			json_object_foreach(val, mk, mv) {
 				if (!json_is_string(mv)) {
-					rc = fail(err, errlen, "safetensors: __metadata__ value of '%s' is not a string", mk);
+					rc = set_err(err, errlen, "safetensors: __metadata__ value of '%s' is not a string", mk);
 					break;
 				}
 			}
@@ -170,34 +168,34 @@ int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
 		if (!json_is_object(val) || !json_is_string(dt) || !json_is_array(sh) ||
 		    !json_is_array(off) || json_array_size(off) != 2 ||
 		    json_object_size(val) != 3) {
-			rc = fail(err, errlen, "safetensors: tensor '%s': needs exactly dtype, shape, data_offsets", key);
+			rc = set_err(err, errlen, "safetensors: tensor '%s': needs exactly dtype, shape, data_offsets", key);
 			break;
 		}
 		t->dtype = dtype_of(json_string_value(dt));
 		if (!t->dtype) {
-			rc = fail(err, errlen, "safetensors: tensor '%s': unknown dtype '%s'",
+			rc = set_err(err, errlen, "safetensors: tensor '%s': unknown dtype '%s'",
 				  key, json_string_value(dt));
 			break;
 		}
 		if (json_array_size(sh) > BFP_MAX_DIMS) {
-			rc = fail(err, errlen, "safetensors: tensor '%s': more than %u dimensions", key, BFP_MAX_DIMS);
+			rc = set_err(err, errlen, "safetensors: tensor '%s': more than %u dimensions", key, BFP_MAX_DIMS);
 			break;
 		}
 		t->ndim = (uint32_t)json_array_size(sh);
 		for (uint32_t d = 0; d < t->ndim && !rc; d++)
 			if (get_u64(json_array_get(sh, d), &t->shape[d]))
-				rc = fail(err, errlen, "safetensors: tensor '%s': bad shape", key);
+				rc = set_err(err, errlen, "safetensors: tensor '%s': bad shape", key);
 		if (rc)
 			break;
 		if (get_u64(json_array_get(off, 0), &t->byte_begin) ||
 		    get_u64(json_array_get(off, 1), &t->byte_end) ||
 		    t->byte_end < t->byte_begin) {
-			rc = fail(err, errlen, "safetensors: tensor '%s': bad data_offsets", key);
+			rc = set_err(err, errlen, "safetensors: tensor '%s': bad data_offsets", key);
 			break;
 		}
 		m->names[m->n_tensors] = strdup(key);
 		if (!m->names[m->n_tensors]) {
-			rc = fail(err, errlen, "out of memory");
+			rc = set_err(err, errlen, "out of memory");
 			break;
 		}
 		t->name = m->names[m->n_tensors];
@@ -218,7 +216,7 @@ int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
 	model_manifest(m, &mf);
 	if (bfp_manifest_check(&mf) != BFP_OK) {
 		model_free(m);
-		return fail(err, errlen,
+		return set_err(err, errlen,
 			    "safetensors: tensors do not tile the data section exactly "
 			    "(holes, overlaps, sizes not matching shapes, or trailing bytes)");
 	}
@@ -282,10 +280,10 @@ int model_load(model *m, const char *path, char *err, size_t errlen)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	memset(m, 0, sizeof(*m));
 	if (fd < 0)
-		return fail(err, errlen, "%s: %s", path, strerror(errno));
+		return set_err(err, errlen, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
 		close(fd);
-		return fail(err, errlen, "%s: not a regular file", path);
+		return set_err(err, errlen, "%s: not a regular file", path);
 	}
 	uint64_t size = (uint64_t)sb.st_size;
 	if (has_suffix(path, ".safetensors")) {
@@ -293,37 +291,37 @@ int model_load(model *m, const char *path, char *err, size_t errlen)
 		uint64_t n = 0;
 		if (size < 8 || read_full(fd, lenb, 8, 0)) {
 			close(fd);
-			return fail(err, errlen, "%s: truncated safetensors file", path);
+			return set_err(err, errlen, "%s: truncated safetensors file", path);
 		}
 		for (int i = 0; i < 8; i++)
 			n |= (uint64_t)lenb[i] << (8 * i);
 		if (n > ST_HEADER_MAX || 8 + n > size) {
 			close(fd);
-			return fail(err, errlen, "%s: safetensors header length %llu exceeds the file",
+			return set_err(err, errlen, "%s: safetensors header length %llu exceeds the file",
 				    path, (unsigned long long)n);
 		}
 		uint8_t *hdr = malloc((size_t)(8 + n));
 		if (!hdr || read_full(fd, hdr, (size_t)(8 + n), 0)) {
 			free(hdr);
 			close(fd);
-			return fail(err, errlen, "%s: cannot read header", path);
+			return set_err(err, errlen, "%s: cannot read header", path);
 		}
 		char e2[256];
 		if (model_parse_safetensors(m, hdr, (size_t)(8 + n), size, e2, sizeof(e2))) {
 			free(hdr);
 			close(fd);
-			return fail(err, errlen, "%s: %s", path, e2);
+			return set_err(err, errlen, "%s: %s", path, e2);
 		}
 		m->header = hdr;
 	} else {
 		if (size % 2) {
 			close(fd);
-			return fail(err, errlen, "%s: raw BF16 file has an odd size (%llu bytes)",
+			return set_err(err, errlen, "%s: raw BF16 file has an odd size (%llu bytes)",
 				    path, (unsigned long long)size);
 		}
 		if (model_init_raw(m, size / 2)) {
 			close(fd);
-			return fail(err, errlen, "out of memory");
+			return set_err(err, errlen, "out of memory");
 		}
 	}
 	if (!m->params)
@@ -331,13 +329,13 @@ int model_load(model *m, const char *path, char *err, size_t errlen)
 	if (!m->params) {
 		close(fd);
 		model_free(m);
-		return fail(err, errlen, "%s: out of memory for %llu parameters", path,
+		return set_err(err, errlen, "%s: out of memory for %llu parameters", path,
 			    (unsigned long long)m->n_params);
 	}
 	if (read_full(fd, m->params, (size_t)m->data_bytes, m->header_len)) {
 		close(fd);
 		model_free(m);
-		return fail(err, errlen, "%s: read error", path);
+		return set_err(err, errlen, "%s: read error", path);
 	}
 	close(fd);
 	return 0;
@@ -349,10 +347,10 @@ int write_file_atomic(const char *path, const void *const *bufs,
 	char *tmp = NULL, *dcopy = NULL;
 	int fd = -1;
 	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
-		return fail(err, errlen, "out of memory");
+		return set_err(err, errlen, "out of memory");
 	fd = mkstemp(tmp);
 	if (fd < 0) {
-		fail(err, errlen, "%s: cannot create temporary file: %s", path, strerror(errno));
+		set_err(err, errlen, "%s: cannot create temporary file: %s", path, strerror(errno));
 		free(tmp);
 		return -1;
 	}
@@ -364,7 +362,7 @@ int write_file_atomic(const char *path, const void *const *bufs,
 			if (w < 0 && errno == EINTR)
 				continue;
 			if (w <= 0) {
-				fail(err, errlen, "%s: write failed: %s", path,
+				set_err(err, errlen, "%s: write failed: %s", path,
 				     w < 0 ? strerror(errno) : "short write");
 				goto bad;
 			}
@@ -373,17 +371,17 @@ int write_file_atomic(const char *path, const void *const *bufs,
 		}
 	}
 	if (fsync(fd) != 0) {
-		fail(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+		set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
 		goto bad;
 	}
 	if (fchmod(fd, 0644) != 0 || close(fd) != 0) {
 		fd = -1;
-		fail(err, errlen, "%s: close failed: %s", path, strerror(errno));
+		set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
 		goto bad;
 	}
 	fd = -1;
 	if (rename(tmp, path) != 0) {
-		fail(err, errlen, "%s: rename failed: %s", path, strerror(errno));
+		set_err(err, errlen, "%s: rename failed: %s", path, strerror(errno));
 		goto bad;
 	}
 	dcopy = strdup(path);

@@ -50,6 +50,10 @@ void model_free(model *m);
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen);
 
+/* Format an error message into err (errlen bytes); returns -1. */
+int set_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* 64-byte aligned allocation of n bytes, zeroed; NULL on failure. */
 void *alloc_aligned(size_t n);
 

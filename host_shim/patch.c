@@ -17,17 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t n, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, n, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 int cpu_count(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -196,14 +185,14 @@ static int patch_finish(patch *parts, size_t n_parts, patch *out, char *err,
 	for (size_t c = 0; c < n_parts; c++)
 		total += parts[c].n;
 	if (total > UINT32_MAX)
-		return fail(err, errlen, "patch would have more than 2^32 frames");
+		return set_err(err, errlen, "patch would have more than 2^32 frames");
 	for (size_t c = 0; c < n_parts; c++) {
 		for (size_t i = 0; i < parts[c].n; i++) {
 			uint8_t *f = parts[c].buf + parts[c].off[i];
 			size_t fl = parts[c].off[i + 1] - parts[c].off[i];
 			bfp_frame_set_index(f, fl, (uint32_t)out->n, (uint32_t)total);
 			if (patch_push(out, f, fl))
-				return fail(err, errlen, "out of memory");
+				return set_err(err, errlen, "out of memory");
 		}
 		patch_free(&parts[c]);
 	}
@@ -226,12 +215,12 @@ static int encode_chunks(const uint16_t *base, const uint16_t *target,
 	j.n_chunks = n_chunks;
 	j.parts = calloc(n_chunks ? n_chunks : 1, sizeof(patch));
 	if (!j.parts)
-		return fail(err, errlen, "out of memory");
+		return set_err(err, errlen, "out of memory");
 	run_threads(o->threads, enc_worker, &j, &j.done_params, n, o->progress,
 		    "diff");
 	int rc = 0;
 	if (atomic_load(&j.failed))
-		rc = fail(err, errlen, "encode failed: %s",
+		rc = set_err(err, errlen, "encode failed: %s",
 			  j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");
 	else
 		rc = patch_finish(j.parts, n_chunks, out, err, errlen);
@@ -265,7 +254,7 @@ int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
 	range *ch = NULL;
 	size_t nc = 0, cap = 0;
 	if (!add_chunks(&ch, &nc, &cap, 0, n))
-		return fail(err, errlen, "out of memory");
+		return set_err(err, errlen, "out of memory");
 	int rc = encode_chunks(base, target, n, model_id, o, ch, nc, out, err, errlen);
 	free(ch);
 	return rc;
@@ -277,11 +266,11 @@ int patch_encode(const model *old, const model *nw, const patch_opts *o,
 	range *ch = NULL;
 	size_t nc = 0, cap = 0;
 	if (old->n_params != nw->n_params || old->model_id != nw->model_id)
-		return fail(err, errlen, "the two models have different tensor layouts "
+		return set_err(err, errlen, "the two models have different tensor layouts "
 			    "(names, dtypes, shapes or offsets differ)");
 	if (old->header_len != nw->header_len ||
 	    (old->header_len && memcmp(old->header, nw->header, old->header_len)))
-		return fail(err, errlen, "the safetensors headers differ (metadata); "
+		return set_err(err, errlen, "the safetensors headers differ (metadata); "
 			    "format v1 carries tensor data only");
 	/* chunks follow tensor boundaries (in words; a tensor starting at an
 	 * odd byte shares its first word with the previous tensor) */
@@ -290,14 +279,14 @@ int patch_encode(const model *old, const model *nw, const patch_opts *o,
 		uint64_t e = (nw->tensors[i].byte_end + 1) / 2;
 		if (e > at && !add_chunks(&ch, &nc, &cap, at, e)) {
 			free(ch);
-			return fail(err, errlen, "out of memory");
+			return set_err(err, errlen, "out of memory");
 		}
 		if (e > at)
 			at = e;
 	}
 	if (at < nw->n_params && !add_chunks(&ch, &nc, &cap, at, nw->n_params)) {
 		free(ch);
-		return fail(err, errlen, "out of memory");
+		return set_err(err, errlen, "out of memory");
 	}
 	int rc = encode_chunks(old->params, nw->params, nw->n_params, nw->model_id,
 			       o, ch, nc, out, err, errlen);
@@ -320,7 +309,7 @@ int patch_parse(patch *p, char *err, size_t errlen)
 		if (st == BFP_OK)
 			st = bfp_frame_parse(buf + at, fl, &h);
 		if (st != BFP_OK)
-			return fail(err, errlen, "frame %zu at byte %zu: %s", p->n, at,
+			return set_err(err, errlen, "frame %zu at byte %zu: %s", p->n, at,
 				    bfp_status_str(st));
 		if (p->n == 0)
 			first = h;
@@ -329,15 +318,15 @@ int patch_parse(patch *p, char *err, size_t errlen)
 			 (h.base_version != first.base_version &&
 			  h.encoding != BFP_ENC_KEY_RAW && h.encoding != BFP_ENC_KEY_ZSTD &&
 			  first.encoding != BFP_ENC_KEY_RAW && first.encoding != BFP_ENC_KEY_ZSTD))
-			return fail(err, errlen, "frame %zu: model or versions differ from frame 0", p->n);
+			return set_err(err, errlen, "frame %zu: model or versions differ from frame 0", p->n);
 		if (h.frame_index != p->n || h.frame_count != first.frame_count)
-			return fail(err, errlen, "frame %zu: index %u of %u out of sequence",
+			return set_err(err, errlen, "frame %zu: index %u of %u out of sequence",
 				    p->n, h.frame_index, h.frame_count);
 		if (p->n + 1 >= p->off_cap) {
 			size_t nc = p->off_cap * 2 + 64;
 			size_t *no = realloc(p->off, nc * sizeof(size_t));
 			if (!no)
-				return fail(err, errlen, "out of memory");
+				return set_err(err, errlen, "out of memory");
 			p->off = no;
 			p->off_cap = nc;
 		}
@@ -346,9 +335,9 @@ int patch_parse(patch *p, char *err, size_t errlen)
 		p->off[p->n] = at;
 	}
 	if (p->n == 0)
-		return fail(err, errlen, "patch has no frames");
+		return set_err(err, errlen, "patch has no frames");
 	if (p->n != first.frame_count)
-		return fail(err, errlen, "patch is truncated: %zu of %u frames", p->n,
+		return set_err(err, errlen, "patch is truncated: %zu of %u frames", p->n,
 			    first.frame_count);
 	return 0;
 }
@@ -359,15 +348,15 @@ int patch_read(const char *path, patch *p, char *err, size_t errlen)
 	memset(p, 0, sizeof(*p));
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, errlen, "%s: %s", path, strerror(errno));
+		return set_err(err, errlen, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
 		close(fd);
-		return fail(err, errlen, "%s: not a regular file", path);
+		return set_err(err, errlen, "%s: not a regular file", path);
 	}
 	p->buf = malloc((size_t)sb.st_size + 1);
 	if (!p->buf) {
 		close(fd);
-		return fail(err, errlen, "%s: out of memory", path);
+		return set_err(err, errlen, "%s: out of memory", path);
 	}
 	size_t got = 0;
 	while (got < (size_t)sb.st_size) {
@@ -381,13 +370,13 @@ int patch_read(const char *path, patch *p, char *err, size_t errlen)
 	close(fd);
 	if (got != (size_t)sb.st_size) {
 		patch_free(p);
-		return fail(err, errlen, "%s: read error", path);
+		return set_err(err, errlen, "%s: read error", path);
 	}
 	p->len = got;
 	char e2[256];
 	if (patch_parse(p, e2, sizeof(e2))) {
 		patch_free(p);
-		return fail(err, errlen, "%s: %s", path, e2);
+		return set_err(err, errlen, "%s: %s", path, e2);
 	}
 	return 0;
 }
@@ -402,7 +391,7 @@ int patch_check_cover(const patch *p, uint64_t n_params, char *err, size_t errle
 {
 	range *r = malloc((p->n ? p->n : 1) * sizeof(range));
 	if (!r)
-		return fail(err, errlen, "out of memory");
+		return set_err(err, errlen, "out of memory");
 	for (size_t i = 0; i < p->n; i++) {
 		bfp_frame_header h;
 		bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &h);
@@ -414,12 +403,12 @@ int patch_check_cover(const patch *p, uint64_t n_params, char *err, size_t errle
 	int rc = 0;
 	for (size_t i = 0; i < p->n && !rc; i++) {
 		if (r[i].begin != at)
-			rc = fail(err, errlen, "frames do not tile the model: %s at parameter %llu",
+			rc = set_err(err, errlen, "frames do not tile the model: %s at parameter %llu",
 				  r[i].begin > at ? "gap" : "overlap", (unsigned long long)at);
 		at = r[i].end;
 	}
 	if (!rc && at != n_params)
-		rc = fail(err, errlen, "frames cover %llu parameters, the model has %llu",
+		rc = set_err(err, errlen, "frames cover %llu parameters, the model has %llu",
 			  (unsigned long long)at, (unsigned long long)n_params);
 	free(r);
 	return rc;
@@ -486,7 +475,7 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 	bfp_frame_header h0;
 	bfp_frame_parse(p->buf, p->off[1], &h0);
 	if (h0.model_id != model_id)
-		return fail(err, errlen, "patch is for another model (model id %016llx, "
+		return set_err(err, errlen, "patch is for another model (model id %016llx, "
 			    "base has %016llx)", (unsigned long long)h0.model_id,
 			    (unsigned long long)model_id);
 	if (patch_check_cover(p, n_params, err, errlen))
@@ -509,7 +498,7 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 	run_threads(threads, apply_worker, &j, &j.done_params, n_params, progress,
 		    "apply");
 	if (atomic_load(&j.failed))
-		return fail(err, errlen, "frame %zu: %s", j.bad_frame,
+		return set_err(err, errlen, "frame %zu: %s", j.bad_frame,
 			    j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");
 	return 0;
 }

@@ -298,6 +298,33 @@ static void test_repair_cache_evicts_oldest_and_stays_consistent(void **state)
 	}
 }
 
+/* Option parsing: addresses, ports and MACs, with every malformed form
+ * refused. */
+static void test_address_and_mac_parsing_refuses_malformed_input(void **state)
+{
+	(void)state;
+	uint32_t ip;
+	uint16_t port;
+	const char *rest;
+	uint8_t mac[6];
+	assert_int_equal(rp_parse_hostport("198.18.0.7:7400", &ip, &port, NULL), 0);
+	assert_int_equal(ip, 0xC6120007u);
+	assert_int_equal(port, 7400);
+	assert_int_equal(rp_parse_hostport("198.18.0.7:7400,mac=x", &ip, &port, &rest), 0);
+	assert_string_equal(rest, ",mac=x");
+	static const char *const bad[] = {"198.18.0.7", "198.18.0.7:", "198.18.0.7:0",
+		"198.18.0.7:65536", "198.18.0.7:-1", "198.18.0.7:12x", "198.18.0.256:1",
+		"host:1", ":1", "198.18.0.7:7400,more"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(rp_parse_hostport(bad[i], &ip, &port, NULL), -1);
+	assert_int_equal(rp_parse_mac("02:00:0a:FF:00:01", mac), 0);
+	assert_int_equal(mac[2], 0x0a);
+	assert_int_equal(mac[3], 0xff);
+	assert_int_equal(rp_parse_mac("02:00:0a:ff:00", mac), -1);
+	assert_int_equal(rp_parse_mac("02:00:0a:ff:00:01:02", mac), -1);
+	assert_int_equal(rp_parse_mac("02:00:0a:ff:00:100", mac), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -307,6 +334,7 @@ int main(void)
 		cmocka_unit_test(test_control_messages_round_trip_and_reject_damage),
 		cmocka_unit_test(test_token_bucket_paces_to_rate),
 		cmocka_unit_test(test_repair_cache_evicts_oldest_and_stays_consistent),
+		cmocka_unit_test(test_address_and_mac_parsing_refuses_malformed_input),
 	};
 	return cmocka_run_group_tests_name("relay_proto", tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@ what it misses; the repairs must come from the relay's cache. Every
 receiver must end with every frame byte-identical. The control messages
 are built here from docs/PROTOCOL.md, independently of the relay's code.
 """
+import os
 import select
 import socket
 import struct
@@ -18,20 +19,19 @@ import time
 DATA, CTL = 7400, 7401
 RX_PORT, RX_CTL = 7500, 7501
 
-POLY = 0x82F63B78
-TABLE = []
-for b in range(256):
-    c = b
-    for _ in range(8):
-        c = (c >> 1) ^ (POLY if c & 1 else 0)
-    TABLE.append(c)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from kat_check import crc32c  # noqa: E402  (the independent CRC32C)
 
 
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for x in data:
-        crc = (crc >> 8) ^ TABLE[(crc ^ x) & 0xFF]
-    return crc ^ 0xFFFFFFFF
+def ranges_of(missing):
+    """Sorted frame indices -> NACK ranges [first, count]."""
+    ranges = []
+    for m in missing:
+        if ranges and ranges[-1][0] + ranges[-1][1] == m:
+            ranges[-1][1] += 1
+        else:
+            ranges.append([m, 1])
+    return [tuple(r) for r in ranges]
 
 
 def ctl(kind, model, version, data_port=0, rate=0, ranges=()):
@@ -93,15 +93,8 @@ def main():
             got[i][idx] = pkt
         if len(got[2]) < len(fr) and time.time() - last_nack > 0.5 and \
                 sum(len(g) for g in got[:2]) == 2 * len(fr):
-            missing = sorted(set(range(len(fr))) - set(got[2]))
-            ranges = []
-            for m in missing:
-                if ranges and ranges[-1][0] + ranges[-1][1] == m:
-                    ranges[-1][1] += 1
-                else:
-                    ranges.append([m, 1])
-            cs[2].sendto(ctl(3, model, target, ranges=[tuple(x) for x in ranges[:128]]),
-                         (relay, CTL))
+            ranges = ranges_of(sorted(set(range(len(fr))) - set(got[2])))
+            cs[2].sendto(ctl(3, model, target, ranges=ranges[:128]), (relay, CTL))
             nacks += 1
             last_nack = time.time()
     ok = True

@@ -14,7 +14,7 @@ import struct
 import sys
 import time
 
-from tap_peers import ctl, frames
+from tap_peers import ctl, frames, ranges_of
 
 DATA, CTL = 7400, 7401
 
@@ -61,16 +61,9 @@ def receive(p1, p2, relay_b, relay_a):
 
     def nack(got):
         for i, c in enumerate(cs):
-            missing = [k for k in range(len(f1)) if (v1, k) not in got[i]]
-            ranges = []
-            for m in missing:
-                if ranges and ranges[-1][0] + ranges[-1][1] == m:
-                    ranges[-1][1] += 1
-                else:
-                    ranges.append([m, 1])
+            ranges = ranges_of([k for k in range(len(f1)) if (v1, k) not in got[i]])
             if ranges:
-                c.sendto(ctl(3, model, v1, ranges=[tuple(x) for x in ranges[:128]]),
-                         (relay_b, CTL))
+                c.sendto(ctl(3, model, v1, ranges=ranges[:128]), (relay_b, CTL))
 
     want1 = {(v1, k): f for k, f in enumerate(f1)}
     got1 = collect(rx, want1, time.time() + 30, nack)
