@@ -64,6 +64,26 @@ static inline void wle64(uint8_t *p, uint64_t v)
 	wle32(p + 4, (uint32_t)(v >> 32));
 }
 
+int rp_parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+		return -1;
+	unsigned long long v = strtoull(s, &end, 0);
+	uint64_t mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1000; end++; break;
+	case 'm': case 'M': mul = 1000000; end++; break;
+	case 'g': case 'G': mul = 1000000000; end++; break;
+	default: break;
+	}
+	if (errno || end == s || *end || v > hi / mul || v * mul < lo)
+		return -1;
+	*out = v * mul;
+	return 0;
+}
+
 int rp_parse_mac(const char *s, uint8_t mac[6])
 {
 	unsigned v[6];

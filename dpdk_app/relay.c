@@ -783,26 +783,6 @@ static const char usage_text[] =
 	"                              cloning it (only to measure the difference)\n"
 	"  -h, --help\n";
 
-static int parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	if (!s || !*s || *s == '-')
-		return -1;
-	unsigned long long v = strtoull(s, &end, 0);
-	uint64_t mul = 1;
-	switch (*end) {
-	case 'k': case 'K': mul = 1000; end++; break;
-	case 'm': case 'M': mul = 1000000; end++; break;
-	case 'g': case 'G': mul = 1000000000; end++; break;
-	default: break;
-	}
-	if (errno || *end || v > hi / mul || v * mul < lo)
-		return -1;
-	*out = v * mul;
-	return 0;
-}
-
 static int parse_sub(const char *s, sub_conf *sc)
 {
 	const char *rest;
@@ -824,11 +804,11 @@ static int parse_sub(const char *s, sub_conf *sc)
 				return -1;
 			sc->has_mac = 1;
 		} else if (!strncmp(opt, "rate=", 5)) {
-			if (parse_num(opt + 5, 0, 400000000000ull, &v))
+			if (rp_parse_num(opt + 5, 0, 400000000000ull, &v))
 				return -1;
 			sc->rate_bps = v;
 		} else if (!strncmp(opt, "eth=", 4)) {
-			if (parse_num(opt + 4, 0, MAX_PORTS - 1, &v))
+			if (rp_parse_num(opt + 4, 0, MAX_PORTS - 1, &v))
 				return -1;
 			sc->eth_port = (uint16_t)v;
 		} else {
@@ -877,7 +857,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		case 'i': {
 			char *colon = strchr(optarg, ':');
 			uint32_t ip;
-			if (!colon || parse_num((*colon = 0, optarg), 0, MAX_PORTS - 1, &v) ||
+			if (!colon || rp_parse_num((*colon = 0, optarg), 0, MAX_PORTS - 1, &v) ||
 			    ip_parse(colon + 1, &ip))
 				return bad("--ip", optarg);
 			cf->ip[v] = ip;
@@ -886,12 +866,12 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			break;
 		}
 		case 'd':
-			if (parse_num(optarg, 1, 65535, &v))
+			if (rp_parse_num(optarg, 1, 65535, &v))
 				return bad("--data-port", optarg);
 			cf->data_port = (uint16_t)v;
 			break;
 		case 'c':
-			if (parse_num(optarg, 1, 65535, &v))
+			if (rp_parse_num(optarg, 1, 65535, &v))
 				return bad("--control-port", optarg);
 			cf->control_port = (uint16_t)v;
 			break;
@@ -905,37 +885,37 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 				return bad("--upstream", optarg);
 			break;
 		case 'C':
-			if (parse_num(optarg, 65536, 1ull << 40, &cf->cache_bytes))
+			if (rp_parse_num(optarg, 65536, 1ull << 40, &cf->cache_bytes))
 				return bad("--cache-bytes", optarg);
 			break;
 		case 'K':
-			if (parse_num(optarg, 1, 1000, &v))
+			if (rp_parse_num(optarg, 1, 1000, &v))
 				return bad("--cache-versions", optarg);
 			cf->cache_versions = (uint32_t)v;
 			break;
 		case 'r':
-			if (parse_num(optarg, 0, 400000000000ull, &cf->default_rate_bps))
+			if (rp_parse_num(optarg, 0, 400000000000ull, &cf->default_rate_bps))
 				return bad("--rate", optarg);
 			break;
 		case 'q':
-			if (parse_num(optarg, 16, 65536, &v) || (v & (v - 1)))
+			if (rp_parse_num(optarg, 16, 65536, &v) || (v & (v - 1)))
 				return bad("--queue (a power of two, 16..65536)", optarg);
 			cf->queue_len = (uint32_t)v;
 			break;
 		case 't':
-			if (parse_num(optarg, 1, 86400, &v))
+			if (rp_parse_num(optarg, 1, 86400, &v))
 				return bad("--heartbeat-timeout", optarg);
 			cf->heartbeat_timeout_s = (uint32_t)v;
 			break;
 		case 'k': cf->check_crc = 1; break;
 		case 'P': cf->copy_fanout = 1; break;
 		case 'm':
-			if (parse_num(optarg, 2048, 65535 - RTE_PKTMBUF_HEADROOM, &v))
+			if (rp_parse_num(optarg, 2048, 65535 - RTE_PKTMBUF_HEADROOM, &v))
 				return bad("--mbuf-size", optarg);
 			cf->mbuf_size = (uint32_t)v;
 			break;
 		case 'n':
-			if (parse_num(optarg, 1023, 1u << 22, &v))
+			if (rp_parse_num(optarg, 1023, 1u << 22, &v))
 				return bad("--mbufs", optarg);
 			cf->n_mbufs = (uint32_t)v;
 			break;

@@ -39,22 +39,7 @@ static int die(const char *cmd, const char *msg)
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	if (!s || !*s || *s == '-')
-		return -1;
-	unsigned long long v = strtoull(s, &end, 0);
-	uint64_t mul = 1;
-	if (*end == 'k' || *end == 'K')
-		mul = 1000, end++;
-	else if (*end == 'M')
-		mul = 1000000, end++;
-	else if (*end == 'G')
-		mul = 1000000000, end++;
-	if (errno || *end || v > max / mul)
-		return -1;
-	*out = v * mul;
-	return 0;
+	return rp_parse_num(s, 0, max, out);
 }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)

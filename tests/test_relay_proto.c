@@ -317,6 +317,17 @@ static void test_address_and_mac_parsing_refuses_malformed_input(void **state)
 		"host:1", ":1", "198.18.0.7:7400,more"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(rp_parse_hostport(bad[i], &ip, &port, NULL), -1);
+	uint64_t v;
+	assert_int_equal(rp_parse_num("300k", 0, 1u << 30, &v), 0);
+	assert_int_equal(v, 300000);
+	assert_int_equal(rp_parse_num("2G", 0, 1ull << 40, &v), 0);
+	assert_int_equal(v, 2000000000ull);
+	assert_int_equal(rp_parse_num("0x10", 0, 100, &v), 0);
+	assert_int_equal(v, 16);
+	static const char *const badnum[] = {"", "-1", "+1", "k", "12q", "5g", "99999999999999999999"};
+	for (size_t i = 0; i < sizeof(badnum) / sizeof(badnum[0]); i++)
+		assert_int_equal(rp_parse_num(badnum[i], 1, 1000000000, &v), -1);
+	assert_int_equal(rp_parse_num("1", 2, 10, &v), -1); /* below the range */
 	assert_int_equal(rp_parse_mac("02:00:0a:FF:00:01", mac), 0);
 	assert_int_equal(mac[2], 0x0a);
 	assert_int_equal(mac[3], 0xff);
