@@ -1,0 +1,106 @@
+/*
+ * wbuf.c: create, map and version the actor weight buffer (wbuf.h).
+ */
+#define _GNU_SOURCE
+#include "wbuf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static uint64_t page_up(uint64_t v)
+{
+	return (v + 4095) & ~4095ull;
+}
+
+int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
+		char *err, size_t errlen)
+{
+	if (!replace && access(path, F_OK) == 0)
+		return set_err(err, errlen, "%s exists (use --replace to overwrite)", path);
+	uint64_t st_len = m->safetensors ? m->header_len : 0;
+	uint64_t data_off = page_up(WBUF_HDR + st_len);
+	uint8_t *head = calloc(1, (size_t)data_off);
+	if (!head)
+		return set_err(err, errlen, "out of memory");
+	wbuf_hdr *h = (wbuf_hdr *)(void *)head;
+	memcpy(h->magic, WBUF_MAGIC, 8);
+	h->layout = 1;
+	h->hdr_size = WBUF_HDR;
+	h->n_params = m->n_params;
+	h->model_id = m->model_id;
+	h->st_offset = WBUF_HDR;
+	h->st_len = st_len;
+	h->data_offset = data_off;
+	h->data_bytes = m->data_bytes;
+	atomic_store(&h->version, version);
+	atomic_store(&h->state, WBUF_READY);
+	atomic_store(&h->target, version);
+	atomic_store(&h->seq, 0);
+	if (st_len)
+		memcpy(head + WBUF_HDR, m->header, (size_t)st_len);
+	const void *bufs[2] = {head, m->params};
+	size_t lens[2] = {(size_t)data_off, (size_t)m->n_params * 2};
+	int rc = write_file_atomic(path, bufs, lens, 2, err, errlen);
+	free(head);
+	return rc;
+}
+
+int wbuf_open(wbuf *w, const char *path, char *err, size_t errlen)
+{
+	struct stat sb;
+	memset(w, 0, sizeof(*w));
+	w->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (w->fd < 0)
+		return set_err(err, errlen, "%s: %s", path, strerror(errno));
+	if (fstat(w->fd, &sb) != 0 || (uint64_t)sb.st_size < WBUF_HDR) {
+		close(w->fd);
+		return set_err(err, errlen, "%s: not a weight buffer (too short)", path);
+	}
+	w->map_len = (size_t)sb.st_size;
+	w->map = mmap(NULL, w->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, w->fd, 0);
+	if (w->map == MAP_FAILED) {
+		close(w->fd);
+		return set_err(err, errlen, "%s: mmap: %s", path, strerror(errno));
+	}
+	w->h = (wbuf_hdr *)(void *)w->map;
+	if (memcmp(w->h->magic, WBUF_MAGIC, 8) || w->h->layout != 1 ||
+	    w->h->data_offset % 4096 || w->h->data_offset > w->map_len ||
+	    w->h->n_params > (w->map_len - w->h->data_offset) / 2) {
+		wbuf_close(w);
+		return set_err(err, errlen, "%s: not a bfpatch weight buffer (bad header)", path);
+	}
+	w->params = (uint16_t *)(void *)(w->map + w->h->data_offset);
+	return 0;
+}
+
+void wbuf_close(wbuf *w)
+{
+	if (w->map && w->map != MAP_FAILED)
+		munmap(w->map, w->map_len);
+	if (w->fd > 0)
+		close(w->fd);
+	memset(w, 0, sizeof(*w));
+}
+
+void wbuf_begin(wbuf *w, uint32_t target)
+{
+	atomic_store(&w->h->target, target);
+	atomic_store(&w->h->state, WBUF_COMMITTING);
+	atomic_fetch_add(&w->h->seq, 1);
+	msync(w->map, WBUF_HDR, MS_SYNC);
+}
+
+void wbuf_end(wbuf *w)
+{
+	msync(w->map, w->map_len, MS_SYNC); /* the parameters first */
+	atomic_store(&w->h->version, atomic_load(&w->h->target));
+	atomic_store(&w->h->state, WBUF_READY);
+	atomic_fetch_add(&w->h->seq, 1);
+	msync(w->map, WBUF_HDR, MS_SYNC);
+}

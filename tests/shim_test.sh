@@ -1,0 +1,108 @@
+#!/bin/sh
+# shim_test.sh BFPATCH SHIM: the trainer-to-actor loop on loopback.
+# `bfpatch publish` publishes 3 steps of a synthetic trajectory to 3
+# `bfpatch-shim` daemons (one loses a frame on purpose and NACKs it);
+# after every run each weight buffer must equal the trainer's last BF16
+# checkpoint, checked by sha256 of the bytes (Python's hashlib), and a
+# shim killed in the middle of a commit finishes it on restart.
+set -u
+BFP=$1
+SHIM=$2
+T=$(mktemp -d)
+SHM=/dev/shm/bfptest$$
+PIDS=""
+cleanup() {
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rm -rf "$T" "$SHM".*
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; cat "$f"; done; exit 1; }
+port=$((20000 + $$ % 20000))
+
+"$BFP" synth -o "$T/traj" -p 2M -n 3 -S 8 2>/dev/null || fail synth
+for i in 1 2 3; do
+	drop=""
+	[ $i = 3 ] && drop="--drop-every 5"
+	"$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
+		--upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + i)) \
+		--exit-after 40 $drop > "$T/shim$i.log" 2>&1 &
+	PIDS="$PIDS $!"
+done
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 3 \
+	--steps 3 --linger 2 > "$T/publish.log" 2>&1 || fail publish
+for i in 1 2 3; do
+	for n in $(seq 100); do
+		grep -q "committed version 2 -> 3" "$T/shim$i.log" && break
+		sleep 0.1
+	done
+done
+for p in $PIDS; do kill -TERM "$p"; done
+wait
+PIDS=""
+check_buffers() { # expected-checkpoint buffers...
+	python3 - "$@" <<'PY'
+import hashlib, struct, sys
+want = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<Q", want)[0]
+want = want[8 + n:]
+ok = True
+for path in sys.argv[2:]:
+    b = open(path, "rb").read()
+    assert b[:8] == b"BFPWBUF1", path
+    version, state = struct.unpack_from("<II", b, 64)
+    off, nbytes = struct.unpack_from("<QQ", b, 48)
+    same = hashlib.sha256(b[off:off + nbytes]).hexdigest() == hashlib.sha256(want).hexdigest()
+    print("%s: version %d, state %d, sha256 %s" % (path, version, state,
+          "equals the trainer's" if same else "DIFFERS"))
+    ok &= same and state == 0
+sys.exit(0 if ok else 1)
+PY
+}
+check_buffers "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" || fail "buffers"
+grep -q "NACKs [1-9]" "$T/shim3.log" || fail "the lossy shim sent no NACK"
+grep "bfpatch-shim: version" "$T"/shim*.log | sed 's/.*bfpatch-shim: //'
+grep "NACKs answered" "$T/publish.log" | sed 's/.*bfpatch publish: //'
+
+# crash in the middle of a commit: the buffer says "committing 0 -> 1" and
+# the first half of the patch's ranges already hold their target values
+# (what a SIGKILL between frames leaves); the restarted shim must finish
+# the commit from frames it receives again
+"$SHIM" --buffer "$SHM.x" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:1 \
+	--listen 127.0.0.1:$((port + 9)) --exit-after 0.2 > /dev/null 2>&1
+"$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p01"
+"$BFP" apply -q "$T/traj/step-0000.safetensors" "$T/p01" -o "$T/s1.safetensors"
+python3 - "$SHM.x" "$T/s1.safetensors" "$T/p01" <<'PY' || fail "crash simulation"
+import mmap, struct, sys
+shm, s1, p = sys.argv[1:4]
+t = open(s1, "rb").read()
+n = struct.unpack_from("<Q", t)[0]
+target = t[8 + n:]
+pb = open(p, "rb").read()
+ranges, at = [], 0
+while at < len(pb):
+    begin, rlen, plen = struct.unpack_from("<QII", pb, at + 32)
+    ranges.append((begin, rlen))
+    at += 60 + plen
+with open(shm, "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    off = struct.unpack_from("<Q", m, 48)[0]
+    struct.pack_into("<II", m, 64 + 4, 1, 1)    # state committing, target 1
+    for begin, rlen in ranges[: len(ranges) // 2]:
+        m[off + 2 * begin: off + 2 * (begin + rlen)] = target[2 * begin: 2 * (begin + rlen)]
+    m.flush()
+print("simulated a crash after %d of %d frames" % (len(ranges) // 2, len(ranges)))
+PY
+"$SHIM" --buffer "$SHM.x" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 9)) \
+	--exit-after 40 > "$T/shimx.log" 2>&1 &
+PIDS=$!
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
+	--steps 1 --linger 2 > "$T/publish2.log" 2>&1 || fail publish
+for n in $(seq 100); do
+	grep -q "committed version 0 -> 1" "$T/shimx.log" && break
+	sleep 0.1
+done
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "was interrupted; finishing it" "$T/shimx.log" || fail "no recovery message"
+check_buffers "$T/traj/step-0001.safetensors" "$SHM.x" || fail "recovered buffer"
+echo "ok - publish -> 3 shims bit-exact over 3 steps, NACK repair, crash mid-commit recovered"
