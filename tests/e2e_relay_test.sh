@@ -1,0 +1,86 @@
+#!/bin/sh
+# e2e_relay_test.sh BFPATCH SHIM RELAY: trainer -> relay -> actors in a
+# network namespace this test creates. bfpatch-relay runs on a net_tap port
+# and subscribes to the publisher (--upstream); 3 bfpatch-shim daemons
+# subscribe to the relay; one of them loses a frame on purpose and its
+# NACK is answered from the relay's cache. After 3 published steps every
+# weight buffer must equal the trainer's checkpoint (sha256 of the bytes).
+set -u
+BFP=$1
+SHIM=$2
+RELAY=$3
+NS=bfpe2e$$
+T=$(mktemp -d)
+SHM=/dev/shm/bfpe2e$$
+PIDS=""
+cleanup() {
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	ip netns del "$NS" 2>/dev/null
+	rm -rf "$T" "$SHM".* /var/run/dpdk/$NS
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() {
+	echo "FAIL: $*"
+	for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	PIDS=""
+	for f in "$T"/*.log; do echo "== $f"; grep -vE " 0$" "$f"; done
+	exit 1
+}
+
+[ "$(id -u)" = 0 ] && ip netns add "$NS" 2>/dev/null || { echo "skip: needs root and ip netns"; exit 77; }
+ip netns exec "$NS" ip link set lo up
+"$BFP" synth -o "$T/traj" -p 2M -n 3 -S 12 2>/dev/null || fail synth
+
+ip netns exec "$NS" "$RELAY" --no-huge -m 1024 --no-pci --file-prefix "$NS" -l 0 \
+	--log-level=lib.eal:error --vdev=net_tap0,iface=bfpe0 -- \
+	--ip 0:198.18.0.1 --upstream 198.18.0.10:7401 --cache-versions 4 > "$T/relay.log" 2>&1 &
+PIDS="$PIDS $!"
+for i in $(seq 100); do
+	grep -q "checksums in" "$T/relay.log" 2>/dev/null && break
+	sleep 0.2
+done
+for a in 10 11 12 13; do
+	ip netns exec "$NS" ip addr add 198.18.0.$a/24 dev bfpe0 || fail "addresses"
+done
+ip netns exec "$NS" ip link set bfpe0 up
+for i in 1 2 3; do
+	drop=""
+	[ $i = 2 ] && drop="--drop-every 7"
+	ip netns exec "$NS" "$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
+		--upstream 198.18.0.1:7401 --listen 198.18.0.1$i:7500 --exit-after 60 $drop \
+		> "$T/shim$i.log" 2>&1 &
+	PIDS="$PIDS $!"
+done
+sleep 2 # the shims JOIN the relay
+ip netns exec "$NS" "$BFP" publish --dir "$T/traj" --listen 198.18.0.10:7401 \
+	--wait-subscribers 1 --steps 3 --linger 3 > "$T/publish.log" 2>&1 || fail publish
+for i in 1 2 3; do
+	for n in $(seq 150); do
+		grep -q "committed version 2 -> 3" "$T/shim$i.log" && break
+		sleep 0.1
+	done
+done
+for p in $PIDS; do kill -TERM "$p"; done
+wait
+PIDS=""
+python3 - "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" <<'PY' || fail "buffers"
+import hashlib, struct, sys
+want = open(sys.argv[1], "rb").read()
+want = want[8 + struct.unpack_from("<Q", want)[0]:]
+ok = True
+for path in sys.argv[2:]:
+    b = open(path, "rb").read()
+    version, state = struct.unpack_from("<II", b, 64)
+    off, n = struct.unpack_from("<QQ", b, 48)
+    same = hashlib.sha256(b[off:off + n]).digest() == hashlib.sha256(want).digest()
+    print("%s: version %d, sha256 %s" % (path, version, "equals the trainer's" if same else "DIFFERS"))
+    ok &= same and version == 3 and state == 0
+sys.exit(0 if ok else 1)
+PY
+hits=$(awk '$1 == "cache_hits" {print $2}' "$T/relay.log")
+[ "${hits:-0}" -gt 0 ] || fail "no repair came from the relay's cache"
+grep "sent .* frames" "$T/publish.log" | sed 's/.*bfpatch publish: //'
+echo "ok - publish -> relay -> 3 shims bit-exact over 3 steps; $hits repair(s) from the relay's cache"
