@@ -1,0 +1,105 @@
+"""bfpatch_buffer: map a bfpatch-shim weight buffer from Python, zero-copy.
+
+No build step: the buffer is a file (host_shim/wbuf.h) that this module
+maps with mmap; tensors come back as numpy arrays (or torch tensors) that
+view the mapped memory directly, so they see each committed version as the
+shim writes it. Works with Debian's python3-numpy and python3-torch.
+
+    buf = WeightBuffer("/dev/shm/policy")
+    v = buf.wait_version(after=buf.version, timeout=60)   # next version
+    w = buf.tensor("model.layers.0.mlp.up_proj.weight")  # numpy, no copy
+    t = buf.tensor(name, torch=True)                      # torch bfloat16
+
+Read at a safe point: a commit writes in place. `consistent(fn)` runs fn
+until it saw no commit in progress from start to end (a sequence lock).
+"""
+import json
+import mmap
+import struct
+import time
+
+MAGIC = b"BFPWBUF1"
+# wbuf_hdr: magic, layout, hdr_size, n_params, model_id, st_offset, st_len,
+# data_offset, data_bytes, version, state, target, pad, seq
+_HDR = struct.Struct("<8sIIQQQQQQIIIIQ")
+
+_NUMPY = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I8": "i1",
+          "U8": "u1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
+          "I64": "<i8", "U64": "<u8", "BOOL": "?", "F8_E4M3": "u1", "F8_E5M2": "u1"}
+
+
+class WeightBuffer:
+    def __init__(self, path):
+        self._f = open(path, "r+b")
+        self._mm = mmap.mmap(self._f.fileno(), 0)
+        h = _HDR.unpack_from(self._mm, 0)
+        if h[0] != MAGIC or h[1] != 1:
+            raise ValueError("%s: not a bfpatch weight buffer" % path)
+        (_, _, _, self.n_params, self.model_id, st_off, st_len,
+         self.data_offset, self.data_bytes) = h[:9]
+        self.tensors = {}
+        if st_len:
+            n = struct.unpack_from("<Q", self._mm, st_off)[0]
+            meta = json.loads(bytes(self._mm[st_off + 8:st_off + 8 + n]).rstrip(b" "))
+            for name, t in meta.items():
+                if name != "__metadata__":
+                    self.tensors[name] = (t["dtype"], tuple(t["shape"]),
+                                          t["data_offsets"][0], t["data_offsets"][1])
+
+    def _u32(self, off):
+        return struct.unpack_from("<I", self._mm, off)[0]
+
+    @property
+    def version(self):
+        """The committed version."""
+        return self._u32(64)
+
+    @property
+    def committing(self):
+        return self._u32(68) == 1
+
+    @property
+    def seq(self):
+        return struct.unpack_from("<Q", self._mm, 80)[0]
+
+    def wait_version(self, after, timeout=None, poll=0.01):
+        """Wait until a version newer than `after` is committed; returns it
+        (or the current one on timeout)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            s = self.seq
+            v = self.version
+            if v > after and s % 2 == 0 and not self.committing:
+                return v
+            if end is not None and time.monotonic() > end:
+                return v
+            time.sleep(poll)
+
+    def consistent(self, fn):
+        """Run fn() until no commit overlapped it; returns its result."""
+        while True:
+            s0 = self.seq
+            if s0 % 2:
+                time.sleep(0.001)
+                continue
+            r = fn()
+            if self.seq == s0:
+                return r
+
+    def tensor(self, name, torch=False):
+        """The tensor as a zero-copy view of the buffer: numpy (BF16 as
+        uint16 bit patterns) or, with torch=True, a torch tensor."""
+        dtype, shape, b, e = self.tensors[name]
+        if torch:
+            import torch as _t
+            tdt = {"BF16": _t.bfloat16, "F16": _t.float16, "F32": _t.float32}[dtype]
+            return _t.frombuffer(self._mm, dtype=tdt, count=(e - b) // 2 if dtype in ("BF16", "F16") else (e - b) // 4,
+                                 offset=self.data_offset + b).view(shape)
+        import numpy as np
+        return np.frombuffer(self._mm, dtype=np.dtype(_NUMPY[dtype]),
+                             count=(e - b) // np.dtype(_NUMPY[dtype]).itemsize,
+                             offset=self.data_offset + b).reshape(shape)
+
+    def close(self):
+        self._mm.close()
+        self._f.close()

@@ -1,0 +1,52 @@
+"""check_buffer.py BUFFER STEP0 STEP1 MODULE_DIR: the Python view of a
+weight buffer: every tensor's view holds the bytes the checkpoint file
+holds (read independently), views are zero-copy (a write through one is
+in the file), and wait_version() returns once the shim committed step 1,
+after which the same views show step 1's values."""
+import struct
+import sys
+
+sys.path.insert(0, sys.argv[4])
+import numpy as np  # noqa: E402
+from bfpatch_buffer import WeightBuffer  # noqa: E402
+
+
+def tensors_of(path):
+    d = open(path, "rb").read()
+    n = struct.unpack_from("<Q", d)[0]
+    return d, 8 + n
+
+
+def check_all(buf, path):
+    d, base = tensors_of(path)
+    for name, (dtype, shape, b, e) in buf.tensors.items():
+        a = buf.tensor(name)
+        assert a.shape == shape, (name, a.shape, shape)
+        assert a.tobytes() == d[base + b:base + e], name
+    return len(buf.tensors)
+
+
+buf = WeightBuffer(sys.argv[1])
+assert buf.version == 0
+views = {name: buf.tensor(name) for name in buf.tensors}
+n = check_all(buf, sys.argv[2])
+print("version 0: %d tensors equal the checkpoint" % n)
+# zero-copy: a write through the view is in the file itself
+name = next(iter(views))
+old = int(views[name].flat[0])
+views[name].flat[0] = old ^ 1
+raw = open(sys.argv[1], "rb").read()
+_, _, b, _ = buf.tensors[name]
+assert struct.unpack_from("<H", raw, buf.data_offset + b)[0] == old ^ 1
+views[name].flat[0] = old
+print("views are zero-copy (a write lands in the buffer file)")
+print("waiting for version 1 ...", flush=True)
+v = buf.wait_version(after=0, timeout=60)
+assert v == 1, v
+n = buf.consistent(lambda: check_all(buf, sys.argv[3]))
+# the views taken at version 0 now show version 1 (same memory)
+d, base = tensors_of(sys.argv[3])
+for name, a in views.items():
+    _, _, b, e = buf.tensors[name]
+    assert a.tobytes() == d[base + b:base + e], name
+print("version 1: %d tensors equal the next checkpoint, seen through the old views" % n)

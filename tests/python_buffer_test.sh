@@ -1,0 +1,31 @@
+#!/bin/sh
+# python_buffer_test.sh BFPATCH SHIM: the Python module (no build step)
+# maps a shim's weight buffer with numpy, zero-copy, and follows a commit.
+set -u
+BFP=$1
+SHIM=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=/usr/bin/python3
+$PY -c "import numpy" 2>/dev/null || { echo "skip: needs python3-numpy"; exit 77; }
+T=$(mktemp -d)
+SHM=/dev/shm/bfppy$$
+PIDS=""
+cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T" "$SHM"; }
+trap cleanup EXIT
+port=$((20000 + ($$ + 7) % 20000))
+"$BFP" synth -o "$T/traj" -p 500k -n 1 -S 4 2>/dev/null || exit 1
+"$SHIM" --buffer "$SHM" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 1)) --exit-after 60 > "$T/shim.log" 2>&1 &
+PIDS="$PIDS $!"
+sleep 0.5
+$PY "$HERE/python/check_buffer.py" "$SHM" "$T/traj/step-0000.safetensors" \
+	"$T/traj/step-0001.safetensors" "$HERE/../host_shim/python" > "$T/py.log" 2>&1 &
+PYPID=$!
+sleep 1
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 1 > "$T/publish.log" 2>&1
+wait $PYPID
+rc=$?
+cat "$T/py.log"
+[ $rc = 0 ] || { cat "$T/shim.log" "$T/publish.log"; exit 1; }
+echo "ok - Python maps the buffer zero-copy and follows the commit"
