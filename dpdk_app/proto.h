@@ -99,6 +99,8 @@ size_t rp_arp_request(uint8_t *p, const uint8_t our_mac[6], uint32_t our_ip,
 #define RP_CTL_VERSION 1u
 #define RP_CTL_HDR 28u
 #define RP_NACK_MAX 128u
+/* JOIN version of a relay: it holds no weights and wants no catch-up. */
+#define RP_VERSION_RELAY 0xFFFFFFFFu
 
 typedef enum rp_ctl_type {
 	RP_JOIN = 1,

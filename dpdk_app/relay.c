@@ -617,6 +617,7 @@ static void housekeeping(relay *r, lcore_stats *st)
 		memset(&c, 0, sizeof(c));
 		c.type = RP_JOIN;
 		c.data_port = r->cf.data_port;
+		c.version = RP_VERSION_RELAY; /* a relay: no catch-up stream */
 		if (r->upstream_has_mac)
 			send_now(r, 0, ctl_packet(r, 0, r->upstream_mac, r->cf.upstream_ip,
 						  r->cf.upstream_port, &c, st), st);

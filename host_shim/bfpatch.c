@@ -670,7 +670,9 @@ static const char publish_usage[] =
 
 typedef struct pub_sub {
 	struct sockaddr_in data, ctl;
-	double last_seen;
+	double last_seen, last_catchup;
+	uint32_t version;       /* from its JOINs */
+	int catchup;            /* behind: needs patches or a keyframe */
 } pub_sub;
 
 typedef struct pub {
@@ -682,6 +684,8 @@ typedef struct pub {
 	patch hist[16];
 	uint32_t hist_ver[16];
 	unsigned keep, n_hist;
+	patch key;              /* keyframe stream of key_ver, made on demand */
+	uint32_t key_ver;
 	uint64_t model_id;
 	uint64_t sent_frames, sent_bytes, nacks, resent;
 } pub;
@@ -734,6 +738,10 @@ static void pub_control(pub *P)
 		if (!s)
 			continue; /* NACKs only from JOINed subscribers, to their own address */
 		s->last_seen = mono_s();
+		if (c.type == RP_JOIN) {
+			s->version = c.version;
+			s->catchup = 1; /* the main loop decides */
+		}
 		if (c.type == RP_LEAVE) {
 			*s = P->subs[--P->n_subs];
 			continue;
@@ -754,6 +762,55 @@ static void pub_control(pub *P)
 					P->resent++;
 				}
 		}
+	}
+}
+
+/* Bring subscribers that are behind version ver up to it: the patches
+ * still held, in order, or else a keyframe stream of the current model. */
+static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
+{
+	double t = mono_s();
+	for (unsigned i = 0; i < P->n_subs; i++) {
+		pub_sub *s = &P->subs[i];
+		if (!s->catchup)
+			continue;
+		s->catchup = 0;
+		if (s->version == RP_VERSION_RELAY || s->version >= ver || t - s->last_catchup < 2)
+			continue;
+		s->last_catchup = t;
+		int have_all = 1;
+		for (uint32_t v = s->version + 1; v <= ver && have_all; v++) {
+			int found = 0;
+			for (unsigned h = 0; h < P->n_hist; h++)
+				found |= P->hist_ver[h] == v;
+			have_all = found;
+		}
+		if (have_all) {
+			for (uint32_t v = s->version + 1; v <= ver; v++)
+				for (unsigned h = 0; h < P->n_hist; h++)
+					if (P->hist_ver[h] == v)
+						for (size_t f = 0; f < P->hist[h].n; f++)
+							pub_send(P, s, P->hist[h].buf + P->hist[h].off[f],
+								 P->hist[h].off[f + 1] - P->hist[h].off[f]);
+			continue;
+		}
+		if (P->key_ver != ver || !P->key.n) {
+			patch_opts ko = *po;
+			char err[ERRLEN];
+			ko.enc_flags |= BFP_ENC_F_KEYFRAME;
+			ko.base_version = 0;
+			ko.target_version = ver;
+			patch_free(&P->key);
+			if (patch_encode(cur, cur, &ko, &P->key, err, sizeof(err))) {
+				fprintf(stderr, "bfpatch publish: keyframe: %s\n", err);
+				continue;
+			}
+			P->key_ver = ver;
+		}
+		fprintf(stderr, "bfpatch publish: keyframe stream of version %u (%zu frames) to a "
+			"subscriber at version %u\n", ver, P->key.n, s->version);
+		for (size_t f = 0; f < P->key.n; f++)
+			pub_send(P, s, P->key.buf + P->key.off[f], P->key.off[f + 1] - P->key.off[f]);
 	}
 }
 
@@ -835,6 +892,7 @@ static int cmd_publish(int argc, char **argv)
 	double done_at = 0;
 	while (1) {
 		pub_control(&P);
+		pub_catchup(&P, &cur, ver, &po);
 		double t = mono_s();
 		if (ver >= steps) {
 			if (done_at == 0)
@@ -885,6 +943,7 @@ static int cmd_publish(int argc, char **argv)
 		(unsigned long long)P.resent);
 	for (unsigned i = 0; i < P.n_hist; i++)
 		patch_free(&P.hist[i]);
+	patch_free(&P.key);
 	model_free(&cur);
 	close(P.sock);
 	return 0;

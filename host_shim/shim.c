@@ -38,6 +38,7 @@ static void on_signal(int s)
 
 typedef struct slot {
 	uint32_t target, count, have;
+	int key;                /* a keyframe stream (resync), not a patch */
 	uint8_t **frames;
 	uint32_t *flen;
 	uint64_t bytes;
@@ -60,6 +61,7 @@ typedef struct shim {
 	double last_frame, next_nack;
 	uint32_t nack_backoff_ms;
 	bfp_decoder *dec;
+	void *zws;              /* zstd workspace, for zstd keyframes */
 	/* counters */
 	uint64_t rx, dup, old, ahead, bad, other_model, nacks, commits, dropped_test;
 	uint64_t verified_bytes;
@@ -103,11 +105,22 @@ static void slot_free(shim *s, slot *sl)
 	memset(sl, 0, sizeof(*sl));
 }
 
-static slot *slot_find(shim *s, uint32_t version)
+static slot *slot_find(shim *s, uint32_t version, int key)
 {
 	for (unsigned i = 0; i < SLOTS; i++)
-		if (s->slots[i].count && s->slots[i].target == version)
+		if (s->slots[i].count && s->slots[i].target == version && s->slots[i].key == key)
 			return &s->slots[i];
+	return NULL;
+}
+
+/* A complete keyframe stream for the wanted version or later, if any. */
+static slot *key_ready(shim *s, uint32_t want)
+{
+	for (unsigned i = 0; i < SLOTS; i++) {
+		slot *k = &s->slots[i];
+		if (k->count && k->key && k->target >= want && k->have == k->count)
+			return k;
+	}
 	return NULL;
 }
 
@@ -122,7 +135,7 @@ static void send_nack(shim *s)
 {
 	rp_ctl c;
 	uint32_t want = wanted(s);
-	slot *sl = slot_find(s, want);
+	slot *sl = slot_find(s, want, 0);
 	memset(&c, 0, sizeof(c));
 	c.type = RP_NACK;
 	c.model_id = s->w.h->model_id;
@@ -156,6 +169,8 @@ static int commit(shim *s, slot *sl)
 	memset(&o, 0, sizeof(o));
 	o.model_id = s->w.h->model_id;
 	o.base_version = base;
+	o.zstd_workspace = s->zws;
+	o.zstd_workspace_size = bfp_zstd_workspace_size();
 	wbuf_begin(&s->w, sl->target);
 	for (uint32_t i = 0; i < sl->count; i++) {
 		bfp_status st = bfp_decode_apply(s->dec, &o, sl->frames[i], sl->flen[i], s->w.params,
@@ -179,10 +194,15 @@ static int commit(shim *s, slot *sl)
 	}
 	wbuf_end(&s->w);
 	s->commits++;
-	printf("bfpatch-shim: committed version %u -> %u: %u frames, %" PRIu64
-	       " bytes, %.1f ms\n", base, sl->target, sl->count, sl->bytes, (now_s() - t0) * 1e3);
+	printf("bfpatch-shim: committed version %u -> %u%s: %u frames, %" PRIu64
+	       " bytes, %.1f ms\n", base, sl->target, sl->key ? " (keyframe resync)" : "",
+	       sl->count, sl->bytes, (now_s() - t0) * 1e3);
 	fflush(stdout);
+	uint32_t done = sl->target;
 	slot_free(s, sl);
+	for (unsigned i = 0; i < SLOTS; i++) /* what that made stale */
+		if (s->slots[i].count && s->slots[i].target <= done)
+			slot_free(s, &s->slots[i]);
 	s->nack_backoff_ms = s->nack_ms;
 	join(s); /* tell upstream the version we hold now */
 	return 0;
@@ -201,11 +221,12 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		return 0;
 	}
 	uint32_t want = wanted(s);
+	int key = h.encoding == BFP_ENC_KEY_RAW || h.encoding == BFP_ENC_KEY_ZSTD;
 	if (h.target_version < want) {
 		s->old++;
 		return 0;
 	}
-	if (h.target_version - want >= SLOTS) {
+	if (!key && h.target_version - want >= SLOTS) {
 		s->ahead++; /* too far ahead: needs a keyframe resync */
 		return 0;
 	}
@@ -213,13 +234,21 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->dropped_test++; /* testing: lose this one, repair it by NACK */
 		return 0;
 	}
-	slot *sl = slot_find(s, h.target_version);
+	slot *sl = slot_find(s, h.target_version, key);
 	if (sl && sl->count != h.frame_count)
 		slot_free(s, sl), sl = NULL; /* a different patch to the same version */
 	if (!sl) {
 		for (unsigned i = 0; i < SLOTS && !sl; i++)
 			if (!s->slots[i].count || s->slots[i].target < want)
 				sl = &s->slots[i];
+		/* all slots busy: a keyframe stream replaces the furthest patch */
+		for (unsigned i = 0; i < SLOTS && !sl && key; i++)
+			if (!s->slots[i].key)
+				sl = &s->slots[i];
+		if (!sl) {
+			s->ahead++;
+			return 0;
+		}
 		if (sl->count)
 			slot_free(s, sl);
 		if (h.frame_count > (1u << 24))
@@ -234,6 +263,7 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		}
 		sl->target = h.target_version;
 		sl->count = h.frame_count;
+		sl->key = key;
 	}
 	if (sl->frames[h.frame_index]) {
 		s->dup++;
@@ -253,11 +283,19 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 	sl->have++;
 	s->last_frame = now_s();
 	s->next_nack = s->last_frame + s->nack_backoff_ms / 1e3;
-	/* commit the next version, and any staged ones after it */
-	for (slot *n = slot_find(s, wanted(s)); n && n->have == n->count; n = slot_find(s, wanted(s)))
+	/* commit what is complete: a keyframe stream (jumping to its
+	 * version), else the next version and any staged after it */
+	for (;;) {
+		uint32_t w = wanted(s);
+		slot *n = key_ready(s, w);
+		if (!n) {
+			n = slot_find(s, w, 0);
+			if (!n || n->have != n->count)
+				return 0;
+		}
 		if (commit(s, n))
 			return -1;
-	return 0;
+	}
 }
 
 static const char usage[] =
@@ -363,6 +401,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	s.dec = malloc(sizeof(*s.dec));
+	if (bfp_zstd_workspace_size())
+		s.zws = malloc(bfp_zstd_workspace_size());
 	s.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int big = 16 << 20;
 	setsockopt(s.sock, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
@@ -431,6 +471,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < SLOTS; i++)
 		slot_free(&s, &s.slots[i]);
 	free(s.dec);
+	free(s.zws);
 	close(s.sock);
 	wbuf_close(&s.w);
 	return rc ? 1 : 0;

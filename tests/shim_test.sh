@@ -105,4 +105,38 @@ done
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "was interrupted; finishing it" "$T/shimx.log" || fail "no recovery message"
 check_buffers "$T/traj/step-0001.safetensors" "$SHM.x" || fail "recovered buffer"
-echo "ok - publish -> 3 shims bit-exact over 3 steps, NACK repair, crash mid-commit recovered"
+
+# a late joiner: the publisher is at version 2 and keeps one patch, so a
+# shim at version 0 gets a keyframe stream of version 2, then patch 3
+mkdir "$T/live"
+cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" \
+	"$T/traj/step-0002.safetensors" "$T/live/"
+"$SHIM" --buffer "$SHM.a" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 5)) --exit-after 40 > "$T/shima.log" 2>&1 &
+PIDS=$!
+"$BFP" publish --dir "$T/live" --listen 127.0.0.1:$port --wait-subscribers 1 --keep 1 \
+	--steps 3 --linger 2 > "$T/publish3.log" 2>&1 &
+PUB=$!
+for n in $(seq 100); do
+	grep -q "committed version 1 -> 2" "$T/shima.log" && break
+	sleep 0.1
+done
+"$SHIM" --buffer "$SHM.b" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 6)) --exit-after 40 > "$T/shimb.log" 2>&1 &
+PIDS="$PIDS $!"
+for n in $(seq 100); do
+	grep -q "keyframe resync" "$T/shimb.log" && break
+	sleep 0.1
+done
+cp "$T/traj/step-0003.safetensors" "$T/live/"
+wait $PUB || fail "publish (late joiner)"
+for f in shima shimb; do
+	for n in $(seq 100); do
+		grep -q "committed version 2 -> 3" "$T/$f.log" && break
+		sleep 0.1
+	done
+done
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "committed version 0 -> 2 (keyframe resync)" "$T/shimb.log" || fail "no keyframe resync"
+check_buffers "$T/traj/step-0003.safetensors" "$SHM.a" "$SHM.b" || fail "late joiner"
+echo "ok - publish -> 3 shims bit-exact over 3 steps, NACK repair, crash mid-commit recovered, late joiner via keyframes"
