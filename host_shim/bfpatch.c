@@ -672,6 +672,7 @@ typedef struct pub_sub {
 	struct sockaddr_in data, ctl;
 	double last_seen, last_catchup;
 	uint32_t version;       /* from its JOINs */
+	double version_since;   /* when it first reported that version */
 	int catchup;            /* behind: needs patches or a keyframe */
 } pub_sub;
 
@@ -686,6 +687,7 @@ typedef struct pub {
 	unsigned keep, n_hist;
 	patch key;              /* keyframe stream of key_ver, made on demand */
 	uint32_t key_ver;
+	double published_at;    /* when the current version went out */
 	uint64_t model_id;
 	uint64_t sent_frames, sent_bytes, nacks, resent;
 } pub;
@@ -739,6 +741,8 @@ static void pub_control(pub *P)
 			continue; /* NACKs only from JOINed subscribers, to their own address */
 		s->last_seen = mono_s();
 		if (c.type == RP_JOIN) {
+			if (c.version != s->version || s->version_since == 0)
+				s->version_since = mono_s();
 			s->version = c.version;
 			s->catchup = 1; /* the main loop decides */
 		}
@@ -775,7 +779,10 @@ static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts
 		if (!s->catchup)
 			continue;
 		s->catchup = 0;
-		if (s->version == RP_VERSION_RELAY || s->version >= ver || t - s->last_catchup < 2)
+		/* behind for a moment is patches in flight (NACKs repair
+		 * them); behind at the same version for 3 s needs catching up */
+		if (s->version == RP_VERSION_RELAY || s->version >= ver ||
+		    t - s->version_since < 3 || t - s->last_catchup < 3 || t - P->published_at < 3)
 			continue;
 		s->last_catchup = t;
 		int have_all = 1;
@@ -931,6 +938,7 @@ static int cmd_publish(int argc, char **argv)
 				model_free(&cur);
 				cur = nw;
 				ver++;
+				P.published_at = mono_s();
 				continue;
 			}
 		}

@@ -1,0 +1,114 @@
+#!/bin/sh
+# e2e_links_test.sh BFPATCH SHIM RELAY: 10 steps from the trainer through
+# the relay to 3 actors, each in its own network namespace, over links that
+# the test shapes: actor 1 at 100 Mbit/s and actors 2-3 at 1 Gbit/s (tbf),
+# actor 3 losing 1% of its datagrams at random (nftables numgen). After
+# every step each actor's weight buffer is compared with the trainer's
+# checkpoint by sha256 of the bytes. All namespaces are removed afterwards.
+set -u
+BFP=$1
+SHIM=$2
+RELAY=$3
+P=bfpl$$
+T=$(mktemp -d)
+SHM=/dev/shm/bfplinks$$
+PIDS=""
+cleanup() {
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	for n in "$P" "${P}a1" "${P}a2" "${P}a3"; do ip netns del "$n" 2>/dev/null; done
+	rm -rf "$T" "$SHM".* /var/run/dpdk/$P
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() {
+	echo "FAIL: $*"
+	for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	PIDS=""
+	for f in "$T"/*.log; do echo "== $f"; grep -vE " 0$" "$f" | tail -15; done
+	exit 1
+}
+[ "$(id -u)" = 0 ] && ip netns add "$P" 2>/dev/null || { echo "skip: needs root and ip netns"; exit 77; }
+command -v nft >/dev/null || { echo "skip: needs nftables"; exit 77; }
+X="ip netns exec $P"
+$X ip link set lo up
+$X ip link add br0 type bridge
+$X ip addr add 198.18.0.10/24 dev br0
+$X ip link set br0 up
+for i in 1 2 3; do
+	ip netns add "${P}a$i"
+	ip link add "bfpl${i}h" netns "$P" type veth peer name eth0 netns "${P}a$i"
+	$X ip link set "bfpl${i}h" master br0
+	$X ip link set "bfpl${i}h" up
+	ip netns exec "${P}a$i" ip link set lo up
+	ip netns exec "${P}a$i" ip addr add 198.18.0.2$i/24 dev eth0
+	ip netns exec "${P}a$i" ip link set eth0 up
+done
+$X tc qdisc add dev bfpl1h root tbf rate 100mbit burst 64kb latency 200ms
+$X tc qdisc add dev bfpl2h root tbf rate 1gbit burst 256kb latency 50ms
+$X tc qdisc add dev bfpl3h root tbf rate 1gbit burst 256kb latency 50ms
+ip netns exec "${P}a3" nft -f - <<'EOF' || fail "nftables"
+table inet bfploss {
+	chain in {
+		type filter hook input priority 0;
+		udp dport 7500 numgen random mod 100 < 1 counter drop
+	}
+}
+EOF
+
+"$BFP" synth -o "$T/traj" -p 2M -n 10 -S 21 2>/dev/null || fail synth
+$X "$RELAY" --no-huge -m 1024 --no-pci --file-prefix "$P" -l 0 --log-level=lib.eal:error \
+	--vdev=net_tap0,iface=bfplr0 -- --ip 0:198.18.0.1 --upstream 198.18.0.10:7401 \
+	--cache-versions 4 > "$T/relay.log" 2>&1 &
+PIDS="$PIDS $!"
+for n in $(seq 100); do
+	grep -q "checksums in" "$T/relay.log" 2>/dev/null && break
+	sleep 0.2
+done
+$X ip link set bfplr0 address 02:00:00:00:ee:10 # the bridge must not own the relay's MAC
+$X ip link set bfplr0 master br0
+$X ip link set bfplr0 up
+rates="100m 1g 1g"
+for i in 1 2 3; do
+	rate=$(echo $rates | cut -d' ' -f$i)
+	ip netns exec "${P}a$i" "$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
+		--upstream 198.18.0.1:7401 --listen 198.18.0.2$i:7500 --rate $rate --exit-after 300 \
+		> "$T/shim$i.log" 2>&1 &
+	PIDS="$PIDS $!"
+done
+mkdir "$T/live"
+cp "$T/traj/step-0000.safetensors" "$T/live/"
+sleep 2 # the shims JOIN the relay, the relay JOINs the publisher
+$X "$BFP" publish --dir "$T/live" --listen 198.18.0.10:7401 --wait-subscribers 1 \
+	--steps 10 --linger 3 > "$T/publish.log" 2>&1 &
+PUB=$!
+for k in $(seq 1 10); do
+	cp "$T/traj/step-$(printf %04d $k).safetensors" "$T/live/"
+	for i in 1 2 3; do
+		for n in $(seq 300); do
+			grep -q "committed version $((k - 1)) -> $k" "$T/shim$i.log" && break
+			sleep 0.1
+		done
+	done
+	python3 - "$T/traj/step-$(printf %04d $k).safetensors" "$SHM.1" "$SHM.2" "$SHM.3" <<'PY' || fail "step $k"
+import hashlib, struct, sys
+want = open(sys.argv[1], "rb").read()
+want = hashlib.sha256(want[8 + struct.unpack_from("<Q", want)[0]:]).digest()
+for path in sys.argv[2:]:
+    b = open(path, "rb").read()
+    off, n = struct.unpack_from("<QQ", b, 48)
+    if hashlib.sha256(b[off:off + n]).digest() != want:
+        sys.exit("%s differs from the trainer's checkpoint" % path)
+PY
+	echo "step $k: 3 actors committed, sha256 equal to the trainer's"
+done
+wait $PUB || fail publish
+for p in $PIDS; do kill -TERM "$p"; done
+wait
+PIDS=""
+drops=$(ip netns exec "${P}a3" nft list table inet bfploss | awk '/counter/ {print $3}')
+echo "actor 3's link dropped $drops packets; its shim: $(grep -o 'NACKs [0-9]*' "$T/shim3.log")"
+grep -E "cache_hits|nacks_forwarded" "$T/relay.log" | tr -s ' ' | tr '\n' ';'
+echo
+echo "ok - 10 steps to 3 actors over shaped, lossy links, bit-exact after every commit"
