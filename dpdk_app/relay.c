@@ -148,6 +148,7 @@ typedef struct relay {
 	uint32_t *cache_hash;
 	uint8_t upstream_mac[6];
 	int upstream_has_mac;
+	unsigned upstream_arp_age;
 	uint16_t ip_id;
 	uint64_t hz;
 	lcore_stats stats[MAX_LCORES];
@@ -516,6 +517,11 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 
 static void on_arp_reply(relay *r, const rp_pkt *k)
 {
+	/* an answer naming one of our own MACs is a reflection (e.g. the
+	 * kernel side of a tap answering for its host), never a next hop */
+	for (uint16_t p = 0; p < r->n_ports; p++)
+		if (!memcmp(k->src_mac, r->mac[p].addr_bytes, 6))
+			return;
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && s->ip == k->src_ip && !(s->is_static && s->has_mac)) {
@@ -621,8 +627,11 @@ static void housekeeping(relay *r, lcore_stats *st)
 		if (r->upstream_has_mac)
 			send_now(r, 0, ctl_packet(r, 0, r->upstream_mac, r->cf.upstream_ip,
 						  r->cf.upstream_port, &c, st), st);
-		else
+		/* resolve the upstream again every 10 s: next hops change */
+		if (!r->upstream_has_mac || ++r->upstream_arp_age >= 10) {
 			arp_request(r, 0, r->cf.upstream_ip, st);
+			r->upstream_arp_age = 0;
+		}
 	}
 }
 

@@ -83,6 +83,7 @@ sleep 2 # the shims JOIN the relay, the relay JOINs the publisher
 $X "$BFP" publish --dir "$T/live" --listen 198.18.0.10:7401 --wait-subscribers 1 \
 	--steps 10 --linger 3 > "$T/publish.log" 2>&1 &
 PUB=$!
+PIDS="$PIDS $PUB"
 for k in $(seq 1 10); do
 	cp "$T/traj/step-$(printf %04d $k).safetensors" "$T/live/"
 	for i in 1 2 3; do
@@ -104,11 +105,12 @@ PY
 	echo "step $k: 3 actors committed, sha256 equal to the trainer's"
 done
 wait $PUB || fail publish
+PIDS=$(echo $PIDS | tr ' ' '\n' | grep -vx "$PUB" | tr '\n' ' ')
 for p in $PIDS; do kill -TERM "$p"; done
 wait
 PIDS=""
-drops=$(ip netns exec "${P}a3" nft list table inet bfploss | awk '/counter/ {print $3}')
-echo "actor 3's link dropped $drops packets; its shim: $(grep -o 'NACKs [0-9]*' "$T/shim3.log")"
+drops=$(ip netns exec "${P}a3" nft list table inet bfploss | grep -o 'packets [0-9]*' | head -1)
+echo "actor 3's link dropped $drops; its shim sent $(grep -o 'NACKs [0-9]*' "$T/shim3.log")"
 grep -E "cache_hits|nacks_forwarded" "$T/relay.log" | tr -s ' ' | tr '\n' ';'
 echo
 echo "ok - 10 steps to 3 actors over shaped, lossy links, bit-exact after every commit"
