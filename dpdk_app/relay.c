@@ -149,6 +149,7 @@ typedef struct relay {
 	uint8_t upstream_mac[6];
 	int upstream_has_mac;
 	unsigned upstream_arp_age;
+	unsigned hk_rounds;             /* housekeeping rounds so far */
 	uint16_t ip_id;
 	uint64_t hz;
 	lcore_stats stats[MAX_LCORES];
@@ -517,11 +518,6 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 
 static void on_arp_reply(relay *r, const rp_pkt *k)
 {
-	/* an answer naming one of our own MACs is a reflection (e.g. the
-	 * kernel side of a tap answering for its host), never a next hop */
-	for (uint16_t p = 0; p < r->n_ports; p++)
-		if (!memcmp(k->src_mac, r->mac[p].addr_bytes, 6))
-			return;
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && s->ip == k->src_ip && !(s->is_static && s->has_mac)) {
@@ -609,6 +605,7 @@ static void pace(relay *r, lcore_stats *st)
 
 static void housekeeping(relay *r, lcore_stats *st)
 {
+	r->hk_rounds++;
 	uint64_t now = rte_get_tsc_cycles();
 	uint64_t timeout = (uint64_t)r->cf.heartbeat_timeout_s * r->hz;
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
@@ -627,8 +624,10 @@ static void housekeeping(relay *r, lcore_stats *st)
 		if (r->upstream_has_mac)
 			send_now(r, 0, ctl_packet(r, 0, r->upstream_mac, r->cf.upstream_ip,
 						  r->cf.upstream_port, &c, st), st);
-		/* resolve the upstream again every 10 s: next hops change */
-		if (!r->upstream_has_mac || ++r->upstream_arp_age >= 10) {
+		/* resolve the upstream again: every second for the first 10 s
+		 * (while links come up, an early answer can be stale), then
+		 * every 10 s, as next hops change */
+		if (!r->upstream_has_mac || r->hk_rounds < 10 || ++r->upstream_arp_age >= 10) {
 			arp_request(r, 0, r->cf.upstream_ip, st);
 			r->upstream_arp_age = 0;
 		}
