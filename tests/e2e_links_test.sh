@@ -9,6 +9,7 @@ set -u
 BFP=$1
 SHIM=$2
 RELAY=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
 P=bfpl$$
 T=$(mktemp -d)
 SHM=/dev/shm/bfplinks$$
@@ -92,16 +93,8 @@ for k in $(seq 1 10); do
 			sleep 0.1
 		done
 	done
-	python3 - "$T/traj/step-$(printf %04d $k).safetensors" "$SHM.1" "$SHM.2" "$SHM.3" <<'PY' || fail "step $k"
-import hashlib, struct, sys
-want = open(sys.argv[1], "rb").read()
-want = hashlib.sha256(want[8 + struct.unpack_from("<Q", want)[0]:]).digest()
-for path in sys.argv[2:]:
-    b = open(path, "rb").read()
-    off, n = struct.unpack_from("<QQ", b, 48)
-    if hashlib.sha256(b[off:off + n]).digest() != want:
-        sys.exit("%s differs from the trainer's checkpoint" % path)
-PY
+	python3 "$HERE/check_buffers.py" "$T/traj/step-$(printf %04d $k).safetensors" \
+		"$SHM.1" "$SHM.2" "$SHM.3" || fail "step $k"
 	echo "step $k: 3 actors committed, sha256 equal to the trainer's"
 done
 wait $PUB || fail publish

@@ -9,6 +9,7 @@ set -u
 BFP=$1
 SHIM=$2
 RELAY=$3
+HERE=$(cd "$(dirname "$0")" && pwd)
 NS=bfpe2e$$
 T=$(mktemp -d)
 SHM=/dev/shm/bfpe2e$$
@@ -66,20 +67,8 @@ done
 for p in $PIDS; do kill -TERM "$p"; done
 wait
 PIDS=""
-python3 - "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" <<'PY' || fail "buffers"
-import hashlib, struct, sys
-want = open(sys.argv[1], "rb").read()
-want = want[8 + struct.unpack_from("<Q", want)[0]:]
-ok = True
-for path in sys.argv[2:]:
-    b = open(path, "rb").read()
-    version, state = struct.unpack_from("<II", b, 64)
-    off, n = struct.unpack_from("<QQ", b, 48)
-    same = hashlib.sha256(b[off:off + n]).digest() == hashlib.sha256(want).digest()
-    print("%s: version %d, sha256 %s" % (path, version, "equals the trainer's" if same else "DIFFERS"))
-    ok &= same and version == 3 and state == 0
-sys.exit(0 if ok else 1)
-PY
+python3 "$HERE/check_buffers.py" "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" ||
+	fail "buffers"
 hits=$(awk '$1 == "cache_hits" {print $2}' "$T/relay.log")
 [ "${hits:-0}" -gt 0 ] || fail "no repair came from the relay's cache"
 grep "sent .* frames" "$T/publish.log" | sed 's/.*bfpatch publish: //'

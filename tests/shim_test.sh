@@ -8,6 +8,7 @@
 set -u
 BFP=$1
 SHIM=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
 SHM=/dev/shm/bfptest$$
 PIDS=""
@@ -40,25 +41,7 @@ done
 for p in $PIDS; do kill -TERM "$p"; done
 wait
 PIDS=""
-check_buffers() { # expected-checkpoint buffers...
-	python3 - "$@" <<'PY'
-import hashlib, struct, sys
-want = open(sys.argv[1], "rb").read()
-n = struct.unpack_from("<Q", want)[0]
-want = want[8 + n:]
-ok = True
-for path in sys.argv[2:]:
-    b = open(path, "rb").read()
-    assert b[:8] == b"BFPWBUF1", path
-    version, state = struct.unpack_from("<II", b, 64)
-    off, nbytes = struct.unpack_from("<QQ", b, 48)
-    same = hashlib.sha256(b[off:off + nbytes]).hexdigest() == hashlib.sha256(want).hexdigest()
-    print("%s: version %d, state %d, sha256 %s" % (path, version, state,
-          "equals the trainer's" if same else "DIFFERS"))
-    ok &= same and state == 0
-sys.exit(0 if ok else 1)
-PY
-}
+check_buffers() { python3 "$HERE/check_buffers.py" "$@"; }
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" || fail "buffers"
 grep -q "NACKs [1-9]" "$T/shim3.log" || fail "the lossy shim sent no NACK"
 grep "bfpatch-shim: version" "$T"/shim*.log | sed 's/.*bfpatch-shim: //'
