@@ -101,6 +101,10 @@ size_t rp_arp_request(uint8_t *p, const uint8_t our_mac[6], uint32_t our_ip,
 #define RP_NACK_MAX 128u
 /* JOIN version of a relay: it holds no weights and wants no catch-up. */
 #define RP_VERSION_RELAY 0xFFFFFFFFu
+/* JOIN version of a subscriber that holds no usable version (new, or a
+ * commit failed verification, or its repairs went unanswered): it asks
+ * for a keyframe stream of the current version. */
+#define RP_VERSION_NONE 0xFFFFFFFEu
 
 typedef enum rp_ctl_type {
 	RP_JOIN = 1,

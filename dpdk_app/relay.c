@@ -149,6 +149,7 @@ typedef struct relay {
 	uint8_t upstream_mac[6];
 	int upstream_has_mac;
 	unsigned upstream_arp_age;
+	int want_key;            /* a subscriber JOINed with RP_VERSION_NONE */
 	unsigned hk_rounds;             /* housekeeping rounds so far */
 	uint16_t ip_id;
 	uint64_t hz;
@@ -460,6 +461,8 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		}
 		s->ctl_port = k->src_port;
 		s->model_id = c.model_id;
+		if (c.version == RP_VERSION_NONE) /* ask upstream for keyframes */
+			r->want_key = 1;
 		if (!s->has_mac) { /* until ARP answers: the JOIN's sender */
 			memcpy(s->mac, k->src_mac, 6);
 			s->has_mac = 1;
@@ -620,7 +623,9 @@ static void housekeeping(relay *r, lcore_stats *st)
 		memset(&c, 0, sizeof(c));
 		c.type = RP_JOIN;
 		c.data_port = r->cf.data_port;
-		c.version = RP_VERSION_RELAY; /* a relay: no catch-up stream */
+		/* a relay: no catch-up stream, unless a subscriber asked for one */
+		c.version = r->want_key ? RP_VERSION_NONE : RP_VERSION_RELAY;
+		r->want_key = 0;
 		if (r->upstream_has_mac)
 			send_now(r, 0, ctl_packet(r, 0, r->upstream_mac, r->cf.upstream_ip,
 						  r->cf.upstream_port, &c, st), st);

@@ -27,27 +27,27 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#define ERRLEN 512
+#include "cli.h"
 
-static double now_s(void)
+double now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int die(const char *cmd, const char *msg)
+int die(const char *cmd, const char *msg)
 {
 	fprintf(stderr, "bfpatch %s: %s\n", cmd, msg);
 	return 1;
 }
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
 	return rp_parse_num(s, 0, max, out);
 }
 
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
 	uint64_t v;
 	if (parse_u64(s, hi, &v) || v < lo)
@@ -56,7 +56,7 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 	return 0;
 }
 
-static int bad_value(const char *cmd, const char *opt, const char *val)
+int bad_value(const char *cmd, const char *opt, const char *val)
 {
 	fprintf(stderr, "bfpatch %s: invalid value '%s' for %s (see bfpatch %s --help)\n",
 		cmd, val ? val : "", opt, cmd);
@@ -650,313 +650,6 @@ static int cmd_pcap(int argc, char **argv)
 	return rc ? die("pcap", err) : 0;
 }
 
-/* ---- publish: the trainer side ---- */
-
-static const char publish_usage[] =
-	"usage: bfpatch publish --dir DIR --listen ADDR:PORT [options]\n"
-	"Publish each new checkpoint DIR/step-NNNN.safetensors as a patch from\n"
-	"the previous one: frames go over UDP to every subscriber that JOINed\n"
-	"(relays or shims, docs/PROTOCOL.md), paced to --rate; NACKs are\n"
-	"answered from the last --keep patches.\n"
-	"  -d, --dir DIR             checkpoints, step-0000.safetensors on\n"
-	"  -l, --listen ADDR:PORT    control port (JOIN, NACK); frames leave from it\n"
-	"  -r, --rate BITS           send rate, e.g. 1g (default 1g; 0: unlimited)\n"
-	"  -s, --frame-size N        frame size (default 1200)\n"
-	"  -k, --keep N              patches kept for NACKs (default 4)\n"
-	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
-	"  -n, --steps N             stop after publishing version N\n"
-	"  -L, --linger S            then keep answering NACKs for S seconds (5)\n"
-	"  -h, --help\n";
-
-typedef struct pub_sub {
-	struct sockaddr_in data, ctl;
-	double last_seen, last_catchup;
-	uint32_t version;       /* from its JOINs */
-	double version_since;   /* when it first reported that version */
-	int catchup;            /* behind: needs patches or a keyframe */
-} pub_sub;
-
-typedef struct pub {
-	int sock;
-	rp_bucket bucket;
-	uint64_t hz;
-	pub_sub subs[64];
-	unsigned n_subs;
-	patch hist[16];
-	uint32_t hist_ver[16];
-	unsigned keep, n_hist;
-	patch key;              /* keyframe stream of key_ver, made on demand */
-	uint32_t key_ver;
-	double published_at;    /* when the current version went out */
-	uint64_t model_id;
-	uint64_t sent_frames, sent_bytes, nacks, resent;
-} pub;
-
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void pub_send(pub *P, const pub_sub *s, const uint8_t *f, size_t len)
-{
-	while (!rp_bucket_take(&P->bucket, len + 42, (uint64_t)(mono_s() * 1e6), 1000000)) {
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
-	if (sendto(P->sock, f, len, 0, (const struct sockaddr *)&s->data, sizeof(s->data)) > 0) {
-		P->sent_frames++;
-		P->sent_bytes += len;
-	}
-}
-
-static void pub_control(pub *P)
-{
-	uint8_t buf[2048];
-	struct sockaddr_in from;
-	socklen_t fl = sizeof(from);
-	ssize_t n;
-	while ((n = recvfrom(P->sock, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from,
-			     &fl)) > 0) {
-		rp_ctl c;
-		if (rp_ctl_parse(buf, (size_t)n, &c) != 0)
-			continue;
-		pub_sub *s = NULL;
-		for (unsigned i = 0; i < P->n_subs; i++)
-			if (P->subs[i].ctl.sin_addr.s_addr == from.sin_addr.s_addr &&
-			    P->subs[i].ctl.sin_port == from.sin_port)
-				s = &P->subs[i];
-		if (c.type == RP_JOIN && !s && P->n_subs < 64) {
-			s = &P->subs[P->n_subs++];
-			s->ctl = from;
-			s->data = from;
-			s->data.sin_port = htons(c.data_port);
-			char ip[INET_ADDRSTRLEN];
-			inet_ntop(AF_INET, &from.sin_addr, ip, sizeof(ip));
-			fprintf(stderr, "bfpatch publish: subscriber %s:%u joined at version %u\n", ip,
-				c.data_port, c.version);
-		}
-		if (!s)
-			continue; /* NACKs only from JOINed subscribers, to their own address */
-		s->last_seen = mono_s();
-		if (c.type == RP_JOIN) {
-			if (c.version != s->version || s->version_since == 0)
-				s->version_since = mono_s();
-			s->version = c.version;
-			s->catchup = 1; /* the main loop decides */
-		}
-		if (c.type == RP_LEAVE) {
-			*s = P->subs[--P->n_subs];
-			continue;
-		}
-		if (c.type != RP_NACK)
-			continue;
-		P->nacks++;
-		for (unsigned h = 0; h < P->n_hist; h++) {
-			if (P->hist_ver[h] != c.version)
-				continue;
-			const patch *p = &P->hist[h];
-			for (unsigned r = 0; r < c.n_ranges; r++)
-				for (uint32_t k = 0; k < c.ranges[r].count; k++) {
-					uint32_t i = c.ranges[r].first + k;
-					if (i >= p->n)
-						break;
-					pub_send(P, s, p->buf + p->off[i], p->off[i + 1] - p->off[i]);
-					P->resent++;
-				}
-		}
-	}
-}
-
-/* Bring subscribers that are behind version ver up to it: the patches
- * still held, in order, or else a keyframe stream of the current model. */
-static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
-{
-	double t = mono_s();
-	for (unsigned i = 0; i < P->n_subs; i++) {
-		pub_sub *s = &P->subs[i];
-		if (!s->catchup)
-			continue;
-		s->catchup = 0;
-		/* behind for a moment is patches in flight (NACKs repair
-		 * them); behind at the same version for 3 s needs catching up */
-		if (s->version == RP_VERSION_RELAY || s->version >= ver ||
-		    t - s->version_since < 3 || t - s->last_catchup < 3 || t - P->published_at < 3)
-			continue;
-		s->last_catchup = t;
-		int have_all = 1;
-		for (uint32_t v = s->version + 1; v <= ver && have_all; v++) {
-			int found = 0;
-			for (unsigned h = 0; h < P->n_hist; h++)
-				found |= P->hist_ver[h] == v;
-			have_all = found;
-		}
-		if (have_all) {
-			for (uint32_t v = s->version + 1; v <= ver; v++)
-				for (unsigned h = 0; h < P->n_hist; h++)
-					if (P->hist_ver[h] == v)
-						for (size_t f = 0; f < P->hist[h].n; f++)
-							pub_send(P, s, P->hist[h].buf + P->hist[h].off[f],
-								 P->hist[h].off[f + 1] - P->hist[h].off[f]);
-			continue;
-		}
-		if (P->key_ver != ver || !P->key.n) {
-			patch_opts ko = *po;
-			char err[ERRLEN];
-			ko.enc_flags |= BFP_ENC_F_KEYFRAME;
-			ko.base_version = 0;
-			ko.target_version = ver;
-			patch_free(&P->key);
-			if (patch_encode(cur, cur, &ko, &P->key, err, sizeof(err))) {
-				fprintf(stderr, "bfpatch publish: keyframe: %s\n", err);
-				continue;
-			}
-			P->key_ver = ver;
-		}
-		fprintf(stderr, "bfpatch publish: keyframe stream of version %u (%zu frames) to a "
-			"subscriber at version %u\n", ver, P->key.n, s->version);
-		for (size_t f = 0; f < P->key.n; f++)
-			pub_send(P, s, P->key.buf + P->key.off[f], P->key.off[f + 1] - P->key.off[f]);
-	}
-}
-
-static int cmd_publish(int argc, char **argv)
-{
-	static const struct option lo[] = {
-		{"dir", required_argument, 0, 'd'}, {"listen", required_argument, 0, 'l'},
-		{"rate", required_argument, 0, 'r'}, {"frame-size", required_argument, 0, 's'},
-		{"keep", required_argument, 0, 'k'}, {"wait-subscribers", required_argument, 0, 'w'},
-		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *dir = NULL;
-	uint32_t lip = 0, keep = 4, waitn = 0, steps = UINT32_MAX, linger = 5;
-	uint16_t lport = 0;
-	uint64_t rate = 1000000000ull;
-	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
-	int c;
-	while ((c = getopt_long(argc, argv, "d:l:r:s:k:w:n:L:h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'd': dir = optarg; break;
-		case 'l':
-			if (rp_parse_hostport(optarg, &lip, &lport, NULL))
-				return bad_value("publish", "--listen", optarg);
-			break;
-		case 'r':
-			if (rp_parse_num(optarg, 0, 400000000000ull, &rate))
-				return bad_value("publish", "--rate", optarg);
-			break;
-		case 's':
-			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
-				return bad_value("publish", "--frame-size", optarg);
-			break;
-		case 'k':
-			if (parse_u32(optarg, 1, 16, &keep))
-				return bad_value("publish", "--keep", optarg);
-			break;
-		case 'w':
-			if (parse_u32(optarg, 0, 64, &waitn))
-				return bad_value("publish", "--wait-subscribers", optarg);
-			break;
-		case 'n':
-			if (parse_u32(optarg, 1, UINT32_MAX - 1, &steps))
-				return bad_value("publish", "--steps", optarg);
-			break;
-		case 'L':
-			if (parse_u32(optarg, 0, 86400, &linger))
-				return bad_value("publish", "--linger", optarg);
-			break;
-		case 'h': fputs(publish_usage, stdout); return 0;
-		default: fputs(publish_usage, stderr); return 2;
-		}
-	}
-	if (!dir || !lport || optind != argc) {
-		fputs(publish_usage, stderr);
-		return 2;
-	}
-	static pub P;
-	memset(&P, 0, sizeof(P));
-	P.keep = keep;
-	rp_bucket_init(&P.bucket, rate / 8, 256 * 1024, (uint64_t)(mono_s() * 1e6));
-	P.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
-				 .sin_addr.s_addr = htonl(lip)};
-	int big = 8 << 20;
-	setsockopt(P.sock, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
-	if (P.sock < 0 || bind(P.sock, (struct sockaddr *)&la, sizeof(la)) != 0) {
-		fprintf(stderr, "bfpatch publish: cannot bind port %u: %s\n", lport, strerror(errno));
-		return 1;
-	}
-	char err[ERRLEN] = "", path[PATH_MAX];
-	model cur;
-	uint32_t ver = 0;
-	snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver);
-	if (model_load(&cur, path, err, sizeof(err)))
-		return die("publish", err);
-	P.model_id = cur.model_id;
-	fprintf(stderr, "bfpatch publish: version %u from %s, %llu parameters\n", ver, path,
-		(unsigned long long)cur.n_params);
-	double done_at = 0;
-	while (1) {
-		pub_control(&P);
-		pub_catchup(&P, &cur, ver, &po);
-		double t = mono_s();
-		if (ver >= steps) {
-			if (done_at == 0)
-				done_at = t;
-			if (t - done_at >= linger)
-				break;
-		} else if (P.n_subs >= waitn) {
-			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver + 1);
-			model nw;
-			if (access(path, R_OK) == 0 && model_load(&nw, path, err, sizeof(err)) == 0) {
-				unsigned slot = P.n_hist < P.keep ? P.n_hist++ : (ver % P.keep);
-				patch_free(&P.hist[slot]);
-				po.base_version = ver;
-				po.target_version = ver + 1;
-				double t0 = mono_s();
-				if (patch_encode(&cur, &nw, &po, &P.hist[slot], err, sizeof(err))) {
-					model_free(&nw);
-					model_free(&cur);
-					return die("publish", err);
-				}
-				P.hist_ver[slot] = ver + 1;
-				double t1 = mono_s();
-				const patch *p = &P.hist[slot];
-				for (size_t i = 0; i < p->n; i++) {
-					for (unsigned s = 0; s < P.n_subs; s++)
-						pub_send(&P, &P.subs[s], p->buf + p->off[i],
-							 p->off[i + 1] - p->off[i]);
-					if (i % 256 == 255)
-						pub_control(&P);
-				}
-				fprintf(stderr, "bfpatch publish: version %u -> %u: %zu frames, %zu bytes "
-					"(%.1fx smaller than dense), encode %.1f ms, send %.1f ms, "
-					"%u subscriber(s)\n", ver, ver + 1, p->n, p->len,
-					(double)nw.n_params * 2 / (double)p->len, (t1 - t0) * 1e3,
-					(mono_s() - t1) * 1e3, P.n_subs);
-				model_free(&cur);
-				cur = nw;
-				ver++;
-				P.published_at = mono_s();
-				continue;
-			}
-		}
-		struct pollfd pfd = {.fd = P.sock, .events = POLLIN};
-		poll(&pfd, 1, 50);
-	}
-	fprintf(stderr, "bfpatch publish: sent %llu frames (%llu bytes), %llu NACKs answered "
-		"with %llu frames\n", (unsigned long long)P.sent_frames,
-		(unsigned long long)P.sent_bytes, (unsigned long long)P.nacks,
-		(unsigned long long)P.resent);
-	for (unsigned i = 0; i < P.n_hist; i++)
-		patch_free(&P.hist[i]);
-	patch_free(&P.key);
-	model_free(&cur);
-	close(P.sock);
-	return 0;
-}
-
 static const char usage[] =
 	"usage: bfpatch COMMAND [options]\n"
 	"Lossless sparse patches between versions of BF16 model weights.\n\n"
@@ -967,7 +660,7 @@ static const char usage[] =
 	"  synth -o DIR            write a synthetic RL training trajectory\n"
 	"  demo                    end-to-end demo on a synthetic trajectory\n"
 	"  pcap PATCH -o F --dst A:P  a patch as UDP packets in a pcap file\n"
-	"  publish --dir D --listen A:P  publish new checkpoints to subscribers\n"
+	"  publish --dir D --listen A:P  publish new versions to subscribers\n"
 	"  version\n\n"
 	"Run 'bfpatch COMMAND --help' for a command's options.\n";
 

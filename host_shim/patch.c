@@ -415,14 +415,17 @@ int patch_check_cover(const patch *p, uint64_t n_params, char *err, size_t errle
 }
 
 typedef struct apply_job {
-	const patch *p;
+	const uint8_t *const *frames;
+	const uint32_t *lens;
+	size_t n_frames;
 	uint16_t *params;
 	uint64_t n;
 	uint64_t model_id;
 	uint32_t base_version;
+	int resume;
 	atomic_size_t next;
 	atomic_int failed;
-	atomic_uint_fast64_t done_params;
+	atomic_uint_fast64_t done_params, verified, skipped;
 	size_t bad_frame;
 	int status;
 } apply_job;
@@ -448,12 +451,20 @@ static void *apply_worker(void *arg)
 	}
 	for (;;) {
 		size_t i = atomic_fetch_add(&j->next, 1);
-		if (i >= j->p->n || atomic_load(&j->failed))
+		if (i >= j->n_frames || atomic_load(&j->failed))
 			break;
 		bfp_frame_header h;
-		bfp_status st = bfp_decode_apply(dec, &ao, j->p->buf + j->p->off[i],
-						 j->p->off[i + 1] - j->p->off[i],
-						 j->params, j->n, &h);
+		bfp_status st = bfp_decode_apply(dec, &ao, j->frames[i], j->lens[i], j->params, j->n, &h);
+		if (j->resume && (st == BFP_E_HASH || st == BFP_E_CORRUPT)) {
+			/* the frame passed its CRC, so its range is not at the
+			 * base: fine if it is already at the target */
+			int at = 0;
+			if (bfp_frame_check_target(j->frames[i], j->lens[i], j->params, j->n, &at) ==
+				    BFP_OK && at && bfp_frame_parse(j->frames[i], j->lens[i], &h) == BFP_OK) {
+				st = BFP_OK;
+				atomic_fetch_add(&j->skipped, 1);
+			}
+		}
 		if (st != BFP_OK) {
 			j->status = st;
 			j->bad_frame = i;
@@ -461,17 +472,46 @@ static void *apply_worker(void *arg)
 			break;
 		}
 		atomic_fetch_add(&j->done_params, h.range_len);
+		atomic_fetch_add(&j->verified, 2ull * h.range_len);
 	}
 	free(ao.zstd_workspace);
 	free(dec);
 	return NULL;
 }
 
+int patch_apply_frames(const uint8_t *const *frames, const uint32_t *lens, size_t n_frames,
+		       uint16_t *params, uint64_t n_params, uint64_t model_id,
+		       uint32_t base_version, const apply_ctl *ctl, apply_result *res, char *err,
+		       size_t errlen)
+{
+	apply_job j;
+	memset(&j, 0, sizeof(j));
+	j.frames = frames;
+	j.lens = lens;
+	j.n_frames = n_frames;
+	j.params = params;
+	j.n = n_params;
+	j.model_id = model_id;
+	j.base_version = base_version;
+	j.resume = ctl ? ctl->resume : 0;
+	run_threads(ctl ? ctl->threads : 0, apply_worker, &j, &j.done_params, n_params,
+		    ctl ? ctl->progress : 0, "apply");
+	if (res) {
+		res->verified_bytes = atomic_load(&j.verified);
+		res->skipped_frames = atomic_load(&j.skipped);
+		res->bad_frame = j.bad_frame;
+		res->status = j.status;
+	}
+	if (atomic_load(&j.failed))
+		return set_err(err, errlen, "frame %zu: %s", j.bad_frame,
+			    j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");
+	return 0;
+}
+
 int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 		uint64_t model_id, int threads, int progress, char *err,
 		size_t errlen)
 {
-	apply_job j;
 	bfp_frame_header h0;
 	bfp_frame_parse(p->buf, p->off[1], &h0);
 	if (h0.model_id != model_id)
@@ -480,25 +520,31 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 			    (unsigned long long)model_id);
 	if (patch_check_cover(p, n_params, err, errlen))
 		return -1;
-	memset(&j, 0, sizeof(j));
-	j.p = p;
-	j.params = params;
-	j.n = n_params;
-	j.model_id = model_id;
 	/* all delta frames share one base version (checked by patch_parse) */
-	j.base_version = h0.base_version;
+	uint32_t base_version = h0.base_version;
 	for (size_t i = 0; i < p->n; i++) {
 		bfp_frame_header h;
 		bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &h);
 		if (h.encoding == BFP_ENC_SPARSE || h.encoding == BFP_ENC_DENSE) {
-			j.base_version = h.base_version;
+			base_version = h.base_version;
 			break;
 		}
 	}
-	run_threads(threads, apply_worker, &j, &j.done_params, n_params, progress,
-		    "apply");
-	if (atomic_load(&j.failed))
-		return set_err(err, errlen, "frame %zu: %s", j.bad_frame,
-			    j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");
-	return 0;
+	const uint8_t **f = malloc(p->n * sizeof(*f));
+	uint32_t *l = malloc(p->n * sizeof(*l));
+	if (!f || !l) {
+		free(f);
+		free(l);
+		return set_err(err, errlen, "out of memory");
+	}
+	for (size_t i = 0; i < p->n; i++) {
+		f[i] = p->buf + p->off[i];
+		l[i] = (uint32_t)(p->off[i + 1] - p->off[i]);
+	}
+	apply_ctl ctl = {.threads = threads, .progress = progress};
+	int rc = patch_apply_frames(f, l, p->n, params, n_params, model_id, base_version, &ctl,
+				    NULL, err, errlen);
+	free(f);
+	free(l);
+	return rc;
 }

@@ -56,6 +56,29 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 		uint64_t model_id, int threads, int progress, char *err,
 		size_t errlen);
 
+typedef struct apply_ctl {
+	int threads;     /* 0 = all online CPUs */
+	int progress;    /* print progress to stderr */
+	int resume;      /* a frame whose range is already at its target (a
+			  * commit cut short) counts as applied */
+} apply_ctl;
+
+typedef struct apply_result {
+	uint64_t verified_bytes;  /* bytes whose target hash was checked */
+	uint64_t skipped_frames;  /* resume: ranges found at the target */
+	size_t bad_frame;         /* on error: the frame that failed */
+	int status;               /* on error: its bfp_status (0: memory) */
+} apply_result;
+
+/* Apply n_frames frames (any order; disjoint ranges) to params on
+ * several threads, each frame validated and hash-verified before it is
+ * written. On error returns -1: every frame that failed wrote nothing,
+ * others may have been applied. */
+int patch_apply_frames(const uint8_t *const *frames, const uint32_t *lens, size_t n_frames,
+		       uint16_t *params, uint64_t n_params, uint64_t model_id,
+		       uint32_t base_version, const apply_ctl *ctl, apply_result *res, char *err,
+		       size_t errlen);
+
 void patch_free(patch *p);
 int patch_push(patch *p, const void *frame, size_t len);
 

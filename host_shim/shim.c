@@ -1,11 +1,23 @@
 /*
  * shim.c: bfpatch-shim, the actor-side daemon. It receives frames on a
- * kernel UDP socket (recvmmsg), stages those of version v+1 while the
- * actor runs on v, NACKs what is missing, and when the patch is complete
- * applies it into the weight buffer (wbuf.h) under the buffer's commit
- * marker: every frame is checked and hash-verified before it is written,
- * and a commit interrupted by a crash is finished on restart, because a
- * range already at the target is recognised by its hash and skipped.
+ * kernel UDP socket (recvmmsg), stages those of the next versions while
+ * the actor runs on the current one, NACKs what is missing, and when a
+ * version is complete (and the actor is at a safe point, if so
+ * configured) applies it into the weight buffer (wbuf.h) on several
+ * threads under the buffer's commit marker: every frame is checked and
+ * hash-verified before it is written.
+ *
+ * Versions move only forward and only whole:
+ *   READY v       the buffer holds version v; a staged patch whose base is
+ *                 v, or a keyframe stream of a later version, commits next
+ *   COMMITTING t  a commit to t was cut short (crash): on restart the shim
+ *                 gets the patch again (JOIN, NACK) and finishes it; ranges
+ *                 already at t are recognised by their hash and skipped
+ *   RESYNC        a commit failed verification: the contents are no
+ *                 version; the shim JOINs with version NONE and commits
+ *                 the next complete keyframe stream
+ * Memory: staged frames are kept in their datagram size, at most
+ * --max-stage bytes in all (default 1 GiB), in at most SLOTS versions.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -23,21 +35,27 @@
 #include <unistd.h>
 
 #include "bfpatch.h"
+#include "events.h"
 #include "model.h"
+#include "patch.h"
 #include "proto.h"
 #include "wbuf.h"
 
-static volatile sig_atomic_t quit;
+static volatile sig_atomic_t quit, dump_stats;
 static void on_signal(int s)
 {
-	(void)s;
-	quit = 1;
+	if (s == SIGUSR1)
+		dump_stats = 1;
+	else
+		quit = 1;
 }
 
 #define SLOTS 4
+/* NACK rounds without progress before asking for a keyframe stream */
+#define NACK_GIVE_UP 8
 
 typedef struct slot {
-	uint32_t target, count, have;
+	uint32_t base, target, count, have;
 	int key;                /* a keyframe stream (resync), not a patch */
 	uint8_t **frames;
 	uint32_t *flen;
@@ -54,17 +72,20 @@ typedef struct shim {
 	uint32_t drop_every;    /* testing: discard every Nth frame once */
 	uint64_t max_stage;     /* bytes of staged frames, at most */
 	double exit_after;      /* testing: stop after this many seconds */
-	/* staging: the next version and a few after it, which can arrive
-	 * while the next one still waits for repairs */
+	int safe_point;         /* commit only when the actor allows it */
+	int threads;            /* apply threads */
+	uint32_t crash_after;   /* testing: SIGKILL itself in a commit */
+	events ev;
 	slot slots[SLOTS];
 	uint64_t staged_bytes;
 	double last_frame, next_nack;
 	uint32_t nack_backoff_ms;
-	bfp_decoder *dec;
-	void *zws;              /* zstd workspace, for zstd keyframes */
+	uint32_t nack_rounds;   /* since the last frame of the wanted version */
+	int want_key;           /* JOIN with RP_VERSION_NONE */
 	/* counters */
-	uint64_t rx, dup, old, ahead, bad, other_model, nacks, commits, dropped_test;
-	uint64_t verified_bytes;
+	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
+	uint64_t resyncs, key_commits, dropped_test, verified_bytes;
+	double commit_ms_total, commit_ms_max;
 } shim;
 
 static double now_s(void)
@@ -72,6 +93,16 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint32_t state(const shim *s)
+{
+	return atomic_load(&s->w.h->state);
+}
+
+static uint32_t version(const shim *s)
+{
+	return atomic_load(&s->w.h->version);
 }
 
 static void ctl_send(shim *s, const rp_ctl *c)
@@ -89,7 +120,7 @@ static void join(shim *s)
 	memset(&c, 0, sizeof(c));
 	c.type = RP_JOIN;
 	c.model_id = s->w.h->model_id;
-	c.version = atomic_load(&s->w.h->version);
+	c.version = s->want_key || state(s) == WBUF_RESYNC ? RP_VERSION_NONE : version(s);
 	c.data_port = s->data_port;
 	c.rate_kbps = s->rate_kbps;
 	ctl_send(s, &c);
@@ -105,98 +136,140 @@ static void slot_free(shim *s, slot *sl)
 	memset(sl, 0, sizeof(*sl));
 }
 
-static slot *slot_find(shim *s, uint32_t version, int key)
+/* The first version a frame must lead to, to be of use. */
+static uint32_t floor_version(const shim *s)
 {
-	for (unsigned i = 0; i < SLOTS; i++)
-		if (s->slots[i].count && s->slots[i].target == version && s->slots[i].key == key)
-			return &s->slots[i];
-	return NULL;
+	if (state(s) == WBUF_RESYNC)
+		return 0;
+	if (state(s) == WBUF_COMMITTING)
+		return atomic_load(&s->w.h->target);
+	return version(s) + 1;
 }
 
-/* A complete keyframe stream for the wanted version or later, if any. */
-static slot *key_ready(shim *s, uint32_t want)
+static int slot_complete(const slot *sl)
 {
+	return sl->count && sl->have == sl->count;
+}
+
+/* What commits next, if staged completely or not: a keyframe stream of
+ * a version at or past floor (the latest), else the patch from the
+ * buffer's version (to the commit's target, if one is in progress). */
+static slot *next_slot(shim *s, int complete)
+{
+	slot *best = NULL;
+	uint32_t fl = floor_version(s);
 	for (unsigned i = 0; i < SLOTS; i++) {
 		slot *k = &s->slots[i];
-		if (k->count && k->key && k->target >= want && k->have == k->count)
+		if (k->count && k->key && k->target >= fl && (!complete || slot_complete(k)) &&
+		    (!best || k->target > best->target))
+			best = k;
+	}
+	if (best || state(s) == WBUF_RESYNC)
+		return best;
+	for (unsigned i = 0; i < SLOTS; i++) {
+		slot *k = &s->slots[i];
+		if (k->count && !k->key && k->base == version(s) &&
+		    (state(s) != WBUF_COMMITTING || k->target == fl) &&
+		    (!complete || slot_complete(k)))
 			return k;
 	}
 	return NULL;
 }
 
-/* The version the buffer takes next. */
-static uint32_t wanted(const shim *s)
-{
-	return atomic_load(&s->w.h->state) == WBUF_COMMITTING ? atomic_load(&s->w.h->target)
-							      : atomic_load(&s->w.h->version) + 1;
-}
-
 static void send_nack(shim *s)
 {
 	rp_ctl c;
-	uint32_t want = wanted(s);
-	slot *sl = slot_find(s, want, 0);
+	slot *sl = next_slot(s, 0);
+	if (sl && sl->key)
+		return; /* keyframe streams are resent whole by the publisher */
 	memset(&c, 0, sizeof(c));
 	c.type = RP_NACK;
 	c.model_id = s->w.h->model_id;
-	c.version = want;
-	if (!sl) {
-		/* nothing of it arrived, later versions did: ask for it all */
+	c.version = sl ? sl->target : floor_version(s);
+	if (!sl) /* nothing of it arrived, later versions did: ask for it all */
 		c.ranges[c.n_ranges++] = (rp_range){0, 4096};
-	}
+	uint32_t asked = sl ? 0 : 4096;
 	for (uint32_t i = 0; sl && i < sl->count && c.n_ranges < RP_NACK_MAX; i++) {
 		if (sl->frames[i])
 			continue;
+		asked++;
 		rp_range *l = c.n_ranges ? &c.ranges[c.n_ranges - 1] : NULL;
 		if (l && l->first + l->count == i)
 			l->count++;
 		else
 			c.ranges[c.n_ranges++] = (rp_range){i, 1};
 	}
-	if (c.n_ranges) {
-		ctl_send(s, &c);
-		s->nacks++;
+	if (!c.n_ranges)
+		return;
+	ctl_send(s, &c);
+	s->nacks++;
+	events_emit(&s->ev, "nack", "\"version\":%u,\"frames\":%u", c.version, asked);
+	if (++s->nack_rounds == NACK_GIVE_UP && !s->want_key) {
+		/* nobody holds that patch any more: start over from keyframes */
+		s->want_key = 1;
+		s->resyncs++;
+		fprintf(stderr, "bfpatch-shim: version %u unrepaired after %u NACKs; asking for a "
+			"keyframe stream\n", c.version, NACK_GIVE_UP);
+		events_emit(&s->ev, "resync", "\"version\":%u,\"reason\":\"unrepaired\"", c.version);
+		join(s);
 	}
 }
 
-/* Apply every frame of sl: checked, hash-verified, then written. A range
- * already at the target (a commit cut short by a crash) is skipped. */
+/* Apply every frame of sl into the buffer, verified, and publish it. */
 static int commit(shim *s, slot *sl)
 {
+	char err[512];
 	double t0 = now_s();
-	uint32_t base = atomic_load(&s->w.h->version);
-	bfp_apply_opts o;
-	memset(&o, 0, sizeof(o));
-	o.model_id = s->w.h->model_id;
-	o.base_version = base;
-	o.zstd_workspace = s->zws;
-	o.zstd_workspace_size = bfp_zstd_workspace_size();
+	uint32_t base = version(s);
+	int resume = state(s) == WBUF_COMMITTING;
+	int key = sl->key;
+	events_emit(&s->ev, "apply_begin", "\"version\":%u", sl->target);
 	wbuf_begin(&s->w, sl->target);
-	for (uint32_t i = 0; i < sl->count; i++) {
-		bfp_status st = bfp_decode_apply(s->dec, &o, sl->frames[i], sl->flen[i], s->w.params,
-						 s->w.h->n_params, NULL);
-		if (st == BFP_E_HASH || st == BFP_E_CORRUPT) {
-			/* the frame passed its CRC, so its range is not at the base:
-			 * fine if it is already at the target */
-			int at = 0;
-			if (bfp_frame_check_target(sl->frames[i], sl->flen[i], s->w.params,
-						   s->w.h->n_params, &at) == BFP_OK && at)
-				continue; /* applied before a crash */
-		}
-		if (st != BFP_OK) {
-			fprintf(stderr, "bfpatch-shim: commit %u -> %u: frame %u: %s; the buffer "
-				"needs a keyframe resync\n", base, sl->target, i, bfp_status_str(st));
-			return -1;
-		}
-		bfp_frame_header h;
-		bfp_frame_parse(sl->frames[i], sl->flen[i], &h);
-		s->verified_bytes += 2ull * h.range_len;
+	apply_ctl ctl = {.threads = s->threads, .resume = resume};
+	apply_result res;
+	if (s->crash_after && s->commits + 1 >= s->crash_after) {
+		/* testing: die after half of the frames, like a SIGKILL would */
+		apply_ctl half = ctl;
+		patch_apply_frames((const uint8_t *const *)sl->frames, sl->flen, sl->count / 2,
+				   s->w.params, s->w.h->n_params, s->w.h->model_id, base, &half,
+				   NULL, err, sizeof(err));
+		fprintf(stderr, "bfpatch-shim: --crash-after: killing myself in the middle of the "
+			"commit to version %u\n", sl->target);
+		raise(SIGKILL);
 	}
+	if (patch_apply_frames((const uint8_t *const *)sl->frames, sl->flen, sl->count,
+			       s->w.params, s->w.h->n_params, s->w.h->model_id, base, &ctl, &res,
+			       err, sizeof(err))) {
+		/* that frame wrote nothing, others did: the buffer is no version */
+		wbuf_invalid(&s->w);
+		s->resyncs++;
+		fprintf(stderr, "bfpatch-shim: commit %u -> %u failed verification (%s); the "
+			"buffer is invalid until a keyframe resync\n", base, sl->target, err);
+		events_emit(&s->ev, "resync", "\"version\":%u,\"reason\":\"verification\"",
+			    sl->target);
+		slot_free(s, sl);
+		join(s);
+		return 0;
+	}
+	events_emit(&s->ev, "apply_end", "\"version\":%u,\"verified_bytes\":%" PRIu64
+		    ",\"backend\":\"cpu\"", sl->target, res.verified_bytes);
 	wbuf_end(&s->w);
+	double ms = (now_s() - t0) * 1e3;
 	s->commits++;
-	printf("bfpatch-shim: committed version %u -> %u%s: %u frames, %" PRIu64
-	       " bytes, %.1f ms\n", base, sl->target, sl->key ? " (keyframe resync)" : "",
-	       sl->count, sl->bytes, (now_s() - t0) * 1e3);
+	s->key_commits += key;
+	s->verified_bytes += res.verified_bytes;
+	s->commit_ms_total += ms;
+	if (ms > s->commit_ms_max)
+		s->commit_ms_max = ms;
+	events_emit(&s->ev, "commit", "\"version\":%u,\"ms\":%.3f,\"key\":%s,\"frames\":%u",
+		    sl->target, ms, key ? "true" : "false", sl->count);
+	char how[64] = "";
+	if (resume)
+		snprintf(how, sizeof(how), ", %" PRIu64 " ranges were done before a crash",
+			 res.skipped_frames);
+	printf("bfpatch-shim: committed version %u -> %u%s: %u frames, %" PRIu64 " bytes, %" PRIu64
+	       " bytes verified, %.1f ms%s\n", base, sl->target, key ? " (keyframe resync)" : "",
+	       sl->count, sl->bytes, res.verified_bytes, ms, how);
 	fflush(stdout);
 	uint32_t done = sl->target;
 	slot_free(s, sl);
@@ -204,14 +277,84 @@ static int commit(shim *s, slot *sl)
 		if (s->slots[i].count && s->slots[i].target <= done)
 			slot_free(s, &s->slots[i]);
 	s->nack_backoff_ms = s->nack_ms;
+	s->nack_rounds = 0;
+	s->want_key = 0;
 	join(s); /* tell upstream the version we hold now */
 	return 0;
+}
+
+/* Commit what is complete, in order, as far as the safe point allows. */
+static int try_commit(shim *s)
+{
+	slot *n;
+	while ((n = next_slot(s, 1))) {
+		/* the safe point gates ordinary commits only: an interrupted
+		 * commit or an invalid buffer is no version an actor can use */
+		if (s->safe_point && state(s) == WBUF_READY) {
+			if (atomic_load(&s->w.h->staged) != n->target) {
+				atomic_store(&s->w.h->staged, n->target);
+				printf("bfpatch-shim: version %u staged; waiting for the actor's safe "
+				       "point\n", n->target);
+				fflush(stdout);
+			}
+			uint32_t allow = atomic_load(&s->w.h->allow);
+			if (allow < n->target)
+				return 0;
+		}
+		if (commit(s, n))
+			return -1;
+	}
+	return 0;
+}
+
+static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
+{
+	for (unsigned i = 0; i < SLOTS; i++) {
+		slot *k = &s->slots[i];
+		if (k->count && k->target == h->target_version && k->key == key &&
+		    (key || k->base == h->base_version)) {
+			if (k->count == h->frame_count)
+				return k;
+			slot_free(s, k); /* a different patch to the same version */
+			break;
+		}
+	}
+	uint32_t fl = floor_version(s);
+	slot *sl = NULL;
+	for (unsigned i = 0; i < SLOTS && !sl; i++)
+		if (!s->slots[i].count || s->slots[i].target < fl)
+			sl = &s->slots[i];
+	/* all slots busy: a keyframe stream replaces the furthest patch */
+	if (key && !sl)
+		for (unsigned i = 0; i < SLOTS; i++)
+			if (!s->slots[i].key && (!sl || s->slots[i].target > sl->target))
+				sl = &s->slots[i];
+	if (!sl || h->frame_count > (1u << 24))
+		return NULL;
+	if (sl->count)
+		slot_free(s, sl);
+	sl->frames = calloc(h->frame_count, sizeof(*sl->frames));
+	sl->flen = calloc(h->frame_count, sizeof(*sl->flen));
+	if (!sl->frames || !sl->flen) {
+		free(sl->frames);
+		free(sl->flen);
+		memset(sl, 0, sizeof(*sl));
+		return NULL;
+	}
+	sl->base = key ? 0 : h->base_version;
+	sl->target = h->target_version;
+	sl->count = h->frame_count;
+	sl->key = key;
+	events_emit(&s->ev, "first_frame", "\"version\":%u,\"key\":%s", sl->target,
+		    key ? "true" : "false");
+	return sl;
 }
 
 static int on_frame(shim *s, const uint8_t *p, size_t len)
 {
 	bfp_frame_header h;
 	s->rx++;
+	s->rx_bytes += len;
 	if (bfp_frame_parse(p, len, &h) != BFP_OK) {
 		s->bad++;
 		return 0;
@@ -220,57 +363,32 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->other_model++;
 		return 0;
 	}
-	uint32_t want = wanted(s);
 	int key = h.encoding == BFP_ENC_KEY_RAW || h.encoding == BFP_ENC_KEY_ZSTD;
-	if (h.target_version < want) {
+	uint32_t fl = floor_version(s);
+	if (h.target_version < fl || (!key && state(s) == WBUF_RESYNC) ||
+	    (!key && h.base_version < version(s))) {
 		s->old++;
 		return 0;
 	}
-	if (!key && h.target_version - want >= SLOTS) {
-		s->ahead++; /* too far ahead: needs a keyframe resync */
+	if (!key && h.target_version - fl >= SLOTS) {
+		s->ahead++; /* too far ahead: NACKs, then a keyframe resync */
 		return 0;
 	}
 	if (s->drop_every && s->rx % s->drop_every == 0 && !s->dropped_test) {
 		s->dropped_test++; /* testing: lose this one, repair it by NACK */
 		return 0;
 	}
-	slot *sl = slot_find(s, h.target_version, key);
-	if (sl && sl->count != h.frame_count)
-		slot_free(s, sl), sl = NULL; /* a different patch to the same version */
+	slot *sl = slot_get(s, &h, key);
 	if (!sl) {
-		for (unsigned i = 0; i < SLOTS && !sl; i++)
-			if (!s->slots[i].count || s->slots[i].target < want)
-				sl = &s->slots[i];
-		/* all slots busy: a keyframe stream replaces the furthest patch */
-		for (unsigned i = 0; i < SLOTS && !sl && key; i++)
-			if (!s->slots[i].key)
-				sl = &s->slots[i];
-		if (!sl) {
-			s->ahead++;
-			return 0;
-		}
-		if (sl->count)
-			slot_free(s, sl);
-		if (h.frame_count > (1u << 24))
-			return 0;
-		sl->frames = calloc(h.frame_count, sizeof(*sl->frames));
-		sl->flen = calloc(h.frame_count, sizeof(*sl->flen));
-		if (!sl->frames || !sl->flen) {
-			free(sl->frames);
-			free(sl->flen);
-			memset(sl, 0, sizeof(*sl));
-			return -1;
-		}
-		sl->target = h.target_version;
-		sl->count = h.frame_count;
-		sl->key = key;
+		s->ahead++;
+		return 0;
 	}
 	if (sl->frames[h.frame_index]) {
 		s->dup++;
 		return 0;
 	}
 	if (s->staged_bytes + len > s->max_stage) {
-		s->bad++;
+		s->over_budget++;
 		return 0;
 	}
 	sl->frames[h.frame_index] = malloc(len);
@@ -283,37 +401,53 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 	sl->have++;
 	s->last_frame = now_s();
 	s->next_nack = s->last_frame + s->nack_backoff_ms / 1e3;
-	/* commit what is complete: a keyframe stream (jumping to its
-	 * version), else the next version and any staged after it */
-	for (;;) {
-		uint32_t w = wanted(s);
-		slot *n = key_ready(s, w);
-		if (!n) {
-			n = slot_find(s, w, 0);
-			if (!n || n->have != n->count)
-				return 0;
-		}
-		if (commit(s, n))
-			return -1;
-	}
+	if (sl == next_slot(s, 0))
+		s->nack_rounds = 0;
+	if (sl->have == sl->count)
+		events_emit(&s->ev, "staged", "\"version\":%u,\"frames\":%u,\"bytes\":%" PRIu64
+			    ",\"key\":%s", sl->target, sl->count, sl->bytes, key ? "true" : "false");
+	return 0;
+}
+
+static void print_stats(const shim *s)
+{
+	printf("bfpatch-shim: version %u (%s); frames %" PRIu64 " (%" PRIu64 " bytes; duplicates %"
+	       PRIu64 ", old %" PRIu64 ", ahead %" PRIu64 ", bad %" PRIu64 ", other model %" PRIu64
+	       ", over budget %" PRIu64 "), staged %" PRIu64 " bytes, NACKs %" PRIu64
+	       ", commits %" PRIu64 " (%" PRIu64 " keyframe), resyncs %" PRIu64
+	       ", verified %" PRIu64 " bytes, commit ms mean %.1f max %.1f\n",
+	       version(s), state(s) == WBUF_READY ? "ready" : state(s) == WBUF_COMMITTING ?
+	       "committing" : "resync", s->rx, s->rx_bytes, s->dup, s->old, s->ahead, s->bad,
+	       s->other_model, s->over_budget, s->staged_bytes, s->nacks, s->commits,
+	       s->key_commits, s->resyncs, s->verified_bytes,
+	       s->commits ? s->commit_ms_total / (double)s->commits : 0.0, s->commit_ms_max);
+	fflush(stdout);
 }
 
 static const char usage[] =
 	"usage: bfpatch-shim --buffer PATH --upstream ADDR:PORT [options]\n"
 	"Receives a model's patch frames, stages and NACKs them, and commits\n"
-	"each complete version into the weight buffer PATH.\n"
-	"  -b, --buffer PATH       weight buffer (a file under /dev/shm)\n"
+	"each complete version into the weight buffer PATH, verified.\n"
+	"  -b, --buffer PATH       weight buffer (a file under /dev/shm or hugetlbfs)\n"
 	"  -i, --init FILE         create PATH from a checkpoint first (version 0,\n"
 	"                          or --version); refuses to overwrite\n"
 	"  -V, --version N         version of --init (default 0)\n"
 	"  -u, --upstream A:PORT   control port of the relay or publisher\n"
 	"  -l, --listen A:PORT     where frames arrive (default 0.0.0.0:7500)\n"
 	"  -r, --rate BITS         what this link takes, told in JOIN (0: default)\n"
+	"  -c, --commit MODE       now (default): commit each version when complete;\n"
+	"                          safe-point: wait until the actor allows it\n"
+	"                          (bfpatch_buffer.py safe_point())\n"
+	"  -t, --threads N         apply threads (default: online CPUs, at most 8)\n"
 	"  -n, --nack-ms N         NACK missing frames after N ms quiet (100)\n"
 	"  -m, --max-stage BYTES   staged frames kept at most (default 1G)\n"
+	"  -E, --events FILE       append JSON-lines events (docs/EVENTS.md)\n"
+	"  -N, --name NAME         this shim's name in the events (shim)\n"
 	"  -T, --exit-after S      stop after S seconds (tests)\n"
 	"      --drop-every N      testing: discard one frame once, after N\n"
-	"  -h, --help\n";
+	"      --crash-after N     testing: SIGKILL itself halfway through commit N\n"
+	"  -h, --help\n"
+	"SIGUSR1 prints the counters; SIGINT/SIGTERM print them and exit.\n";
 
 int main(int argc, char **argv)
 {
@@ -321,26 +455,30 @@ int main(int argc, char **argv)
 		{"buffer", required_argument, 0, 'b'}, {"init", required_argument, 0, 'i'},
 		{"version", required_argument, 0, 'V'}, {"upstream", required_argument, 0, 'u'},
 		{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
+		{"commit", required_argument, 0, 'c'}, {"threads", required_argument, 0, 't'},
 		{"nack-ms", required_argument, 0, 'n'}, {"max-stage", required_argument, 0, 'm'},
+		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
 		{"exit-after", required_argument, 0, 'T'}, {"drop-every", required_argument, 0, 'D'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	shim s;
+		{"crash-after", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0}};
+	static shim s;
 	memset(&s, 0, sizeof(s));
-	const char *buffer = NULL, *init = NULL;
+	const char *buffer = NULL, *init = NULL, *events_path = NULL, *name = "shim";
 	uint32_t lip = 0, uip = 0;
 	uint16_t lport = 7500, uport = 0;
-	uint64_t v, version = 0;
+	uint64_t v, version0 = 0;
 	char err[512] = "";
 	s.nack_ms = 100;
 	s.nack_backoff_ms = 100;
 	s.max_stage = 1ull << 30;
+	s.threads = cpu_count() < 8 ? cpu_count() : 8;
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:V:u:l:r:n:m:T:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:i:V:u:l:r:c:t:n:m:E:N:T:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'b': buffer = optarg; break;
 		case 'i': init = optarg; break;
 		case 'V':
-			if (rp_parse_num(optarg, 0, UINT32_MAX - 1, &version))
+			if (rp_parse_num(optarg, 0, UINT32_MAX - 2, &version0))
 				goto bad;
 			break;
 		case 'u':
@@ -356,6 +494,19 @@ int main(int argc, char **argv)
 				goto bad;
 			s.rate_kbps = (uint32_t)(v / 1000 > UINT32_MAX ? UINT32_MAX : v / 1000);
 			break;
+		case 'c':
+			if (!strcmp(optarg, "now"))
+				s.safe_point = 0;
+			else if (!strcmp(optarg, "safe-point"))
+				s.safe_point = 1;
+			else
+				goto bad;
+			break;
+		case 't':
+			if (rp_parse_num(optarg, 1, 256, &v))
+				goto bad;
+			s.threads = (int)v;
+			break;
 		case 'n':
 			if (rp_parse_num(optarg, 1, 60000, &v))
 				goto bad;
@@ -365,6 +516,8 @@ int main(int argc, char **argv)
 			if (rp_parse_num(optarg, 1u << 20, 1ull << 40, &s.max_stage))
 				goto bad;
 			break;
+		case 'E': events_path = optarg; break;
+		case 'N': name = optarg; break;
 		case 'T':
 			s.exit_after = strtod(optarg, NULL);
 			if (!(s.exit_after > 0))
@@ -374,6 +527,11 @@ int main(int argc, char **argv)
 			if (rp_parse_num(optarg, 1, 1u << 30, &v))
 				goto bad;
 			s.drop_every = (uint32_t)v;
+			break;
+		case 'K':
+			if (rp_parse_num(optarg, 1, 1u << 30, &v))
+				goto bad;
+			s.crash_after = (uint32_t)v;
 			break;
 		case 'h': fputs(usage, stdout); return 0;
 		default:
@@ -390,7 +548,7 @@ int main(int argc, char **argv)
 	if (init) {
 		model m;
 		if (model_load(&m, init, err, sizeof(err)) ||
-		    wbuf_create(buffer, &m, (uint32_t)version, 0, err, sizeof(err))) {
+		    wbuf_create(buffer, &m, (uint32_t)version0, 0, err, sizeof(err))) {
 			fprintf(stderr, "bfpatch-shim: %s\n", err);
 			return 1;
 		}
@@ -400,16 +558,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bfpatch-shim: %s\n", err);
 		return 1;
 	}
-	s.dec = malloc(sizeof(*s.dec));
-	if (bfp_zstd_workspace_size())
-		s.zws = malloc(bfp_zstd_workspace_size());
+	if (events_open(&s.ev, events_path, "shim", name)) {
+		fprintf(stderr, "bfpatch-shim: --events %s: %s\n", events_path, strerror(errno));
+		return 1;
+	}
 	s.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int big = 16 << 20;
 	setsockopt(s.sock, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+	setsockopt(s.sock, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
 	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
 				 .sin_addr.s_addr = htonl(lip)};
-	if (!s.dec || bfp_decoder_init(s.dec, 0) != BFP_OK || s.sock < 0 ||
-	    bind(s.sock, (struct sockaddr *)&la, sizeof(la)) != 0) {
+	if (s.sock < 0 || bind(s.sock, (struct sockaddr *)&la, sizeof(la)) != 0) {
 		fprintf(stderr, "bfpatch-shim: cannot listen on port %u: %s\n", lport, strerror(errno));
 		return 1;
 	}
@@ -417,14 +576,24 @@ int main(int argc, char **argv)
 	s.upstream.sin_family = AF_INET;
 	s.upstream.sin_port = htons(uport);
 	s.upstream.sin_addr.s_addr = htonl(uip);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	if (atomic_load(&s.w.h->state) == WBUF_COMMITTING)
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	if (state(&s) == WBUF_COMMITTING)
 		printf("bfpatch-shim: a commit to version %u was interrupted; finishing it\n",
 		       atomic_load(&s.w.h->target));
-	printf("bfpatch-shim: buffer %s at version %u, %" PRIu64 " parameters, listening on %u\n",
-	       buffer, atomic_load(&s.w.h->version), s.w.h->n_params, lport);
+	if (state(&s) == WBUF_RESYNC)
+		printf("bfpatch-shim: the buffer failed verification before; waiting for a "
+		       "keyframe stream\n");
+	printf("bfpatch-shim: buffer %s at version %u, %" PRIu64 " parameters, listening on %u, "
+	       "%d apply threads, commit %s\n", buffer, version(&s), s.w.h->n_params, lport,
+	       s.threads, s.safe_point ? "at the actor's safe point" : "when complete");
 	fflush(stdout);
+	events_emit(&s.ev, "start", "\"version\":%u,\"params\":%" PRIu64 ",\"rate_bps\":%" PRIu64,
+		    version(&s), s.w.h->n_params, (uint64_t)s.rate_kbps * 1000);
 
 	enum { VLEN = 64 };
 	static uint8_t bufs[VLEN][BFP_FRAME_SIZE_MAX + 64];
@@ -436,21 +605,26 @@ int main(int argc, char **argv)
 		double t = now_s();
 		if (s.exit_after > 0 && t - start > s.exit_after)
 			break;
+		if (dump_stats) {
+			dump_stats = 0;
+			print_stats(&s);
+		}
 		if (t >= next_join) {
 			join(&s); /* JOIN doubles as the heartbeat */
 			next_join = t + 1.0;
 		}
 		int pending = 0;
 		for (unsigned i = 0; i < SLOTS; i++)
-			pending |= s.slots[i].count != 0;
-		if (pending && t >= s.next_nack) {
+			pending |= s.slots[i].count != 0 && !slot_complete(&s.slots[i]);
+		if ((pending || state(&s) == WBUF_COMMITTING) && t >= s.next_nack) {
 			send_nack(&s);
 			s.next_nack = t + s.nack_backoff_ms / 1e3;
 			if (s.nack_backoff_ms < 1000)
 				s.nack_backoff_ms *= 2;
 		}
+		rc = try_commit(&s); /* also when the actor reached its safe point */
 		struct pollfd pfd = {.fd = s.sock, .events = POLLIN};
-		if (poll(&pfd, 1, 20) <= 0)
+		if (rc || poll(&pfd, 1, 10) <= 0)
 			continue;
 		for (int i = 0; i < VLEN; i++) {
 			iov[i].iov_base = bufs[i];
@@ -462,16 +636,18 @@ int main(int argc, char **argv)
 		int n = recvmmsg(s.sock, msgs, VLEN, MSG_DONTWAIT, NULL);
 		for (int i = 0; i < n && rc == 0; i++)
 			rc = on_frame(&s, bufs[i], msgs[i].msg_len);
+		if (rc == 0)
+			rc = try_commit(&s);
 	}
-	printf("bfpatch-shim: version %u; frames %" PRIu64 " (duplicates %" PRIu64
-	       ", old %" PRIu64 ", ahead %" PRIu64 ", bad %" PRIu64 ", other model %" PRIu64
-	       "), NACKs %" PRIu64 ", commits %" PRIu64 ", verified %" PRIu64 " bytes\n",
-	       atomic_load(&s.w.h->version), s.rx, s.dup, s.old, s.ahead, s.bad, s.other_model,
-	       s.nacks, s.commits, s.verified_bytes);
+	print_stats(&s);
+	events_emit(&s.ev, "stats", "\"frames\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"dup\":%"
+		    PRIu64 ",\"old\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"nacks\":%" PRIu64
+		    ",\"commits\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"verified_bytes\":%" PRIu64
+		    ",\"version\":%u", s.rx, s.rx_bytes, s.dup, s.old, s.bad, s.nacks, s.commits,
+		    s.resyncs, s.verified_bytes, version(&s));
 	for (unsigned i = 0; i < SLOTS; i++)
 		slot_free(&s, &s.slots[i]);
-	free(s.dec);
-	free(s.zws);
+	events_close(&s.ev);
 	close(s.sock);
 	wbuf_close(&s.w);
 	return rc ? 1 : 0;

@@ -92,7 +92,10 @@ void wbuf_begin(wbuf *w, uint32_t target)
 {
 	atomic_store(&w->h->target, target);
 	atomic_store(&w->h->state, WBUF_COMMITTING);
-	atomic_fetch_add(&w->h->seq, 1);
+	/* odd while the contents are not one whole version; a commit
+	 * resumed after a crash or a resync finds it odd already */
+	if (!(atomic_load(&w->h->seq) & 1))
+		atomic_fetch_add(&w->h->seq, 1);
 	msync(w->map, WBUF_HDR, MS_SYNC);
 }
 
@@ -103,4 +106,29 @@ void wbuf_end(wbuf *w)
 	atomic_store(&w->h->state, WBUF_READY);
 	atomic_fetch_add(&w->h->seq, 1);
 	msync(w->map, WBUF_HDR, MS_SYNC);
+}
+
+void wbuf_invalid(wbuf *w)
+{
+	atomic_store(&w->h->state, WBUF_RESYNC);
+	if (!(atomic_load(&w->h->seq) & 1))
+		atomic_fetch_add(&w->h->seq, 1);
+	msync(w->map, WBUF_HDR, MS_SYNC);
+}
+
+int wbuf_snapshot(const wbuf *w, uint16_t *dst, uint32_t *version)
+{
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t s0 = atomic_load(&w->h->seq);
+		if (s0 & 1)
+			continue;
+		uint32_t v = atomic_load(&w->h->version);
+		memcpy(dst, w->params, (size_t)w->h->n_params * 2);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load(&w->h->seq) == s0) {
+			*version = v;
+			return 0;
+		}
+	}
+	return -1;
 }

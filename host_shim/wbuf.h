@@ -18,7 +18,10 @@
 #define WBUF_MAGIC "BFPWBUF1"
 #define WBUF_HDR 4096u
 
-enum { WBUF_READY = 0, WBUF_COMMITTING = 1 };
+/* state: READY (version is whole), COMMITTING (moving to target; a
+ * restarted shim finishes it), RESYNC (a commit failed verification: the
+ * contents are no version until a keyframe stream is committed) */
+enum { WBUF_READY = 0, WBUF_COMMITTING = 1, WBUF_RESYNC = 2 };
 
 typedef struct wbuf_hdr {
 	char magic[8];
@@ -35,6 +38,12 @@ typedef struct wbuf_hdr {
 	_Atomic uint32_t target;    /* version being committed */
 	uint32_t pad;
 	_Atomic uint64_t seq;       /* odd while committing */
+	/* the safe-point handshake (shim --commit safe-point): the shim
+	 * sets staged when version staged is complete and waits; the actor
+	 * sets allow to a version at a safe point, and the shim commits up
+	 * to it */
+	_Atomic uint32_t staged;
+	_Atomic uint32_t allow;
 } wbuf_hdr;
 
 typedef struct wbuf {
@@ -52,8 +61,17 @@ int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
 int wbuf_open(wbuf *w, const char *path, char *err, size_t errlen);
 void wbuf_close(wbuf *w);
 
-/* Mark a commit to target as started / finished (flushes to the file). */
+/* Mark a commit to target as started / finished (flushes to the file).
+ * A trainer that publishes from a buffer (bfpatch publish --buffer)
+ * writes its new weights between these two calls. */
 void wbuf_begin(wbuf *w, uint32_t target);
 void wbuf_end(wbuf *w);
+/* Mark the contents invalid (state RESYNC, sequence odd). */
+void wbuf_invalid(wbuf *w);
+
+/* Copy the parameters of one whole committed version into dst (n_params
+ * words) under the sequence counter; returns 0 and its version, or -1 if
+ * a commit kept overlapping the copy (try again later). */
+int wbuf_snapshot(const wbuf *w, uint16_t *dst, uint32_t *version);
 
 #endif

@@ -1,0 +1,17 @@
+/* cli.h: helpers shared by the bfpatch subcommands (bfpatch.c). */
+#ifndef BFP_CLI_H
+#define BFP_CLI_H
+
+#include <stdint.h>
+
+#define ERRLEN 512
+
+double now_s(void);                       /* CLOCK_MONOTONIC seconds */
+int die(const char *cmd, const char *msg); /* prints, returns 1 */
+int parse_u64(const char *s, uint64_t max, uint64_t *out);
+int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
+int bad_value(const char *cmd, const char *opt, const char *val); /* returns 2 */
+
+int cmd_publish(int argc, char **argv);   /* publish.c */
+
+#endif

@@ -1,0 +1,644 @@
+/*
+ * publish.c: `bfpatch publish`, the trainer side. Each new version of the
+ * weights (a checkpoint file appearing in a directory, or a commit into a
+ * shared-memory weight buffer the trainer writes through wbuf.h) is
+ * encoded on all cores against the previous one and sent over UDP
+ * (sendmmsg, token-bucket paced) to every subscriber that JOINed: relays
+ * or shims (docs/PROTOCOL.md). NACKs are answered from the last --keep
+ * patches; a subscriber stuck behind them gets the patches it misses or a
+ * keyframe stream of the current version. Patches can be kept on disk
+ * (--history, patch file format, written through a temporary + rename).
+ *
+ * Frames of a version leave once all of it is encoded: every frame
+ * header carries the patch's frame count (docs/FORMAT.md), which is
+ * known only then. Encoding runs on all cores, so for sparse patches it
+ * is short next to a dense transfer; the overlap the pipeline gets is
+ * between versions (NACKs, catch-up) and across the relay tree.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bfpatch.h"
+#include "cli.h"
+#include "events.h"
+#include "model.h"
+#include "patch.h"
+#include "proto.h"
+#include "wbuf.h"
+
+static const char publish_usage[] =
+	"usage: bfpatch publish (--dir DIR | --buffer PATH) --listen ADDR:PORT [options]\n"
+	"Publish each new version of a model as a patch from the previous one:\n"
+	"frames go over UDP to every subscriber that JOINed (relays or shims,\n"
+	"docs/PROTOCOL.md), paced to --rate; NACKs are answered from the last\n"
+	"--keep patches; a subscriber too far behind gets a keyframe stream.\n"
+	"  -d, --dir DIR             checkpoints DIR/step-NNNN.safetensors, from 0000;\n"
+	"                            each new file is published when it appears\n"
+	"  -b, --buffer PATH         or a weight buffer the trainer commits into\n"
+	"                            (wbuf.h): each committed version is published\n"
+	"  -l, --listen ADDR:PORT    control port (JOIN, NACK); frames leave from it\n"
+	"  -r, --rate BITS           send rate, e.g. 1g (default 1g; 0: unlimited)\n"
+	"  -s, --frame-size N        frame size (default 1200)\n"
+	"  -k, --keep N              patches kept for NACKs and catch-up (default 4)\n"
+	"  -H, --history DIR         also keep the last --keep patches on disk there\n"
+	"                            (vBASE-vTARGET.bfp, atomic writes)\n"
+	"  -K, --keyframes           send every version as a keyframe stream (the\n"
+	"                            dense baseline through the same pipeline)\n"
+	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
+	"  -n, --steps N             stop after publishing version N\n"
+	"  -L, --linger S            then keep answering NACKs for S seconds (5)\n"
+	"  -E, --events FILE         append JSON-lines events (docs/EVENTS.md)\n"
+	"  -N, --name NAME           this publisher's name in the events (publish)\n"
+	"  -h, --help\n";
+
+#define MAX_SUBS 64
+#define MAX_KEEP 16
+#define SUB_TIMEOUT_S 10.0
+
+typedef struct pub_sub {
+	struct sockaddr_in data, ctl;
+	double last_seen, last_catchup;
+	uint32_t version;       /* from its JOINs */
+	double version_since;   /* when it first reported that version */
+	int catchup;            /* behind: needs patches or a keyframe */
+} pub_sub;
+
+typedef struct pub {
+	int sock;
+	rp_bucket bucket;
+	pub_sub subs[MAX_SUBS];
+	unsigned n_subs;
+	patch hist[MAX_KEEP];
+	uint32_t hist_base[MAX_KEEP], hist_ver[MAX_KEEP];
+	unsigned keep, n_hist;
+	const char *history;    /* directory, or NULL */
+	patch key;              /* keyframe stream of key_ver, made on demand */
+	uint32_t key_ver;
+	double published_at;    /* when the current version went out */
+	events ev;
+	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors;
+} pub;
+
+static volatile sig_atomic_t quit;
+static void on_signal(int s)
+{
+	(void)s;
+	quit = 1;
+}
+
+static void peer_str(const struct sockaddr_in *a, char *out, size_t n)
+{
+	char ip[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+	snprintf(out, n, "%s:%u", ip, ntohs(a->sin_port));
+}
+
+/* Send frames [first, first + count) of p to the subscribers in to[]
+ * (n_to of them), in sendmmsg batches, paced by the token bucket. */
+static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub *const *to,
+		     unsigned n_to)
+{
+	enum { BATCH = 32 };
+	struct mmsghdr m[BATCH];
+	struct iovec iov[BATCH];
+	for (size_t i = first; i < first + count && i < p->n;) {
+		size_t nb = first + count - i < BATCH ? first + count - i : BATCH;
+		if (i + nb > p->n)
+			nb = p->n - i;
+		for (unsigned s = 0; s < n_to; s++) {
+			size_t bytes = 0;
+			for (size_t k = 0; k < nb; k++) {
+				iov[k].iov_base = p->buf + p->off[i + k];
+				iov[k].iov_len = p->off[i + k + 1] - p->off[i + k];
+				bytes += iov[k].iov_len + 42; /* Ethernet, IPv4, UDP */
+				memset(&m[k], 0, sizeof(m[k]));
+				m[k].msg_hdr.msg_name = (void *)&to[s]->data;
+				m[k].msg_hdr.msg_namelen = sizeof(to[s]->data);
+				m[k].msg_hdr.msg_iov = &iov[k];
+				m[k].msg_hdr.msg_iovlen = 1;
+			}
+			while (!rp_bucket_take(&P->bucket, bytes, (uint64_t)(now_s() * 1e6), 1000000)) {
+				struct timespec ts = {0, 20000};
+				nanosleep(&ts, NULL);
+			}
+			for (size_t k = 0; k < nb;) {
+				int r = sendmmsg(P->sock, m + k, (unsigned)(nb - k), 0);
+				if (r < 0 && (errno == ENOBUFS || errno == EAGAIN || errno == EINTR)) {
+					struct timespec ts = {0, 100000};
+					nanosleep(&ts, NULL);
+					continue;
+				}
+				if (r <= 0)
+					break; /* unreachable peer: its NACKs or catch-up repair it */
+				for (int j = 0; j < r; j++) {
+					P->sent_frames++;
+					P->sent_bytes += iov[k + (size_t)j].iov_len;
+				}
+				k += (size_t)r;
+			}
+		}
+		i += nb;
+	}
+}
+
+static void pub_send_one(pub *P, pub_sub *s, const patch *p, size_t first, size_t count)
+{
+	pub_sub *to[1] = {s};
+	pub_send(P, p, first, count, to, 1);
+}
+
+static const patch *hist_find(const pub *P, uint32_t target)
+{
+	for (unsigned h = 0; h < P->n_hist; h++)
+		if (P->hist_ver[h] == target)
+			return &P->hist[h];
+	return NULL;
+}
+
+static void pub_control(pub *P)
+{
+	uint8_t buf[2048];
+	struct sockaddr_in from;
+	socklen_t fl = sizeof(from);
+	ssize_t n;
+	double t = now_s();
+	while ((n = recvfrom(P->sock, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from,
+			     &fl)) > 0) {
+		rp_ctl c;
+		if (rp_ctl_parse(buf, (size_t)n, &c) != 0)
+			continue;
+		pub_sub *s = NULL;
+		for (unsigned i = 0; i < P->n_subs; i++)
+			if (P->subs[i].ctl.sin_addr.s_addr == from.sin_addr.s_addr &&
+			    P->subs[i].ctl.sin_port == from.sin_port)
+				s = &P->subs[i];
+		if (c.type == RP_JOIN && !s && P->n_subs < MAX_SUBS) {
+			s = &P->subs[P->n_subs++];
+			memset(s, 0, sizeof(*s));
+			s->ctl = from;
+			s->data = from;
+			s->data.sin_port = htons(c.data_port);
+			s->version = c.version;
+			char peer[64];
+			peer_str(&s->data, peer, sizeof(peer));
+			fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n", peer,
+				c.version);
+			events_emit(&P->ev, "subscriber", "\"peer\":\"%s\",\"version\":%u", peer,
+				    c.version);
+		}
+		if (!s)
+			continue; /* NACKs only from JOINed subscribers, to their own address */
+		s->last_seen = t;
+		if (c.type == RP_JOIN) {
+			if (c.version != s->version || s->version_since == 0)
+				s->version_since = t;
+			s->version = c.version;
+			s->catchup = 1; /* the main loop decides */
+		}
+		if (c.type == RP_LEAVE) {
+			*s = P->subs[--P->n_subs];
+			continue;
+		}
+		if (c.type != RP_NACK)
+			continue;
+		P->nacks++;
+		const patch *p = hist_find(P, c.version);
+		if (!p)
+			continue; /* not held any more: catch-up handles it */
+		uint64_t resent = 0;
+		for (unsigned r = 0; r < c.n_ranges; r++) {
+			if (c.ranges[r].first >= p->n)
+				continue;
+			uint32_t cnt = c.ranges[r].count;
+			if (cnt > p->n - c.ranges[r].first)
+				cnt = (uint32_t)(p->n - c.ranges[r].first);
+			pub_send_one(P, s, p, c.ranges[r].first, cnt);
+			resent += cnt;
+		}
+		P->resent += resent;
+		char peer[64];
+		peer_str(&s->data, peer, sizeof(peer));
+		events_emit(&P->ev, "nack", "\"version\":%u,\"peer\":\"%s\",\"frames\":%" PRIu64,
+			    c.version, peer, resent);
+	}
+	/* subscribers JOIN every second; forget the silent ones */
+	for (unsigned i = 0; i < P->n_subs; i++)
+		if (t - P->subs[i].last_seen > SUB_TIMEOUT_S) {
+			char peer[64];
+			peer_str(&P->subs[i].data, peer, sizeof(peer));
+			fprintf(stderr, "bfpatch publish: subscriber %s silent for %.0f s, dropped\n",
+				peer, SUB_TIMEOUT_S);
+			P->subs[i--] = P->subs[--P->n_subs];
+		}
+}
+
+static int make_keyframes(const model *cur, uint32_t ver, const patch_opts *po, patch *out,
+			  char *err, size_t errlen)
+{
+	patch_opts ko = *po;
+	ko.enc_flags |= BFP_ENC_F_KEYFRAME;
+	ko.base_version = 0;
+	ko.target_version = ver;
+	return patch_encode(cur, cur, &ko, out, err, errlen);
+}
+
+/* Bring subscribers that are behind version ver up to it: the patches
+ * still held, in order, or else a keyframe stream of the current model. */
+static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
+{
+	double t = now_s();
+	for (unsigned i = 0; i < P->n_subs; i++) {
+		pub_sub *s = &P->subs[i];
+		if (!s->catchup)
+			continue;
+		s->catchup = 0;
+		/* behind for a moment is patches in flight (NACKs repair
+		 * them); behind at the same version for 3 s needs catching up */
+		int none = s->version == RP_VERSION_NONE; /* asks for keyframes */
+		if (s->version == RP_VERSION_RELAY || t - s->last_catchup < 3 ||
+		    (!none && (s->version >= ver || t - s->version_since < 3 ||
+			       t - P->published_at < 3)))
+			continue;
+		/* the chain of held patches from its version, if complete */
+		const patch *chain[MAX_KEEP];
+		unsigned n_chain = 0;
+		uint32_t at = s->version;
+		while (!none && at < ver && n_chain < MAX_KEEP) {
+			unsigned h;
+			for (h = 0; h < P->n_hist; h++)
+				if (P->hist_base[h] == at && P->hist[h].n)
+					break;
+			if (h == P->n_hist)
+				break;
+			chain[n_chain++] = &P->hist[h];
+			at = P->hist_ver[h];
+		}
+		if (at == ver) {
+			for (unsigned k = 0; k < n_chain; k++)
+				pub_send_one(P, s, chain[k], 0, chain[k]->n);
+			s->last_catchup = now_s();
+			continue;
+		}
+		char err[ERRLEN];
+		if ((P->key_ver != ver || !P->key.n)) {
+			patch_free(&P->key);
+			if (make_keyframes(cur, ver, po, &P->key, err, sizeof(err))) {
+				fprintf(stderr, "bfpatch publish: keyframe: %s\n", err);
+				continue;
+			}
+			P->key_ver = ver;
+		}
+		char peer[64];
+		peer_str(&s->data, peer, sizeof(peer));
+		char at_v[32] = "no usable version";
+		if (!none)
+			snprintf(at_v, sizeof(at_v), "version %u", s->version);
+		fprintf(stderr, "bfpatch publish: keyframe stream of version %u (%zu frames) to %s "
+			"at %s\n", ver, P->key.n, peer, at_v);
+		events_emit(&P->ev, "keyframe", "\"version\":%u,\"peer\":\"%s\",\"frames\":%zu,"
+			    "\"bytes\":%zu", ver, peer, P->key.n, P->key.len);
+		P->keyframes++;
+		pub_send_one(P, s, &P->key, 0, P->key.n);
+		s->last_catchup = now_s();
+	}
+}
+
+/* Keep patch p (base -> ver) on disk in DIR/vBASE-vVER.bfp, written
+ * atomically, and remove the one it displaces. A failure (disk full,
+ * read-only directory) is reported and counted; publishing goes on. */
+static void history_put(pub *P, const patch *p, uint32_t base, uint32_t ver, uint32_t old_base,
+			uint32_t old_ver)
+{
+	if (!P->history)
+		return;
+	char path[PATH_MAX], err[ERRLEN];
+	if (old_ver) {
+		snprintf(path, sizeof(path), "%s/v%08u-v%08u.bfp", P->history, old_base, old_ver);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/v%08u-v%08u.bfp", P->history, base, ver);
+	const void *bufs[1] = {p->buf};
+	size_t lens[1] = {p->len};
+	if (write_file_atomic(path, bufs, lens, 1, err, sizeof(err))) {
+		P->history_errors++;
+		fprintf(stderr, "bfpatch publish: history not kept: %s\n", err);
+	}
+}
+
+typedef struct source {
+	const char *dir;
+	wbuf w;                 /* --buffer */
+	int is_buffer;
+	model proto;            /* the buffer's layout (no params) */
+	uint32_t failing;       /* --dir: the version whose file fails to load */
+	double failing_since;
+} source;
+
+/* The version after ver, if there is one yet: 1 and *nw loaded, 0 if
+ * not yet, -1 on error. */
+static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char *err,
+		       size_t errlen)
+{
+	if (!S->is_buffer) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, ver + 1);
+		if (access(path, R_OK) != 0)
+			return 0;
+		/* a file still being written fails its size check: try again,
+		 * and say so if it stays broken */
+		if (model_load(nw, path, err, errlen)) {
+			if (S->failing != ver + 1) {
+				S->failing = ver + 1;
+				S->failing_since = now_s();
+			} else if (now_s() - S->failing_since > 10) {
+				fprintf(stderr, "bfpatch publish: waiting for %s: %s\n", path, err);
+				S->failing_since = now_s();
+			}
+			return 0;
+		}
+		*nver = ver + 1;
+		return 1;
+	}
+	uint32_t v = atomic_load(&S->w.h->version);
+	if (v <= ver || atomic_load(&S->w.h->state) != WBUF_READY)
+		return 0;
+	*nw = S->proto; /* shares the layout; owns only its parameters */
+	nw->params = alloc_aligned((size_t)S->proto.n_params * 2 + 64);
+	if (!nw->params)
+		return set_err(err, errlen, "out of memory");
+	if (wbuf_snapshot(&S->w, nw->params, nver) || *nver <= ver) {
+		free(nw->params);
+		return 0;
+	}
+	return 1;
+}
+
+/* The buffer's layout as a model: its safetensors header, or raw. */
+static int source_open_buffer(source *S, const char *path, model *cur, char *err, size_t errlen)
+{
+	if (wbuf_open(&S->w, path, err, errlen))
+		return -1;
+	S->is_buffer = 1;
+	const wbuf_hdr *h = S->w.h;
+	int rc;
+	if (h->st_len) {
+		rc = model_parse_safetensors(&S->proto, S->w.map + h->st_offset, h->st_len,
+					     h->st_len + h->data_bytes, err, errlen);
+		if (!rc && S->proto.n_params != h->n_params)
+			rc = set_err(err, errlen, "%s: header and parameter count disagree", path);
+	} else {
+		rc = model_init_raw(&S->proto, h->n_params);
+		free(S->proto.params);
+	}
+	S->proto.params = NULL;
+	if (rc)
+		return -1;
+	*cur = S->proto;
+	cur->params = alloc_aligned((size_t)h->n_params * 2 + 64);
+	uint32_t v;
+	if (!cur->params)
+		return set_err(err, errlen, "out of memory");
+	while (wbuf_snapshot(&S->w, cur->params, &v)) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return (int)v;
+}
+
+/* Free what model_free would, minus what a buffer source's models share
+ * with its prototype. */
+static void source_free_model(source *S, model *m)
+{
+	if (S->is_buffer) {
+		free(m->params);
+		m->params = NULL;
+	} else {
+		model_free(m);
+	}
+}
+
+int cmd_publish(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{"dir", required_argument, 0, 'd'}, {"buffer", required_argument, 0, 'b'},
+		{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
+		{"frame-size", required_argument, 0, 's'}, {"keep", required_argument, 0, 'k'},
+		{"history", required_argument, 0, 'H'}, {"keyframes", no_argument, 0, 'K'},
+		{"wait-subscribers", required_argument, 0, 'w'},
+		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
+		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *dir = NULL, *buffer = NULL, *events_path = NULL, *name = "publish";
+	uint32_t lip = 0, keep = 4, waitn = 0, steps = UINT32_MAX, linger = 5;
+	uint16_t lport = 0;
+	uint64_t rate = 1000000000ull;
+	int keyframes = 0;
+	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
+	static pub P;
+	memset(&P, 0, sizeof(P));
+	int c;
+	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:Kw:n:L:E:N:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'd': dir = optarg; break;
+		case 'b': buffer = optarg; break;
+		case 'l':
+			if (rp_parse_hostport(optarg, &lip, &lport, NULL))
+				return bad_value("publish", "--listen", optarg);
+			break;
+		case 'r':
+			if (rp_parse_num(optarg, 0, 400000000000ull, &rate))
+				return bad_value("publish", "--rate", optarg);
+			break;
+		case 's':
+			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
+				return bad_value("publish", "--frame-size", optarg);
+			break;
+		case 'k':
+			if (parse_u32(optarg, 1, MAX_KEEP, &keep))
+				return bad_value("publish", "--keep", optarg);
+			break;
+		case 'H': P.history = optarg; break;
+		case 'K': keyframes = 1; break;
+		case 'w':
+			if (parse_u32(optarg, 0, MAX_SUBS, &waitn))
+				return bad_value("publish", "--wait-subscribers", optarg);
+			break;
+		case 'n':
+			if (parse_u32(optarg, 1, UINT32_MAX - 1, &steps))
+				return bad_value("publish", "--steps", optarg);
+			break;
+		case 'L':
+			if (parse_u32(optarg, 0, 86400, &linger))
+				return bad_value("publish", "--linger", optarg);
+			break;
+		case 'E': events_path = optarg; break;
+		case 'N': name = optarg; break;
+		case 'h': fputs(publish_usage, stdout); return 0;
+		default: fputs(publish_usage, stderr); return 2;
+		}
+	}
+	if (!dir == !buffer || !lport || optind != argc) {
+		fprintf(stderr, "bfpatch publish: %s\n%s",
+			!dir == !buffer ? "give one of --dir and --buffer" : "--listen is required",
+			publish_usage);
+		return 2;
+	}
+	if (P.history && access(P.history, W_OK) != 0) {
+		fprintf(stderr, "bfpatch publish: --history %s: %s\n", P.history, strerror(errno));
+		return 1;
+	}
+	if (events_open(&P.ev, events_path, "publish", name)) {
+		fprintf(stderr, "bfpatch publish: --events %s: %s\n", events_path, strerror(errno));
+		return 1;
+	}
+	P.keep = keep;
+	rp_bucket_init(&P.bucket, rate / 8, 256 * 1024, (uint64_t)(now_s() * 1e6));
+	P.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
+				 .sin_addr.s_addr = htonl(lip)};
+	int big = 8 << 20;
+	setsockopt(P.sock, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+	if (P.sock < 0 || bind(P.sock, (struct sockaddr *)&la, sizeof(la)) != 0) {
+		fprintf(stderr, "bfpatch publish: cannot bind port %u: %s\n", lport, strerror(errno));
+		return 1;
+	}
+	char err[ERRLEN] = "";
+	static source S;
+	memset(&S, 0, sizeof(S));
+	model cur;
+	uint32_t ver = 0;
+	if (buffer) {
+		int v = source_open_buffer(&S, buffer, &cur, err, sizeof(err));
+		if (v < 0)
+			return die("publish", err);
+		ver = (uint32_t)v;
+	} else {
+		char path[PATH_MAX];
+		S.dir = dir;
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver);
+		if (model_load(&cur, path, err, sizeof(err)))
+			return die("publish", err);
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	fprintf(stderr, "bfpatch publish: version %u from %s, %" PRIu64 " parameters%s\n", ver,
+		buffer ? buffer : dir, cur.n_params, keyframes ? ", keyframes only" : "");
+	events_emit(&P.ev, "start", "\"params\":%" PRIu64 ",\"model_id\":\"%016" PRIx64
+		    "\",\"rate_bps\":%" PRIu64 ",\"frame_size\":%u,\"version\":%u", cur.n_params,
+		    cur.model_id, rate, po.frame_size, ver);
+	double done_at = 0;
+	int rc = 0;
+	while (!quit) {
+		pub_control(&P);
+		pub_catchup(&P, &cur, ver, &po);
+		double t = now_s();
+		model nw;
+		uint32_t nver = 0;
+		int got = 0;
+		if (ver >= steps) {
+			if (done_at == 0)
+				done_at = t;
+			if (t - done_at >= linger)
+				break;
+		} else if (P.n_subs >= waitn) {
+			got = source_next(&S, ver, &nw, &nver, err, sizeof(err));
+			if (got < 0) {
+				rc = die("publish", err);
+				break;
+			}
+		}
+		if (!got) {
+			struct pollfd pfd = {.fd = P.sock, .events = POLLIN};
+			poll(&pfd, 1, 20);
+			continue;
+		}
+		if (nw.model_id != cur.model_id || nw.n_params != cur.n_params) {
+			fprintf(stderr, "bfpatch publish: version %u has another tensor layout than "
+				"version %u; not published\n", nver, ver);
+			source_free_model(&S, &nw);
+			rc = 1;
+			break;
+		}
+		unsigned slot = P.n_hist < P.keep ? P.n_hist++ : (unsigned)(nver % P.keep);
+		uint32_t old_base = P.hist_base[slot], old_ver = P.hist_ver[slot];
+		patch_free(&P.hist[slot]);
+		po.base_version = ver;
+		po.target_version = nver;
+		events_emit(&P.ev, "encode_begin", "\"version\":%u", nver);
+		double t0 = now_s();
+		int erc = keyframes ? make_keyframes(&nw, nver, &po, &P.hist[slot], err, sizeof(err))
+				    : patch_encode(&cur, &nw, &po, &P.hist[slot], err, sizeof(err));
+		if (erc) {
+			source_free_model(&S, &nw);
+			rc = die("publish", err);
+			break;
+		}
+		double t1 = now_s();
+		uint64_t changed = 0;
+		for (uint64_t i = 0; i < nw.n_params; i++)
+			changed += cur.params[i] != nw.params[i];
+		const patch *p = &P.hist[slot];
+		P.hist_base[slot] = keyframes ? 0 : ver;
+		P.hist_ver[slot] = nver;
+		events_emit(&P.ev, "encode_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
+			    "\"params\":%" PRIu64 ",\"changed\":%" PRIu64 ",\"key\":%s", nver, p->n,
+			    p->len, nw.n_params, changed, keyframes ? "true" : "false");
+		pub_sub *to[MAX_SUBS];
+		unsigned n_to = 0;
+		for (unsigned s = 0; s < P.n_subs; s++)
+			to[n_to++] = &P.subs[s];
+		events_emit(&P.ev, "first_frame", "\"version\":%u", nver);
+		for (size_t i = 0; i < p->n; i += 256) {
+			pub_send(&P, p, i, 256, to, n_to);
+			pub_control(&P); /* NACKs of the previous version, JOINs */
+			n_to = 0;        /* pub_control may have moved subscribers */
+			for (unsigned s = 0; s < P.n_subs; s++)
+				to[n_to++] = &P.subs[s];
+		}
+		double t2 = now_s();
+		events_emit(&P.ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
+			    "\"subscribers\":%u", nver, p->n, p->len, n_to);
+		fprintf(stderr, "bfpatch publish: version %u -> %u: %.3f%% changed, %zu frames, %zu "
+			"bytes (%.1fx smaller than dense), encode %.1f ms, send %.1f ms, %u "
+			"subscriber(s)\n", ver, nver, 100.0 * (double)changed / (double)nw.n_params,
+			p->n, p->len, (double)nw.n_params * 2 / (double)p->len, (t1 - t0) * 1e3,
+			(t2 - t1) * 1e3, n_to);
+		history_put(&P, p, P.hist_base[slot], nver, old_base, old_ver);
+		source_free_model(&S, &cur);
+		cur = nw;
+		ver = nver;
+		P.published_at = now_s();
+	}
+	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
+		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
+		" keyframe streams, %" PRIu64 " history write errors\n", ver, P.sent_frames,
+		P.sent_bytes, P.nacks, P.resent, P.keyframes, P.history_errors);
+	events_emit(&P.ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%" PRIu64
+		    ",\"resent\":%" PRIu64 ",\"version\":%u", P.sent_frames, P.sent_bytes, P.nacks,
+		    P.resent, ver);
+	for (unsigned i = 0; i < P.n_hist; i++)
+		patch_free(&P.hist[i]);
+	patch_free(&P.key);
+	source_free_model(&S, &cur);
+	if (S.is_buffer) {
+		model_free(&S.proto);
+		wbuf_close(&S.w);
+	}
+	events_close(&P.ev);
+	close(P.sock);
+	return rc;
+}
