@@ -10,7 +10,7 @@ $PY -c "import numpy" 2>/dev/null || { echo "skip: needs python3-numpy"; exit 77
 T=$(mktemp -d)
 SHM=/dev/shm/bfppy$$
 PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T" "$SHM"; }
+cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T" "$SHM" "$SHM.s"; }
 trap cleanup EXIT
 port=$((20000 + ($$ + 7) % 20000))
 "$BFP" synth -o "$T/traj" -p 500k -n 1 -S 4 2>/dev/null || exit 1
@@ -28,4 +28,23 @@ wait $PYPID
 rc=$?
 cat "$T/py.log"
 [ $rc = 0 ] || { cat "$T/shim.log" "$T/publish.log"; exit 1; }
-echo "ok - Python maps the buffer zero-copy and follows the commit"
+for p in $PIDS; do kill "$p"; done
+wait
+PIDS=""
+
+# the safe-point handshake: the shim stages version 1 and waits for the actor
+"$SHIM" --buffer "$SHM.s" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 2)) --commit safe-point --exit-after 60 > "$T/shim2.log" 2>&1 &
+PIDS="$PIDS $!"
+sleep 0.5
+$PY "$HERE/python/check_safe_point.py" "$SHM.s" "$T/traj/step-0000.safetensors" \
+	"$T/traj/step-0001.safetensors" "$HERE/../host_shim/python" > "$T/py2.log" 2>&1 &
+PYPID=$!
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 2 > "$T/publish2.log" 2>&1
+wait $PYPID
+rc=$?
+cat "$T/py2.log"
+[ $rc = 0 ] || { cat "$T/shim2.log" "$T/publish2.log"; exit 1; }
+grep -q "waiting for the actor's safe point" "$T/shim2.log" || { cat "$T/shim2.log"; exit 1; }
+echo "ok - Python maps the buffer zero-copy, follows a commit, and gates one at its safe point"

@@ -12,6 +12,14 @@ shim writes it. Works with Debian's python3-numpy and python3-torch.
 
 Read at a safe point: a commit writes in place. `consistent(fn)` runs fn
 until it saw no commit in progress from start to end (a sequence lock).
+
+With `bfpatch-shim --commit safe-point` the shim stages a complete version
+and waits; the actor calls `safe_point()` between rollouts, which lets the
+shim commit the staged version and returns once it is committed:
+
+    while True:
+        v = buf.safe_point(timeout=30)   # commits what is staged, if any
+        run_rollouts(policy_version=v)
 """
 import json
 import mmap
@@ -20,7 +28,11 @@ import time
 
 MAGIC = b"BFPWBUF1"
 # wbuf_hdr: magic, layout, hdr_size, n_params, model_id, st_offset, st_len,
-# data_offset, data_bytes, version, state, target, pad, seq
+# data_offset, data_bytes, version, state, target, pad, seq; then at 88
+# staged and at 92 allow (the safe-point handshake)
+_OFF_STAGED = 88
+_OFF_ALLOW = 92
+READY, COMMITTING, RESYNC = 0, 1, 2
 _HDR = struct.Struct("<8sIIQQQQQQIIIIQ")
 
 _NUMPY = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I8": "i1",
@@ -55,8 +67,34 @@ class WeightBuffer:
         return self._u32(64)
 
     @property
+    def state(self):
+        """READY (0), COMMITTING (1) or RESYNC (2: no valid version until
+        a keyframe stream is committed)."""
+        return self._u32(68)
+
+    @property
     def committing(self):
-        return self._u32(68) == 1
+        return self.state == COMMITTING
+
+    @property
+    def staged(self):
+        """The version the shim has staged and waits to commit (safe-point
+        mode); not newer than `version` if none waits."""
+        return self._u32(_OFF_STAGED)
+
+    def allow(self, version):
+        """Let the shim commit versions up to `version` whenever complete."""
+        struct.pack_into("<I", self._mm, _OFF_ALLOW, version)
+
+    def safe_point(self, timeout=None, poll=0.005):
+        """The actor is at a safe point: let the shim commit the version it
+        has staged, wait until it is committed, and return the committed
+        version (at once if nothing is staged)."""
+        want = self.staged
+        if want <= self.version:
+            return self.version
+        self.allow(want)
+        return self.wait_version(after=want - 1, timeout=timeout, poll=poll)
 
     @property
     def seq(self):
@@ -69,7 +107,7 @@ class WeightBuffer:
         while True:
             s = self.seq
             v = self.version
-            if v > after and s % 2 == 0 and not self.committing:
+            if v > after and s % 2 == 0 and self.state == READY:
                 return v
             if end is not None and time.monotonic() > end:
                 return v
