@@ -432,127 +432,6 @@ static int cmd_synth(int argc, char **argv)
 
 /* ---- demo: the README's main job ---- */
 
-static const char demo_usage[] =
-	"usage: bfpatch demo [options]\n"
-	"Generate a synthetic RL trajectory in memory, and for every step diff it\n"
-	"against the previous one, apply the patch to an independent copy of the\n"
-	"previous weights, verify it byte for byte and print a per-step table.\n"
-	"  -p, --params N      approximate parameter count (default 16M)\n"
-	"  -n, --steps N       steps (default 10)\n"
-	"  -l, --lr X          learning rate (default 1e-6)\n"
-	"  -g, --ongrid        master starts on the BF16 grid\n"
-	"  -s, --frame-size N  frame size (default 1200)\n"
-	"  -h, --help\n";
-
-static int cmd_demo(int argc, char **argv)
-{
-	static const struct option lo[] = {
-		{"params", required_argument, 0, 'p'}, {"steps", required_argument, 0, 'n'},
-		{"lr", required_argument, 0, 'l'}, {"ongrid", no_argument, 0, 'g'},
-		{"frame-size", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0}};
-	synth_opts so = {.params = 16000000, .lr = 1e-6, .seed = 1};
-	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
-	uint32_t steps = 10;
-	int c;
-	while ((c = getopt_long(argc, argv, "p:n:l:gs:h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'p':
-			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096)
-				return bad_value("demo", "--params", optarg);
-			break;
-		case 'n':
-			if (parse_u32(optarg, 1, 100000, &steps))
-				return bad_value("demo", "--steps", optarg);
-			break;
-		case 'l':
-			if (parse_lr(optarg, &so.lr))
-				return bad_value("demo", "--lr", optarg);
-			break;
-		case 'g': so.ongrid = 1; break;
-		case 's':
-			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
-				return bad_value("demo", "--frame-size", optarg);
-			break;
-		case 'h': fputs(demo_usage, stdout); return 0;
-		default: fputs(demo_usage, stderr); return 2;
-		}
-	}
-	if (optind != argc) {
-		fputs(demo_usage, stderr);
-		return 2;
-	}
-	char err[ERRLEN] = "";
-	model cur;
-	synth *s = synth_new(&so, &cur, err, sizeof(err));
-	if (!s)
-		return die("demo", err);
-	size_t bytes = (size_t)cur.n_params * 2;
-	uint16_t *prev = alloc_aligned(bytes), *actor = alloc_aligned(bytes);
-	if (!prev || !actor) {
-		free(prev);
-		free(actor);
-		synth_free(s);
-		model_free(&cur);
-		return die("demo", "out of memory");
-	}
-	memcpy(actor, cur.params, bytes);
-	printf("bfpatch demo: %llu parameters (%zu tensors), lr %g, %s master, frames of %u bytes\n",
-	       (unsigned long long)cur.n_params, cur.n_tensors, so.lr,
-	       so.ongrid ? "on-grid" : "off-grid", po.frame_size);
-	printf("%4s %9s %10s %8s %10s %9s %9s %9s %s\n", "step", "changed", "patch B",
-	       "frames", "bits/chg", "x dense", "enc ms", "apply ms", "actor == trainer");
-	int rc = 0;
-	for (uint32_t k = 1; k <= steps && rc == 0; k++) {
-		memcpy(prev, cur.params, bytes);
-		synth_step(s, &cur);
-		uint64_t changed = 0;
-		for (uint64_t i = 0; i < cur.n_params; i++)
-			changed += prev[i] != cur.params[i];
-		po.base_version = k - 1;
-		po.target_version = k;
-		model old = cur;
-		old.params = prev;
-		patch p;
-		double t0 = now_s();
-		rc = patch_encode(&old, &cur, &po, &p, err, sizeof(err));
-		double t1 = now_s();
-		if (rc)
-			break;
-		/* the actor side: the frames as they would arrive, re-parsed */
-		patch rx = {0};
-		for (size_t i = 0; i < p.n && rc == 0; i++)
-			rc = patch_push(&rx, p.buf + p.off[i], p.off[i + 1] - p.off[i]);
-		if (rc == 0)
-			rc = patch_parse(&rx, err, sizeof(err));
-		double t2 = now_s();
-		if (rc == 0)
-			rc = patch_apply(&rx, actor, cur.n_params, cur.model_id, 0, 0, err,
-					 sizeof(err));
-		double t3 = now_s();
-		int same = rc == 0 && memcmp(actor, cur.params, bytes) == 0;
-		printf("%4u %8.3f%% %10zu %8zu %10.2f %8.1fx %9.1f %9.1f %s\n", k,
-		       100.0 * (double)changed / (double)cur.n_params, p.len, p.n,
-		       changed ? (double)p.len * 8 / (double)changed : 0.0,
-		       (double)bytes / (double)p.len, (t1 - t0) * 1e3, (t3 - t2) * 1e3,
-		       same ? "yes (byte compare)" : "NO");
-		if (rc == 0 && !same) {
-			snprintf(err, sizeof(err), "step %u: actor weights differ from the trainer's", k);
-			rc = -1;
-		}
-		patch_free(&p);
-		patch_free(&rx);
-	}
-	free(prev);
-	free(actor);
-	synth_free(s);
-	model_free(&cur);
-	if (rc)
-		return die("demo", err);
-	printf("all %u steps verified bit-exact\n", steps);
-	return 0;
-}
-
 /* ---- pcap: a patch as Ethernet/IPv4/UDP packets ---- */
 
 static const char pcap_usage[] =
@@ -658,7 +537,7 @@ static const char usage[] =
 	"  apply BASE PATCH -o OUT apply and verify a patch\n"
 	"  info PATCH [--json]     what a patch carries\n"
 	"  synth -o DIR            write a synthetic RL training trajectory\n"
-	"  demo                    end-to-end demo on a synthetic trajectory\n"
+	"  demo                    end-to-end demo: publisher -> relay -> 3 shims\n"
 	"  pcap PATCH -o F --dst A:P  a patch as UDP packets in a pcap file\n"
 	"  publish --dir D --listen A:P  publish new versions to subscribers\n"
 	"  version\n\n"

@@ -13,5 +13,6 @@ int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
 int bad_value(const char *cmd, const char *opt, const char *val); /* returns 2 */
 
 int cmd_publish(int argc, char **argv);   /* publish.c */
+int cmd_demo(int argc, char **argv);      /* demo.c */
 
 #endif

@@ -132,7 +132,7 @@ done
 check "out-of-range frame size is a usage error" "[ $? -eq 2 ] && [ ! -e '$T/x10' ]"
 "$BFP" nosuchcommand >/dev/null 2>&1
 check "unknown command exits 2" "[ $? -eq 2 ]"
-"$BFP" demo -p 200k -n 2 > "$T/demo.txt" 2>&1
+"$BFP" demo --in-process -p 200k -n 2 > "$T/demo.txt" 2>&1
 check "demo runs and verifies every step" "grep -q 'all 2 steps verified bit-exact' '$T/demo.txt'"
 
 echo "$fails failure(s)"
