@@ -48,6 +48,7 @@
 #include <rte_telemetry.h>
 
 #include "bfpatch.h"
+#include "events.h"
 #include "proto.h"
 
 #define BURST 32
@@ -90,6 +91,8 @@ typedef struct relay_conf {
 	uint32_t heartbeat_timeout_s;
 	int check_crc;
 	int copy_fanout;              /* measurement only: copy payloads */
+	const char *events_path;      /* --events */
+	const char *name;             /* --name */
 	uint32_t mbuf_size;
 	uint32_t n_mbufs;
 	double run_time_s;            /* 0: until a signal */
@@ -150,6 +153,8 @@ typedef struct relay {
 	int upstream_has_mac;
 	unsigned upstream_arp_age;
 	int want_key;            /* a subscriber JOINed with RP_VERSION_NONE */
+	events ev;               /* JSON-lines event log (core lcore only) */
+	uint32_t ev_version;     /* highest version whose first frame was logged */
 	unsigned hk_rounds;             /* housekeeping rounds so far */
 	uint16_t ip_id;
 	uint64_t hz;
@@ -286,6 +291,9 @@ static sub *sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port
 		s->data_port = data_port;
 		s->eth_port = eth_port;
 		arp_request(r, eth_port, ip, st);
+		char a[INET_ADDRSTRLEN];
+		events_emit(&r->ev, "subscriber", "\"peer\":\"%s:%u\",\"rate_bps\":%" PRIu64,
+			    ip_str(ip, a), data_port, rate_bps);
 	}
 	uint64_t rate = rate_bps ? rate_bps : r->cf.default_rate_bps;
 	/* burst: 2 ms at the rate, at least 64 kB, so short bursts pass */
@@ -414,6 +422,10 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		index = (index << 8) | f[24 + b];
 	}
 	uint32_t sum = m->hash.fdir.hi;
+	if (version > r->ev_version) {
+		r->ev_version = version;
+		events_emit(&r->ev, "first_frame", "\"version\":%u", version);
+	}
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && (s->model_id == 0 || s->model_id == model))
@@ -793,6 +805,8 @@ static const char usage_text[] =
 	"  -m, --mbuf-size N           mbuf data room (default 10240: 9000 B frames)\n"
 	"  -n, --mbufs N               mbufs in the RX pool (default 8191)\n"
 	"  -T, --run-time S            stop after S seconds (tests)\n"
+	"  -E, --events FILE           append JSON-lines events (docs/EVENTS.md)\n"
+	"  -N, --name NAME             this relay's name in the events (relay)\n"
 	"      --copy-fanout           copy each output's payload instead of\n"
 	"                              cloning it (only to measure the difference)\n"
 	"  -h, --help\n";
@@ -852,7 +866,8 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		{"heartbeat-timeout", required_argument, 0, 't'},
 		{"check-crc", no_argument, 0, 'k'}, {"mbuf-size", required_argument, 0, 'm'},
 		{"mbufs", required_argument, 0, 'n'}, {"run-time", required_argument, 0, 'T'},
-		{"copy-fanout", no_argument, 0, 'P'},
+		{"copy-fanout", no_argument, 0, 'P'}, {"events", required_argument, 0, 'E'},
+		{"name", required_argument, 0, 'N'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	uint64_t v;
 	int c;
@@ -866,7 +881,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 	cf->mbuf_size = 10240;
 	cf->n_mbufs = 8191;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "i:d:c:s:u:C:K:r:q:t:km:n:T:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "i:d:c:s:u:C:K:r:q:t:km:n:T:E:N:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'i': {
 			char *colon = strchr(optarg, ':');
@@ -923,6 +938,8 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			break;
 		case 'k': cf->check_crc = 1; break;
 		case 'P': cf->copy_fanout = 1; break;
+		case 'E': cf->events_path = optarg; break;
+		case 'N': cf->name = optarg; break;
 		case 'm':
 			if (rp_parse_num(optarg, 2048, 65535 - RTE_PKTMBUF_HEADROOM, &v))
 				return bad("--mbuf-size", optarg);
@@ -1030,6 +1047,11 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 static int relay_setup(relay *r)
 {
 	r->hz = rte_get_tsc_hz();
+	if (events_open(&r->ev, r->cf.events_path, "relay", r->cf.name)) {
+		fprintf(stderr, "bfpatch-relay: --events %s: %s\n", r->cf.events_path,
+			strerror(errno));
+		return -1;
+	}
 	if (rte_get_main_lcore() >= MAX_LCORES || rte_lcore_count() > MAX_LCORES) {
 		fprintf(stderr, "bfpatch-relay: lcore ids must be below %d\n", MAX_LCORES);
 		return -1;
@@ -1128,6 +1150,7 @@ static int relay_setup(relay *r)
 /* Stop the ports and free everything relay_setup() took; frees r. */
 static void relay_teardown(relay *r)
 {
+	events_close(&r->ev);
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		rte_eth_dev_stop(p);
 		rte_eth_dev_close(p);
@@ -1174,6 +1197,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	R = r;
+	r->ev.fd = -1;
 	if (parse_args(argc, argv, &r->cf) == 0 && relay_setup(r) == 0) {
 		rte_telemetry_register_cmd("/bfpatch/stats", tel_stats,
 					   "bfpatch-relay counters. No parameters");
@@ -1188,11 +1212,17 @@ int main(int argc, char **argv)
 			       ip_str(r->cf.ip[p], ip), r->csum_offload[p] ? "the NIC" : "software");
 		}
 		fflush(stdout);
+		events_emit(&r->ev, "start", "\"ports\":%u,\"lcores\":%u", r->n_ports,
+			    r->n_workers + 1);
 		if (r->n_workers)
 			rte_eal_mp_remote_launch(worker_main, r, SKIP_MAIN);
 		core_main(r);
 		rte_eal_mp_wait_lcore();
 		print_stats(r, stdout);
+		events_emit(&r->ev, "stats", "\"rx\":%" PRIu64 ",\"tx\":%" PRIu64 ",\"cache_hits\":%"
+			    PRIu64 ",\"cache_misses\":%" PRIu64 ",\"nacks\":%" PRIu64,
+			    sum_counter(r, C_RX), sum_counter(r, C_TX), sum_counter(r, C_CACHE_HIT),
+			    sum_counter(r, C_CACHE_MISS), sum_counter(r, C_NACK_RX));
 		rc = 0;
 	}
 	relay_teardown(r);

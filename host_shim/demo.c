@@ -236,9 +236,12 @@ static int start_relay(demo *d)
 	snprintf(log, sizeof(log), "%s/relay.log", d->dir);
 	snprintf(prefix, sizeof(prefix), "%s", d->ns);
 	snprintf(vdev, sizeof(vdev), "--vdev=net_tap0,iface=%sr", d->ns);
+	char events[PATH_MAX];
+	snprintf(events, sizeof(events), "%s/events.jsonl", d->dir);
 	char *argv[] = {d->relay_bin, "--no-huge", "-m", "512", "--no-pci", "--file-prefix", prefix,
 			"-l", "0", "--log-level=lib.eal:error", vdev, "--", "--ip", "0:198.18.0.1",
-			"--upstream", "198.18.0.10:7401", "--cache-versions", "4", NULL};
+			"--upstream", "198.18.0.10:7401", "--cache-versions", "4", "--events", events,
+			NULL};
 	if (spawn(d, d->ns, log, argv) < 0 || wait_for_line(log, "checksums in", 30))
 		return -1;
 	/* the tap's kernel side shares the relay's MAC: give it another one

@@ -21,7 +21,7 @@ leftovers() {
 
 mode=relay
 [ "$(id -u)" = 0 ] || mode=loopback
-"$BFP" demo -p 1M -n 3 > "$T/out1.txt" 2>&1 || fail "demo exited $?"
+"$BFP" demo -p 1M -n 3 --keep "$T/kept" > "$T/out1.txt" 2>&1 || fail "demo exited $?"
 cat "$T/out1.txt"
 if [ $mode = relay ]; then
 	grep -q "bfpatch-relay (DPDK net_tap" "$T/out1.txt" || fail "the demo did not use the relay"
@@ -30,6 +30,8 @@ fi
 n=$(grep -c "yes, all 3 (byte compare)" "$T/out1.txt")
 [ "$n" = 3 ] || fail "$n of 3 steps verified"
 grep -q "all 3 steps: every actor bit-exact" "$T/out1.txt" || fail "no summary"
+[ $mode = relay ] && rel=relay || rel=""
+/usr/bin/python3 "$(dirname "$0")/check_events.py" "$T/kept/events.jsonl" 3 $rel || fail "event log"
 [ -z "$(leftovers)" ] || fail "left behind: $(leftovers)"
 
 "$BFP" demo -p 300k -n 2 --loopback > "$T/out2.txt" 2>&1 || fail "loopback demo exited $?"
