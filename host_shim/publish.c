@@ -56,6 +56,9 @@ static const char publish_usage[] =
 	"  -k, --keep N              patches kept for NACKs and catch-up (default 4)\n"
 	"  -H, --history DIR         also keep the last --keep patches on disk there\n"
 	"                            (vBASE-vTARGET.bfp, atomic writes)\n"
+	"  -R, --resume              start at the latest checkpoint in --dir (a\n"
+	"                            restarted publisher; with --history it also\n"
+	"                            takes the patches kept there back)\n"
 	"  -K, --keyframes           send every version as a keyframe stream (the\n"
 	"                            dense baseline through the same pipeline)\n"
 	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
@@ -339,6 +342,57 @@ static void history_put(pub *P, const patch *p, uint32_t base, uint32_t ver, uin
 	}
 }
 
+/* Take the newest patches kept in the history directory back (a
+ * restarted publisher answers NACKs and catches subscribers up with them):
+ * those of this model that end at or before version ver, each read and
+ * checked frame by frame. */
+static void history_load(pub *P, uint64_t model_id, uint32_t ver)
+{
+	if (!P->history)
+		return;
+	DIR *d = opendir(P->history);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		unsigned b, t;
+		char tail[8];
+		if (sscanf(e->d_name, "v%8u-v%8u.bf%1[p]%1s", &b, &t, tail, tail + 1) != 3 || t > ver)
+			continue;
+		unsigned slot = P->n_hist;
+		if (P->n_hist == P->keep) { /* replace the oldest held */
+			slot = 0;
+			for (unsigned h = 1; h < P->n_hist; h++)
+				if (P->hist_ver[h] < P->hist_ver[slot])
+					slot = h;
+			if (P->hist_ver[slot] >= t)
+				continue;
+		}
+		char path[PATH_MAX], err[ERRLEN];
+		patch p;
+		snprintf(path, sizeof(path), "%s/%s", P->history, e->d_name);
+		if (patch_read(path, &p, err, sizeof(err))) {
+			fprintf(stderr, "bfpatch publish: history: %s; ignored\n", err);
+			continue;
+		}
+		bfp_frame_header h;
+		bfp_frame_parse(p.buf, p.off[1], &h);
+		if (h.model_id != model_id || h.target_version != t) {
+			patch_free(&p);
+			continue;
+		}
+		if (slot == P->n_hist)
+			P->n_hist++;
+		patch_free(&P->hist[slot]);
+		P->hist[slot] = p;
+		P->hist_base[slot] = b;
+		P->hist_ver[slot] = t;
+	}
+	if (d)
+		closedir(d);
+	for (unsigned h = 0; h < P->n_hist; h++)
+		fprintf(stderr, "bfpatch publish: holds patch %u -> %u from %s\n", P->hist_base[h],
+			P->hist_ver[h], P->history);
+}
+
 typedef struct source {
 	const char *dir;
 	wbuf w;                 /* --buffer */
@@ -438,6 +492,7 @@ int cmd_publish(int argc, char **argv)
 		{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
 		{"frame-size", required_argument, 0, 's'}, {"keep", required_argument, 0, 'k'},
 		{"history", required_argument, 0, 'H'}, {"keyframes", no_argument, 0, 'K'},
+		{"resume", no_argument, 0, 'R'},
 		{"wait-subscribers", required_argument, 0, 'w'},
 		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
 		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
@@ -446,12 +501,12 @@ int cmd_publish(int argc, char **argv)
 	uint32_t lip = 0, keep = 4, waitn = 0, steps = UINT32_MAX, linger = 5;
 	uint16_t lport = 0;
 	uint64_t rate = 1000000000ull;
-	int keyframes = 0;
+	int keyframes = 0, resume = 0;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	static pub P;
 	memset(&P, 0, sizeof(P));
 	int c;
-	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:Kw:n:L:E:N:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'b': buffer = optarg; break;
@@ -473,6 +528,7 @@ int cmd_publish(int argc, char **argv)
 			break;
 		case 'H': P.history = optarg; break;
 		case 'K': keyframes = 1; break;
+		case 'R': resume = 1; break;
 		case 'w':
 			if (parse_u32(optarg, 0, MAX_SUBS, &waitn))
 				return bad_value("publish", "--wait-subscribers", optarg);
@@ -529,10 +585,16 @@ int cmd_publish(int argc, char **argv)
 	} else {
 		char path[PATH_MAX];
 		S.dir = dir;
+		for (; resume; ver++) { /* the latest checkpoint */
+			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver + 1);
+			if (access(path, R_OK) != 0)
+				break;
+		}
 		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver);
 		if (model_load(&cur, path, err, sizeof(err)))
 			return die("publish", err);
 	}
+	history_load(&P, cur.model_id, ver);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	fprintf(stderr, "bfpatch publish: version %u from %s, %" PRIu64 " parameters%s\n", ver,
