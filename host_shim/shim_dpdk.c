@@ -495,24 +495,25 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 		return frame_fail(a, i, st, "range [%" PRIu64 ", %" PRIu64 "): %s; nothing written",
 				  b, e, bfp_status_str(st));
 	}
+	/* extend the open run when both sides are adjacent, else enqueue it
+	 * (before this frame joins the queue: the run does not cover it) */
+	uint8_t *dst = (uint8_t *)(a->params + b);
+	const int extend = a->run_len && a->run_src + a->run_len == slot &&
+			   a->run_dst + a->run_len == dst && a->run_len + bytes <= d->copy_max;
+	if (!extend) {
+		if (run_emit(a))
+			return -1;
+		a->run_src = slot;
+		a->run_dst = dst;
+		a->run_first = a->tail;
+	}
+	a->run_len += bytes;
 	d->q[a->tail++] = (pend){.idx = i, .len = h.range_len, .begin = b, .job_end = UINT64_MAX};
 	a->used += bytes;
 	if (b < a->lo)
 		a->lo = b;
 	if (e > a->hi)
 		a->hi = e;
-	uint8_t *dst = (uint8_t *)(a->params + b);
-	if (a->run_len && a->run_src + a->run_len == slot && a->run_dst + a->run_len == dst &&
-	    a->run_len + bytes <= d->copy_max) {
-		a->run_len += bytes;
-	} else {
-		if (run_emit(a))
-			return -1;
-		a->run_src = slot;
-		a->run_dst = dst;
-		a->run_len = bytes;
-		a->run_first = a->tail - 1;
-	}
 	if (a->run_len >= d->copy_max && run_emit(a))
 		return -1;
 	return reap(a, 0);

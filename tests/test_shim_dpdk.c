@@ -183,20 +183,29 @@ static void test_dma_apply_of_a_patch_equals_the_independent_target(void **state
 	const uint8_t **fr;
 	uint32_t *ln;
 	frame_list(&p, &fr, &ln);
-	memcpy(w, base, n * 2);
 
-	shim_dma *d = dma_open(0, 1u << 20); /* small arena: several fills */
-	shim_dma_result r;
-	char err[256] = "";
-	if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, &r, err, sizeof(err)))
-		fail_msg("%s", err);
-	assert_words_equal(w, tgt, n);
-	assert_int_equal(r.applied, p.n);
-	assert_int_equal(r.by_cpu, 0);
-	assert_int_equal(r.failed_frame, UINT32_MAX);
-	assert_true(r.verified_params == n);
-	assert_true(r.dma_bytes == n * 2);
-	shim_dma_close(d);
+	/* a small arena (drained several times), then a large one with short
+	 * copies (many merged runs enqueued while decoding goes on) */
+	static const struct {
+		uint32_t copy_max;
+		size_t arena;
+	} cf[] = {{0, 1u << 20}, {200u << 10, 0}, {0, 0}};
+	for (size_t k = 0; k < sizeof(cf) / sizeof(cf[0]); k++) {
+		memcpy(w, base, n * 2);
+		shim_dma *d = dma_open(cf[k].copy_max, cf[k].arena);
+		shim_dma_result r;
+		char err[256] = "";
+		if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, &r, err,
+				   sizeof(err)))
+			fail_msg("config %zu: %s", k, err);
+		assert_words_equal(w, tgt, n);
+		assert_int_equal(r.applied, p.n);
+		assert_int_equal(r.by_cpu, 0);
+		assert_int_equal(r.failed_frame, UINT32_MAX);
+		assert_true(r.verified_params == n);
+		assert_true(r.dma_bytes == n * 2);
+		shim_dma_close(d);
+	}
 	patch_free(&p);
 	free(fr);
 	free(ln);
