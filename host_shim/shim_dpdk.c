@@ -609,9 +609,10 @@ int shim_port_open(const shim_port_conf *c, shim_port **out, char *err, size_t e
 
 	char pool_name[RTE_MEMPOOL_NAMESIZE];
 	snprintf(pool_name, sizeof(pool_name), "shim_rx%u", port);
-	/* one mbuf holds a whole jumbo frame: no scattered RX needed */
+	/* by default one mbuf holds a whole jumbo frame: no scattered RX needed */
+	const uint32_t room = c->mbuf_data ? c->mbuf_data : SHIM_PORT_PKT_MAX;
 	p->pool = rte_pktmbuf_pool_create(pool_name, c->n_mbufs ? c->n_mbufs : 4095, 64, 0,
-					  RTE_PKTMBUF_HEADROOM + SHIM_PORT_PKT_MAX, socket);
+					  (uint16_t)(RTE_PKTMBUF_HEADROOM + room), socket);
 	if (!p->pool)
 		goto fail_nomem;
 	memset(&conf, 0, sizeof(conf));
@@ -676,6 +677,8 @@ unsigned shim_port_poll(shim_port *p, shim_frame_cb cb, void *ctx)
 			rte_pktmbuf_free(m[i]);
 			continue;
 		}
+		if (m[i]->nb_segs > 1)
+			p->st.chained++;
 		const uint8_t *b = rte_pktmbuf_read(m[i], 0, len, p->bounce);
 		/* any address: take the packet's own IPv4 destination as ours */
 		if (p->any_ip && len >= RP_ETH_LEN + 20u && b[12] == 0x08 && b[13] == 0x00)

@@ -179,10 +179,11 @@ int shim_dma_apply(shim_dma *d, bfp_decoder *dec, const bfp_apply_opts *o,
 
 typedef struct shim_port shim_port;
 
-/* Largest Ethernet frame received in one piece: 9000 B of UDP payload
- * (BFP_FRAME_SIZE_MAX) plus headers fit. mbufs have this data room, so
- * ports that cannot scatter still take jumbo frames; a chained packet is
- * copied into one buffer; longer packets are counted and dropped. */
+/* Largest Ethernet frame accepted: 9000 B of UDP payload
+ * (BFP_FRAME_SIZE_MAX) plus headers fit. By default mbufs have this data
+ * room, so ports that cannot scatter still take jumbo frames whole; a
+ * chained packet is copied into one buffer; longer packets are counted
+ * and dropped. */
 #define SHIM_PORT_PKT_MAX 9216u
 #define SHIM_PORT_BURST 32u
 
@@ -197,6 +198,10 @@ typedef struct shim_port_conf {
 	uint16_t udp_port;    /* UDP destination port of frames */
 	uint32_t n_mbufs;     /* RX mempool size; 0: 4095 (about 38 MiB) */
 	uint16_t n_rxd;       /* RX descriptors; 0: 512 */
+	uint16_t mbuf_data;   /* mbuf data room after the headroom; 0:
+				 SHIM_PORT_PKT_MAX. Smaller saves memory; longer
+				 packets then need a port that scatters RX
+				 (requested when it can) and are copied */
 	int check_crc;        /* also check each frame's CRC32C (otherwise
 				 only the cheap header checks: the stager
 				 parses every frame anyway) */
@@ -208,6 +213,7 @@ typedef struct shim_port_stats {
 	uint64_t rx_bytes;
 	uint64_t delivered;   /* payloads handed to the callback */
 	uint64_t oversize;    /* longer than SHIM_PORT_PKT_MAX: dropped */
+	uint64_t chained;     /* arrived in several mbufs: copied into one */
 	uint64_t cls[RP_CLASS_COUNT]; /* every packet's rp_classify() class;
 				 cls[RP_DATA] == delivered; the rest were
 				 dropped (ARP is not answered: give the
