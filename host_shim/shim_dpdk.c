@@ -359,8 +359,8 @@ static int frame_fail(apply_run *a, uint32_t idx, int status, const char *fmt, .
 
 static int frame_fail(apply_run *a, uint32_t idx, int status, const char *fmt, ...)
 {
-	if (a->res->failed_frame != UINT32_MAX)
-		return -1; /* keep the first failure */
+	if (a->res->failed_frame <= idx)
+		return -1; /* report the first failing frame in array order */
 	a->res->failed_frame = idx;
 	a->res->status = status;
 	if (a->err && a->errlen) {
