@@ -40,6 +40,9 @@
 #include "patch.h"
 #include "proto.h"
 #include "wbuf.h"
+#ifdef BFP_SHIM_DPDK
+#include "shim_dpdk.h"
+#endif
 
 static volatile sig_atomic_t quit, dump_stats;
 static void on_signal(int s)
@@ -76,12 +79,19 @@ typedef struct shim {
 	int threads;            /* apply threads */
 	uint32_t crash_after;   /* testing: SIGKILL itself in a commit */
 	events ev;
+#ifdef BFP_SHIM_DPDK
+	shim_dma *dma;          /* --dma: commits move ranges by dmadev */
+	shim_port *port;        /* --port: frames from a DPDK port */
+	bfp_decoder *dma_dec;
+	void *zws;
+#endif
 	slot slots[SLOTS];
 	uint64_t staged_bytes;
 	double last_frame, next_nack;
 	uint32_t nack_backoff_ms;
 	uint32_t nack_rounds;   /* since the last frame of the wanted version */
 	int want_key;           /* JOIN with RP_VERSION_NONE */
+	int port_rc;            /* on_frame's result for frames from --port */
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
 	uint64_t resyncs, key_commits, dropped_test, verified_bytes;
@@ -237,9 +247,39 @@ static int commit(shim *s, slot *sl)
 			"commit to version %u\n", sl->target);
 		raise(SIGKILL);
 	}
-	if (patch_apply_frames((const uint8_t *const *)sl->frames, sl->flen, sl->count,
-			       s->w.params, s->w.h->n_params, s->w.h->model_id, base, &ctl, &res,
-			       err, sizeof(err))) {
+	const char *backend = "cpu";
+	int failed = -1;
+#ifdef BFP_SHIM_DPDK
+	if (s->dma && !resume) {
+		/* decode into staging, verify, DMA into the buffer, verify again */
+		bfp_apply_opts o;
+		memset(&o, 0, sizeof(o));
+		o.model_id = s->w.h->model_id;
+		o.base_version = base;
+		o.zstd_workspace = s->zws;
+		o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
+		shim_dma_result dr;
+		failed = shim_dma_apply(s->dma, s->dma_dec, &o, (const uint8_t *const *)sl->frames,
+					sl->flen, sl->count, s->w.params, s->w.h->n_params, &dr, err,
+					sizeof(err));
+		if (!failed) {
+			backend = "dma";
+			memset(&res, 0, sizeof(res));
+			res.verified_bytes = 2 * dr.verified_params;
+		} else {
+			/* the ranges before the failure are at the target: the CPU
+			 * path in resume mode finishes, or finds the real fault */
+			fprintf(stderr, "bfpatch-shim: DMA commit to %u: %s; finishing on the CPU\n",
+				sl->target, err);
+			ctl.resume = 1;
+		}
+	}
+#endif
+	if (failed)
+		failed = patch_apply_frames((const uint8_t *const *)sl->frames, sl->flen, sl->count,
+					    s->w.params, s->w.h->n_params, s->w.h->model_id, base,
+					    &ctl, &res, err, sizeof(err));
+	if (failed) {
 		/* that frame wrote nothing, others did: the buffer is no version */
 		wbuf_invalid(&s->w);
 		s->resyncs++;
@@ -252,7 +292,7 @@ static int commit(shim *s, slot *sl)
 		return 0;
 	}
 	events_emit(&s->ev, "apply_end", "\"version\":%u,\"verified_bytes\":%" PRIu64
-		    ",\"backend\":\"cpu\"", sl->target, res.verified_bytes);
+		    ",\"backend\":\"%s\"", sl->target, res.verified_bytes, backend);
 	wbuf_end(&s->w);
 	double ms = (now_s() - t0) * 1e3;
 	s->commits++;
@@ -268,8 +308,9 @@ static int commit(shim *s, slot *sl)
 		snprintf(how, sizeof(how), ", %" PRIu64 " ranges were done before a crash",
 			 res.skipped_frames);
 	printf("bfpatch-shim: committed version %u -> %u%s: %u frames, %" PRIu64 " bytes, %" PRIu64
-	       " bytes verified, %.1f ms%s\n", base, sl->target, key ? " (keyframe resync)" : "",
-	       sl->count, sl->bytes, res.verified_bytes, ms, how);
+	       " bytes verified, %.1f ms (%s)%s\n", base, sl->target,
+	       key ? " (keyframe resync)" : "", sl->count, sl->bytes, res.verified_bytes, ms,
+	       backend, how);
 	fflush(stdout);
 	uint32_t done = sl->target;
 	slot_free(s, sl);
@@ -409,6 +450,15 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 	return 0;
 }
 
+#ifdef BFP_SHIM_DPDK
+static void port_frame(void *ctx, const uint8_t *payload, size_t len)
+{
+	shim *s = ctx;
+	if (!s->port_rc)
+		s->port_rc = on_frame(s, payload, len);
+}
+#endif
+
 static void print_stats(const shim *s)
 {
 	printf("bfpatch-shim: version %u (%s); frames %" PRIu64 " (%" PRIu64 " bytes; duplicates %"
@@ -443,6 +493,18 @@ static const char usage[] =
 	"  -m, --max-stage BYTES   staged frames kept at most (default 1G)\n"
 	"  -E, --events FILE       append JSON-lines events (docs/EVENTS.md)\n"
 	"  -N, --name NAME         this shim's name in the events (shim)\n"
+#ifdef BFP_SHIM_DPDK
+	"      --dma DEV           commit through DPDK dmadev DEV (dma_skeleton0: the\n"
+	"                          software engine, added as a vdev; idxd/ioat\n"
+	"                          channels: give their EAL options in --eal)\n"
+	"      --port DEVARGS      also take frames from a DPDK port, e.g.\n"
+	"                          net_pcap0,rx_pcap=F.pcap or net_memif0,...\n"
+	"                          (UDP to --listen's port; control stays on the\n"
+	"                          kernel socket)\n"
+	"      --eal ARGS          EAL options for --dma/--port (default: --no-huge\n"
+	"                          -m 512 --no-pci -l 0 --iova-mode=va\n"
+	"                          --file-prefix bfpshim<pid>)\n"
+#endif
 	"  -T, --exit-after S      stop after S seconds (tests)\n"
 	"      --drop-every N      testing: discard one frame once, after N\n"
 	"      --crash-after N     testing: SIGKILL itself halfway through commit N\n"
@@ -459,11 +521,14 @@ int main(int argc, char **argv)
 		{"nack-ms", required_argument, 0, 'n'}, {"max-stage", required_argument, 0, 'm'},
 		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
 		{"exit-after", required_argument, 0, 'T'}, {"drop-every", required_argument, 0, 'D'},
-		{"crash-after", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
+		{"crash-after", required_argument, 0, 'K'}, {"dma", required_argument, 0, 'M'},
+		{"port", required_argument, 0, 'P'}, {"eal", required_argument, 0, 'A'},
+		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
 	static shim s;
 	memset(&s, 0, sizeof(s));
 	const char *buffer = NULL, *init = NULL, *events_path = NULL, *name = "shim";
+	const char *dma_dev = NULL, *port_args = NULL, *eal_args = NULL;
 	uint32_t lip = 0, uip = 0;
 	uint16_t lport = 7500, uport = 0;
 	uint64_t v, version0 = 0;
@@ -533,6 +598,9 @@ int main(int argc, char **argv)
 				goto bad;
 			s.crash_after = (uint32_t)v;
 			break;
+		case 'M': dma_dev = optarg; break;
+		case 'P': port_args = optarg; break;
+		case 'A': eal_args = optarg; break;
 		case 'h': fputs(usage, stdout); return 0;
 		default:
 		bad:
@@ -545,6 +613,12 @@ int main(int argc, char **argv)
 		fputs(usage, stderr);
 		return 2;
 	}
+#ifndef BFP_SHIM_DPDK
+	if (dma_dev || port_args || eal_args) {
+		fprintf(stderr, "bfpatch-shim: --dma, --port and --eal need a build with DPDK\n");
+		return 2;
+	}
+#endif
 	if (init) {
 		model m;
 		if (model_load(&m, init, err, sizeof(err)) ||
@@ -568,11 +642,57 @@ int main(int argc, char **argv)
 	setsockopt(s.sock, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
 	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
 				 .sin_addr.s_addr = htonl(lip)};
+	if (port_args) { /* frames come from the DPDK port; this socket is control only */
+		la.sin_port = 0;
+		la.sin_addr.s_addr = htonl(INADDR_ANY);
+	}
 	if (s.sock < 0 || bind(s.sock, (struct sockaddr *)&la, sizeof(la)) != 0) {
 		fprintf(stderr, "bfpatch-shim: cannot listen on port %u: %s\n", lport, strerror(errno));
 		return 1;
 	}
 	s.data_port = lport;
+#ifdef BFP_SHIM_DPDK
+	if (dma_dev || port_args) {
+		char eal[2048];
+		int n = snprintf(eal, sizeof(eal), "%s",
+				 eal_args ? eal_args : "--no-huge -m 512 --no-pci -l 0 --iova-mode=va "
+				 "--log-level=lib.eal:error");
+		if (!eal_args)
+			n += snprintf(eal + n, sizeof(eal) - (size_t)n, " --file-prefix bfpshim%d",
+				      (int)getpid());
+		if (dma_dev && !strncmp(dma_dev, "dma_skeleton", 12))
+			n += snprintf(eal + n, sizeof(eal) - (size_t)n, " --vdev %s", dma_dev);
+		if (port_args)
+			n += snprintf(eal + n, sizeof(eal) - (size_t)n, " --vdev %s", port_args);
+		if ((size_t)n >= sizeof(eal) || shim_eal_init(eal, err, sizeof(err))) {
+			fprintf(stderr, "bfpatch-shim: %s\n", (size_t)n >= sizeof(eal) ?
+				"EAL options too long" : err);
+			return 1;
+		}
+	}
+	if (dma_dev) {
+		shim_dma_conf dc = {.name = dma_dev};
+		s.dma_dec = malloc(sizeof(*s.dma_dec));
+		if (bfp_zstd_workspace_size())
+			s.zws = malloc(bfp_zstd_workspace_size());
+		if (!s.dma_dec || bfp_decoder_init(s.dma_dec, 0) != BFP_OK ||
+		    shim_dma_open(&dc, &s.dma, err, sizeof(err))) {
+			fprintf(stderr, "bfpatch-shim: --dma %s: %s\n", dma_dev,
+				s.dma_dec ? err : "out of memory");
+			return 1;
+		}
+	}
+	if (port_args) {
+		char dev[256];
+		snprintf(dev, sizeof(dev), "%s", port_args);
+		dev[strcspn(dev, ",")] = 0; /* the device name, as the EAL named it */
+		shim_port_conf pc = {.devargs = dev, .ip = lip, .udp_port = lport};
+		if (shim_port_open(&pc, &s.port, err, sizeof(err))) {
+			fprintf(stderr, "bfpatch-shim: --port %s: %s\n", port_args, err);
+			return 1;
+		}
+	}
+#endif
 	s.upstream.sin_family = AF_INET;
 	s.upstream.sin_port = htons(uport);
 	s.upstream.sin_addr.s_addr = htonl(uip);
@@ -623,8 +743,21 @@ int main(int argc, char **argv)
 				s.nack_backoff_ms *= 2;
 		}
 		rc = try_commit(&s); /* also when the actor reached its safe point */
+		int wait_ms = 10;
+#ifdef BFP_SHIM_DPDK
+		if (s.port && !rc) {
+			unsigned got = shim_port_poll(s.port, port_frame, &s);
+			rc = s.port_rc;
+			if (got) {
+				if (!rc)
+					rc = try_commit(&s);
+				continue;
+			}
+			wait_ms = 0; /* poll mode: look at the socket, then the port again */
+		}
+#endif
 		struct pollfd pfd = {.fd = s.sock, .events = POLLIN};
-		if (rc || poll(&pfd, 1, 10) <= 0)
+		if (rc || poll(&pfd, 1, wait_ms) <= 0)
 			continue;
 		for (int i = 0; i < VLEN; i++) {
 			iov[i].iov_base = bufs[i];
@@ -647,6 +780,26 @@ int main(int argc, char **argv)
 		    s.resyncs, s.verified_bytes, version(&s));
 	for (unsigned i = 0; i < SLOTS; i++)
 		slot_free(&s, &s.slots[i]);
+#ifdef BFP_SHIM_DPDK
+	if (s.port) {
+		shim_port_stats ps;
+		shim_port_stats_get(s.port, &ps);
+		printf("bfpatch-shim: port: %" PRIu64 " packets, %" PRIu64 " frames delivered\n",
+		       ps.rx_packets, ps.delivered);
+		shim_port_close(s.port);
+	}
+	if (s.dma) {
+		shim_dma_stats ds;
+		shim_dma_stats_get(s.dma, &ds);
+		printf("bfpatch-shim: dma: %" PRIu64 " copies, %" PRIu64 " bytes, %" PRIu64
+		       " errors\n", ds.copies, ds.bytes, ds.errors);
+		shim_dma_close(s.dma);
+	}
+	if (s.dma || s.port)
+		shim_eal_fini();
+	free(s.dma_dec);
+	free(s.zws);
+#endif
 	events_close(&s.ev);
 	close(s.sock);
 	wbuf_close(&s.w);
