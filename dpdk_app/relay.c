@@ -155,6 +155,7 @@ typedef struct relay {
 	int want_key;            /* a subscriber JOINed with RP_VERSION_NONE */
 	events ev;               /* JSON-lines event log (core lcore only) */
 	uint32_t ev_version;     /* highest version whose first frame was logged */
+	uint32_t latest;         /* newest version heard of: frames, HEARTBEATs */
 	unsigned hk_rounds;             /* housekeeping rounds so far */
 	uint16_t ip_id;
 	uint64_t hz;
@@ -422,6 +423,8 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		index = (index << 8) | f[24 + b];
 	}
 	uint32_t sum = m->hash.fdir.hi;
+	if (version > r->latest)
+		r->latest = version;
 	if (version > r->ev_version) {
 		r->ev_version = version;
 		events_emit(&r->ev, "first_frame", "\"version\":%u", version);
@@ -489,6 +492,12 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		}
 		break;
 	case RP_HEARTBEAT:
+		if (r->cf.upstream_ip && k->src_ip == r->cf.upstream_ip &&
+		    k->src_port == r->cf.upstream_port) {
+			if (c.version > r->latest) /* the newest version upstream */
+				r->latest = c.version;
+			break;
+		}
 		s = sub_by_control(r, k->src_ip, k->src_port);
 		if (s)
 			s->last_seen = rte_get_tsc_cycles();
@@ -628,6 +637,26 @@ static void housekeeping(relay *r, lcore_stats *st)
 		if (s->used && !s->is_static && now - s->last_seen > timeout) {
 			sub_remove(s);
 			st->c[C_EXPIRED]++;
+		}
+	}
+	/* announce our addresses (gratuitous ARP) for the first 3 s: a relay
+	 * restarted on another NIC or tap has another MAC, and neighbours
+	 * would keep sending to the old one until their entries expire */
+	if (r->hk_rounds <= 3)
+		for (uint16_t p = 0; p < r->n_ports; p++)
+			arp_request(r, p, r->cf.ip[p], st);
+	if (r->latest) { /* tell subscribers the newest version (PROTOCOL.md 2.3) */
+		rp_ctl c;
+		memset(&c, 0, sizeof(c));
+		c.type = RP_HEARTBEAT;
+		c.version = r->latest;
+		for (unsigned i = 0; i < MAX_SUBS; i++) {
+			sub *s = &r->subs[i];
+			if (s->used && s->has_mac && s->ctl_port) {
+				c.model_id = s->model_id;
+				send_now(r, s->eth_port, ctl_packet(r, s->eth_port, s->mac, s->ip,
+								    s->ctl_port, &c, st), st);
+			}
 		}
 	}
 	if (r->cf.upstream_ip) { /* subscribe to the upstream relay or publisher */

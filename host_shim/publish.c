@@ -249,6 +249,22 @@ static void pub_control(pub *P)
 		}
 }
 
+/* Tell every subscriber the newest version (PROTOCOL.md 2.3), so one
+ * that lost all of a patch learns of it and NACKs it. */
+static void pub_heartbeat(pub *P, uint64_t model_id, uint32_t ver)
+{
+	rp_ctl c;
+	memset(&c, 0, sizeof(c));
+	c.type = RP_HEARTBEAT;
+	c.model_id = model_id;
+	c.version = ver;
+	uint8_t msg[RP_CTL_HDR + 4];
+	size_t n = rp_ctl_build(msg, sizeof(msg), &c);
+	for (unsigned i = 0; i < P->n_subs && n; i++)
+		sendto(P->sock, msg, n, 0, (const struct sockaddr *)&P->subs[i].ctl,
+		       sizeof(P->subs[i].ctl));
+}
+
 static int make_keyframes(const model *cur, uint32_t ver, const patch_opts *po, patch *out,
 			  char *err, size_t errlen)
 {
@@ -602,12 +618,16 @@ int cmd_publish(int argc, char **argv)
 	events_emit(&P.ev, "start", "\"params\":%" PRIu64 ",\"model_id\":\"%016" PRIx64
 		    "\",\"rate_bps\":%" PRIu64 ",\"frame_size\":%u,\"version\":%u", cur.n_params,
 		    cur.model_id, rate, po.frame_size, ver);
-	double done_at = 0;
+	double done_at = 0, next_heartbeat = 0;
 	int rc = 0;
 	while (!quit) {
 		pub_control(&P);
 		pub_catchup(&P, &cur, ver, &po);
 		double t = now_s();
+		if (t >= next_heartbeat && ver > 0) {
+			pub_heartbeat(&P, cur.model_id, ver);
+			next_heartbeat = t + 1.0;
+		}
 		model nw;
 		uint32_t nver = 0;
 		int got = 0;

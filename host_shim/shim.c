@@ -92,6 +92,7 @@ typedef struct shim {
 	uint32_t nack_rounds;   /* since the last frame of the wanted version */
 	int want_key;           /* JOIN with RP_VERSION_NONE */
 	int port_rc;            /* on_frame's result for frames from --port */
+	uint32_t latest;        /* newest version upstream has (HEARTBEAT) */
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
 	uint64_t resyncs, key_commits, dropped_test, verified_bytes;
@@ -391,9 +392,26 @@ static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
 	return sl;
 }
 
+/* A HEARTBEAT from upstream names the newest version (PROTOCOL.md 2.3). */
+static void on_control(shim *s, const uint8_t *p, size_t len)
+{
+	rp_ctl c;
+	if (rp_ctl_parse(p, len, &c) || c.type != RP_HEARTBEAT ||
+	    (c.model_id && c.model_id != s->w.h->model_id)) {
+		s->bad++;
+		return;
+	}
+	if (c.version > s->latest && c.version != RP_VERSION_RELAY && c.version != RP_VERSION_NONE)
+		s->latest = c.version;
+}
+
 static int on_frame(shim *s, const uint8_t *p, size_t len)
 {
 	bfp_frame_header h;
+	if (len >= 4 && p[0] == 'B' && p[1] == 'F' && p[2] == 'P' && p[3] == 'C') {
+		on_control(s, p, len); /* control magic (PROTOCOL.md 2) */
+		return 0;
+	}
 	s->rx++;
 	s->rx_bytes += len;
 	if (bfp_frame_parse(p, len, &h) != BFP_OK) {
@@ -719,7 +737,7 @@ int main(int argc, char **argv)
 	static uint8_t bufs[VLEN][BFP_FRAME_SIZE_MAX + 64];
 	struct mmsghdr msgs[VLEN];
 	struct iovec iov[VLEN];
-	double start = now_s(), next_join = 0;
+	double start = now_s(), next_join = 0, behind_since = 0;
 	int rc = 0;
 	while (!quit && rc == 0) {
 		double t = now_s();
@@ -736,7 +754,15 @@ int main(int argc, char **argv)
 		int pending = 0;
 		for (unsigned i = 0; i < SLOTS; i++)
 			pending |= s.slots[i].count != 0 && !slot_complete(&s.slots[i]);
-		if ((pending || state(&s) == WBUF_COMMITTING) && t >= s.next_nack) {
+		/* behind: upstream has a version none of whose frames came */
+		int behind = state(&s) != WBUF_RESYNC && s.latest >= floor_version(&s) &&
+			     !next_slot(&s, 0);
+		if (!behind)
+			behind_since = 0;
+		else if (behind_since == 0)
+			behind_since = t;
+		behind = behind && t - behind_since >= 0.3; /* not frames in flight */
+		if ((pending || behind || state(&s) == WBUF_COMMITTING) && t >= s.next_nack) {
 			send_nack(&s);
 			s.next_nack = t + s.nack_backoff_ms / 1e3;
 			if (s.nack_backoff_ms < 1000)
