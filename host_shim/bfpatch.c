@@ -19,6 +19,7 @@
 #include "bfpatch.h"
 #include "model.h"
 #include "patch.h"
+#include "report.h"
 #include "synth.h"
 #include "proto.h"
 
@@ -968,6 +969,7 @@ static const char usage[] =
 	"  demo                    end-to-end demo on a synthetic trajectory\n"
 	"  pcap PATCH -o F --dst A:P  a patch as UDP packets in a pcap file\n"
 	"  publish --dir D --listen A:P  publish new checkpoints to subscribers\n"
+	"  report -o PAGE.html [PATCH...]  HTML page: where a sync's bytes and time go\n"
 	"  version\n\n"
 	"Run 'bfpatch COMMAND --help' for a command's options.\n";
 
@@ -994,6 +996,8 @@ int main(int argc, char **argv)
 		return cmd_pcap(argc, argv);
 	if (!strcmp(cmd, "publish"))
 		return cmd_publish(argc, argv);
+	if (!strcmp(cmd, "report"))
+		return report_main(argc, argv);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("bfpatch %s (frame format %u)\n", BFP_VERSION_STRING, BFP_FORMAT_VERSION);
 		return 0;
