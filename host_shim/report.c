@@ -82,6 +82,12 @@ typedef struct node {
 	const char *id;
 } node;
 
+/* A logged span of one process: stage name and start/end times. */
+typedef struct span {
+	const char *who, *name;
+	double a, b;
+} span;
+
 /* One version's stages, from the logs (times absolute; < 0: absent). */
 typedef struct shim_tl {
 	const char *id;
@@ -623,20 +629,17 @@ static int timeline(const rep *R, uint32_t v, tline *L)
 	for (size_t i = 0; i < L->n_shims; i++)
 		if (L->shims[i].commit > L->last_commit)
 			L->last_commit = L->shims[i].commit;
-	/* longest stage: publisher stages, then each actor's */
-	struct {
-		const char *name;
-		double a, b;
-	} st[6 + 4 * 256];
+	/* longest stage: publisher stages, then each actor's; the wait for the
+	 * actor's safe point is the actor's choice, not a cost of the sync */
+	span st[2 + 4 * 256];
 	size_t n = 0;
-	st[n++] = (typeof(st[0])){"encode", L->enc_begin, L->enc_end};
-	st[n++] = (typeof(st[0])){"wire (publisher send)", L->first, L->send_end};
+	st[n++] = (span){NULL, "encode", L->enc_begin, L->enc_end};
+	st[n++] = (span){NULL, "wire (publisher send)", L->first, L->send_end};
 	for (size_t i = 0; i < L->n_shims; i++) {
 		const shim_tl *s = &L->shims[i];
-		st[n++] = (typeof(st[0])){"stage (receive until complete)", s->first, s->staged};
-		st[n++] = (typeof(st[0])){"wait for the actor's safe point", s->staged, s->apply_begin};
-		st[n++] = (typeof(st[0])){"apply + verify", s->apply_begin, s->apply_end};
-		st[n++] = (typeof(st[0])){"commit", s->apply_end, s->commit};
+		st[n++] = (span){NULL, "stage (receive until complete)", s->first, s->staged};
+		st[n++] = (span){NULL, "apply + verify", s->apply_begin, s->apply_end};
+		st[n++] = (span){NULL, "commit", s->apply_end, s->commit};
 	}
 	L->bottleneck_s = -1;
 	for (size_t i = 0; i < n; i++)
@@ -764,7 +767,8 @@ static void sec_summary(rep *R)
 		  "</th><th>changed</th><th>changed fraction</th><th>frames</th><th>patch bytes</th>"
 		  "<th>bits per changed parameter</th><th>ratio to dense BF16</th>"
 		  "<th>PULSESync-style bytes</th><th>PULSESync-style / patch</th>"
-		  "<th>publish to last commit</th><th>longest stage</th></tr>\n");
+		  "<th>publish to last commit</th><th>longest stage (the actor's wait for its "
+		  "safe point aside)</th></tr>\n");
 	tline *L = malloc(sizeof(*L));
 	if (!L) {
 		free(vs);
@@ -1497,35 +1501,32 @@ static void sec_timeline(rep *R)
 	/* table of the same numbers */
 	sb_printf(b, "<table class=\"num\" id=\"timeline-table\"><tr><th>process</th><th>stage</th>"
 		  "<th>from</th><th>to</th><th>duration</th></tr>\n");
-	struct {
-		const char *who, *stage;
-		double a, c;
-	} r[4 + 4 * 256];
+	span r[2 + 4 * 256];
 	size_t n = 0;
 	if (L->pub_id) {
-		r[n++] = (typeof(r[0])){L->pub_id, "encode", L->enc_begin, L->enc_end};
-		r[n++] = (typeof(r[0])){L->pub_id, "wire", L->first, L->send_end};
+		r[n++] = (span){L->pub_id, "encode", L->enc_begin, L->enc_end};
+		r[n++] = (span){L->pub_id, "wire", L->first, L->send_end};
 	}
 	for (size_t i = 0; i < L->n_shims; i++) {
 		const shim_tl *s = &L->shims[i];
-		r[n++] = (typeof(r[0])){s->id, "stage", s->first, s->staged};
-		r[n++] = (typeof(r[0])){s->id, "wait", s->staged, s->apply_begin};
-		r[n++] = (typeof(r[0])){s->id, "apply + verify", s->apply_begin, s->apply_end};
-		r[n++] = (typeof(r[0])){s->id, "commit", s->apply_end, s->commit};
+		r[n++] = (span){s->id, "stage", s->first, s->staged};
+		r[n++] = (span){s->id, "wait", s->staged, s->apply_begin};
+		r[n++] = (span){s->id, "apply + verify", s->apply_begin, s->apply_end};
+		r[n++] = (span){s->id, "commit", s->apply_end, s->commit};
 	}
 	for (size_t i = 0; i < n; i++) {
 		char f[32], t[32], d[32];
 		sb_printf(b, "<tr><td>");
 		sb_esc(b, r[i].who);
-		if (r[i].a < 0 || r[i].c < 0 || r[i].c < r[i].a) {
+		if (r[i].a < 0 || r[i].b < 0 || r[i].b < r[i].a) {
 			sb_printf(b, "</td><td>%s</td><td colspan=\"3\" class=\"na\">not in the log</td>"
-				  "</tr>\n", r[i].stage);
+				  "</tr>\n", r[i].name);
 			continue;
 		}
 		svg_secs(f, sizeof(f), r[i].a - L->t0);
-		svg_secs(t, sizeof(t), r[i].c - L->t0);
-		svg_secs(d, sizeof(d), r[i].c - r[i].a);
-		sb_printf(b, "</td><td>%s</td><td>+%s</td><td>+%s</td><td>%s</td></tr>\n", r[i].stage,
+		svg_secs(t, sizeof(t), r[i].b - L->t0);
+		svg_secs(d, sizeof(d), r[i].b - r[i].a);
+		sb_printf(b, "</td><td>%s</td><td>+%s</td><td>+%s</td><td>%s</td></tr>\n", r[i].name,
 			  f, t, d);
 	}
 	sb_printf(b, "</table>\n");
@@ -1533,7 +1534,8 @@ static void sec_timeline(rep *R)
 		char d[32];
 		svg_secs(d, sizeof(d), L->last_commit - L->enc_begin);
 		sb_printf(b, "<p id=\"publish-to-last-commit\" data-s=\"%.17g\">Publish to last "
-			  "commit: <b>%s</b>; longest stage: ", L->last_commit - L->enc_begin, d);
+			  "commit: <b>%s</b>; longest stage apart from waiting for the actor's safe "
+			  "point: ", L->last_commit - L->enc_begin, d);
 		sb_esc(b, L->bottleneck ? L->bottleneck : "n/a");
 		sb_printf(b, ".</p>\n");
 	}
@@ -1627,7 +1629,7 @@ static void node_text(const rep *R, const tline *L, tnode *n, int64_t pub_last)
 			fmt_rate(c, sizeof(c), rate);
 		else
 			snprintf(c, sizeof(c), "n/a");
-		snprintf(n->line[2], sizeof(n->line[2]), "received v%u at %s, %lld frames NACKed",
+		snprintf(n->line[2], sizeof(n->line[2]), "rx v%u at %s, %lld NACKed",
 			 L->version, c, (long long)(s ? s->nack_frames : 0));
 		if (last >= 0 && pub_last >= 0)
 			snprintf(d, sizeof(d), "%lld behind", (long long)(pub_last - last));
@@ -1726,9 +1728,9 @@ static void sec_topology(rep *R)
 	}
 	size_t per_col[4] = {0};
 	for (size_t k = 0; k < nn; k++) {
-		if (N[k].col > 3)
-			N[k].col = 3;
-		N[k].x = 10 + N[k].col * 225;
+		if (N[k].col > 2)
+			N[k].col = 2;
+		N[k].x = 10 + N[k].col * 310;
 		N[k].y = 30 + (double)per_col[N[k].col]++ * 84;
 	}
 	size_t maxc = 1;
@@ -1746,13 +1748,12 @@ static void sec_topology(rep *R)
 					    "subscribers"};
 	for (int c = 0; c < 4; c++)
 		if (per_col[c])
-			svg_text(b, 10 + c * 225, 16, "start", 12, head[c]);
+			svg_text(b, 10 + c * 310, 16, "start", 12, head[c]);
 	for (size_t i = 0; i < ne; i++) {
 		const tnode *f = &N[E[i].from], *t = &N[E[i].to];
-		svg_line(b, f->x + 205, f->y + 30, t->x, t->y + 30, "#636363", 1.5, NULL);
+		svg_line(b, f->x + 235, f->y + 37, t->x, t->y + 37, "#636363", 1.5, NULL);
 		if (E[i].label[0])
-			svg_text(b, (f->x + 205 + t->x) / 2, (f->y + t->y) / 2 + 26, "middle", 10,
-				 E[i].label);
+			svg_text(b, t->x - 4, t->y + 33, "end", 10, E[i].label);
 	}
 	static const char *const fill[3] = {"#deebf7", "#e5f5e0", "#fee6ce"};
 	for (size_t k = 0; k < nn; k++) {
@@ -1762,7 +1763,7 @@ static void sec_topology(rep *R)
 		sb_printf(b, "\" data-kind=\"%s\" %s>", n->src == SRC_PUBLISH ? "publish"
 			  : n->src == SRC_SHIM ? "shim" : n->src == SRC_RELAY ? "relay" : "peer",
 			  n->attrs);
-		svg_rect(b, n->x, n->y, 205, 74, n->src >= 0 ? fill[n->src] : "#f0f0f0", NULL,
+		svg_rect(b, n->x, n->y, 235, 74, n->src >= 0 ? fill[n->src] : "#f0f0f0", NULL,
 			 "stroke=\"#636363\" rx=\"6\"");
 		for (int l = 0; l < 4; l++)
 			if (n->line[l][0])
@@ -1789,12 +1790,15 @@ static const char css[] =
 	"p.missing{background:#fff3f3;border-left:4px solid #e34a33;padding:6px 10px}"
 	"svg.chart{display:block;margin:8px 0}code{font-size:12px}";
 
-/* Counts, once the browser has laid the page out, the marks of each chart
- * that have an area, into data-drawn (the browser test reads it). */
+/* Once the browser has laid the page out: the number of marks with an
+ * area in each chart (data-drawn) and the page height (data-height), for
+ * the browser test and its full-page screenshot. The page works without it. */
 static const char script[] =
 	"<script>for(const s of document.querySelectorAll('svg.chart')){let n=0;"
 	"for(const e of s.querySelectorAll('rect,circle,polyline')){const b=e.getBBox();"
-	"if(b.width>0&&b.height>0)n++;}s.setAttribute('data-drawn',String(n));}</script>\n";
+	"if(b.width>0&&b.height>0)n++;}s.setAttribute('data-drawn',String(n));}"
+	"document.body.setAttribute('data-height',String(document.documentElement.scrollHeight));"
+	"</script>\n";
 
 static void sec_inputs(rep *R)
 {
