@@ -156,8 +156,10 @@ void svg_secs(char *out, size_t n, double s)
 	double a = fabs(s);
 	if (a == 0)
 		snprintf(out, n, "0 s");
+	else if (a < 1e-6)
+		snprintf(out, n, "%.3g ns", s * 1e9);
 	else if (a < 1e-3)
-		snprintf(out, n, "%.0f us", s * 1e6);
+		snprintf(out, n, "%.3g us", s * 1e6);
 	else if (a < 1)
 		snprintf(out, n, "%.3g ms", s * 1e3);
 	else if (a < 1000)

@@ -42,7 +42,7 @@ int svg_ticks(const svg_axis *a, int max, double *t, int cap);
 /* Human-readable numbers: "1.5 k", "12 M" style (SI prefix, 3 significant
  * digits) followed by unit, into out. */
 void svg_si(char *out, size_t n, double v, const char *unit);
-/* Seconds as "850 us", "12.3 ms", "4.20 s". */
+/* Seconds as "10 ns", "850 us", "12.3 ms", "4.2 s" (3 significant digits). */
 void svg_secs(char *out, size_t n, double s);
 
 /* Open an <svg> of w x h pixels with class "chart" and an aria-label. */

@@ -10,6 +10,7 @@
 # from the patches and checkpoints alone (no fixtures) to FILE.
 set -u
 BFP=$1
+case $BFP in /*) ;; *) BFP=$PWD/$BFP ;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 FIX=$HERE/report
 T=$(mktemp -d)
@@ -88,8 +89,8 @@ printf '{"t":1764470099.0,"src":"shim","id":"actor-1","ev":"sta' >>"$T/cut.jsonl
 	pass "unterminated last event line skipped and noted" || bad "cut-short log: $(cat "$T/stderr")"
 
 # 5. the screenshot (README): the page from patches and checkpoints alone
-"$BFP" report -o "$T/real.html" -T "$T/traj" --link 1gbit,10gbit,100gbit --rollout 20s-40s \
-	$P 2>/dev/null || bad "report for the screenshot"
+(cd "$T" && "$BFP" report -o real.html -T traj --link 1gbit,10gbit,100gbit --rollout 20s-40s \
+	p1.bfp p2.bfp p3.bfp 2>/dev/null) || bad "report for the screenshot"
 chrome --dump-dom "file://$T/real.html" >"$T/real.dom"
 H=$(sed -n 's/.*data-height="\([0-9]*\)".*/\1/p' "$T/real.dom" | head -n 1)
 if [ -n "$H" ] && chrome --window-size=1000,"$H" --screenshot="$T/real.png" "file://$T/real.html" &&

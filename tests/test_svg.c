@@ -87,7 +87,7 @@ static void test_ticks_are_readable_and_inside(void **state)
 	assert_int_equal(svg_ticks(&bad, 8, t, 64), 0);
 }
 
-/* Labels: SI prefixes with three significant digits; seconds in us, ms, s. */
+/* Labels: SI prefixes with three significant digits; seconds in ns, us, ms, s. */
 static void test_numbers_are_formatted(void **state)
 {
 	(void)state;
@@ -106,6 +106,8 @@ static void test_numbers_are_formatted(void **state)
 	assert_string_equal(o, "2.31 s");
 	svg_secs(o, sizeof(o), 0.0006);
 	assert_string_equal(o, "600 us");
+	svg_secs(o, sizeof(o), 1e-8);
+	assert_string_equal(o, "10 ns");
 }
 
 /* The chart element carries class "chart", its id and an escaped label. */
