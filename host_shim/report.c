@@ -1898,15 +1898,16 @@ int report_write(const report_input *in, const char *out_path, char *err, size_t
 		fail(R, "the rollout window must satisfy 0 < min <= max");
 		goto out;
 	}
+	if ((in->n_links && !in->link_bps) || (in->n_patches && !in->patches) ||
+	    (in->n_events && !in->events)) {
+		fail(R, "a count without its array in report_input");
+		goto out;
+	}
 	for (size_t i = 0; i < in->n_links; i++)
 		if (!(in->link_bps[i] >= 1e3 && in->link_bps[i] <= 1e13)) {
 			fail(R, "link rate %g bit/s is out of range", in->link_bps[i]);
 			goto out;
 		}
-	if (in->n_links && !in->link_bps) {
-		fail(R, "n_links without link_bps");
-		goto out;
-	}
 	if (load_patches(R) || load_events(R))
 		goto out;
 	/* the detailed version */
