@@ -965,11 +965,11 @@ static const char usage[] =
 	"  diff OLD NEW -o PATCH   encode the change between two checkpoints\n"
 	"  apply BASE PATCH -o OUT apply and verify a patch\n"
 	"  info PATCH [--json]     what a patch carries\n"
+	"  report -o PAGE.html [PATCH...]  HTML page: where a sync's bytes and time go\n"
 	"  synth -o DIR            write a synthetic RL training trajectory\n"
 	"  demo                    end-to-end demo on a synthetic trajectory\n"
 	"  pcap PATCH -o F --dst A:P  a patch as UDP packets in a pcap file\n"
 	"  publish --dir D --listen A:P  publish new checkpoints to subscribers\n"
-	"  report -o PAGE.html [PATCH...]  HTML page: where a sync's bytes and time go\n"
 	"  version\n\n"
 	"Run 'bfpatch COMMAND --help' for a command's options.\n";
 
