@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <zstd.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "baseline.h"
 #include "bfpatch.h"
 #include "model.h"
 #include "patch.h"
@@ -36,105 +36,36 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- growable byte buffer for the baselines ---- */
-typedef struct bytes {
-	uint8_t *p;
-	size_t n, cap;
-} bytes;
+/* ---- the baselines' byte buffer (host_shim/baseline.c); the bench
+ * stops on allocation failure ---- */
+typedef bl_buf bytes;
 
 static void put(bytes *b, const void *src, size_t n)
 {
-	if (b->n + n > b->cap) {
-		b->cap = (b->n + n) * 2 + 4096;
-		b->p = realloc(b->p, b->cap);
-		if (!b->p) {
-			fprintf(stderr, "out of memory\n");
-			exit(1);
-		}
+	if (bl_put(b, src, n)) {
+		fprintf(stderr, "out of memory\n");
+		exit(1);
 	}
-	memcpy(b->p + b->n, src, n);
-	b->n += n;
 }
 
 static size_t zstd_size(const bytes *b, int level)
 {
-	size_t cap = ZSTD_compressBound(b->n);
-	void *o = malloc(cap);
-	size_t r = ZSTD_compress(o, cap, b->p, b->n, level);
-	free(o);
-	if (ZSTD_isError(r)) {
-		fprintf(stderr, "zstd: %s\n", ZSTD_getErrorName(r));
+	size_t r = bl_zstd_size(b, level);
+	if (!r) {
+		fprintf(stderr, "zstd failed\n");
 		exit(1);
 	}
 	return r;
 }
 
-/* PULSESync-style (as its public code does it): per tensor, the changed
- * (row, col) coordinates in row-major order; row deltas as uint8 when all
- * fit, else int32; column deltas (reset at each new row) as uint16 when all
- * fit, else int32; raw BF16 new values; the whole payload zstd level 1. */
 static size_t pulse_size(const model *m, const uint16_t *a, const uint16_t *b)
 {
-	bytes out = {0};
-	uint32_t *rows = NULL, *cols = NULL;
-	uint16_t *vals = NULL;
-	size_t cap = 0;
-	for (size_t t = 0; t < m->n_tensors; t++) {
-		const bfp_tensor *x = &m->tensors[t];
-		uint64_t b0 = x->byte_begin / 2, e0 = x->byte_end / 2;
-		uint64_t ncols = x->ndim >= 2 ? x->shape[x->ndim - 1] : (e0 - b0);
-		size_t k = 0;
-		for (uint64_t i = b0; i < e0; i++) {
-			if (a[i] == b[i])
-				continue;
-			if (k == cap) {
-				cap = cap * 2 + 1024;
-				rows = realloc(rows, cap * 4);
-				cols = realloc(cols, cap * 4);
-				vals = realloc(vals, cap * 2);
-			}
-			rows[k] = (uint32_t)((i - b0) / ncols);
-			cols[k] = (uint32_t)((i - b0) % ncols);
-			vals[k] = b[i];
-			k++;
-		}
-		uint64_t nk = k;
-		put(&out, &nk, 8);
-		int r8 = 1, c16 = 1;
-		for (size_t j = 0; j < k; j++) {
-			uint32_t dr = rows[j] - (j ? rows[j - 1] : 0);
-			uint32_t dc = (j && rows[j] == rows[j - 1]) ? cols[j] - cols[j - 1] : cols[j];
-			r8 &= dr < 256;
-			c16 &= dc < 65536;
-		}
-		uint8_t flags = (uint8_t)(r8 | (c16 << 1));
-		put(&out, &flags, 1);
-		for (size_t j = 0; j < k; j++) {
-			uint32_t dr = rows[j] - (j ? rows[j - 1] : 0);
-			if (r8) {
-				uint8_t v = (uint8_t)dr;
-				put(&out, &v, 1);
-			} else {
-				put(&out, &dr, 4);
-			}
-		}
-		for (size_t j = 0; j < k; j++) {
-			uint32_t dc = (j && rows[j] == rows[j - 1]) ? cols[j] - cols[j - 1] : cols[j];
-			if (c16) {
-				uint16_t v = (uint16_t)dc;
-				put(&out, &v, 2);
-			} else {
-				put(&out, &dc, 4);
-			}
-		}
-		put(&out, vals, k * 2);
+	size_t r = bl_pulse_size(m, a, b);
+	if (!r) {
+		fprintf(stderr, "PULSESync-style baseline failed\n");
+		exit(1);
 	}
-	size_t z = zstd_size(&out, 1);
-	free(out.p);
-	free(rows);
-	free(cols);
-	free(vals);
-	return z;
+	return r;
 }
 
 /* SparrowRL-style: sorted flat offsets as LEB128 varint gaps, then the raw

@@ -19,6 +19,7 @@
 #include "bfpatch.h"
 #include "model.h"
 #include "patch.h"
+#include "report.h"
 #include "synth.h"
 #include "proto.h"
 
@@ -536,6 +537,7 @@ static const char usage[] =
 	"  diff OLD NEW -o PATCH   encode the change between two checkpoints\n"
 	"  apply BASE PATCH -o OUT apply and verify a patch\n"
 	"  info PATCH [--json]     what a patch carries\n"
+	"  report -o PAGE.html [PATCH...]  HTML page: where a sync's bytes and time go\n"
 	"  synth -o DIR            write a synthetic RL training trajectory\n"
 	"  demo                    end-to-end demo: publisher -> relay -> 3 shims\n"
 	"  pcap PATCH -o F --dst A:P  a patch as UDP packets in a pcap file\n"
@@ -566,6 +568,8 @@ int main(int argc, char **argv)
 		return cmd_pcap(argc, argv);
 	if (!strcmp(cmd, "publish"))
 		return cmd_publish(argc, argv);
+	if (!strcmp(cmd, "report"))
+		return report_main(argc, argv);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("bfpatch %s (frame format %u)\n", BFP_VERSION_STRING, BFP_FORMAT_VERSION);
 		return 0;
