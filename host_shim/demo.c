@@ -36,6 +36,7 @@
 #include "cli.h"
 #include "model.h"
 #include "patch.h"
+#include "report.h"
 #include "synth.h"
 #include "wbuf.h"
 
@@ -56,7 +57,8 @@ static const char demo_usage[] =
 	"  -r, --rate BITS     publisher's send rate (default 1g)\n"
 	"      --loopback      no relay: publisher -> shims over loopback\n"
 	"      --in-process    codec only: diff, apply, compare in this process\n"
-	"  -k, --keep DIR      keep the trajectory, logs and event logs in DIR\n"
+	"  -k, --keep DIR      keep the trajectory, patches, logs and event logs in DIR\n"
+	"  -R, --report PAGE   then write a bfpatch report of the run (HTML)\n"
 	"  -h, --help\n";
 
 typedef struct demo {
@@ -290,9 +292,12 @@ static int start_publisher(demo *d, const char *traj)
 		snprintf(listen, sizeof(listen), "127.0.0.1:%d", 7500 + (int)(getpid() % 1000) * 8);
 	snprintf(rate, sizeof(rate), "%" PRIu64, d->rate);
 	snprintf(fs, sizeof(fs), "%u", d->frame_size);
+	char hist[PATH_MAX];
+	snprintf(hist, sizeof(hist), "%s/patches", d->dir);
+	mkdir(hist, 0755);
 	char *argv[] = {self, "publish", "--dir", (char *)traj, "--listen", listen, "--rate", rate,
 			"--frame-size", fs, "--wait-subscribers", "1", "--linger", "3600",
-			"--events", events, NULL};
+			"--events", events, "--history", hist, "--keep", "16", NULL};
 	return spawn(d, d->netns ? d->ns : NULL, log, argv) < 0 ? -1 : 0;
 }
 
@@ -328,6 +333,42 @@ static void sent_bytes(const demo *d, uint32_t v, uint64_t *bytes, uint64_t *fra
 
 static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, char *err);
 
+/* bfpatch report of the run: its patches (the publisher's history), the
+ * checkpoints and every process's events. */
+static int write_report(const demo *d, const char *traj, uint32_t steps, const char *out,
+			char *err)
+{
+	char events[PATH_MAX];
+	snprintf(events, sizeof(events), "%s/events.jsonl", d->dir);
+	const char *ev[1] = {events};
+	char *paths[16];
+	const char *cpaths[16];
+	size_t n = 0;
+	uint32_t first = steps > 16 ? steps - 15 : 1;
+	for (uint32_t v = first; v <= steps && n < 16; v++) {
+		paths[n] = malloc(PATH_MAX);
+		if (!paths[n])
+			break;
+		snprintf(paths[n], PATH_MAX, "%s/patches/v%08u-v%08u.bfp", d->dir, v - 1, v);
+		cpaths[n] = paths[n];
+		n++;
+	}
+	report_input in;
+	memset(&in, 0, sizeof(in));
+	in.patches = cpaths;
+	in.n_patches = n;
+	in.trajectory = traj;
+	in.events = ev;
+	in.n_events = 1;
+	in.title = "bfpatch demo";
+	int rc = report_write(&in, out, err, ERRLEN);
+	if (!rc)
+		printf("report: %s\n", out);
+	for (size_t i = 0; i < n; i++)
+		free(paths[i]);
+	return rc;
+}
+
 int cmd_demo(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -335,16 +376,18 @@ int cmd_demo(int argc, char **argv)
 		{"lr", required_argument, 0, 'l'}, {"ongrid", no_argument, 0, 'g'},
 		{"frame-size", required_argument, 0, 's'}, {"rate", required_argument, 0, 'r'},
 		{"loopback", no_argument, 0, 'L'}, {"in-process", no_argument, 0, 'I'},
-		{"keep", required_argument, 0, 'k'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"keep", required_argument, 0, 'k'}, {"report", required_argument, 0, 'R'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	synth_opts so = {.params = 16000000, .lr = 1e-6, .seed = 1};
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	uint32_t steps = 10;
 	int loopback = 0, in_process = 0;
+	const char *report = NULL;
 	static demo d;
 	memset(&d, 0, sizeof(d));
 	d.rate = 1000000000ull;
 	int c;
-	while ((c = getopt_long(argc, argv, "p:n:l:gs:r:k:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:n:l:gs:r:k:R:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096)
@@ -373,6 +416,7 @@ int cmd_demo(int argc, char **argv)
 		case 'L': loopback = 1; break;
 		case 'I': in_process = 1; break;
 		case 'k': snprintf(d.keep, sizeof(d.keep), "%s", optarg); break;
+		case 'R': report = optarg; break;
 		case 'h': fputs(demo_usage, stdout); return 0;
 		default: fputs(demo_usage, stderr); return 2;
 		}
@@ -559,7 +603,7 @@ int cmd_demo(int argc, char **argv)
 		}
 		/* drop step k-1's file: the publisher holds what it needs */
 		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", traj, k - 1);
-		if (!d.keep[0])
+		if (!d.keep[0] && !report)
 			unlink(path);
 	}
 	if (interrupted && !rc) {
@@ -586,6 +630,8 @@ int cmd_demo(int argc, char **argv)
 			   "$1 == \"nacks\" { s = s sep $1 \" \" $2; sep = \", \" } "
 			   "END { print \"  relay: \" s }' '%s/relay.log'", d.dir);
 	}
+	if (!rc && report && write_report(&d, traj, steps, report, err))
+		rc = -1;
 	cleanup(&d);
 	free(prev);
 	synth_free(s);

@@ -222,7 +222,7 @@ static void pub_control(pub *P)
 		const patch *p = hist_find(P, c.version);
 		if (!p)
 			continue; /* not held any more: catch-up handles it */
-		uint64_t resent = 0;
+		uint64_t resent = 0, bytes = 0;
 		for (unsigned r = 0; r < c.n_ranges; r++) {
 			if (c.ranges[r].first >= p->n)
 				continue;
@@ -231,12 +231,13 @@ static void pub_control(pub *P)
 				cnt = (uint32_t)(p->n - c.ranges[r].first);
 			pub_send_one(P, s, p, c.ranges[r].first, cnt);
 			resent += cnt;
+			bytes += p->off[c.ranges[r].first + cnt] - p->off[c.ranges[r].first];
 		}
 		P->resent += resent;
 		char peer[64];
 		peer_str(&s->data, peer, sizeof(peer));
-		events_emit(&P->ev, "nack", "\"version\":%u,\"peer\":\"%s\",\"frames\":%" PRIu64,
-			    c.version, peer, resent);
+		events_emit(&P->ev, "nack", "\"version\":%u,\"peer\":\"%s\",\"frames\":%" PRIu64
+			    ",\"bytes\":%" PRIu64, c.version, peer, resent, bytes);
 	}
 	/* subscribers JOIN every second; forget the silent ones */
 	for (unsigned i = 0; i < P->n_subs; i++)

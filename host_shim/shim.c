@@ -730,8 +730,12 @@ int main(int argc, char **argv)
 	       "%d apply threads, commit %s\n", buffer, version(&s), s.w.h->n_params, lport,
 	       s.threads, s.safe_point ? "at the actor's safe point" : "when complete");
 	fflush(stdout);
-	events_emit(&s.ev, "start", "\"version\":%u,\"params\":%" PRIu64 ",\"rate_bps\":%" PRIu64,
-		    version(&s), s.w.h->n_params, (uint64_t)s.rate_kbps * 1000);
+	char addr[INET_ADDRSTRLEN];
+	struct in_addr ia = {.s_addr = htonl(lip)};
+	inet_ntop(AF_INET, &ia, addr, sizeof(addr));
+	events_emit(&s.ev, "start", "\"version\":%u,\"params\":%" PRIu64 ",\"rate_bps\":%" PRIu64
+		    ",\"addr\":\"%s:%u\"", version(&s), s.w.h->n_params,
+		    (uint64_t)s.rate_kbps * 1000, addr, lport);
 
 	enum { VLEN = 64 };
 	static uint8_t bufs[VLEN][BFP_FRAME_SIZE_MAX + 64];

@@ -21,7 +21,8 @@ leftovers() {
 
 mode=relay
 [ "$(id -u)" = 0 ] || mode=loopback
-"$BFP" demo -p 1M -n 3 --keep "$T/kept" > "$T/out1.txt" 2>&1 || fail "demo exited $?"
+"$BFP" demo -p 1M -n 3 --keep "$T/kept" --report "$T/report.html" > "$T/out1.txt" 2>&1 ||
+	fail "demo exited $?"
 cat "$T/out1.txt"
 if [ $mode = relay ]; then
 	grep -q "bfpatch-relay (DPDK net_tap" "$T/out1.txt" || fail "the demo did not use the relay"
@@ -33,6 +34,13 @@ grep -q "all 3 steps: every actor bit-exact" "$T/out1.txt" || fail "no summary"
 [ $mode = relay ] && rel=relay || rel=""
 /usr/bin/python3 "$(dirname "$0")/check_events.py" "$T/kept/events.jsonl" 3 $rel || fail "event log"
 [ -z "$(leftovers)" ] || fail "left behind: $(leftovers)"
+# the report of the run: every section drawn from the run's own data
+for sec in summary heatmap budget refresh timeline topology; do
+	grep -q "id=\"$sec\" data-status=\"ok\"" "$T/report.html" || fail "report: no $sec section"
+done
+for a in actor1 actor2 actor3; do
+	grep -q "$a" "$T/report.html" || fail "report: $a missing from the timeline/topology"
+done
 
 "$BFP" demo -p 300k -n 2 --loopback > "$T/out2.txt" 2>&1 || fail "loopback demo exited $?"
 grep -q "over loopback, no relay (--loopback)" "$T/out2.txt" || fail "no fallback notice"
