@@ -342,7 +342,9 @@ int rp_ctl_parse(const uint8_t *p, size_t len, rp_ctl *c)
 	case RP_HEARTBEAT:
 		return body == 0 && c->data_port == 0 && c->rate_kbps == 0 ? 0 : -1;
 	case RP_NACK:
-		if (le32(p + 24) > RP_NACK_MAX || c->data_port || c->rate_kbps ||
+		c->flags = c->data_port; /* bytes 6-7 carry the NACK's flags */
+		c->data_port = 0;
+		if (le32(p + 24) > RP_NACK_MAX || (c->flags & ~RP_NACK_KEY) || c->rate_kbps ||
 		    body != 8u * c->n_ranges || c->n_ranges == 0)
 			return -1;
 		for (unsigned i = 0; i < c->n_ranges; i++) {
@@ -366,8 +368,9 @@ size_t rp_ctl_build(uint8_t *p, size_t cap, const rp_ctl *c)
 	wle32(p, RP_CTL_MAGIC);
 	p[4] = RP_CTL_VERSION;
 	p[5] = c->type;
-	p[6] = (uint8_t)c->data_port;
-	p[7] = (uint8_t)(c->data_port >> 8);
+	uint16_t w6 = c->type == RP_NACK ? c->flags : c->data_port;
+	p[6] = (uint8_t)w6;
+	p[7] = (uint8_t)(w6 >> 8);
 	wle64(p + 8, c->model_id);
 	wle32(p + 16, c->version);
 	wle32(p + 20, c->rate_kbps);

@@ -113,6 +113,10 @@ typedef enum rp_ctl_type {
 	RP_HEARTBEAT = 4,
 } rp_ctl_type;
 
+/* NACK flag: the missing frames are of the keyframe stream of version
+ * (encodings 3 and 4), not of the patch to it. */
+#define RP_NACK_KEY 1u
+
 typedef struct rp_range {
 	uint32_t first; /* first missing frame index */
 	uint32_t count; /* number of frames from first */
@@ -124,6 +128,7 @@ typedef struct rp_ctl {
 	uint32_t version;    /* JOIN/HEARTBEAT: version held; NACK: target */
 	uint32_t rate_kbps;  /* JOIN: what the subscriber's link takes (0: default) */
 	uint16_t data_port;  /* JOIN: where the subscriber receives frames */
+	uint16_t flags;      /* NACK: RP_NACK_KEY */
 	uint16_t n_ranges;   /* NACK */
 	rp_range ranges[RP_NACK_MAX];
 } rp_ctl;

@@ -408,6 +408,13 @@ static void emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 
 /* ---- core lcore: control, fan-out, cache, pacing ---- */
 
+/* The cache keeps keyframe-stream frames apart from the patch frames of
+ * the same version: they share (version, index) but not the model key. */
+static uint64_t cache_model(uint64_t model, int key)
+{
+	return key ? model ^ 0x8000000000000000ull : model;
+}
+
 static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *st)
 {
 	/* keep only the frame: strip headers and any Ethernet padding */
@@ -436,7 +443,9 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	}
 	/* the cache holds its own reference, released on eviction */
 	rte_mbuf_refcnt_update(m, 1);
-	int put = rp_cache_put(&r->cache, model, version, index, l4_len, m, mbuf_drop, NULL);
+	int key = f[5] == BFP_ENC_KEY_RAW || f[5] == BFP_ENC_KEY_ZSTD;
+	int put = rp_cache_put(&r->cache, cache_model(model, key), version, index, l4_len, m,
+			       mbuf_drop, NULL);
 	if (put == 1)
 		st->c[C_CACHE_STORED]++;
 	else
@@ -516,11 +525,13 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		miss.type = RP_NACK;
 		miss.model_id = c.model_id;
 		miss.version = c.version;
+		miss.flags = c.flags;
+		uint64_t cmodel = cache_model(c.model_id, c.flags & RP_NACK_KEY);
 		unsigned budget = 4096; /* frames answered per NACK, at most */
 		for (unsigned i = 0; i < c.n_ranges; i++) {
 			for (uint32_t j = 0; j < c.ranges[i].count && budget; j++, budget--) {
 				uint32_t idx = c.ranges[i].first + j;
-				struct rte_mbuf *f = rp_cache_get(&r->cache, c.model_id, c.version, idx);
+				struct rte_mbuf *f = rp_cache_get(&r->cache, cmodel, c.version, idx);
 				if (f) {
 					st->c[C_CACHE_HIT]++;
 					emit(r, s, f, f->hash.fdir.hi, st);
@@ -1112,10 +1123,14 @@ static int relay_setup(relay *r)
 		fprintf(stderr, "bfpatch-relay: cannot create pools: %s\n", rte_strerror(rte_errno));
 		return -1;
 	}
-	/* cache index sized for the budget at 1 kB frames, at least 1024 */
+	/* cache index sized for the budget at 1 kB frames, at least 1024; the
+	 * cache holds RX mbufs, so at most half of the RX pool, or a full
+	 * cache would leave no mbuf to receive with (not even JOINs) */
 	uint32_t cap = 1024;
 	while ((uint64_t)cap * 1024 < r->cf.cache_bytes && cap < (1u << 22))
 		cap <<= 1;
+	while (cap > 64 && cap > r->cf.n_mbufs / 2)
+		cap >>= 1;
 	r->cache_ring = rte_zmalloc("cache_ring", cap * sizeof(rp_cache_entry), 0);
 	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint32_t), 0);
 	if (!r->cache_ring || !r->cache_hash ||
@@ -1233,8 +1248,9 @@ int main(int argc, char **argv)
 		rte_telemetry_register_cmd("/bfpatch/subscribers", tel_subscribers,
 					   "Per-subscriber bytes and drops. No parameters");
 		printf("bfpatch-relay: %u port(s), %u worker lcore(s), data port %u, "
-		       "control port %u, %u static subscriber(s)\n",
-		       r->n_ports, r->n_workers, r->cf.data_port, r->cf.control_port, r->cf.n_subs);
+		       "control port %u, %u static subscriber(s), repair cache %u frames or %"
+		       PRIu64 " bytes\n", r->n_ports, r->n_workers, r->cf.data_port,
+		       r->cf.control_port, r->cf.n_subs, r->cache.cap, r->cf.cache_bytes);
 		for (uint16_t p = 0; p < r->n_ports; p++) {
 			char ip[INET_ADDRSTRLEN];
 			printf("bfpatch-relay: port %u %s, checksums in %s\n", p,

@@ -556,11 +556,11 @@ int cmd_demo(int argc, char **argv)
 		for (uint64_t i = 0; i < cur.n_params; i++)
 			changed += prev[i] != cur.params[i];
 		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", traj, k);
-		double t0 = now_s();
 		if (model_save(&cur, path, err, sizeof(err))) { /* the trainer publishes */
 			rc = -1;
 			break;
 		}
+		double t0 = now_s(); /* the checkpoint is there (renamed into place) */
 		/* every actor committed version k? */
 		double deadline = t0 + 120;
 		int all = 0;

@@ -164,12 +164,32 @@ static void pub_send_one(pub *P, pub_sub *s, const patch *p, size_t first, size_
 	pub_send(P, p, first, count, to, 1);
 }
 
-static const patch *hist_find(const pub *P, uint32_t target)
+static int is_key(const patch *p)
+{
+	bfp_frame_header h;
+	return p->n && bfp_frame_parse(p->buf, p->off[1], &h) == BFP_OK &&
+	       (h.encoding == BFP_ENC_KEY_RAW || h.encoding == BFP_ENC_KEY_ZSTD);
+}
+
+/* The patch to version target, or the keyframe stream of it (key). */
+static const patch *hist_lookup(const pub *P, uint32_t target, int key)
 {
 	for (unsigned h = 0; h < P->n_hist; h++)
-		if (P->hist_ver[h] == target)
+		if (P->hist_ver[h] == target && is_key(&P->hist[h]) == key)
 			return &P->hist[h];
 	return NULL;
+}
+
+static const patch *hist_find(const pub *P, uint32_t target)
+{
+	return hist_lookup(P, target, 0);
+}
+
+static const patch *key_find(const pub *P, uint32_t target)
+{
+	if (P->key.n && P->key_ver == target)
+		return &P->key;
+	return hist_lookup(P, target, 1); /* --keyframes */
 }
 
 static void pub_control(pub *P)
@@ -219,7 +239,8 @@ static void pub_control(pub *P)
 		if (c.type != RP_NACK)
 			continue;
 		P->nacks++;
-		const patch *p = hist_find(P, c.version);
+		const patch *p = (c.flags & RP_NACK_KEY) ? key_find(P, c.version)
+						       : hist_find(P, c.version);
 		if (!p)
 			continue; /* not held any more: catch-up handles it */
 		uint64_t resent = 0, bytes = 0;

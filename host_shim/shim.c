@@ -191,10 +191,9 @@ static void send_nack(shim *s)
 {
 	rp_ctl c;
 	slot *sl = next_slot(s, 0);
-	if (sl && sl->key)
-		return; /* keyframe streams are resent whole by the publisher */
 	memset(&c, 0, sizeof(c));
 	c.type = RP_NACK;
+	c.flags = sl && sl->key ? RP_NACK_KEY : 0;
 	c.model_id = s->w.h->model_id;
 	c.version = sl ? sl->target : floor_version(s);
 	if (!sl) /* nothing of it arrived, later versions did: ask for it all */

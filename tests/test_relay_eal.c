@@ -80,23 +80,32 @@ static struct rte_mbuf *datagram(uint16_t dport, const uint8_t *pl, size_t n)
 	return m;
 }
 
-static size_t frame(uint8_t *out, uint32_t index, uint32_t version)
+/* One frame of a patch to version (key: of the keyframe stream of it). */
+static size_t make_frame(uint8_t *out, uint32_t index, uint32_t version, int key)
 {
-	uint16_t w[300];
-	for (int i = 0; i < 300; i++)
-		w[i] = (uint16_t)(i * 7 + index);
+	uint16_t b[300], w[300];
+	for (int i = 0; i < 300; i++) {
+		b[i] = (uint16_t)(0x3C00 + i * 7 + index);
+		w[i] = (uint16_t)(b[i] + (i % 3 == 0)); /* a third change by one step */
+	}
 	bfp_encode_opts o;
 	memset(&o, 0, sizeof(o));
 	o.frame_size = 1200;
 	o.model_id = 99;
+	o.base_version = key ? 0 : version - 1;
 	o.target_version = version;
 	o.first_index = index;
 	o.frame_count = 1000;
-	o.flags = BFP_ENC_F_KEYFRAME;
+	o.flags = key ? BFP_ENC_F_KEYFRAME : 0;
 	size_t len;
-	assert_int_equal(bfp_encoder_init(&enc, &o, NULL, w, 300, 0, 300), BFP_OK);
+	assert_int_equal(bfp_encoder_init(&enc, &o, key ? NULL : b, w, 300, 0, 300), BFP_OK);
 	assert_int_equal(bfp_encode_next(&enc, out, 1200, &len), BFP_OK);
 	return len;
+}
+
+static size_t frame(uint8_t *out, uint32_t index, uint32_t version)
+{
+	return make_frame(out, index, version, 0);
 }
 
 static void receive(struct rte_mbuf *m)
@@ -156,12 +165,13 @@ static void test_fanout_chains_headers_to_the_shared_payload(void **state)
 	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
 }
 
-static void ctl_send(uint8_t type, uint16_t src_port, uint32_t index)
+static void ctl_send_flags(uint8_t type, uint16_t src_port, uint32_t index, uint16_t flags)
 {
 	rp_ctl c;
 	uint8_t msg[256];
 	memset(&c, 0, sizeof(c));
 	c.type = type;
+	c.flags = flags;
 	c.model_id = 99;
 	c.version = 2;
 	if (type == RP_JOIN)
@@ -178,6 +188,40 @@ static void ctl_send(uint8_t type, uint16_t src_port, uint32_t index)
 	p[35] = (uint8_t)src_port;
 	p[40] = p[41] = 0; /* UDP checksum 0: not computed (allowed in IPv4) */
 	receive(m);
+}
+
+static void ctl_send(uint8_t type, uint16_t src_port, uint32_t index)
+{
+	ctl_send_flags(type, src_port, index, 0);
+}
+
+/* A keyframe stream and the patch of one version share (version, index):
+ * the cache keeps both, and a NACK's KEY flag picks which is resent. */
+static void test_cache_keeps_keyframes_apart_from_patch_frames(void **state)
+{
+	(void)state;
+	uint8_t fp[1200], fk[1200];
+	size_t lp = make_frame(fp, 11, 2, 0), lk = make_frame(fk, 11, 2, 1);
+	receive(datagram(T->cf.data_port, fp, lp));
+	receive(datagram(T->cf.data_port, fk, lk));
+	struct rte_mbuf *p = rp_cache_get(&T->cache, 99, 2, 11);
+	struct rte_mbuf *k = rp_cache_get(&T->cache, cache_model(99, 1), 2, 11);
+	assert_non_null(p);
+	assert_non_null(k);
+	assert_int_equal(rte_pktmbuf_pkt_len(p), lp);
+	assert_memory_equal(rte_pktmbuf_mtod(p, void *), fp, lp);
+	assert_int_equal(rte_pktmbuf_pkt_len(k), lk);
+	assert_memory_equal(rte_pktmbuf_mtod(k, void *), fk, lk);
+	lcore_stats *st = &T->stats[rte_lcore_id()];
+	ctl_send(RP_JOIN, 9002, 0);
+	uint64_t hits = st->c[C_CACHE_HIT];
+	assert_int_equal(rte_mbuf_refcnt_read(k), 1);
+	ctl_send_flags(RP_NACK, 9002, 11, RP_NACK_KEY);
+	assert_int_equal(st->c[C_CACHE_HIT], hits + 1);
+	/* the keyframe's payload went out (a clone of it is queued) */
+	assert_int_equal(rte_mbuf_refcnt_read(k), 2);
+	assert_int_equal(rte_mbuf_refcnt_read(p), 1);
+	ctl_send(RP_LEAVE, 9002, 0);
 }
 
 /* NACKs are answered from the cache to a JOINed subscriber only. */
@@ -257,6 +301,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_fanout_chains_headers_to_the_shared_payload, drop_subs),
 		cmocka_unit_test_teardown(test_nack_is_answered_from_the_cache_to_joined_subscribers_only, drop_subs),
+		cmocka_unit_test_teardown(test_cache_keeps_keyframes_apart_from_patch_frames, drop_subs),
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
 		cmocka_unit_test_teardown(test_pacing_holds_a_subscriber_to_its_rate, drop_subs),
 	};

@@ -202,6 +202,18 @@ static void test_control_messages_round_trip_and_reject_damage(void **state)
 	n = rp_ctl_build(buf, sizeof(buf), &c);
 	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
 	memset(&c, 0, sizeof(c));
+	c.type = RP_NACK; /* the KEY flag round-trips; other flag bits are refused */
+	c.n_ranges = 1;
+	c.ranges[0] = (rp_range){3, 2};
+	c.flags = RP_NACK_KEY;
+	n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), 0);
+	assert_int_equal(d.flags, RP_NACK_KEY);
+	assert_int_equal(d.data_port, 0);
+	c.flags = 2;
+	n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
+	memset(&c, 0, sizeof(c));
 	c.type = RP_NACK; /* empty NACK */
 	n = rp_ctl_build(buf, sizeof(buf), &c);
 	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);

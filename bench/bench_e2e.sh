@@ -1,0 +1,162 @@
+#!/bin/bash
+# bench_e2e.sh [BUILD_DIR] [PARAMS] [STEPS]: end-to-end weight refresh,
+# sparse patches against dense BF16 (a keyframe stream every step, through
+# the same publisher -> relay -> shims pipeline), over 1 Gbit/s links.
+#
+# Network namespaces this script creates (needs root): the publisher and a
+# bridge in one, bfpatch-relay on a net_tap port bridged to it, and 3
+# actors, each in its own namespace behind a veth pair whose bridge side is
+# shaped with tbf to 1 Gbit/s. The trainer's checkpoints (a synthetic lr
+# 1e-6 trajectory, PARAMS parameters, default 210M) appear one by one in
+# the publisher's directory; each step is timed from the checkpoint's
+# rename until every actor committed it, and its stages come from the
+# JSON-lines event logs (docs/EVENTS.md) of all processes. Every actor's
+# buffer is compared with the trainer's checkpoint by sha256 at the end.
+set -u
+B=${1:-build}
+PARAMS=${2:-210M}
+STEPS=${3:-3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+BFP=$B/host_shim/bfpatch
+SHIM=$B/host_shim/bfpatch-shim
+RELAY=$B/dpdk_app/bfpatch-relay
+[ "$(id -u)" = 0 ] || { echo "bench_e2e: needs root (network namespaces)"; exit 1; }
+for f in "$BFP" "$SHIM" "$RELAY"; do [ -x "$f" ] || { echo "bench_e2e: $f missing (build first)"; exit 1; }; done
+T=$(mktemp -d /tmp/bfpbench.XXXXXX)
+P=bfpb$$
+SHM=/dev/shm/bfpbench$$
+X="ip netns exec $P"
+PIDS=""
+stop() {
+	for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	PIDS=""
+}
+cleanup() {
+	stop
+	for n in "$P" "${P}a1" "${P}a2" "${P}a3"; do ip netns del "$n" 2>/dev/null; done
+	rm -rf "$T" "$SHM".* /var/run/dpdk/$P
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+ip netns add "$P" || exit 1
+$X ip link set lo up
+$X ip link add br0 type bridge
+$X ip addr add 198.18.0.10/24 dev br0
+$X ip link set br0 up
+for i in 1 2 3; do
+	ip netns add "${P}a$i"
+	ip link add "bfpb${i}h" netns "$P" type veth peer name eth0 netns "${P}a$i"
+	$X ip link set "bfpb${i}h" master br0
+	$X ip link set "bfpb${i}h" up
+	$X tc qdisc add dev "bfpb${i}h" root tbf rate 1gbit burst 256kb latency 100ms
+	ip netns exec "${P}a$i" ip link set lo up
+	ip netns exec "${P}a$i" ip addr add 198.18.0.2$i/24 dev eth0
+	ip netns exec "${P}a$i" ip link set eth0 up
+done
+
+echo "bfpatch bench_e2e: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(nproc) CPUs"
+echo "generating a $PARAMS-parameter lr 1e-6 trajectory of $STEPS steps ..."
+"$BFP" synth -o "$T/traj" -p "$PARAMS" -n "$STEPS" -S 5 2>/dev/null || exit 1
+
+run() { # mode: sparse or dense
+	mode=$1
+	rm -rf "$T/live" "$T/$mode.jsonl" "$SHM".*
+	mkdir "$T/live"
+	ln "$T/traj/step-0000.safetensors" "$T/live/"
+	$X "$RELAY" --no-huge -m 1024 --no-pci --file-prefix "$P" -l 0 --log-level=lib.eal:error \
+		--vdev=net_tap0,iface=bfpbr -- --ip 0:198.18.0.1 --upstream 198.18.0.10:7401 \
+		--cache-versions 2 --events "$T/$mode.jsonl" > "$T/relay-$mode.log" 2>&1 &
+	PIDS="$PIDS $!"
+	for n in $(seq 100); do grep -q "checksums in" "$T/relay-$mode.log" && break; sleep 0.1; done
+	$X ip link set bfpbr address 02:00:00:00:ee:10
+	$X ip link set bfpbr master br0
+	$X ip link set bfpbr up
+	for i in 1 2 3; do
+		ip netns exec "${P}a$i" "$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
+			--upstream 198.18.0.1:7401 --listen 198.18.0.2$i:7500 --rate 1g --threads 2 \
+			--max-stage 2G --events "$T/$mode.jsonl" --name "actor$i" \
+			> "$T/shim$i-$mode.log" 2>&1 &
+		PIDS="$PIDS $!"
+	done
+	key=""
+	[ "$mode" = dense ] && key=--keyframes
+	$X "$BFP" publish --dir "$T/live" --listen 198.18.0.10:7401 --rate 950m $key \
+		--wait-subscribers 1 --linger 3600 --events "$T/$mode.jsonl" > "$T/publish-$mode.log" 2>&1 &
+	PIDS="$PIDS $!"
+	for n in $(seq 300); do
+		[ "$(grep -c 'listening on' "$T"/shim?-$mode.log 2>/dev/null | awk -F: '{s += $2} END {print s}')" = 3 ] &&
+			grep -q joined "$T/publish-$mode.log" && break
+		sleep 0.1
+	done
+	sleep 1.5 # every shim JOINed the relay
+	for k in $(seq "$STEPS"); do
+		ln "$T/traj/$(printf 'step-%04d' "$k").safetensors" "$T/live/"
+		echo "{\"t\":$(date +%s.%N),\"src\":\"bench\",\"id\":\"trainer\",\"ev\":\"checkpoint\",\"version\":$k}" \
+			>> "$T/$mode.jsonl"
+		for n in $(seq 1200); do
+			done_=1
+			for i in 1 2 3; do
+				v=$(od -An -tu4 -j64 -N8 "$SHM.$i" | awk '{print ($2 == 0) ? $1 : -1}')
+				[ "$v" -ge "$k" ] || done_=0
+			done
+			[ $done_ = 1 ] && break
+			sleep 0.05
+		done
+		[ $done_ = 1 ] || { echo "bench_e2e: $mode step $k not committed by every actor in 60 s"; stop; tail -n 40 "$T"/*-$mode.log; exit 1; }
+	done
+	stop
+	/usr/bin/python3 "$HERE/../tests/check_buffers.py" "$T/traj/$(printf 'step-%04d' "$STEPS").safetensors" \
+		"$SHM".1 "$SHM".2 "$SHM".3 > "$T/check-$mode.txt" ||
+		{ cat "$T/check-$mode.txt"; echo "bench_e2e: $mode: buffers differ"; exit 1; }
+}
+
+run sparse
+run dense
+/usr/bin/python3 - "$T/sparse.jsonl" "$T/dense.jsonl" "$STEPS" <<'PY'
+import json, sys
+steps = int(sys.argv[3])
+res = {}
+for mode, path in (("sparse", sys.argv[1]), ("dense", sys.argv[2])):
+    ev = {}
+    for line in open(path):
+        o = json.loads(line)
+        ev.setdefault((o["src"], o["id"], o["ev"], o.get("version")), []).append(o["t"])
+    actors = sorted({k[1] for k in ev if k[0] == "shim"})
+    rows = []
+    for v in range(1, steps + 1):
+        g = lambda *k: ev[k][0]
+        ck = g("bench", "trainer", "checkpoint", v)
+        eb, ee = g("publish", "publish", "encode_begin", v), g("publish", "publish", "encode_end", v)
+        sent = g("publish", "publish", "send_end", v)
+        staged = [g("shim", a, "staged", v) for a in actors]
+        ab = [g("shim", a, "apply_begin", v) for a in actors]
+        ae = [g("shim", a, "apply_end", v) for a in actors]
+        cm = [g("shim", a, "commit", v) for a in actors]
+        r = dict(load=eb - ck, encode=ee - eb, wire=max(staged) - ee,
+                 apply=max(e - b for b, e in zip(ab, ae)), total=max(cm) - eb, from_ck=max(cm) - ck,
+                 commit=[c - b for b, c in zip(ab, cm)])
+        rows.append(r)
+    res[mode] = rows
+    print("\n== %s: %s ==" % (mode, "patches" if mode == "sparse" else
+                               "dense BF16: a keyframe stream every step, same pipeline"))
+    print("%4s %9s %9s %9s %13s %9s %9s %12s  %s" % ("step", "load s", "encode s", "wire s",
+          "apply+verify", "total s", "slowest", "total/slow", "commit s per actor"))
+    for v, r in enumerate(rows, 1):
+        st = {k: r[k] for k in ("encode", "wire", "apply")}
+        slow = max(st, key=st.get)
+        print("%4d %9.3f %9.3f %9.3f %13.3f %9.3f %9s %11.2fx  %s" % (
+            v, r["load"], r["encode"], r["wire"], r["apply"], r["total"], slow,
+            r["total"] / st[slow], " ".join("%.3f" % c for c in r["commit"])))
+mean = lambda m, k: sum(r[k] for r in res[m]) / len(res[m])
+print("\nstages: load = checkpoint renamed -> publisher starts encoding (reads and parses it);")
+print("encode = all frames encoded; wire = encode end -> the last actor has every frame;")
+print("apply+verify = the slowest actor's apply (every range hash-verified); total = encode")
+print("start -> last actor committed. The stages overlap only partly: frames leave once the")
+print("whole version is encoded (each frame header carries the frame count).")
+for k, name in (("total", "encode start -> last commit"), ("from_ck", "checkpoint -> last commit")):
+    print("%-30s sparse %8.3f s   dense %8.3f s   sparse is %.1fx faster (target 50x)" % (
+        name, mean("sparse", k), mean("dense", k), mean("dense", k) / mean("sparse", k)))
+PY
+echo "every actor's buffer equals the trainer's last checkpoint (sha256) after both runs"
