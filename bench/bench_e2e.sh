@@ -95,7 +95,7 @@ run() { # mode: sparse or dense
 		ln "$T/traj/$(printf 'step-%04d' "$k").safetensors" "$T/live/"
 		echo "{\"t\":$(date +%s.%N),\"src\":\"bench\",\"id\":\"trainer\",\"ev\":\"checkpoint\",\"version\":$k}" \
 			>> "$T/$mode.jsonl"
-		for n in $(seq 1200); do
+		for n in $(seq 3600); do
 			done_=1
 			for i in 1 2 3; do
 				v=$(od -An -tu4 -j64 -N8 "$SHM.$i" | awk '{print ($2 == 0) ? $1 : -1}')
@@ -104,7 +104,7 @@ run() { # mode: sparse or dense
 			[ $done_ = 1 ] && break
 			sleep 0.05
 		done
-		[ $done_ = 1 ] || { echo "bench_e2e: $mode step $k not committed by every actor in 60 s"; stop; tail -n 40 "$T"/*-$mode.log; exit 1; }
+		[ $done_ = 1 ] || { echo "bench_e2e: $mode step $k not committed by every actor in 180 s"; stop; tail -n 40 "$T"/*-$mode.log; exit 1; }
 	done
 	stop
 	/usr/bin/python3 "$HERE/../tests/check_buffers.py" "$T/traj/$(printf 'step-%04d' "$STEPS").safetensors" \

@@ -54,6 +54,8 @@
 #define BURST 32
 #define MAX_PORTS 8
 #define MAX_SUBS 64
+#define NACK_MEMO_BITS 14
+#define NACK_MEMO (1u << NACK_MEMO_BITS)
 #define MAX_LCORES 64
 #define HDR_ROOM 128
 
@@ -119,13 +121,14 @@ enum {
 	C_RX, C_TX, C_FANOUT, C_RING_FULL, C_INBOUND_FULL, C_NO_MBUF, C_NO_MAC,
 	C_CACHE_HIT, C_CACHE_MISS, C_NACK_RX, C_NACK_FWD, C_NACK_REFUSED,
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
+	C_NACK_SUPPRESSED,
 	C_COUNT
 };
 static const char *const cnames[C_COUNT] = {
 	"rx", "tx", "fanout_copies", "drop_queue_full", "drop_inbound_full",
 	"drop_no_mbuf", "drop_no_mac", "cache_hits", "cache_misses", "nacks",
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
-	"drop_control", "cache_stored", "tx_failed",
+	"drop_control", "cache_stored", "tx_failed", "nack_suppressed",
 };
 
 typedef struct lcore_stats {
@@ -156,6 +159,11 @@ typedef struct relay {
 	events ev;               /* JSON-lines event log (core lcore only) */
 	uint32_t ev_version;     /* highest version whose first frame was logged */
 	uint32_t latest;         /* newest version heard of: frames, HEARTBEATs */
+	/* frames asked of upstream lately (NACK suppression), direct-mapped */
+	struct nack_memo {
+		uint64_t model, t;
+		uint32_t version, index;
+	} memo[NACK_MEMO];
 	unsigned hk_rounds;             /* housekeeping rounds so far */
 	uint16_t ip_id;
 	uint64_t hz;
@@ -453,6 +461,24 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	rte_pktmbuf_free(m);
 }
 
+/* A frame asked of upstream in the last 200 ms is not asked again: the
+ * answer to the first NACK comes back to every subscriber anyway, so
+ * subscribers that lost the same frames (a drop on the relay's own link)
+ * cost one upstream request, not one each. */
+static int nack_recent(relay *r, uint64_t model, uint32_t version, uint32_t index, uint64_t now)
+{
+	uint64_t h = (model ^ ((uint64_t)version << 32 | index)) * 0x9E3779B97F4A7C15ull;
+	struct nack_memo *e = &r->memo[h >> (64 - NACK_MEMO_BITS)];
+	if (e->model == model && e->version == version && e->index == index && e->t &&
+	    now - e->t < r->hz / 5)
+		return 1;
+	e->model = model;
+	e->version = version;
+	e->index = index;
+	e->t = now;
+	return 0;
+}
+
 static void forward_nack(relay *r, const rp_ctl *want, lcore_stats *st)
 {
 	if (!r->cf.upstream_ip)
@@ -527,6 +553,7 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		miss.version = c.version;
 		miss.flags = c.flags;
 		uint64_t cmodel = cache_model(c.model_id, c.flags & RP_NACK_KEY);
+		uint64_t now = rte_get_tsc_cycles();
 		unsigned budget = 4096; /* frames answered per NACK, at most */
 		for (unsigned i = 0; i < c.n_ranges; i++) {
 			for (uint32_t j = 0; j < c.ranges[i].count && budget; j++, budget--) {
@@ -538,6 +565,10 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 					continue;
 				}
 				st->c[C_CACHE_MISS]++;
+				if (nack_recent(r, cmodel, c.version, idx, now)) {
+					st->c[C_NACK_SUPPRESSED]++;
+					continue;
+				}
 				rp_range *last = miss.n_ranges ? &miss.ranges[miss.n_ranges - 1] : NULL;
 				if (last && last->first + last->count == idx)
 					last->count++;

@@ -244,6 +244,11 @@ static void test_nack_is_answered_from_the_cache_to_joined_subscribers_only(void
 	assert_int_equal(st->c[C_CACHE_HIT], hits + 1);
 	assert_int_equal(st->c[C_CACHE_MISS], 1);
 	assert_int_equal(st->c[C_FANOUT], before + 1);
+	/* asked of upstream a moment ago: not asked again (suppression) */
+	assert_int_equal(st->c[C_NACK_SUPPRESSED], 0);
+	ctl_send(RP_NACK, 9001, 8);
+	assert_int_equal(st->c[C_CACHE_MISS], 2);
+	assert_int_equal(st->c[C_NACK_SUPPRESSED], 1);
 	ctl_send(RP_LEAVE, 9001, 0);
 	assert_null(sub_by_control(T, 0xC6120063u, 9001));
 }
