@@ -122,4 +122,53 @@ done
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 2 (keyframe resync)" "$T/shimb.log" || fail "no keyframe resync"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.a" "$SHM.b" || fail "late joiner"
-echo "ok - publish -> 3 shims bit-exact over 3 steps, NACK repair, crash mid-commit recovered, late joiner via keyframes"
+
+# the publisher's history on a full disk (a file size limit: EFBIG, as a
+# full disk gives ENOSPC): each patch is reported as not kept, nothing
+# partial is left, and publishing goes on; an unwritable one is refused
+mkdir "$T/hist"
+"$SHIM" --buffer "$SHM.h" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 7)) --exit-after 40 > "$T/shimh.log" 2>&1 &
+PIDS=$!
+sh -c "trap '' XFSZ; ulimit -f 8; exec '$BFP' publish --dir '$T/traj' --listen 127.0.0.1:$port \
+	--wait-subscribers 1 --steps 3 --linger 2 --history '$T/hist'" > "$T/publish4.log" 2>&1 ||
+	fail "publish with a full history disk"
+for n in $(seq 100); do
+	grep -q "committed version 2 -> 3" "$T/shimh.log" && break
+	sleep 0.1
+done
+kill -TERM $PIDS; wait; PIDS=""
+[ "$(grep -c 'history not kept' "$T/publish4.log")" = 3 ] || fail "history errors not reported"
+grep -q "3 history write errors" "$T/publish4.log" || fail "history errors not counted"
+[ -z "$(ls -A "$T/hist")" ] || fail "partial history files left: $(ls -A "$T/hist")"
+check_buffers "$T/traj/step-0003.safetensors" "$SHM.h" || fail "publishing stopped on a full disk"
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --history "$T/nonexistent" \
+	> "$T/publish5.log" 2>&1 && fail "an unwritable history directory was accepted"
+grep -q "history.*No such file" "$T/publish5.log" || fail "no clear error for the history directory"
+
+# publishing from a weight buffer (publish --buffer): the trainer's buffer
+# is written through the C API (wbuf_begin/wbuf_end), here by a shim fed
+# from the checkpoints; a second publisher publishes each version committed
+# into it to another shim
+"$SHIM" --buffer "$SHM.t" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 8)) --exit-after 60 > "$T/shimt.log" 2>&1 &
+PIDS=$!
+"$SHIM" --buffer "$SHM.c" --init "$T/traj/step-0000.safetensors" \
+	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 11)) --exit-after 60 \
+	> "$T/shimc.log" 2>&1 &
+PIDS="$PIDS $!"
+"$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
+	--steps 3 --linger 2 > "$T/publish6.log" 2>&1 &
+PUB=$!
+sleep 1.5
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
+	--linger 1 > "$T/publish7.log" 2>&1 || fail "publish into the trainer's buffer"
+wait $PUB || fail "publish --buffer"
+for n in $(seq 100); do
+	grep -q "committed version 2 -> 3" "$T/shimc.log" && break
+	sleep 0.1
+done
+kill -TERM $PIDS; wait; PIDS=""
+grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
+check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
+echo "ok - publish -> 3 shims bit-exact over 3 steps, NACK repair, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
