@@ -492,6 +492,12 @@ static int source_open_buffer(source *S, const char *path, model *cur, char *err
 					     h->st_len + h->data_bytes, err, errlen);
 		if (!rc && S->proto.n_params != h->n_params)
 			rc = set_err(err, errlen, "%s: header and parameter count disagree", path);
+		if (!rc && !(S->proto.header = malloc((size_t)h->st_len)))
+			rc = set_err(err, errlen, "out of memory");
+		if (!rc) { /* the parse keeps nothing of the buffer's bytes */
+			memcpy(S->proto.header, S->w.map + h->st_offset, (size_t)h->st_len);
+			S->proto.header_len = (size_t)h->st_len;
+		}
 	} else {
 		rc = model_init_raw(&S->proto, h->n_params);
 		free(S->proto.params);

@@ -157,6 +157,7 @@ PIDS=$!
 	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 11)) --exit-after 60 \
 	> "$T/shimc.log" 2>&1 &
 PIDS="$PIDS $!"
+for n in $(seq 100); do grep -q "listening on" "$T/shimt.log" && break; sleep 0.1; done
 "$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
 	--steps 3 --linger 2 > "$T/publish6.log" 2>&1 &
 PUB=$!
