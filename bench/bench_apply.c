@@ -73,25 +73,6 @@ static uint64_t make_pair(uint16_t *base, uint16_t *tgt, uint64_t n, uint32_t pp
 	return changed;
 }
 
-static void cpu_name(char *out, size_t n)
-{
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	char line[256];
-	snprintf(out, n, "unknown");
-	while (f && fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, "model name", 10)) {
-			char *c = strchr(line, ':');
-			if (c) {
-				snprintf(out, n, "%s", c + 2);
-				out[strcspn(out, "\n")] = 0;
-			}
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
-}
-
 static void check_equal(const uint16_t *w, const uint16_t *tgt, uint64_t n, const char *what)
 {
 	if (memcmp(w, tgt, n * 2) != 0) {

@@ -307,25 +307,6 @@ static double apply_time(const model *m, const uint16_t *a, const uint16_t *b,
 	return best;
 }
 
-static void cpu_name(char *out, size_t n)
-{
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	char line[256];
-	snprintf(out, n, "unknown");
-	while (f && fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, "model name", 10)) {
-			char *c = strchr(line, ':');
-			if (c) {
-				snprintf(out, n, "%s", c + 2);
-				out[strcspn(out, "\n")] = 0;
-			}
-			break;
-		}
-	}
-	if (f)
-		fclose(f);
-}
-
 static const char usage[] =
 	"usage: bench_codec [--params N] [--steps N] [--threads N] [--quick]\n"
 	"Runs three synthetic trajectories (lr 1e-6 off-grid, lr 1e-6 on-grid,\n"

@@ -23,6 +23,25 @@ int cpu_count(void)
 	return n > 0 ? (int)n : 1;
 }
 
+void cpu_name(char *out, size_t n)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+	snprintf(out, n, "unknown");
+	while (f && fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "model name", 10)) {
+			char *c = strchr(line, ':');
+			if (c) {
+				snprintf(out, n, "%s", c + 2);
+				out[strcspn(out, "\n")] = 0;
+			}
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
 void patch_free(patch *p)
 {
 	free(p->buf);

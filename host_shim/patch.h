@@ -83,5 +83,7 @@ void patch_free(patch *p);
 int patch_push(patch *p, const void *frame, size_t len);
 
 int cpu_count(void);
+/* The CPU's model name from /proc/cpuinfo ("unknown" if none), for benches. */
+void cpu_name(char *out, size_t n);
 
 #endif
