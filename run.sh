@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 PKGS="build-essential meson ninja-build pkg-config clang llvm libclang-rt-14-dev
       libzstd-dev libcmocka-dev libjansson-dev libxxhash-dev zstd python3 binutils
       dpdk dpdk-dev libdpdk-dev iproute2 ethtool gcc-aarch64-linux-gnu
-      python3-numpy nftables chromium"
+      python3-numpy nftables libsodium-dev chromium"
 
 install_missing() {
 	missing=""

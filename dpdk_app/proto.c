@@ -4,6 +4,7 @@
  * from bytes, never through casts of packet memory.
  */
 #include "proto.h"
+#include "auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -170,13 +171,16 @@ static int frame_ok(const uint8_t *f, size_t len, int check_crc)
 {
 	if (len < BFP_HEADER_SIZE || le32(f) != BFP_MAGIC || f[4] != BFP_FORMAT_VERSION)
 		return 0;
-	if (BFP_HEADER_SIZE + (size_t)le32(f + 44) != len || f[6] || f[7])
+	size_t flen = BFP_HEADER_SIZE + (size_t)le32(f + 44);
+	/* the frame, or the frame and an authentication trailer (auth.h) */
+	if ((flen != len && (flen + RP_AUTH_LEN != len || le32(f + flen) != RP_AUTH_MAGIC)) ||
+	    f[6] || f[7])
 		return 0;
 	if (f[5] < BFP_ENC_SPARSE || f[5] > BFP_ENC_KEY_ZSTD)
 		return 0;
 	if (check_crc) {
 		bfp_frame_header h;
-		return bfp_frame_parse(f, len, &h) == BFP_OK;
+		return bfp_frame_parse(f, flen, &h) == BFP_OK;
 	}
 	return 1;
 }

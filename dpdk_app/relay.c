@@ -48,6 +48,7 @@
 #include <rte_telemetry.h>
 
 #include "bfpatch.h"
+#include "auth.h"
 #include "events.h"
 #include "proto.h"
 
@@ -95,6 +96,8 @@ typedef struct relay_conf {
 	int copy_fanout;              /* measurement only: copy payloads */
 	const char *events_path;      /* --events */
 	const char *name;             /* --name */
+	const char *key_paths[RP_AUTH_MAX_KEYS]; /* --key */
+	unsigned n_keys;
 	uint32_t mbuf_size;
 	uint32_t n_mbufs;
 	double run_time_s;            /* 0: until a signal */
@@ -121,14 +124,14 @@ enum {
 	C_RX, C_TX, C_FANOUT, C_RING_FULL, C_INBOUND_FULL, C_NO_MBUF, C_NO_MAC,
 	C_CACHE_HIT, C_CACHE_MISS, C_NACK_RX, C_NACK_FWD, C_NACK_REFUSED,
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
-	C_NACK_SUPPRESSED,
+	C_NACK_SUPPRESSED, C_AUTH_FAIL,
 	C_COUNT
 };
 static const char *const cnames[C_COUNT] = {
 	"rx", "tx", "fanout_copies", "drop_queue_full", "drop_inbound_full",
 	"drop_no_mbuf", "drop_no_mac", "cache_hits", "cache_misses", "nacks",
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
-	"drop_control", "cache_stored", "tx_failed", "nack_suppressed",
+	"drop_control", "cache_stored", "tx_failed", "nack_suppressed", "drop_auth",
 };
 
 typedef struct lcore_stats {
@@ -157,6 +160,7 @@ typedef struct relay {
 	unsigned upstream_arp_age;
 	int want_key;            /* a subscriber JOINed with RP_VERSION_NONE */
 	events ev;               /* JSON-lines event log (core lcore only) */
+	rp_auth auth;            /* --key; used by the core lcore only */
 	uint32_t ev_version;     /* highest version whose first frame was logged */
 	uint32_t latest;         /* newest version heard of: frames, HEARTBEATs */
 	/* frames asked of upstream lately (NACK suppression), direct-mapped */
@@ -216,8 +220,12 @@ static struct rte_mbuf *ctl_packet(relay *r, uint16_t port, const uint8_t dmac[6
 				   uint32_t dip, uint16_t dport, const rp_ctl *c,
 				   lcore_stats *st)
 {
-	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4];
-	size_t n = rp_ctl_build(msg, sizeof(msg), c);
+	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
+	size_t n = rp_ctl_build(msg, sizeof(msg) - RP_AUTH_LEN, c);
+	if (n && r->auth.n_keys) { /* signed: the upstream and subscribers verify */
+		rp_auth_seal(&r->auth, msg, n, rp_auth_now_us(), msg + n);
+		n += RP_AUTH_LEN;
+	}
 	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool);
 	if (!m || n == 0) {
 		st->c[C_NO_MBUF]++;
@@ -429,6 +437,13 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	rte_pktmbuf_adj(m, RP_HDRS);
 	rte_pktmbuf_trim(m, (uint16_t)(rte_pktmbuf_pkt_len(m) - l4_len));
 	const uint8_t *f = rte_pktmbuf_mtod(m, const uint8_t *);
+	size_t flen;
+	if (r->auth.n_keys && (rte_pktmbuf_data_len(m) != l4_len ||
+			       rp_auth_open(&r->auth, f, l4_len, 0, 0, &flen) != RP_AUTH_OK)) {
+		st->c[C_AUTH_FAIL]++; /* --key: forged or tampered: not relayed */
+		rte_pktmbuf_free(m);
+		return;
+	}
 	uint64_t model = 0;
 	uint32_t version = 0, index = 0;
 	for (int b = 7; b >= 0; b--) /* FORMAT.md 2.1, little-endian fields */
@@ -497,7 +512,16 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 {
 	rp_ctl c;
 	const uint8_t *p = rte_pktmbuf_mtod(m, const uint8_t *) + k->l4_off;
-	if (rp_ctl_parse(p, k->l4_len, &c) != 0) {
+	size_t len = k->l4_len;
+	if (r->auth.n_keys) { /* signed by a key holder, fresh, not seen before */
+		if (rp_auth_open(&r->auth, p, len, 1, rp_auth_now_us(), &len) != RP_AUTH_OK) {
+			st->c[C_AUTH_FAIL]++;
+			return;
+		}
+	} else if (rp_auth_has_trailer(p, len)) {
+		len -= RP_AUTH_LEN; /* signed, but we hold no key to check it */
+	}
+	if (rp_ctl_parse(p, len, &c) != 0) {
 		st->c[C_CTL_BAD]++;
 		return;
 	}
@@ -876,6 +900,9 @@ static const char usage_text[] =
 	"  -m, --mbuf-size N           mbuf data room (default 10240: 9000 B frames)\n"
 	"  -n, --mbufs N               mbufs in the RX pool (default 8191)\n"
 	"  -T, --run-time S            stop after S seconds (tests)\n"
+	"  -A, --key FILE              relay only frames, and accept only control\n"
+	"                              messages, signed with a key given; sign our own\n"
+	"                              (repeatable: the first signs; docs/SECURITY.md)\n"
 	"  -E, --events FILE           append JSON-lines events (docs/EVENTS.md)\n"
 	"  -N, --name NAME             this relay's name in the events (relay)\n"
 	"      --copy-fanout           copy each output's payload instead of\n"
@@ -938,7 +965,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		{"check-crc", no_argument, 0, 'k'}, {"mbuf-size", required_argument, 0, 'm'},
 		{"mbufs", required_argument, 0, 'n'}, {"run-time", required_argument, 0, 'T'},
 		{"copy-fanout", no_argument, 0, 'P'}, {"events", required_argument, 0, 'E'},
-		{"name", required_argument, 0, 'N'},
+		{"name", required_argument, 0, 'N'}, {"key", required_argument, 0, 'A'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	uint64_t v;
 	int c;
@@ -952,7 +979,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 	cf->mbuf_size = 10240;
 	cf->n_mbufs = 8191;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "i:d:c:s:u:C:K:r:q:t:km:n:T:E:N:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "i:d:c:s:u:C:K:r:q:t:km:n:T:E:N:A:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'i': {
 			char *colon = strchr(optarg, ':');
@@ -1011,6 +1038,11 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		case 'P': cf->copy_fanout = 1; break;
 		case 'E': cf->events_path = optarg; break;
 		case 'N': cf->name = optarg; break;
+		case 'A':
+			if (cf->n_keys == RP_AUTH_MAX_KEYS)
+				return bad("--key (at most 4)", optarg);
+			cf->key_paths[cf->n_keys++] = optarg;
+			break;
 		case 'm':
 			if (rp_parse_num(optarg, 2048, 65535 - RTE_PKTMBUF_HEADROOM, &v))
 				return bad("--mbuf-size", optarg);
@@ -1118,6 +1150,13 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 static int relay_setup(relay *r)
 {
 	r->hz = rte_get_tsc_hz();
+	for (unsigned i = 0; i < r->cf.n_keys; i++) {
+		char err[512];
+		if (rp_auth_init() || rp_auth_load(&r->auth, r->cf.key_paths[i], err, sizeof(err))) {
+			fprintf(stderr, "bfpatch-relay: %s\n", err);
+			return -1;
+		}
+	}
 	if (events_open(&r->ev, r->cf.events_path, "relay", r->cf.name)) {
 		fprintf(stderr, "bfpatch-relay: --events %s: %s\n", r->cf.events_path,
 			strerror(errno));

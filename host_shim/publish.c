@@ -38,6 +38,7 @@
 #include "model.h"
 #include "patch.h"
 #include "proto.h"
+#include "auth.h"
 #include "wbuf.h"
 
 static const char publish_usage[] =
@@ -64,6 +65,9 @@ static const char publish_usage[] =
 	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
 	"  -n, --steps N             stop after publishing version N\n"
 	"  -L, --linger S            then keep answering NACKs for S seconds (5)\n"
+	"  -A, --key FILE            sign frames and heartbeats with this key and\n"
+	"                            accept only JOINs/NACKs signed by a key given\n"
+	"                            (repeatable: the first signs; docs/SECURITY.md)\n"
 	"  -E, --events FILE         append JSON-lines events (docs/EVENTS.md)\n"
 	"  -N, --name NAME           this publisher's name in the events (publish)\n"
 	"  -h, --help\n";
@@ -93,7 +97,8 @@ typedef struct pub {
 	uint32_t key_ver;
 	double published_at;    /* when the current version went out */
 	events ev;
-	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors;
+	rp_auth auth;           /* --key: frames and heartbeats signed, JOIN/NACK verified */
+	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors, auth_fail;
 } pub;
 
 static volatile sig_atomic_t quit;
@@ -117,22 +122,31 @@ static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub
 {
 	enum { BATCH = 32 };
 	struct mmsghdr m[BATCH];
-	struct iovec iov[BATCH];
+	struct iovec iov[2 * BATCH];
+	uint8_t trailer[BATCH][RP_AUTH_LEN];
+	int keyed = P->auth.n_keys > 0;
 	for (size_t i = first; i < first + count && i < p->n;) {
 		size_t nb = first + count - i < BATCH ? first + count - i : BATCH;
 		if (i + nb > p->n)
 			nb = p->n - i;
+		size_t bytes = 0;
+		for (size_t k = 0; k < nb; k++) { /* the same datagrams to everyone */
+			iov[2 * k].iov_base = p->buf + p->off[i + k];
+			iov[2 * k].iov_len = p->off[i + k + 1] - p->off[i + k];
+			iov[2 * k + 1].iov_base = trailer[k];
+			iov[2 * k + 1].iov_len = keyed ? RP_AUTH_LEN : 0;
+			if (keyed)
+				rp_auth_seal(&P->auth, iov[2 * k].iov_base, iov[2 * k].iov_len, 0,
+					     trailer[k]);
+			bytes += iov[2 * k].iov_len + iov[2 * k + 1].iov_len + 42; /* + Eth, IPv4, UDP */
+		}
 		for (unsigned s = 0; s < n_to; s++) {
-			size_t bytes = 0;
 			for (size_t k = 0; k < nb; k++) {
-				iov[k].iov_base = p->buf + p->off[i + k];
-				iov[k].iov_len = p->off[i + k + 1] - p->off[i + k];
-				bytes += iov[k].iov_len + 42; /* Ethernet, IPv4, UDP */
 				memset(&m[k], 0, sizeof(m[k]));
 				m[k].msg_hdr.msg_name = (void *)&to[s]->data;
 				m[k].msg_hdr.msg_namelen = sizeof(to[s]->data);
-				m[k].msg_hdr.msg_iov = &iov[k];
-				m[k].msg_hdr.msg_iovlen = 1;
+				m[k].msg_hdr.msg_iov = &iov[2 * k];
+				m[k].msg_hdr.msg_iovlen = keyed ? 2 : 1;
 			}
 			while (!rp_bucket_take(&P->bucket, bytes, (uint64_t)(now_s() * 1e6), 1000000)) {
 				struct timespec ts = {0, 20000};
@@ -149,13 +163,27 @@ static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub
 					break; /* unreachable peer: its NACKs or catch-up repair it */
 				for (int j = 0; j < r; j++) {
 					P->sent_frames++;
-					P->sent_bytes += iov[k + (size_t)j].iov_len;
+					P->sent_bytes += iov[2 * (k + (size_t)j)].iov_len;
 				}
 				k += (size_t)r;
 			}
 		}
 		i += nb;
 	}
+}
+
+/* A control message to a, signed when keyed. */
+static void pub_ctl_send(pub *P, const rp_ctl *c, const struct sockaddr_in *a)
+{
+	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
+	size_t n = rp_ctl_build(msg, sizeof(msg) - RP_AUTH_LEN, c);
+	if (!n)
+		return;
+	if (P->auth.n_keys) {
+		rp_auth_seal(&P->auth, msg, n, rp_auth_now_us(), msg + n);
+		n += RP_AUTH_LEN;
+	}
+	sendto(P->sock, msg, n, 0, (const struct sockaddr *)a, sizeof(*a));
 }
 
 static void pub_send_one(pub *P, pub_sub *s, const patch *p, size_t first, size_t count)
@@ -202,7 +230,22 @@ static void pub_control(pub *P)
 	while ((n = recvfrom(P->sock, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from,
 			     &fl)) > 0) {
 		rp_ctl c;
-		if (rp_ctl_parse(buf, (size_t)n, &c) != 0)
+		size_t len = (size_t)n;
+		if (P->auth.n_keys) { /* only what a key holder signed, fresh, once */
+			rp_auth_result ar = rp_auth_open(&P->auth, buf, len, 1, rp_auth_now_us(), &len);
+			if (ar != RP_AUTH_OK) {
+				if (P->auth_fail++ < 10) {
+					char peer[64];
+					peer_str(&from, peer, sizeof(peer));
+					fprintf(stderr, "bfpatch publish: control message from %s refused: "
+						"%s\n", peer, rp_auth_result_names[ar]);
+				}
+				continue;
+			}
+		} else if (rp_auth_has_trailer(buf, len)) {
+			len -= RP_AUTH_LEN; /* signed, but we hold no key to check it */
+		}
+		if (rp_ctl_parse(buf, len, &c) != 0)
 			continue;
 		pub_sub *s = NULL;
 		for (unsigned i = 0; i < P->n_subs; i++)
@@ -280,11 +323,8 @@ static void pub_heartbeat(pub *P, uint64_t model_id, uint32_t ver)
 	c.type = RP_HEARTBEAT;
 	c.model_id = model_id;
 	c.version = ver;
-	uint8_t msg[RP_CTL_HDR + 4];
-	size_t n = rp_ctl_build(msg, sizeof(msg), &c);
-	for (unsigned i = 0; i < P->n_subs && n; i++)
-		sendto(P->sock, msg, n, 0, (const struct sockaddr *)&P->subs[i].ctl,
-		       sizeof(P->subs[i].ctl));
+	for (unsigned i = 0; i < P->n_subs; i++)
+		pub_ctl_send(P, &c, &P->subs[i].ctl);
 }
 
 static int make_keyframes(const model *cur, uint32_t ver, const patch_opts *po, patch *out,
@@ -540,7 +580,7 @@ int cmd_publish(int argc, char **argv)
 		{"wait-subscribers", required_argument, 0, 'w'},
 		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
 		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"key", required_argument, 0, 'A'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *dir = NULL, *buffer = NULL, *events_path = NULL, *name = "publish";
 	uint32_t lip = 0, keep = 4, waitn = 0, steps = UINT32_MAX, linger = 5;
 	uint16_t lport = 0;
@@ -550,7 +590,7 @@ int cmd_publish(int argc, char **argv)
 	static pub P;
 	memset(&P, 0, sizeof(P));
 	int c;
-	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'b': buffer = optarg; break;
@@ -587,6 +627,14 @@ int cmd_publish(int argc, char **argv)
 			break;
 		case 'E': events_path = optarg; break;
 		case 'N': name = optarg; break;
+		case 'A': {
+			char kerr[512];
+			if (rp_auth_init() || rp_auth_load(&P.auth, optarg, kerr, sizeof(kerr))) {
+				fprintf(stderr, "bfpatch publish: %s\n", kerr);
+				return 1;
+			}
+			break;
+		}
 		case 'h': fputs(publish_usage, stdout); return 0;
 		default: fputs(publish_usage, stderr); return 2;
 		}
@@ -596,6 +644,13 @@ int cmd_publish(int argc, char **argv)
 			!dir == !buffer ? "give one of --dir and --buffer" : "--listen is required",
 			publish_usage);
 		return 2;
+	}
+	if (P.auth.n_keys) { /* the trailer rides in the same datagram */
+		if (po.frame_size < BFP_FRAME_SIZE_MIN + RP_AUTH_LEN) {
+			fprintf(stderr, "bfpatch publish: --frame-size too small for a signed frame\n");
+			return 2;
+		}
+		po.frame_size -= RP_AUTH_LEN;
 	}
 	if (P.history && access(P.history, W_OK) != 0) {
 		fprintf(stderr, "bfpatch publish: --history %s: %s\n", P.history, strerror(errno));
@@ -735,8 +790,9 @@ int cmd_publish(int argc, char **argv)
 	}
 	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
 		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
-		" keyframe streams, %" PRIu64 " history write errors\n", ver, P.sent_frames,
-		P.sent_bytes, P.nacks, P.resent, P.keyframes, P.history_errors);
+		" keyframe streams, %" PRIu64 " history write errors, %" PRIu64 " control messages "
+		"refused (authentication)\n", ver, P.sent_frames, P.sent_bytes, P.nacks, P.resent,
+		P.keyframes, P.history_errors, P.auth_fail);
 	events_emit(&P.ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"resent\":%" PRIu64 ",\"version\":%u", P.sent_frames, P.sent_bytes, P.nacks,
 		    P.resent, ver);

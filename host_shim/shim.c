@@ -39,6 +39,7 @@
 #include "model.h"
 #include "patch.h"
 #include "proto.h"
+#include "auth.h"
 #include "wbuf.h"
 #ifdef BFP_SHIM_DPDK
 #include "shim_dpdk.h"
@@ -79,6 +80,7 @@ typedef struct shim {
 	int threads;            /* apply threads */
 	uint32_t crash_after;   /* testing: SIGKILL itself in a commit */
 	events ev;
+	rp_auth auth;           /* --key: frames and HEARTBEATs must verify */
 #ifdef BFP_SHIM_DPDK
 	shim_dma *dma;          /* --dma: commits move ranges by dmadev */
 	shim_port *port;        /* --port: frames from a DPDK port */
@@ -95,7 +97,7 @@ typedef struct shim {
 	uint32_t latest;        /* newest version upstream has (HEARTBEAT) */
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
-	uint64_t resyncs, key_commits, dropped_test, verified_bytes;
+	uint64_t resyncs, key_commits, dropped_test, verified_bytes, auth_fail;
 	double commit_ms_total, commit_ms_max;
 } shim;
 
@@ -118,8 +120,12 @@ static uint32_t version(const shim *s)
 
 static void ctl_send(shim *s, const rp_ctl *c)
 {
-	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4];
-	size_t n = rp_ctl_build(msg, sizeof(msg), c);
+	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
+	size_t n = rp_ctl_build(msg, sizeof(msg) - RP_AUTH_LEN, c);
+	if (n && s->auth.n_keys) {
+		rp_auth_seal(&s->auth, msg, n, rp_auth_now_us(), msg + n);
+		n += RP_AUTH_LEN;
+	}
 	if (n)
 		sendto(s->sock, msg, n, 0, (const struct sockaddr *)&s->upstream,
 		       sizeof(s->upstream));
@@ -407,12 +413,26 @@ static void on_control(shim *s, const uint8_t *p, size_t len)
 static int on_frame(shim *s, const uint8_t *p, size_t len)
 {
 	bfp_frame_header h;
-	if (len >= 4 && p[0] == 'B' && p[1] == 'F' && p[2] == 'P' && p[3] == 'C') {
+	int control = len >= 4 && p[0] == 'B' && p[1] == 'F' && p[2] == 'P' && p[3] == 'C';
+	if (!control) {
+		s->rx++;
+		s->rx_bytes += len;
+	}
+	if (s->auth.n_keys) { /* nothing unsigned is staged or believed */
+		rp_auth_result ar = rp_auth_open(&s->auth, p, len, control, rp_auth_now_us(), &len);
+		if (ar != RP_AUTH_OK) {
+			if (s->auth_fail++ < 10)
+				fprintf(stderr, "bfpatch-shim: %s refused: %s\n",
+					control ? "control message" : "frame", rp_auth_result_names[ar]);
+			return 0;
+		}
+	} else if (rp_auth_has_trailer(p, len)) {
+		len -= RP_AUTH_LEN; /* signed, but we hold no key to check it */
+	}
+	if (control) {
 		on_control(s, p, len); /* control magic (PROTOCOL.md 2) */
 		return 0;
 	}
-	s->rx++;
-	s->rx_bytes += len;
 	if (bfp_frame_parse(p, len, &h) != BFP_OK) {
 		s->bad++;
 		return 0;
@@ -482,12 +502,14 @@ static void print_stats(const shim *s)
 	       PRIu64 ", old %" PRIu64 ", ahead %" PRIu64 ", bad %" PRIu64 ", other model %" PRIu64
 	       ", over budget %" PRIu64 "), staged %" PRIu64 " bytes, NACKs %" PRIu64
 	       ", commits %" PRIu64 " (%" PRIu64 " keyframe), resyncs %" PRIu64
-	       ", verified %" PRIu64 " bytes, commit ms mean %.1f max %.1f\n",
+	       ", verified %" PRIu64 " bytes, commit ms mean %.1f max %.1f, refused by "
+	       "authentication %" PRIu64 "\n",
 	       version(s), state(s) == WBUF_READY ? "ready" : state(s) == WBUF_COMMITTING ?
 	       "committing" : "resync", s->rx, s->rx_bytes, s->dup, s->old, s->ahead, s->bad,
 	       s->other_model, s->over_budget, s->staged_bytes, s->nacks, s->commits,
 	       s->key_commits, s->resyncs, s->verified_bytes,
-	       s->commits ? s->commit_ms_total / (double)s->commits : 0.0, s->commit_ms_max);
+	       s->commits ? s->commit_ms_total / (double)s->commits : 0.0, s->commit_ms_max,
+	       s->auth_fail);
 	fflush(stdout);
 }
 
@@ -508,6 +530,9 @@ static const char usage[] =
 	"  -t, --threads N         apply threads (default: online CPUs, at most 8)\n"
 	"  -n, --nack-ms N         NACK missing frames after N ms quiet (100)\n"
 	"  -m, --max-stage BYTES   staged frames kept at most (default 1G)\n"
+	"  -A, --key FILE          accept only frames and HEARTBEATs signed with this\n"
+	"                          key; sign JOINs and NACKs (repeatable: two keys\n"
+	"                          during a rollover, the first signs)\n"
 	"  -E, --events FILE       append JSON-lines events (docs/EVENTS.md)\n"
 	"  -N, --name NAME         this shim's name in the events (shim)\n"
 #ifdef BFP_SHIM_DPDK
@@ -539,7 +564,8 @@ int main(int argc, char **argv)
 		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
 		{"exit-after", required_argument, 0, 'T'}, {"drop-every", required_argument, 0, 'D'},
 		{"crash-after", required_argument, 0, 'K'}, {"dma", required_argument, 0, 'M'},
-		{"port", required_argument, 0, 'P'}, {"eal", required_argument, 0, 'A'},
+		{"port", required_argument, 0, 'P'}, {"eal", required_argument, 0, 'G'},
+		{"key", required_argument, 0, 'A'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
 	static shim s;
@@ -555,7 +581,7 @@ int main(int argc, char **argv)
 	s.max_stage = 1ull << 30;
 	s.threads = cpu_count() < 8 ? cpu_count() : 8;
 	int c;
-	while ((c = getopt_long(argc, argv, "b:i:V:u:l:r:c:t:n:m:E:N:T:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:i:V:u:l:r:c:t:n:m:E:N:T:A:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'b': buffer = optarg; break;
 		case 'i': init = optarg; break;
@@ -617,7 +643,13 @@ int main(int argc, char **argv)
 			break;
 		case 'M': dma_dev = optarg; break;
 		case 'P': port_args = optarg; break;
-		case 'A': eal_args = optarg; break;
+		case 'G': eal_args = optarg; break;
+		case 'A':
+			if (rp_auth_init() || rp_auth_load(&s.auth, optarg, err, sizeof(err))) {
+				fprintf(stderr, "bfpatch-shim: %s\n", err);
+				return 1;
+			}
+			break;
 		case 'h': fputs(usage, stdout); return 0;
 		default:
 		bad:

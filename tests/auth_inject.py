@@ -1,0 +1,84 @@
+"""auth_inject.py PATCH KEYFILE HOST:PORT CTL_HOST:CTL_PORT: hostile datagrams
+against a shim that holds KEYFILE's key, and a publisher's control port.
+
+Signs the patch's frames with the key itself (hashlib's keyed BLAKE2b,
+independent of the C code under test: docs/PROTOCOL.md section 4), then
+sends every frame only in damaged forms: one bit flipped at a random
+place (frame or trailer), truncated, unsigned, signed with a wrong key of
+the same id, signed under an unknown key id. Then a JOIN and a NACK to the
+publisher's control port: one stale (signed 31 s ago), one replayed.
+Prints how many datagrams of each kind it sent."""
+import hashlib
+import random
+import socket
+import struct
+import sys
+import time
+
+patch, keyfile, dst, ctl = sys.argv[1:5]
+kid, khex = open(keyfile).read().split()
+key = bytes.fromhex(khex)
+host, port = dst.split(":")
+chost, cport = ctl.split(":")
+rng = random.Random(5)
+
+
+def trailer(msg, k, key_id, t_us=0):
+    head = struct.pack("<IIQ", 0x41504642, key_id, t_us)
+    return head + hashlib.blake2b(msg + head, digest_size=16, key=k).digest()
+
+
+def crc32c(b):
+    crc = 0xFFFFFFFF
+    for x in b:
+        crc ^= x
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+data = open(patch, "rb").read()
+frames, at = [], 0
+while at < len(data):
+    plen = struct.unpack_from("<I", data, at + 44)[0]
+    frames.append(data[at:at + 60 + plen])
+    at += 60 + plen
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sent = {}
+
+
+def send(kind, b, to=(host, int(port))):
+    s.sendto(b, to)
+    sent[kind] = sent.get(kind, 0) + 1
+    time.sleep(0.0005)
+
+
+wrong = bytes(x ^ 0xFF for x in key)
+for f in frames:
+    good = f + trailer(f, key, int(kid))
+    flip = bytearray(good)
+    i = rng.randrange(len(flip))
+    flip[i] ^= 1 << rng.randrange(8)
+    send("bit-flipped", bytes(flip))
+    send("truncated", good[:rng.randrange(1, len(good))])
+    send("unsigned", f)
+    send("wrong key", f + trailer(f, wrong, int(kid)))
+    send("unknown key id", f + trailer(f, key, int(kid) + 100))
+# control messages: a JOIN (data port 9) and a NACK, each signed properly
+# but 31 s old, then a fresh JOIN sent twice (the second is a replay)
+def ctl_msg(typ, version, port_or_flags, ranges=()):
+    body = struct.pack("<IBBHQIII", 0x43504642, 1, typ, port_or_flags, 0, version, 0, len(ranges))
+    for first, n in ranges:
+        body += struct.pack("<II", first, n)
+    return body + struct.pack("<I", crc32c(body))
+
+
+now = int(time.time() * 1e6)
+to = (chost, int(cport))
+for m in (ctl_msg(1, 0, 9), ctl_msg(3, 1, 0, [(0, 5)])):
+    send("stale control", m + trailer(m, key, int(kid), now - 31_000_000), to)
+m = ctl_msg(1, 0, 9)
+fresh = m + trailer(m, key, int(kid), now)
+send("control (first copy)", fresh, to)
+send("replayed control", fresh, to)
+print("sent " + ", ".join("%d %s" % (n, k) for k, n in sent.items()))
