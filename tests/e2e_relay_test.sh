@@ -9,6 +9,7 @@ set -u
 BFP=$1
 SHIM=$2
 RELAY=$3
+AUTH=${4:-}   # "auth": every process holds a key; hostile datagrams at the relay
 HERE=$(cd "$(dirname "$0")" && pwd)
 NS=bfpe2e$$
 T=$(mktemp -d)
@@ -33,11 +34,16 @@ fail() {
 
 [ "$(id -u)" = 0 ] && ip netns add "$NS" 2>/dev/null || { echo "skip: needs root and ip netns"; exit 77; }
 ip netns exec "$NS" ip link set lo up
+K=""
+if [ "$AUTH" = auth ]; then
+	(umask 077; echo "7 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key")
+	K="--key $T/key"
+fi
 "$BFP" synth -o "$T/traj" -p 2M -n 3 -S 12 2>/dev/null || fail synth
 
 ip netns exec "$NS" "$RELAY" --no-huge -m 1024 --no-pci --file-prefix "$NS" -l 0 \
 	--log-level=lib.eal:error --vdev=net_tap0,iface=bfpe0 -- \
-	--ip 0:198.18.0.1 --upstream 198.18.0.10:7401 --cache-versions 4 > "$T/relay.log" 2>&1 &
+	--ip 0:198.18.0.1 --upstream 198.18.0.10:7401 --cache-versions 4 $K > "$T/relay.log" 2>&1 &
 PIDS="$PIDS $!"
 for i in $(seq 100); do
 	grep -q "checksums in" "$T/relay.log" 2>/dev/null && break
@@ -51,12 +57,17 @@ for i in 1 2 3; do
 	drop=""
 	[ $i = 2 ] && drop="--drop-every 7"
 	ip netns exec "$NS" "$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
-		--upstream 198.18.0.1:7401 --listen 198.18.0.1$i:7500 --exit-after 60 $drop \
+		--upstream 198.18.0.1:7401 --listen 198.18.0.1$i:7500 --exit-after 60 $drop $K \
 		> "$T/shim$i.log" 2>&1 &
 	PIDS="$PIDS $!"
 done
 sleep 2 # the shims JOIN the relay
-ip netns exec "$NS" "$BFP" publish --dir "$T/traj" --listen 198.18.0.10:7401 \
+if [ "$AUTH" = auth ]; then # forged, tampered, truncated frames and stale/replayed control
+	"$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p01"
+	ip netns exec "$NS" /usr/bin/python3 "$HERE/auth_inject.py" "$T/p01" "$T/key" \
+		198.18.0.1:7400 198.18.0.1:7401 > "$T/inject.txt" 2>&1 || fail "injector"
+fi
+ip netns exec "$NS" "$BFP" publish --dir "$T/traj" --listen 198.18.0.10:7401 $K \
 	--wait-subscribers 1 --steps 3 --linger 3 > "$T/publish.log" 2>&1 || fail publish
 for i in 1 2 3; do
 	for n in $(seq 150); do
@@ -72,4 +83,18 @@ python3 "$HERE/check_buffers.py" "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.
 hits=$(awk '$1 == "cache_hits" {print $2}' "$T/relay.log")
 [ "${hits:-0}" -gt 0 ] || fail "no repair came from the relay's cache"
 grep "sent .* frames" "$T/publish.log" | sed 's/.*bfpatch publish: //'
-echo "ok - publish -> relay -> 3 shims bit-exact over 3 steps; $hits repair(s) from the relay's cache"
+if [ "$AUTH" = auth ]; then
+	nf=$(sed -n 's/.* \([0-9]*\) bit-flipped.*/\1/p' "$T/inject.txt")
+	da=$(awk '$1 == "drop_auth" {print $2}' "$T/relay.log")
+	# 5 damaged forms per frame; truncations that no longer parse as a
+	# frame are dropped earlier (drop_frame); 2 stale + 1 replayed control
+	bad=$(awk '$1 == "drop_frame" {print $2}' "$T/relay.log")
+	# and none reached a shim (each would count it as refused)
+	leaked=$(sed -n 's/.*refused by authentication \([0-9]*\).*/\1/p' "$T"/shim*.log |
+		awk '{s += $1} END {print s + 0}')
+	[ $((da + bad)) -ge $((5 * nf + 3)) ] && [ "$leaked" = 0 ] ||
+		fail "hostile datagrams got through (drop_auth $da, drop_frame $bad, $nf frames, $leaked at shims)"
+	cat "$T/inject.txt"
+	echo "relay refused $da hostile datagrams by authentication, $bad as malformed"
+fi
+echo "ok - publish -> relay -> 3 shims bit-exact over 3 steps; $hits repair(s) from the relay's cache${AUTH:+; every frame and control message signed and verified}"
