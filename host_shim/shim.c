@@ -376,7 +376,10 @@ static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
 		for (unsigned i = 0; i < SLOTS; i++)
 			if (!s->slots[i].key && (!sl || s->slots[i].target > sl->target))
 				sl = &s->slots[i];
-	if (!sl || h->frame_count > (1u << 24))
+	/* a patch cannot have more frames than could ever be staged: this bounds
+	 * the index arrays (12 B per frame) of a hostile frame count too */
+	if (!sl || h->frame_count > (1u << 24) ||
+	    h->frame_count > s->max_stage / (BFP_HEADER_SIZE + 1))
 		return NULL;
 	if (sl->count)
 		slot_free(s, sl);
