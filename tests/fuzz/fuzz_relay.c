@@ -1,12 +1,14 @@
 /*
- * fuzz_relay.c: libFuzzer harness for the relay's packet classification
- * and control-message parsing (pure functions of proto.c), over a
- * guard-paged copy of the input; an ARP request is also answered in
- * place, and every classified payload range must lie inside the packet.
+ * fuzz_relay.c: libFuzzer harness for the relay's packet classification,
+ * control-message parsing and authentication check (pure functions of
+ * proto.c and auth.c), over a guard-paged copy of the input; an ARP
+ * request is also answered in place, every classified payload range must
+ * lie inside the packet, and nothing unsigned may verify.
  */
 #include <stdlib.h>
 
 #include "guard.h"
+#include "auth.h"
 #include "proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -37,6 +39,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (cls == RP_ARP_REQUEST && rp_arp_reply_inplace(in.p, size, mac) != 0)
 		abort();
 	(void)rp_ctl_parse(in.p, size, &c); /* raw bytes as a control message */
+	/* raw bytes as a signed datagram: a fixed key; random input must not
+	 * verify (a 128-bit tag), and a verified length must be in bounds */
+	static rp_auth auth;
+	if (!auth.n_keys) {
+		auth.n_keys = 1;
+		auth.keys[0].id = 1;
+		memset(auth.keys[0].k, 0x5A, sizeof(auth.keys[0].k));
+		if (rp_auth_init())
+			abort();
+	}
+	size_t ml = 0;
+	rp_auth_result ar = rp_auth_open(&auth, in.p, size, (int)(size & 2), rp_auth_now_us(), &ml);
+	if (ar == RP_AUTH_OK && ml != size - RP_AUTH_LEN)
+		abort();
 	guarded_free(&in);
 	return 0;
 }
