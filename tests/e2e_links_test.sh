@@ -9,6 +9,7 @@ set -u
 BFP=$1
 SHIM=$2
 RELAY=$3
+LOSS=${4:-1}   # percent of datagrams actor 3's link drops at random
 HERE=$(cd "$(dirname "$0")" && pwd)
 P=bfpl$$
 T=$(mktemp -d)
@@ -49,11 +50,11 @@ done
 $X tc qdisc add dev bfpl1h root tbf rate 100mbit burst 64kb latency 200ms
 $X tc qdisc add dev bfpl2h root tbf rate 1gbit burst 256kb latency 50ms
 $X tc qdisc add dev bfpl3h root tbf rate 1gbit burst 256kb latency 50ms
-ip netns exec "${P}a3" nft -f - <<'EOF' || fail "nftables"
+ip netns exec "${P}a3" nft -f - <<EOF || fail "nftables"
 table inet bfploss {
 	chain in {
 		type filter hook input priority 0;
-		udp dport 7500 numgen random mod 100 < 1 counter drop
+		udp dport 7500 numgen random mod 100 < $LOSS counter drop
 	}
 }
 EOF
@@ -106,4 +107,4 @@ drops=$(ip netns exec "${P}a3" nft list table inet bfploss | grep -o 'packets [0
 echo "actor 3's link dropped $drops; its shim sent $(grep -o 'NACKs [0-9]*' "$T/shim3.log")"
 grep -E "cache_hits|nacks_forwarded" "$T/relay.log" | tr -s ' ' | tr '\n' ';'
 echo
-echo "ok - 10 steps to 3 actors over shaped, lossy links, bit-exact after every commit"
+echo "ok - 10 steps to 3 actors over shaped links, $LOSS% random loss on one, bit-exact after every commit"
