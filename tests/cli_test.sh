@@ -5,7 +5,7 @@
 set -u
 BFP=$1
 T=$(mktemp -d)
-trap 'chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
+trap 'umount "$T/rofs" 2>/dev/null; chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
 fails=0
 pass() { echo "ok   - $1"; }
 bad() { echo "FAIL - $1"; fails=$((fails + 1)); }
@@ -112,6 +112,12 @@ expect_fail "output directory missing" "" "$BFP" apply "$S0" "$T/p01" -o "$T/no/
 mkdir "$T/ro" && chmod 0555 "$T/ro"
 if [ "$(id -u)" != 0 ]; then
 	expect_fail "read-only output directory" "$T/ro/out" "$BFP" apply "$S0" "$T/p01" -o "$T/ro/out"
+elif mkdir "$T/rofs" && mount -t tmpfs -o ro,size=1m tmpfs "$T/rofs" 2>/dev/null; then
+	# root ignores directory modes: a read-only file system stops it
+	expect_fail "read-only file system (apply)" "$T/rofs/out" "$BFP" apply "$S0" "$T/p01" -o "$T/rofs/out"
+	expect_fail "read-only file system (publish --history)" "" "$BFP" publish --dir "$T" \
+		--listen 127.0.0.1:1 --history "$T/rofs"
+	umount "$T/rofs"
 fi
 check "no temporary files are left behind" "! ls '$T'/*.tmp.* >/dev/null 2>&1"
 # disk full: a file size limit makes writes fail with EFBIG, as a full
