@@ -90,6 +90,9 @@ for p in $PIDS; do kill -TERM "$p"; done
 wait
 PIDS=""
 python3 "$HERE/check_buffers.py" "$T/traj/step-0003.safetensors" "$SHM.c" || fail "rollover"
+# the rollover publisher started over at version 0: its patches 0 -> 1 and
+# 1 -> 2 are old for shim c (at 2): validly signed, ignored and counted
+grep -q "old [1-9]" "$T/shimc.log" || fail "replayed old versions were not counted as old"
 python3 "$HERE/check_buffers.py" "$T/traj/step-0002.safetensors" "$SHM.a" > /dev/null ||
 	fail "the shim without key 2 applied a version signed with it"
 ra=$(sed -n 's/.*refused by authentication \([0-9]*\).*/\1/p' "$T/shima.log" | tail -n 1)
