@@ -1335,9 +1335,10 @@ int main(int argc, char **argv)
 		rte_eal_mp_wait_lcore();
 		print_stats(r, stdout);
 		events_emit(&r->ev, "stats", "\"rx\":%" PRIu64 ",\"tx\":%" PRIu64 ",\"cache_hits\":%"
-			    PRIu64 ",\"cache_misses\":%" PRIu64 ",\"nacks\":%" PRIu64,
-			    sum_counter(r, C_RX), sum_counter(r, C_TX), sum_counter(r, C_CACHE_HIT),
-			    sum_counter(r, C_CACHE_MISS), sum_counter(r, C_NACK_RX));
+			    PRIu64 ",\"cache_misses\":%" PRIu64 ",\"nacks\":%" PRIu64 ",\"drop_auth\":%"
+			    PRIu64, sum_counter(r, C_RX), sum_counter(r, C_TX),
+			    sum_counter(r, C_CACHE_HIT), sum_counter(r, C_CACHE_MISS),
+			    sum_counter(r, C_NACK_RX), sum_counter(r, C_AUTH_FAIL));
 		rc = 0;
 	}
 	relay_teardown(r);

@@ -794,8 +794,8 @@ int cmd_publish(int argc, char **argv)
 		"refused (authentication)\n", ver, P.sent_frames, P.sent_bytes, P.nacks, P.resent,
 		P.keyframes, P.history_errors, P.auth_fail);
 	events_emit(&P.ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%" PRIu64
-		    ",\"resent\":%" PRIu64 ",\"version\":%u", P.sent_frames, P.sent_bytes, P.nacks,
-		    P.resent, ver);
+		    ",\"resent\":%" PRIu64 ",\"version\":%u,\"auth_fail\":%" PRIu64, P.sent_frames,
+		    P.sent_bytes, P.nacks, P.resent, ver, P.auth_fail);
 	for (unsigned i = 0; i < P.n_hist; i++)
 		patch_free(&P.hist[i]);
 	patch_free(&P.key);

@@ -840,8 +840,8 @@ int main(int argc, char **argv)
 	events_emit(&s.ev, "stats", "\"frames\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"dup\":%"
 		    PRIu64 ",\"old\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"commits\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"verified_bytes\":%" PRIu64
-		    ",\"version\":%u", s.rx, s.rx_bytes, s.dup, s.old, s.bad, s.nacks, s.commits,
-		    s.resyncs, s.verified_bytes, version(&s));
+		    ",\"version\":%u,\"auth_fail\":%" PRIu64, s.rx, s.rx_bytes, s.dup, s.old, s.bad,
+		    s.nacks, s.commits, s.resyncs, s.verified_bytes, version(&s), s.auth_fail);
 	for (unsigned i = 0; i < SLOTS; i++)
 		slot_free(&s, &s.slots[i]);
 #ifdef BFP_SHIM_DPDK
