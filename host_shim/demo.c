@@ -616,6 +616,7 @@ int cmd_demo(int argc, char **argv)
 		       "commit\n", steps, (double)total_wire / 1e6, (double)bytes * steps / 1e6,
 		       total_wire ? (double)bytes * steps / (double)total_wire : 0.0,
 		       total_s * 1e3 / steps);
+	fflush(stdout); /* before the counters other processes print */
 	for (int i = 0; i < ACTORS; i++)
 		if (w[i].map)
 			wbuf_close(&w[i]);
