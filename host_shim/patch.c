@@ -199,12 +199,23 @@ static int run_threads(int threads, void *(*fn)(void *), void *arg,
 static int patch_finish(patch *parts, size_t n_parts, patch *out, char *err,
 			size_t errlen)
 {
-	size_t total = 0;
+	size_t total = 0, bytes = 0;
 	memset(out, 0, sizeof(*out));
-	for (size_t c = 0; c < n_parts; c++)
+	for (size_t c = 0; c < n_parts; c++) {
 		total += parts[c].n;
+		bytes += parts[c].len;
+	}
 	if (total > UINT32_MAX)
 		return set_err(err, errlen, "patch would have more than 2^32 frames");
+	/* sized once: a dense patch is as big as the model */
+	out->buf = malloc(bytes ? bytes : 1);
+	out->off = malloc((total + 1) * sizeof(size_t));
+	if (!out->buf || !out->off) {
+		patch_free(out);
+		return set_err(err, errlen, "out of memory");
+	}
+	out->cap = bytes;
+	out->off_cap = total + 1;
 	for (size_t c = 0; c < n_parts; c++) {
 		for (size_t i = 0; i < parts[c].n; i++) {
 			uint8_t *f = parts[c].buf + parts[c].off[i];
