@@ -64,6 +64,19 @@ void rp_auth_seal(const rp_auth *a, const uint8_t *msg, size_t len, uint64_t tim
 rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int control,
 			    uint64_t now_us, size_t *msg_len);
 
+/* What a receiver does with a datagram: with keys, rp_auth_open (now
+ * taken from the clock for control messages); without keys, a trailer is
+ * stripped unchecked. *msg_len is the length without the trailer. */
+rp_auth_result rp_auth_accept(rp_auth *a, const uint8_t *p, size_t len, int control,
+			      size_t *msg_len);
+
+/* rp_ctl_build (proto.h) into p[0, cap), followed by a trailer signed at
+ * the current time when a holds keys; the length, or 0 if it does not fit.
+ * The control message type is passed opaque to keep this header free of
+ * proto.h. */
+struct rp_ctl;
+size_t rp_auth_ctl_build(const rp_auth *a, uint8_t *p, size_t cap, const struct rp_ctl *c);
+
 /* Whether p[0, len) ends in something shaped like a trailer (its magic). */
 int rp_auth_has_trailer(const uint8_t *p, size_t len);
 

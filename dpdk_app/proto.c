@@ -387,6 +387,29 @@ size_t rp_ctl_build(uint8_t *p, size_t cap, const rp_ctl *c)
 	return len;
 }
 
+/* ---- authenticated control I/O (auth.h; both auth.c and auth_none.c) ---- */
+
+rp_auth_result rp_auth_accept(rp_auth *a, const uint8_t *p, size_t len, int control,
+			      size_t *msg_len)
+{
+	if (a->n_keys)
+		return rp_auth_open(a, p, len, control, control ? rp_auth_now_us() : 0, msg_len);
+	*msg_len = rp_auth_has_trailer(p, len) ? len - RP_AUTH_LEN : len;
+	return RP_AUTH_OK;
+}
+
+size_t rp_auth_ctl_build(const rp_auth *a, uint8_t *p, size_t cap, const struct rp_ctl *c)
+{
+	if (cap < RP_AUTH_LEN)
+		return 0;
+	size_t n = rp_ctl_build(p, cap - RP_AUTH_LEN, c);
+	if (n && a->n_keys) {
+		rp_auth_seal(a, p, n, rp_auth_now_us(), p + n);
+		n += RP_AUTH_LEN;
+	}
+	return n;
+}
+
 /* ---- token bucket ---- */
 
 void rp_bucket_init(rp_bucket *b, uint64_t rate, uint64_t burst, uint64_t now)

@@ -221,11 +221,7 @@ static struct rte_mbuf *ctl_packet(relay *r, uint16_t port, const uint8_t dmac[6
 				   lcore_stats *st)
 {
 	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
-	size_t n = rp_ctl_build(msg, sizeof(msg) - RP_AUTH_LEN, c);
-	if (n && r->auth.n_keys) { /* signed: the upstream and subscribers verify */
-		rp_auth_seal(&r->auth, msg, n, rp_auth_now_us(), msg + n);
-		n += RP_AUTH_LEN;
-	}
+	size_t n = rp_auth_ctl_build(&r->auth, msg, sizeof(msg), c); /* signed with --key */
 	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool);
 	if (!m || n == 0) {
 		st->c[C_NO_MBUF]++;
@@ -513,13 +509,10 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 	rp_ctl c;
 	const uint8_t *p = rte_pktmbuf_mtod(m, const uint8_t *) + k->l4_off;
 	size_t len = k->l4_len;
-	if (r->auth.n_keys) { /* signed by a key holder, fresh, not seen before */
-		if (rp_auth_open(&r->auth, p, len, 1, rp_auth_now_us(), &len) != RP_AUTH_OK) {
-			st->c[C_AUTH_FAIL]++;
-			return;
-		}
-	} else if (rp_auth_has_trailer(p, len)) {
-		len -= RP_AUTH_LEN; /* signed, but we hold no key to check it */
+	/* with --key: signed by a key holder, fresh, not seen before */
+	if (rp_auth_accept(&r->auth, p, len, 1, &len) != RP_AUTH_OK) {
+		st->c[C_AUTH_FAIL]++;
+		return;
 	}
 	if (rp_ctl_parse(p, len, &c) != 0) {
 		st->c[C_CTL_BAD]++;

@@ -176,14 +176,9 @@ static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub
 static void pub_ctl_send(pub *P, const rp_ctl *c, const struct sockaddr_in *a)
 {
 	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
-	size_t n = rp_ctl_build(msg, sizeof(msg) - RP_AUTH_LEN, c);
-	if (!n)
-		return;
-	if (P->auth.n_keys) {
-		rp_auth_seal(&P->auth, msg, n, rp_auth_now_us(), msg + n);
-		n += RP_AUTH_LEN;
-	}
-	sendto(P->sock, msg, n, 0, (const struct sockaddr *)a, sizeof(*a));
+	size_t n = rp_auth_ctl_build(&P->auth, msg, sizeof(msg), c);
+	if (n)
+		sendto(P->sock, msg, n, 0, (const struct sockaddr *)a, sizeof(*a));
 }
 
 static void pub_send_one(pub *P, pub_sub *s, const patch *p, size_t first, size_t count)
@@ -231,19 +226,16 @@ static void pub_control(pub *P)
 			     &fl)) > 0) {
 		rp_ctl c;
 		size_t len = (size_t)n;
-		if (P->auth.n_keys) { /* only what a key holder signed, fresh, once */
-			rp_auth_result ar = rp_auth_open(&P->auth, buf, len, 1, rp_auth_now_us(), &len);
-			if (ar != RP_AUTH_OK) {
-				if (P->auth_fail++ < 10) {
-					char peer[64];
-					peer_str(&from, peer, sizeof(peer));
-					fprintf(stderr, "bfpatch publish: control message from %s refused: "
-						"%s\n", peer, rp_auth_result_names[ar]);
-				}
-				continue;
+		/* with keys: only what a key holder signed, fresh, once */
+		rp_auth_result ar = rp_auth_accept(&P->auth, buf, len, 1, &len);
+		if (ar != RP_AUTH_OK) {
+			if (P->auth_fail++ < 10) {
+				char peer[64];
+				peer_str(&from, peer, sizeof(peer));
+				fprintf(stderr, "bfpatch publish: control message from %s refused: %s\n",
+					peer, rp_auth_result_names[ar]);
 			}
-		} else if (rp_auth_has_trailer(buf, len)) {
-			len -= RP_AUTH_LEN; /* signed, but we hold no key to check it */
+			continue;
 		}
 		if (rp_ctl_parse(buf, len, &c) != 0)
 			continue;

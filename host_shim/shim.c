@@ -121,11 +121,7 @@ static uint32_t version(const shim *s)
 static void ctl_send(shim *s, const rp_ctl *c)
 {
 	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
-	size_t n = rp_ctl_build(msg, sizeof(msg) - RP_AUTH_LEN, c);
-	if (n && s->auth.n_keys) {
-		rp_auth_seal(&s->auth, msg, n, rp_auth_now_us(), msg + n);
-		n += RP_AUTH_LEN;
-	}
+	size_t n = rp_auth_ctl_build(&s->auth, msg, sizeof(msg), c);
 	if (n)
 		sendto(s->sock, msg, n, 0, (const struct sockaddr *)&s->upstream,
 		       sizeof(s->upstream));
@@ -421,16 +417,13 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->rx++;
 		s->rx_bytes += len;
 	}
-	if (s->auth.n_keys) { /* nothing unsigned is staged or believed */
-		rp_auth_result ar = rp_auth_open(&s->auth, p, len, control, rp_auth_now_us(), &len);
-		if (ar != RP_AUTH_OK) {
-			if (s->auth_fail++ < 10)
-				fprintf(stderr, "bfpatch-shim: %s refused: %s\n",
-					control ? "control message" : "frame", rp_auth_result_names[ar]);
-			return 0;
-		}
-	} else if (rp_auth_has_trailer(p, len)) {
-		len -= RP_AUTH_LEN; /* signed, but we hold no key to check it */
+	/* with keys, nothing unsigned is staged or believed */
+	rp_auth_result ar = rp_auth_accept(&s->auth, p, len, control, &len);
+	if (ar != RP_AUTH_OK) {
+		if (s->auth_fail++ < 10)
+			fprintf(stderr, "bfpatch-shim: %s refused: %s\n",
+				control ? "control message" : "frame", rp_auth_result_names[ar]);
+		return 0;
 	}
 	if (control) {
 		on_control(s, p, len); /* control magic (PROTOCOL.md 2) */
