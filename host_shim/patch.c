@@ -455,7 +455,7 @@ typedef struct apply_job {
 	int resume;
 	atomic_size_t next;
 	atomic_int failed;
-	atomic_uint_fast64_t done_params, verified, skipped;
+	atomic_uint_fast64_t done_params, skipped;
 	size_t bad_frame;
 	int status;
 } apply_job;
@@ -502,7 +502,6 @@ static void *apply_worker(void *arg)
 			break;
 		}
 		atomic_fetch_add(&j->done_params, h.range_len);
-		atomic_fetch_add(&j->verified, 2ull * h.range_len);
 	}
 	free(ao.zstd_workspace);
 	free(dec);
@@ -527,7 +526,7 @@ int patch_apply_frames(const uint8_t *const *frames, const uint32_t *lens, size_
 	run_threads(ctl ? ctl->threads : 0, apply_worker, &j, &j.done_params, n_params,
 		    ctl ? ctl->progress : 0, "apply");
 	if (res) {
-		res->verified_bytes = atomic_load(&j.verified);
+		res->verified_bytes = 2 * atomic_load(&j.done_params); /* every range verified */
 		res->skipped_frames = atomic_load(&j.skipped);
 		res->bad_frame = j.bad_frame;
 		res->status = j.status;
