@@ -15,6 +15,8 @@ import struct
 import sys
 import time
 
+import ctlwire
+
 patch, keyfile, dst, ctl = sys.argv[1:5]
 kid, khex = open(keyfile).read().split()
 key = bytes.fromhex(khex)
@@ -26,15 +28,6 @@ rng = random.Random(5)
 def trailer(msg, k, key_id, t_us=0):
     head = struct.pack("<IIQ", 0x41504642, key_id, t_us)
     return head + hashlib.blake2b(msg + head, digest_size=16, key=k).digest()
-
-
-def crc32c(b):
-    crc = 0xFFFFFFFF
-    for x in b:
-        crc ^= x
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 data = open(patch, "rb").read()
@@ -66,18 +59,11 @@ for f in frames:
     send("unknown key id", f + trailer(f, key, int(kid) + 100))
 # control messages: a JOIN (data port 9) and a NACK, each signed properly
 # but 31 s old, then a fresh JOIN sent twice (the second is a replay)
-def ctl_msg(typ, version, port_or_flags, ranges=()):
-    body = struct.pack("<IBBHQIII", 0x43504642, 1, typ, port_or_flags, 0, version, 0, len(ranges))
-    for first, n in ranges:
-        body += struct.pack("<II", first, n)
-    return body + struct.pack("<I", crc32c(body))
-
-
 now = int(time.time() * 1e6)
 to = (chost, int(cport))
-for m in (ctl_msg(1, 0, 9), ctl_msg(3, 1, 0, [(0, 5)])):
+for m in (ctlwire.message(ctlwire.JOIN, 0, 9), ctlwire.message(ctlwire.NACK, 1, 0, [(0, 5)])):
     send("stale control", m + trailer(m, key, int(kid), now - 31_000_000), to)
-m = ctl_msg(1, 0, 9)
+m = ctlwire.message(ctlwire.JOIN, 0, 9)
 fresh = m + trailer(m, key, int(kid), now)
 send("control (first copy)", fresh, to)
 send("replayed control", fresh, to)

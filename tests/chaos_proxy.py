@@ -15,18 +15,11 @@ import struct
 import sys
 import time
 
+import ctlwire
+
 lport, pport, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 loss, dup, reorder = (float(x) for x in sys.argv[4:7])
 rng = random.Random(int(sys.argv[7]))
-
-
-def crc32c(b):
-    crc = 0xFFFFFFFF
-    for x in b:
-        crc ^= x
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 shim_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -45,8 +38,7 @@ while time.monotonic() < end:
         m, src = shim_side.recvfrom(65536)
         if m[:4] == b"BFPC" and len(m) >= 32 and m[5] == 1:  # JOIN: frames to us
             shim_data = (src[0], struct.unpack_from("<H", m, 6)[0])
-            m = m[:6] + struct.pack("<H", my_data_port) + m[8:-4]
-            m += struct.pack("<I", crc32c(m))
+            m = ctlwire.seal(m[:6] + struct.pack("<H", my_data_port) + m[8:-4])
         pub_side.sendto(m, ("127.0.0.1", pport))
         n["control"] += 1
     if pub_side in r and shim_data:

@@ -5,23 +5,17 @@ TRAJ_DIR/step-v.safetensors' data (sha256, independent of the codec); a
 buffer mid-commit (1) or awaiting a keyframe resync (2) serves nothing, and
 its sequence counter is odd so readers know. Prints one word per buffer:
 ready, committing or resync."""
-import hashlib
-import struct
 import sys
+
+from check_buffers import checkpoint_sha, read_buffer
 
 traj = sys.argv[1]
 ok = True
 for path in sys.argv[2:]:
-    b = open(path, "rb").read()
-    if b[:8] != b"BFPWBUF1":
-        sys.exit("%s: not a weight buffer" % path)
-    version, state = struct.unpack_from("<II", b, 64)
-    seq = struct.unpack_from("<Q", b, 80)[0]
-    off, n = struct.unpack_from("<QQ", b, 48)
+    version, state, seq, sha = read_buffer(path)
     if state == 0:
-        d = open("%s/step-%04d.safetensors" % (traj, version), "rb").read()
-        want = hashlib.sha256(d[8 + struct.unpack_from("<Q", d)[0]:]).digest()
-        if hashlib.sha256(b[off:off + n]).digest() != want or seq % 2:
+        want = checkpoint_sha("%s/step-%04d.safetensors" % (traj, version))
+        if sha != want or seq % 2:
             print("%s: CORRUPT: ready at version %d but the bytes differ" % (path, version))
             ok = False
             continue
