@@ -47,19 +47,10 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 ip netns add "$P" || exit 1
-$X ip link set lo up
-$X ip link add br0 type bridge
-$X ip addr add 198.18.0.10/24 dev br0
-$X ip link set br0 up
+. "$HERE/../tests/netns_lib.sh"
+bridged_actors "$P" "$ACTORS" bfpb || { echo "bench_e2e: cannot build the namespaces"; exit 1; }
 for i in $(seq "$ACTORS"); do
-	ip netns add "${P}a$i"
-	ip link add "bfpb${i}h" netns "$P" type veth peer name eth0 netns "${P}a$i"
-	$X ip link set "bfpb${i}h" master br0
-	$X ip link set "bfpb${i}h" up
 	$X tc qdisc add dev "bfpb${i}h" root tbf rate 1gbit burst 256kb latency 100ms
-	ip netns exec "${P}a$i" ip link set lo up
-	ip netns exec "${P}a$i" ip addr add 198.18.0.2$i/24 dev eth0
-	ip netns exec "${P}a$i" ip link set eth0 up
 done
 
 echo "bfpatch bench_e2e: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(nproc) CPUs; $ACTORS actor(s), each on a 1 Gbit/s tbf link; publisher -> $([ "$VIA" = relay ] && echo "bfpatch-relay (net_tap) -> ")shims"

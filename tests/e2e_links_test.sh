@@ -34,19 +34,8 @@ fail() {
 [ "$(id -u)" = 0 ] && ip netns add "$P" 2>/dev/null || { echo "skip: needs root and ip netns"; exit 77; }
 command -v nft >/dev/null || { echo "skip: needs nftables"; exit 77; }
 X="ip netns exec $P"
-$X ip link set lo up
-$X ip link add br0 type bridge
-$X ip addr add 198.18.0.10/24 dev br0
-$X ip link set br0 up
-for i in 1 2 3; do
-	ip netns add "${P}a$i"
-	ip link add "bfpl${i}h" netns "$P" type veth peer name eth0 netns "${P}a$i"
-	$X ip link set "bfpl${i}h" master br0
-	$X ip link set "bfpl${i}h" up
-	ip netns exec "${P}a$i" ip link set lo up
-	ip netns exec "${P}a$i" ip addr add 198.18.0.2$i/24 dev eth0
-	ip netns exec "${P}a$i" ip link set eth0 up
-done
+. "$HERE/netns_lib.sh"
+bridged_actors "$P" 3 bfpl || fail "network namespaces"
 $X tc qdisc add dev bfpl1h root tbf rate 100mbit burst 64kb latency 200ms
 $X tc qdisc add dev bfpl2h root tbf rate 1gbit burst 256kb latency 50ms
 $X tc qdisc add dev bfpl3h root tbf rate 1gbit burst 256kb latency 50ms

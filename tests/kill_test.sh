@@ -47,19 +47,8 @@ if [ "$COMP" = relay ]; then
 	[ "$(id -u)" = 0 ] && [ -x "$RELAY" ] && ip netns add "$P" 2>/dev/null ||
 		{ echo "skip: needs root, ip netns and bfpatch-relay"; exit 77; }
 	X="ip netns exec $P"
-	$X ip link set lo up
-	$X ip link add br0 type bridge
-	$X ip addr add 198.18.0.10/24 dev br0
-	$X ip link set br0 up
-	for i in 1 2 3; do
-		ip netns add "${P}a$i"
-		ip link add "bfpk${i}h" netns "$P" type veth peer name eth0 netns "${P}a$i"
-		$X ip link set "bfpk${i}h" master br0
-		$X ip link set "bfpk${i}h" up
-		ip netns exec "${P}a$i" ip link set lo up
-		ip netns exec "${P}a$i" ip addr add 198.18.0.2$i/24 dev eth0
-		ip netns exec "${P}a$i" ip link set eth0 up
-	done
+	. "$HERE/netns_lib.sh"
+	bridged_actors "$P" 3 bfpk || fail "network namespaces"
 	NACTORS=3
 	UP=198.18.0.1:7401
 	PUB_LISTEN=198.18.0.10:7401
