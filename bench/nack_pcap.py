@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """nack_pcap.py PATCH OUT.pcap: packets for the relay's repair benchmark:
 the patch's frames (so the relay caches them), a JOIN from 198.18.2.1, then
-NACKs from that subscriber for runs of 8 cached frames (docs/PROTOCOL.md)."""
+NACKs from that subscriber for runs of 8 cached frames (docs/PROTOCOL.md;
+with the KEY flag, in bytes 6-7, when the frames are a keyframe stream)."""
 import struct
 import sys
 
@@ -29,10 +30,11 @@ def main():
     fr = frames(sys.argv[1])
     model = struct.unpack_from("<Q", fr[0], 8)[0]
     target = struct.unpack_from("<I", fr[0], 20)[0]
+    key = 1 if fr[0][5] in (3, 4) else 0  # NACK KEY flag for keyframe streams
     pkts = [udp(bytes([198, 18, 0, 100]), 7399, 7400, f) for f in fr]
     pkts.append(udp(SUB, 7501, 7401, ctl(1, model, 0, data_port=7500)))
     for k in range(0, len(fr) - 8, 8):
-        pkts.append(udp(SUB, 7501, 7401, ctl(3, model, target, ranges=[(k, 8)])))
+        pkts.append(udp(SUB, 7501, 7401, ctl(3, model, target, data_port=key, ranges=[(k, 8)])))
     write_pcap(sys.argv[2], pkts)
 
 

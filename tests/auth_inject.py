@@ -15,7 +15,8 @@ import struct
 import sys
 import time
 
-import ctlwire
+sys.path.insert(0, __file__.rsplit("/", 1)[0] + "/relay")
+from tap_peers import ctl as ctl_message  # noqa: E402  (written from PROTOCOL.md)
 
 patch, keyfile, dst, ctl = sys.argv[1:5]
 kid, khex = open(keyfile).read().split()
@@ -61,9 +62,9 @@ for f in frames:
 # but 31 s old, then a fresh JOIN sent twice (the second is a replay)
 now = int(time.time() * 1e6)
 to = (chost, int(cport))
-for m in (ctlwire.message(ctlwire.JOIN, 0, 9), ctlwire.message(ctlwire.NACK, 1, 0, [(0, 5)])):
+for m in (ctl_message(1, 0, 0, data_port=9), ctl_message(3, 0, 1, ranges=[(0, 5)])):  # JOIN, NACK
     send("stale control", m + trailer(m, key, int(kid), now - 31_000_000), to)
-m = ctlwire.message(ctlwire.JOIN, 0, 9)
+m = ctl_message(1, 0, 0, data_port=9)
 fresh = m + trailer(m, key, int(kid), now)
 send("control (first copy)", fresh, to)
 send("replayed control", fresh, to)

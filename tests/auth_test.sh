@@ -54,6 +54,7 @@ sleep 0.5
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --key "$T/k1" --wait-subscribers 9 \
 	--steps 1 --linger 0 > "$T/publish0.log" 2>&1 &
 PUB0=$!
+PIDS="$PIDS $PUB0" # stopped by cleanup too if the injector fails
 sleep 0.5
 /usr/bin/python3 "$HERE/auth_inject.py" "$T/p01" "$T/k1" 127.0.0.1:$((port + 1)) 127.0.0.1:$port \
 	> "$T/inject.txt" 2>&1 || fail "injector"
