@@ -44,14 +44,17 @@ static uint64_t dense_cover(const bfp_encoder *e, uint64_t end, size_t budget,
 	return i - e->pos;
 }
 
-static void write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
+/* Returns the number of changes written. */
+static uint64_t write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
 {
+	uint64_t changed = 0;
 	for (uint64_t i = 0; i < len; i++) {
 		uint16_t b = e->base[e->pos + i], t = e->target[e->pos + i];
 		if (b == t) {
 			bfp_bw_put(w, 0, 1);
 			continue;
 		}
+		changed++;
 		uint16_t d = (uint16_t)(bfp_key(t) - bfp_key(b));
 		unsigned m = bfp_mag(d);
 		bfp_bw_put(w, 1, 1);
@@ -60,6 +63,7 @@ static void write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
 		if (m > 1)
 			bfp_put_eg0(w, m - 2);
 	}
+	return changed;
 }
 
 /* Keyframe covering as much as fits from e->pos: byte planes through zstd
@@ -145,6 +149,7 @@ bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 	enc->pos = begin;
 	enc->end = end;
 	enc->emitted = 0;
+	enc->changed = 0;
 	enc->n_changes = 0;
 	return BFP_OK;
 }
@@ -157,6 +162,11 @@ size_t bfp_frame_bound(uint32_t frame_size)
 uint32_t bfp_encoder_frames(const bfp_encoder *enc)
 {
 	return enc->emitted;
+}
+
+uint64_t bfp_encoder_changed(const bfp_encoder *enc)
+{
+	return enc->changed;
 }
 
 bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
@@ -200,11 +210,12 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 			if (dense_len > sparse_len) {
 				len = dense_len;
 				h.encoding = BFP_ENC_DENSE;
-				write_dense(e, len, &w);
+				e->changed += write_dense(e, len, &w);
 			} else {
 				len = sparse_len;
 				h.encoding = BFP_ENC_SPARSE;
 				bfp_sparse_write(e, k, &pl, &w);
+				e->changed += k;
 			}
 			pl_len = bfp_bw_finish(&w);
 			if (w.overflow)

@@ -185,7 +185,8 @@ bfp_status bfp_frame_parse(const void *frame, size_t len, bfp_frame_header *h)
 			  BFP_E_BASE_VERSION);
 	h->frame_index = bfp_ld32(p + 24);
 	h->frame_count = bfp_ld32(p + 28);
-	BFP_CHECK(h->frame_count > 0 && h->frame_index < h->frame_count,
+	/* frame_count 0: streamed, the count was not known yet (FORMAT.md 2.5) */
+	BFP_CHECK(h->frame_count == 0 || h->frame_index < h->frame_count,
 		  BFP_E_COUNT);
 	h->range_begin = bfp_ld64(p + 32);
 	h->range_len = bfp_ld32(p + 40);
@@ -204,7 +205,7 @@ bfp_status bfp_frame_set_index(void *frame, size_t len, uint32_t index,
 	if (st != BFP_OK)
 		return st;
 	BFP_CHECK(fl == len, BFP_E_LENGTH);
-	BFP_CHECK(count > 0 && index < count, BFP_E_COUNT);
+	BFP_CHECK(count == 0 || index < count, BFP_E_COUNT);
 	bfp_st32(p + 24, index);
 	bfp_st32(p + 28, count);
 	bfp_frame_seal(p, len);

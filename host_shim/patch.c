@@ -96,8 +96,52 @@ typedef struct enc_job {
 	atomic_size_t next;
 	atomic_int failed;
 	atomic_uint_fast64_t done_params;
+	atomic_size_t chunks_done;
+	atomic_uint_fast64_t changed;
 	int status;
+	/* streaming (o->stream): workers push frames and mark chunks done
+	 * under mu; the calling thread sends the in-order prefix */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint8_t *chunk_done;
 } enc_job;
+
+/* Workers tell the streaming sender about a frame, a finished chunk or a
+ * failure; without streaming there is nobody to tell. */
+static void enc_notify(enc_job *j, size_t c, int chunk_done)
+{
+	if (!j->o->stream)
+		return;
+	pthread_mutex_lock(&j->mu);
+	if (chunk_done)
+		j->chunk_done[c] = 1;
+	pthread_cond_signal(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+}
+
+/* The last chunk is done: every other worker's parts are complete (the
+ * chunk counter orders their writes before this), and the streaming
+ * sender only reads them. */
+static void enc_encoded(enc_job *j)
+{
+	size_t frames = 0, bytes = 0;
+	for (size_t c = 0; c < j->n_chunks; c++) {
+		frames += j->parts[c].n;
+		bytes += j->parts[c].len;
+	}
+	j->o->encoded(j->o->stream_arg, frames, bytes, atomic_load(&j->changed));
+}
+
+static int enc_push(enc_job *j, size_t c, const uint8_t *frame, size_t len)
+{
+	if (!j->o->stream)
+		return patch_push(&j->parts[c], frame, len);
+	pthread_mutex_lock(&j->mu);
+	int rc = patch_push(&j->parts[c], frame, len);
+	pthread_cond_signal(&j->cv);
+	pthread_mutex_unlock(&j->mu);
+	return rc;
+}
 
 static void *enc_worker(void *arg)
 {
@@ -135,37 +179,61 @@ static void *enc_worker(void *arg)
 		size_t len;
 		while (st == BFP_OK) {
 			st = bfp_encode_next(enc, frame, sizeof(frame), &len);
-			if (st == BFP_OK && patch_push(&j->parts[c], frame, len))
+			if (st == BFP_OK && enc_push(j, c, frame, len))
 				st = BFP_E_SPACE;
 		}
 		if (st != BFP_DONE) {
 			j->status = st;
 			atomic_store(&j->failed, 1);
+			enc_notify(j, c, 0);
 			break;
 		}
 		atomic_fetch_add(&j->done_params, j->chunks[c].end - j->chunks[c].begin);
+		atomic_fetch_add(&j->changed, bfp_encoder_changed(enc));
+		if (atomic_fetch_add(&j->chunks_done, 1) + 1 == j->n_chunks && j->o->encoded)
+			enc_encoded(j);
+		enc_notify(j, c, 1);
 	}
 	free(ws);
 	free(enc);
 	return NULL;
 }
 
-static int run_threads(int threads, void *(*fn)(void *), void *arg,
+typedef struct workers {
+	pthread_t tid[256];
+	int started;
+} workers;
+
+/* Start n workers (0: one per online CPU); with none started, the work is
+ * done here before this returns. */
+static void threads_start(workers *t, int n, void *(*fn)(void *), void *arg)
+{
+	n = n > 0 ? n : cpu_count();
+	if (n > 256)
+		n = 256;
+	t->started = 0;
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&t->tid[t->started], NULL, fn, arg) != 0)
+			break;
+		t->started++;
+	}
+	if (t->started == 0)
+		fn(arg);
+}
+
+static void threads_join(workers *t)
+{
+	for (int i = 0; i < t->started; i++)
+		pthread_join(t->tid[i], NULL);
+	t->started = 0;
+}
+
+static int run_threads(int nthreads, void *(*fn)(void *), void *arg,
 		       atomic_uint_fast64_t *done, uint64_t total, int progress,
 		       const char *what)
 {
-	pthread_t tid[256];
-	int n = threads > 0 ? threads : cpu_count();
-	if (n > 256)
-		n = 256;
-	int started = 0;
-	for (int i = 0; i < n; i++) {
-		if (pthread_create(&tid[i], NULL, fn, arg) != 0)
-			break;
-		started++;
-	}
-	if (started == 0)
-		fn(arg); /* no threads available: do the work here */
+	workers t;
+	threads_start(&t, nthreads, fn, arg);
 	if (progress && done) {
 		struct timespec ts = {0, 200 * 1000 * 1000};
 		int last = -1;
@@ -180,19 +248,62 @@ static int run_threads(int threads, void *(*fn)(void *), void *arg,
 			if (d >= total)
 				break;
 			int alive = 0;
-			for (int i = 0; i < started; i++)
-				if (pthread_tryjoin_np(tid[i], NULL) == EBUSY)
+			for (int i = 0; i < t.started; i++)
+				if (pthread_tryjoin_np(t.tid[i], NULL) == EBUSY)
 					alive = 1;
 				else
-					tid[i] = tid[--started], i--;
+					t.tid[i] = t.tid[--t.started], i--;
 			if (!alive)
 				break;
 			nanosleep(&ts, NULL);
 		}
 	}
-	for (int i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
+	threads_join(&t);
 	return 0;
+}
+
+/* Streaming: hand the frames of the finished prefix of chunks to
+ * o->stream in index order, with frame_count 0 (FORMAT.md 2.5), while the
+ * workers encode the rest. Frames are copied out under the lock, since a
+ * worker may grow its chunk's buffer meanwhile. */
+static void stream_frames(enc_job *j)
+{
+	enum { BATCH = 64 };
+	uint8_t *buf = malloc((size_t)BATCH * BFP_FRAME_SIZE_MAX);
+	uint8_t *fr[BATCH];
+	size_t len[BATCH];
+	size_t c = 0, sent = 0;
+	uint32_t index = 0;
+	if (!buf) {
+		atomic_store(&j->failed, 1);
+		return;
+	}
+	pthread_mutex_lock(&j->mu);
+	while (c < j->n_chunks && !atomic_load(&j->failed)) {
+		patch *pc = &j->parts[c];
+		if (sent < pc->n) {
+			size_t k = pc->n - sent < BATCH ? pc->n - sent : BATCH, at = 0;
+			for (size_t i = 0; i < k; i++) {
+				len[i] = pc->off[sent + i + 1] - pc->off[sent + i];
+				fr[i] = buf + at;
+				memcpy(fr[i], pc->buf + pc->off[sent + i], len[i]);
+				at += len[i];
+			}
+			sent += k;
+			pthread_mutex_unlock(&j->mu);
+			for (size_t i = 0; i < k; i++)
+				bfp_frame_set_index(fr[i], len[i], index++, 0);
+			j->o->stream(j->o->stream_arg, fr, len, k);
+			pthread_mutex_lock(&j->mu);
+		} else if (j->chunk_done[c]) {
+			c++;
+			sent = 0;
+		} else {
+			pthread_cond_wait(&j->cv, &j->mu);
+		}
+	}
+	pthread_mutex_unlock(&j->mu);
+	free(buf);
 }
 
 /* Concatenate parts in chunk order and assign indices 0..n-1 of n. */
@@ -244,10 +355,26 @@ static int encode_chunks(const uint16_t *base, const uint16_t *target,
 	j.chunks = chunks;
 	j.n_chunks = n_chunks;
 	j.parts = calloc(n_chunks ? n_chunks : 1, sizeof(patch));
-	if (!j.parts)
+	j.chunk_done = calloc(n_chunks ? n_chunks : 1, 1);
+	if (!j.parts || !j.chunk_done) {
+		free(j.parts);
+		free(j.chunk_done);
 		return set_err(err, errlen, "out of memory");
-	run_threads(o->threads, enc_worker, &j, &j.done_params, n, o->progress,
-		    "diff");
+	}
+	if (o->stream) {
+		workers t;
+		pthread_mutex_init(&j.mu, NULL);
+		pthread_cond_init(&j.cv, NULL);
+		threads_start(&t, o->threads, enc_worker, &j);
+		stream_frames(&j);
+		threads_join(&t);
+		pthread_cond_destroy(&j.cv);
+		pthread_mutex_destroy(&j.mu);
+	} else {
+		run_threads(o->threads, enc_worker, &j, &j.done_params, n, o->progress, "diff");
+	}
+	if (n_chunks == 0 && o->encoded)
+		o->encoded(o->stream_arg, 0, 0, 0);
 	int rc = 0;
 	if (atomic_load(&j.failed))
 		rc = set_err(err, errlen, "encode failed: %s",
@@ -257,6 +384,7 @@ static int encode_chunks(const uint16_t *base, const uint16_t *target,
 	for (size_t c = 0; c < n_chunks; c++)
 		patch_free(&j.parts[c]);
 	free(j.parts);
+	free(j.chunk_done);
 	return rc;
 }
 
@@ -341,6 +469,9 @@ int patch_parse(patch *p, char *err, size_t errlen)
 		if (st != BFP_OK)
 			return set_err(err, errlen, "frame %zu at byte %zu: %s", p->n, at,
 				    bfp_status_str(st));
+		if (h.frame_count == 0) /* FORMAT.md 4: files hold finished patches */
+			return set_err(err, errlen, "frame %zu: frame_count 0 (a streamed frame) in "
+				    "a patch file", p->n);
 		if (p->n == 0)
 			first = h;
 		else if (h.model_id != first.model_id ||
@@ -417,29 +548,56 @@ static int cmp_range(const void *a, const void *b)
 	return x->begin < y->begin ? -1 : (x->begin > y->begin);
 }
 
+/* Ranges r[0..n) (sorted here) tile [0, n_params) exactly. */
+static int check_tiling(range *r, size_t n, uint64_t n_params, char *err, size_t errlen)
+{
+	qsort(r, n, sizeof(range), cmp_range);
+	uint64_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (r[i].begin != at)
+			return set_err(err, errlen, "frames do not tile the model: %s at parameter %llu",
+				       r[i].begin > at ? "gap" : "overlap", (unsigned long long)at);
+		at = r[i].end;
+	}
+	if (at != n_params)
+		return set_err(err, errlen, "frames cover %llu parameters, the model has %llu",
+			       (unsigned long long)at, (unsigned long long)n_params);
+	return 0;
+}
+
+/* The range of a frame that already passed bfp_frame_parse. */
+static range frame_range(const uint8_t *f)
+{
+	uint64_t b = 0;
+	uint32_t l = 0;
+	for (int i = 7; i >= 0; i--)
+		b = b << 8 | f[32 + i];
+	for (int i = 3; i >= 0; i--)
+		l = l << 8 | f[40 + i];
+	return (range){b, b + l};
+}
+
 int patch_check_cover(const patch *p, uint64_t n_params, char *err, size_t errlen)
 {
 	range *r = malloc((p->n ? p->n : 1) * sizeof(range));
 	if (!r)
 		return set_err(err, errlen, "out of memory");
-	for (size_t i = 0; i < p->n; i++) {
-		bfp_frame_header h;
-		bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &h);
-		r[i].begin = h.range_begin;
-		r[i].end = h.range_begin + h.range_len;
-	}
-	qsort(r, p->n, sizeof(range), cmp_range);
-	uint64_t at = 0;
-	int rc = 0;
-	for (size_t i = 0; i < p->n && !rc; i++) {
-		if (r[i].begin != at)
-			rc = set_err(err, errlen, "frames do not tile the model: %s at parameter %llu",
-				  r[i].begin > at ? "gap" : "overlap", (unsigned long long)at);
-		at = r[i].end;
-	}
-	if (!rc && at != n_params)
-		rc = set_err(err, errlen, "frames cover %llu parameters, the model has %llu",
-			  (unsigned long long)at, (unsigned long long)n_params);
+	for (size_t i = 0; i < p->n; i++)
+		r[i] = frame_range(p->buf + p->off[i]);
+	int rc = check_tiling(r, p->n, n_params, err, errlen);
+	free(r);
+	return rc;
+}
+
+int frames_check_cover(const uint8_t *const *frames, size_t n, uint64_t n_params, char *err,
+		       size_t errlen)
+{
+	range *r = malloc((n ? n : 1) * sizeof(range));
+	if (!r)
+		return set_err(err, errlen, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		r[i] = frame_range(frames[i]);
+	int rc = check_tiling(r, n, n_params, err, errlen);
 	free(r);
 	return rc;
 }

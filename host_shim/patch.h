@@ -26,7 +26,18 @@ typedef struct patch_opts {
 	uint32_t target_version;
 	uint32_t enc_flags;   /* BFP_ENC_F_* */
 	int threads;          /* 0 = all online CPUs */
-	int progress;         /* print progress to stderr */
+	int progress;         /* print progress to stderr (not with stream) */
+	/* Optional, for senders: called on the calling thread with each run
+	 * of frames whose index is known (every earlier chunk is encoded), in
+	 * index order and with frame_count 0 (FORMAT.md 2.5), while the
+	 * workers encode the rest. The patch returned holds the same frames
+	 * with the final count. */
+	void (*stream)(void *arg, uint8_t *const *frames, const size_t *lens, size_t n);
+	/* Optional: called once every frame is encoded (on a worker thread;
+	 * with stream, the last frames may not have been sent yet), with the
+	 * patch's frames, bytes and changed parameters (bfp_encoder_changed). */
+	void (*encoded)(void *arg, size_t frames, size_t bytes, uint64_t changed);
+	void *stream_arg;
 } patch_opts;
 
 /* Chunk of parameters encoded as one unit: frames never span chunks or
@@ -49,6 +60,9 @@ int patch_read(const char *path, patch *p, char *err, size_t errlen);
 /* Frames must tile [0, n_params) exactly. */
 int patch_check_cover(const patch *p, uint64_t n_params, char *err,
 		      size_t errlen);
+/* The same for n frames that each passed bfp_frame_parse. */
+int frames_check_cover(const uint8_t *const *frames, size_t n, uint64_t n_params, char *err,
+		       size_t errlen);
 
 /* Apply every frame to params (validated frame by frame; on error the
  * buffer may be partly at target: callers write outputs only on success). */

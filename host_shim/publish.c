@@ -115,24 +115,24 @@ static void peer_str(const struct sockaddr_in *a, char *out, size_t n)
 	snprintf(out, n, "%s:%u", ip, ntohs(a->sin_port));
 }
 
-/* Send frames [first, first + count) of p to the subscribers in to[]
- * (n_to of them), in sendmmsg batches, paced by the token bucket. */
-static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub *const *to,
-		     unsigned n_to)
+enum { SEND_BATCH = 32 };
+
+/* Send n frames to the subscribers in to[] (n_to of them), in sendmmsg
+ * batches, paced by the token bucket. */
+static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size_t n,
+			    pub_sub *const *to, unsigned n_to)
 {
-	enum { BATCH = 32 };
+	enum { BATCH = SEND_BATCH };
 	struct mmsghdr m[BATCH];
 	struct iovec iov[2 * BATCH];
 	uint8_t trailer[BATCH][RP_AUTH_LEN];
 	int keyed = P->auth.n_keys > 0;
-	for (size_t i = first; i < first + count && i < p->n;) {
-		size_t nb = first + count - i < BATCH ? first + count - i : BATCH;
-		if (i + nb > p->n)
-			nb = p->n - i;
+	for (size_t i = 0; i < n;) {
+		size_t nb = n - i < BATCH ? n - i : BATCH;
 		size_t bytes = 0;
 		for (size_t k = 0; k < nb; k++) { /* the same datagrams to everyone */
-			iov[2 * k].iov_base = p->buf + p->off[i + k];
-			iov[2 * k].iov_len = p->off[i + k + 1] - p->off[i + k];
+			iov[2 * k].iov_base = fr[i + k];
+			iov[2 * k].iov_len = lens[i + k];
 			iov[2 * k + 1].iov_base = trailer[k];
 			iov[2 * k + 1].iov_len = keyed ? RP_AUTH_LEN : 0;
 			if (keyed)
@@ -169,6 +169,23 @@ static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub
 			}
 		}
 		i += nb;
+	}
+}
+
+/* Send frames [first, first + count) of p to the subscribers in to[]. */
+static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub *const *to,
+		     unsigned n_to)
+{
+	uint8_t *fr[SEND_BATCH];
+	size_t lens[SEND_BATCH];
+	size_t end = first + count < p->n ? first + count : p->n;
+	for (size_t i = first; i < end;) {
+		size_t nb = 0;
+		for (; nb < SEND_BATCH && i < end; nb++, i++) {
+			fr[nb] = p->buf + p->off[i];
+			lens[nb] = p->off[i + 1] - p->off[i];
+		}
+		pub_send_frames(P, fr, lens, nb, to, n_to);
 	}
 }
 
@@ -327,6 +344,43 @@ static int make_keyframes(const model *cur, uint32_t ver, const patch_opts *po, 
 	ko.base_version = 0;
 	ko.target_version = ver;
 	return patch_encode(cur, cur, &ko, out, err, errlen);
+}
+
+/* The publisher's side of a streamed encode (patch_opts.stream). */
+typedef struct stream_ctx {
+	pub *P;
+	uint32_t version;
+	uint64_t params, changed;
+	int key;
+	double t0, t_first, t_encoded;
+} stream_ctx;
+
+/* Frames of the version being encoded, in index order with frame_count
+ * 0: to every subscriber now; then NACKs of earlier versions and JOINs. */
+static void pub_stream(void *arg, uint8_t *const *fr, const size_t *lens, size_t n)
+{
+	stream_ctx *sc = arg;
+	pub *P = sc->P;
+	pub_sub *to[MAX_SUBS];
+	if (sc->t_first == 0) {
+		sc->t_first = now_s();
+		events_emit(&P->ev, "first_frame", "\"version\":%u", sc->version);
+	}
+	for (unsigned s = 0; s < P->n_subs; s++)
+		to[s] = &P->subs[s];
+	pub_send_frames(P, fr, lens, n, to, P->n_subs);
+	pub_control(P); /* may move subscribers: to[] is rebuilt each time */
+}
+
+/* Every frame encoded (on a worker thread; events are one write each). */
+static void pub_encoded(void *arg, size_t frames, size_t bytes, uint64_t changed)
+{
+	stream_ctx *sc = arg;
+	sc->t_encoded = now_s();
+	sc->changed = changed;
+	events_emit(&sc->P->ev, "encode_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
+		    "\"params\":%" PRIu64 ",\"changed\":%" PRIu64 ",\"key\":%s", sc->version,
+		    frames, bytes, sc->params, changed, sc->key ? "true" : "false");
 }
 
 /* Bring subscribers that are behind version ver up to it: the patches
@@ -736,44 +790,36 @@ int cmd_publish(int argc, char **argv)
 		po.base_version = ver;
 		po.target_version = nver;
 		events_emit(&P.ev, "encode_begin", "\"version\":%u", nver);
-		double t0 = now_s();
-		int erc = keyframes ? make_keyframes(&nw, nver, &po, &P.hist[slot], err, sizeof(err))
-				    : patch_encode(&cur, &nw, &po, &P.hist[slot], err, sizeof(err));
+		/* frames leave while the rest is encoded (FORMAT.md 2.5) */
+		stream_ctx sc = {.P = &P, .version = nver, .params = nw.n_params, .key = keyframes};
+		patch_opts so = po;
+		so.stream = pub_stream;
+		so.encoded = pub_encoded;
+		so.stream_arg = &sc;
+		sc.t0 = now_s();
+		int erc = keyframes ? make_keyframes(&nw, nver, &so, &P.hist[slot], err, sizeof(err))
+				    : patch_encode(&cur, &nw, &so, &P.hist[slot], err, sizeof(err));
 		if (erc) {
 			source_free_model(&S, &nw);
 			rc = die("publish", err);
 			break;
 		}
-		double t1 = now_s();
-		uint64_t changed = 0;
-		for (uint64_t i = 0; i < nw.n_params; i++)
-			changed += cur.params[i] != nw.params[i];
+		double t2 = now_s();
 		const patch *p = &P.hist[slot];
 		P.hist_base[slot] = keyframes ? 0 : ver;
 		P.hist_ver[slot] = nver;
-		events_emit(&P.ev, "encode_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
-			    "\"params\":%" PRIu64 ",\"changed\":%" PRIu64 ",\"key\":%s", nver, p->n,
-			    p->len, nw.n_params, changed, keyframes ? "true" : "false");
-		pub_sub *to[MAX_SUBS];
-		unsigned n_to = 0;
-		for (unsigned s = 0; s < P.n_subs; s++)
-			to[n_to++] = &P.subs[s];
-		events_emit(&P.ev, "first_frame", "\"version\":%u", nver);
-		for (size_t i = 0; i < p->n; i += 256) {
-			pub_send(&P, p, i, 256, to, n_to);
-			pub_control(&P); /* NACKs of the previous version, JOINs */
-			n_to = 0;        /* pub_control may have moved subscribers */
-			for (unsigned s = 0; s < P.n_subs; s++)
-				to[n_to++] = &P.subs[s];
-		}
-		double t2 = now_s();
 		events_emit(&P.ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
-			    "\"subscribers\":%u", nver, p->n, p->len, n_to);
+			    "\"subscribers\":%u", nver, p->n, p->len, P.n_subs);
+		uint64_t changed = sc.changed;
+		if (keyframes) /* the dense baseline: keyframes carry no changes */
+			for (uint64_t i = 0; i < nw.n_params; i++)
+				changed += cur.params[i] != nw.params[i];
 		fprintf(stderr, "bfpatch publish: version %u -> %u: %.3f%% changed, %zu frames, %zu "
-			"bytes (%.1fx smaller than dense), encode %.1f ms, send %.1f ms, %u "
-			"subscriber(s)\n", ver, nver, 100.0 * (double)changed / (double)nw.n_params,
-			p->n, p->len, (double)nw.n_params * 2 / (double)p->len, (t1 - t0) * 1e3,
-			(t2 - t1) * 1e3, n_to);
+			"bytes (%.1fx smaller than dense); first frame out after %.1f ms, encoded in "
+			"%.1f ms, sent in %.1f ms, %u subscriber(s)\n", ver, nver,
+			100.0 * (double)changed / (double)nw.n_params, p->n, p->len,
+			(double)nw.n_params * 2 / (double)p->len, (sc.t_first - sc.t0) * 1e3,
+			(sc.t_encoded - sc.t0) * 1e3, (t2 - sc.t0) * 1e3, P.n_subs);
 		history_put(&P, p, P.hist_base[slot], nver, old_base, old_ver);
 		source_free_model(&S, &cur);
 		cur = nw;

@@ -59,7 +59,12 @@ static void on_signal(int s)
 #define NACK_GIVE_UP 8
 
 typedef struct slot {
-	uint32_t base, target, count, have;
+	int used;
+	uint32_t base, target, have;
+	uint32_t count;         /* frames of the patch; 0: not known yet (streamed
+				 * frames, FORMAT.md 2.5) */
+	uint32_t hi;            /* highest index staged, plus one */
+	uint32_t cap;           /* entries of frames[] and flen[] */
 	int key;                /* a keyframe stream (resync), not a patch */
 	uint8_t **frames;
 	uint32_t *flen;
@@ -141,7 +146,7 @@ static void join(shim *s)
 
 static void slot_free(shim *s, slot *sl)
 {
-	for (uint32_t i = 0; sl->frames && i < sl->count; i++)
+	for (uint32_t i = 0; sl->frames && i < sl->cap; i++)
 		free(sl->frames[i]);
 	free(sl->frames);
 	free(sl->flen);
@@ -161,7 +166,7 @@ static uint32_t floor_version(const shim *s)
 
 static int slot_complete(const slot *sl)
 {
-	return sl->count && sl->have == sl->count;
+	return sl->used && sl->count && sl->have == sl->count;
 }
 
 /* What commits next, if staged completely or not: a keyframe stream of
@@ -173,7 +178,7 @@ static slot *next_slot(shim *s, int complete)
 	uint32_t fl = floor_version(s);
 	for (unsigned i = 0; i < SLOTS; i++) {
 		slot *k = &s->slots[i];
-		if (k->count && k->key && k->target >= fl && (!complete || slot_complete(k)) &&
+		if (k->used && k->key && k->target >= fl && (!complete || slot_complete(k)) &&
 		    (!best || k->target > best->target))
 			best = k;
 	}
@@ -181,7 +186,7 @@ static slot *next_slot(shim *s, int complete)
 		return best;
 	for (unsigned i = 0; i < SLOTS; i++) {
 		slot *k = &s->slots[i];
-		if (k->count && !k->key && k->base == version(s) &&
+		if (k->used && !k->key && k->base == version(s) &&
 		    (state(s) != WBUF_COMMITTING || k->target == fl) &&
 		    (!complete || slot_complete(k)))
 			return k;
@@ -201,8 +206,9 @@ static void send_nack(shim *s)
 	if (!sl) /* nothing of it arrived, later versions did: ask for it all */
 		c.ranges[c.n_ranges++] = (rp_range){0, 4096};
 	uint32_t asked = sl ? 0 : 4096;
-	for (uint32_t i = 0; sl && i < sl->count && c.n_ranges < RP_NACK_MAX; i++) {
-		if (sl->frames[i])
+	uint32_t known = sl ? (sl->count ? sl->count : sl->hi) : 0;
+	for (uint32_t i = 0; i < known && c.n_ranges < RP_NACK_MAX; i++) {
+		if (i < sl->cap && sl->frames[i])
 			continue;
 		asked++;
 		rp_range *l = c.n_ranges ? &c.ranges[c.n_ranges - 1] : NULL;
@@ -210,6 +216,12 @@ static void send_nack(shim *s)
 			l->count++;
 		else
 			c.ranges[c.n_ranges++] = (rp_range){i, 1};
+	}
+	if (sl && !sl->count && c.n_ranges < RP_NACK_MAX) {
+		/* streamed, and the frame that ends the model has not come: the
+		 * tail is missing (or still being encoded; then nothing answers) */
+		c.ranges[c.n_ranges++] = (rp_range){sl->hi, 256};
+		asked += 256;
 	}
 	if (!c.n_ranges)
 		return;
@@ -235,6 +247,17 @@ static int commit(shim *s, slot *sl)
 	uint32_t base = version(s);
 	int resume = state(s) == WBUF_COMMITTING;
 	int key = sl->key;
+	if (frames_check_cover((const uint8_t *const *)sl->frames, sl->count, s->w.h->n_params,
+			       err, sizeof(err))) {
+		/* nothing written: drop it, and get it again from keyframes */
+		fprintf(stderr, "bfpatch-shim: version %u not committed: %s\n", sl->target, err);
+		events_emit(&s->ev, "resync", "\"version\":%u,\"reason\":\"cover\"", sl->target);
+		s->resyncs++;
+		s->want_key = 1;
+		slot_free(s, sl);
+		join(s);
+		return 0;
+	}
 	events_emit(&s->ev, "apply_begin", "\"version\":%u", sl->target);
 	wbuf_begin(&s->w, sl->target);
 	apply_ctl ctl = {.threads = s->threads, .resume = resume};
@@ -317,7 +340,7 @@ static int commit(shim *s, slot *sl)
 	uint32_t done = sl->target;
 	slot_free(s, sl);
 	for (unsigned i = 0; i < SLOTS; i++) /* what that made stale */
-		if (s->slots[i].count && s->slots[i].target <= done)
+		if (s->slots[i].used && s->slots[i].target <= done)
 			slot_free(s, &s->slots[i]);
 	s->nack_backoff_ms = s->nack_ms;
 	s->nack_rounds = 0;
@@ -350,14 +373,71 @@ static int try_commit(shim *s)
 	return 0;
 }
 
+/* Most frames a staged patch may have: no more than could ever be staged
+ * (this bounds the index arrays, 12 B per frame, of hostile indices). */
+static uint32_t max_frames(const shim *s)
+{
+	uint64_t m = s->max_stage / (BFP_HEADER_SIZE + 1);
+	return m < (1u << 24) ? (uint32_t)m : (1u << 24);
+}
+
+/* Make room for index i in sl's arrays. */
+static int slot_reserve(shim *s, slot *sl, uint32_t i)
+{
+	if (i < sl->cap)
+		return 0;
+	if (i >= max_frames(s))
+		return -1;
+	uint64_t nc = sl->count ? sl->count : (uint64_t)sl->cap * 2;
+	if (nc < (uint64_t)i + 1)
+		nc = (uint64_t)i + 1;
+	if (nc < 64)
+		nc = 64;
+	if (nc > max_frames(s))
+		nc = max_frames(s);
+	uint8_t **f = realloc(sl->frames, nc * sizeof(*f));
+	if (!f)
+		return -1;
+	sl->frames = f;
+	uint32_t *l = realloc(sl->flen, nc * sizeof(*l));
+	if (!l)
+		return -1;
+	sl->flen = l;
+	memset(f + sl->cap, 0, (nc - sl->cap) * sizeof(*f));
+	memset(l + sl->cap, 0, (nc - sl->cap) * sizeof(*l));
+	sl->cap = (uint32_t)nc;
+	return 0;
+}
+
+/* The frame count h tells: its frame_count, or for a streamed frame that
+ * reaches the model's end, index + 1 (frames tile the model in index
+ * order, FORMAT.md 2.5); 0 if it tells none. */
+static uint32_t told_count(const shim *s, const bfp_frame_header *h)
+{
+	if (h->frame_count)
+		return h->frame_count;
+	if (h->range_begin + h->range_len == s->w.h->n_params && h->frame_index < UINT32_MAX)
+		return h->frame_index + 1;
+	return 0;
+}
+
 static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
 {
+	uint32_t told = told_count(s, h);
 	for (unsigned i = 0; i < SLOTS; i++) {
 		slot *k = &s->slots[i];
-		if (k->count && k->target == h->target_version && k->key == key &&
+		if (k->used && k->target == h->target_version && k->key == key &&
 		    (key || k->base == h->base_version)) {
-			if (k->count == h->frame_count)
+			if (!told || (k->count ? k->count == told : k->hi <= told)) {
+				if (told && !k->count) {
+					if (told > max_frames(s)) {
+						slot_free(s, k);
+						return NULL;
+					}
+					k->count = told;
+				}
 				return k;
+			}
 			slot_free(s, k); /* a different patch to the same version */
 			break;
 		}
@@ -365,32 +445,26 @@ static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
 	uint32_t fl = floor_version(s);
 	slot *sl = NULL;
 	for (unsigned i = 0; i < SLOTS && !sl; i++)
-		if (!s->slots[i].count || s->slots[i].target < fl)
+		if (!s->slots[i].used || s->slots[i].target < fl)
 			sl = &s->slots[i];
 	/* all slots busy: a keyframe stream replaces the furthest patch */
 	if (key && !sl)
 		for (unsigned i = 0; i < SLOTS; i++)
 			if (!s->slots[i].key && (!sl || s->slots[i].target > sl->target))
 				sl = &s->slots[i];
-	/* a patch cannot have more frames than could ever be staged: this bounds
-	 * the index arrays (12 B per frame) of a hostile frame count too */
-	if (!sl || h->frame_count > (1u << 24) ||
-	    h->frame_count > s->max_stage / (BFP_HEADER_SIZE + 1))
+	if (!sl || told > max_frames(s))
 		return NULL;
-	if (sl->count)
+	if (sl->used)
 		slot_free(s, sl);
-	sl->frames = calloc(h->frame_count, sizeof(*sl->frames));
-	sl->flen = calloc(h->frame_count, sizeof(*sl->flen));
-	if (!sl->frames || !sl->flen) {
-		free(sl->frames);
-		free(sl->flen);
-		memset(sl, 0, sizeof(*sl));
-		return NULL;
-	}
+	sl->used = 1;
 	sl->base = key ? 0 : h->base_version;
 	sl->target = h->target_version;
-	sl->count = h->frame_count;
+	sl->count = told;
 	sl->key = key;
+	if (told && slot_reserve(s, sl, told - 1)) {
+		slot_free(s, sl);
+		return NULL;
+	}
 	events_emit(&s->ev, "first_frame", "\"version\":%u,\"key\":%s", sl->target,
 		    key ? "true" : "false");
 	return sl;
@@ -457,6 +531,10 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->ahead++;
 		return 0;
 	}
+	if ((sl->count && h.frame_index >= sl->count) || slot_reserve(s, sl, h.frame_index)) {
+		s->bad++; /* past the end its patch told, or more than can be staged */
+		return 0;
+	}
 	if (sl->frames[h.frame_index]) {
 		s->dup++;
 		return 0;
@@ -473,6 +551,8 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 	sl->bytes += len;
 	s->staged_bytes += len;
 	sl->have++;
+	if (h.frame_index >= sl->hi)
+		sl->hi = h.frame_index + 1;
 	s->last_frame = now_s();
 	s->next_nack = s->last_frame + s->nack_backoff_ms / 1e3;
 	if (sl == next_slot(s, 0))
@@ -784,7 +864,7 @@ int main(int argc, char **argv)
 		}
 		int pending = 0;
 		for (unsigned i = 0; i < SLOTS; i++)
-			pending |= s.slots[i].count != 0 && !slot_complete(&s.slots[i]);
+			pending |= s.slots[i].used && !slot_complete(&s.slots[i]);
 		/* behind: upstream has a version none of whose frames came */
 		int behind = state(&s) != WBUF_RESYNC && s.latest >= floor_version(&s) &&
 			     !next_slot(&s, 0);

@@ -122,7 +122,8 @@ BFP_API bfp_status bfp_frame_parse(const void *frame, size_t frame_len,
 BFP_API bfp_status bfp_frame_length(const void *buf, size_t avail, size_t *frame_len);
 
 /* Rewrite frame_index and frame_count of an encoded frame and recompute
- * its CRC (a publisher that learns the count only after encoding). */
+ * its CRC: a publisher that learns the count only after encoding, or
+ * that streams frames before it (count 0, FORMAT.md 2.5). */
 BFP_API bfp_status bfp_frame_set_index(void *frame, size_t frame_len,
 			       uint32_t index, uint32_t count);
 
@@ -187,8 +188,9 @@ typedef struct bfp_encode_opts {
 	uint32_t base_version;
 	uint32_t target_version;  /* must be > base_version for patches */
 	uint32_t first_index;     /* index of the first frame emitted */
-	uint32_t frame_count;     /* written into every frame; 0 = unknown yet,
-				     fix with bfp_frame_set_index() */
+	uint32_t frame_count;     /* written into every frame; 0 = not known
+				     yet (streamed, FORMAT.md 2.5), or fix it
+				     later with bfp_frame_set_index() */
 	uint32_t flags;           /* BFP_ENC_F_* */
 	void *zstd_workspace;     /* for BFP_ENC_F_ZSTD, see
 				     bfp_zstd_workspace_size() */
@@ -212,6 +214,7 @@ typedef struct bfp_encoder {
 	uint64_t end;
 	uint32_t emitted;
 	uint32_t cpu;
+	uint64_t changed;   /* changed parameters in the frames emitted */
 	uint32_t n_changes;
 	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
 	uint16_t chg_delta[BFP_CHANGES_MAX];
@@ -247,6 +250,10 @@ BFP_API bfp_status bfp_encode_next(bfp_encoder *enc, void *out, size_t out_cap,
 
 /* Frames emitted so far by this encoder. */
 BFP_API uint32_t bfp_encoder_frames(const bfp_encoder *enc);
+
+/* Parameters whose value changes, in the sparse and dense frames emitted
+ * since the last init or reset (keyframes count none). */
+BFP_API uint64_t bfp_encoder_changed(const bfp_encoder *enc);
 
 /* Workspace bytes needed for zstd keyframes (0 if built without zstd). */
 BFP_API size_t bfp_zstd_workspace_size(void);

@@ -1,7 +1,9 @@
 #!/bin/sh
 # shim_test.sh BFPATCH SHIM: the trainer-to-actor loop on loopback.
-# `bfpatch publish` publishes 3 steps of a synthetic trajectory to 3
-# `bfpatch-shim` daemons (one loses a frame on purpose and NACKs it);
+# `bfpatch publish` publishes 3 steps of a synthetic trajectory to 4
+# `bfpatch-shim` daemons (one loses a frame on purpose and NACKs it; one
+# loses the last frame of version 1, the one that tells a streamed patch's
+# frame count, and must NACK the patch's tail);
 # after every run each weight buffer must equal the trainer's last BF16
 # checkpoint, checked by sha256 of the bytes (Python's hashlib), and a
 # shim killed in the middle of a commit finishes it on restart.
@@ -22,17 +24,21 @@ fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; cat "$f"; done; 
 port=$((20000 + $$ % 20000))
 
 "$BFP" synth -o "$T/traj" -p 2M -n 3 -S 8 2>/dev/null || fail synth
-for i in 1 2 3; do
+# frames of version 1 (the publisher's frame size is the default, too)
+"$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p01"
+n01=$("$BFP" info --json "$T/p01" | python3 -c 'import json, sys; print(json.load(sys.stdin)["frames"])')
+for i in 1 2 3 4; do
 	drop=""
 	[ $i = 3 ] && drop="--drop-every 5"
+	[ $i = 4 ] && drop="--drop-every $n01"
 	"$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
 		--upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + i)) \
 		--exit-after 40 $drop > "$T/shim$i.log" 2>&1 &
 	PIDS="$PIDS $!"
 done
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 3 \
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 4 \
 	--steps 3 --linger 2 > "$T/publish.log" 2>&1 || fail publish
-for i in 1 2 3; do
+for i in 1 2 3 4; do
 	for n in $(seq 100); do
 		grep -q "committed version 2 -> 3" "$T/shim$i.log" && break
 		sleep 0.1
@@ -42,8 +48,9 @@ for p in $PIDS; do kill -TERM "$p"; done
 wait
 PIDS=""
 check_buffers() { python3 "$HERE/check_buffers.py" "$@"; }
-check_buffers "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" || fail "buffers"
+check_buffers "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" "$SHM.4" || fail "buffers"
 grep -q "NACKs [1-9]" "$T/shim3.log" || fail "the lossy shim sent no NACK"
+grep -q "NACKs [1-9]" "$T/shim4.log" || fail "the shim that lost the last frame sent no NACK"
 grep "bfpatch-shim: version" "$T"/shim*.log | sed 's/.*bfpatch-shim: //'
 grep "NACKs answered" "$T/publish.log" | sed 's/.*bfpatch publish: //'
 
@@ -53,7 +60,6 @@ grep "NACKs answered" "$T/publish.log" | sed 's/.*bfpatch publish: //'
 # the commit from frames it receives again
 "$SHIM" --buffer "$SHM.x" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:1 \
 	--listen 127.0.0.1:$((port + 9)) --exit-after 0.2 > /dev/null 2>&1
-"$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p01"
 "$BFP" apply -q "$T/traj/step-0000.safetensors" "$T/p01" -o "$T/s1.safetensors"
 python3 - "$SHM.x" "$T/s1.safetensors" "$T/p01" <<'PY' || fail "crash simulation"
 import mmap, struct, sys
@@ -172,4 +178,4 @@ done
 kill -TERM $PIDS; wait; PIDS=""
 grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 3 shims bit-exact over 3 steps, NACK repair, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"

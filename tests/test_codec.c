@@ -489,7 +489,7 @@ static void test_reject_counts_inconsistent(void **state)
 {
 	(void)state;
 	uint8_t p[BFP_FRAME_SIZE_MAX];
-	uint32_t pairs[][2] = {{0, 0}, {3, 3}, {4, 3}, {UINT32_MAX, 1}};
+	uint32_t pairs[][2] = {{3, 3}, {4, 3}, {UINT32_MAX, 1}, {1, 1}};
 	for (size_t i = 0; i < 4; i++) {
 		memcpy(p, frame, frame_len);
 		put32(p + 24, pairs[i][0]);
@@ -497,6 +497,27 @@ static void test_reject_counts_inconsistent(void **state)
 		reseal(p, frame_len);
 		expect_reject(p, frame_len, BFP_E_COUNT);
 	}
+}
+
+/* FORMAT.md 2.5: a streamed frame (count 0, any index) applies like any
+ * other, and bit-exactly. */
+static void test_streamed_frame_applies(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	bfp_frame_header h;
+	bfp_apply_opts ao = aopts();
+	memcpy(p, frame, frame_len);
+	put32(p + 24, 77);
+	put32(p + 28, 0);
+	reseal(p, frame_len);
+	assert_int_equal(bfp_decode_apply(&rdec, &ao, p, frame_len, rw, RN, NULL), BFP_OK);
+	assert_int_equal(bfp_frame_parse(p, frame_len, &h), BFP_OK);
+	/* the range is at the target the frame was encoded from, the rest at base */
+	assert_words_equal(rw + h.range_begin, rt + h.range_begin, h.range_len);
+	assert_words_equal(rw, rb, h.range_begin);
+	assert_words_equal(rw + h.range_begin + h.range_len, rb + h.range_begin + h.range_len,
+			   RN - h.range_begin - h.range_len);
 }
 
 static void test_reject_wrong_model(void **state)
@@ -580,6 +601,11 @@ static void test_set_index_reseals_the_frame(void **state)
 	assert_int_equal(h.frame_index, 5);
 	assert_int_equal(h.frame_count, 9);
 	assert_int_equal(bfp_frame_set_index(p, frame_len, 9, 9), BFP_E_COUNT);
+	/* streamed (FORMAT.md 2.5): count 0, any index */
+	assert_int_equal(bfp_frame_set_index(p, frame_len, UINT32_MAX, 0), BFP_OK);
+	assert_int_equal(bfp_frame_parse(p, frame_len, &h), BFP_OK);
+	assert_int_equal(h.frame_index, UINT32_MAX);
+	assert_int_equal(h.frame_count, 0);
 }
 
 /* Encoder options are checked. */
@@ -628,6 +654,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reject_any_flipped_bit, reject_setup),
 		cmocka_unit_test_setup(test_reject_range_out_of_bounds, reject_setup),
 		cmocka_unit_test_setup(test_reject_counts_inconsistent, reject_setup),
+		cmocka_unit_test_setup(test_streamed_frame_applies, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_model, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_base_version, reject_setup),
 		cmocka_unit_test_setup(test_reject_corrupt_payload_under_valid_crc, reject_setup),

@@ -1,0 +1,179 @@
+/*
+ * test_patch.c: the tools' multi-threaded patch encode (host_shim/patch.c)
+ * streams: frames reach the sender in index order with frame_count 0
+ * while later chunks are still being encoded, they are the final patch's
+ * frames but for the count, and they apply bit-exactly; the encoder's
+ * change count matches an independent compare.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "bfp_test.h"
+#include "patch.h"
+
+#define N (2 * (uint64_t)PATCH_CHUNK + 12345) /* three chunks */
+
+typedef struct seen {
+	t_frames f;        /* streamed frames, as handed over */
+	atomic_int calls;  /* stream callbacks so far */
+	atomic_int encoded;
+	int encoded_before_stream;
+	size_t enc_frames, enc_bytes;
+	uint64_t enc_changed;
+} seen;
+
+static void on_stream(void *arg, uint8_t *const *fr, const size_t *lens, size_t n)
+{
+	seen *s = arg;
+	for (size_t i = 0; i < n; i++)
+		t_frames_push(&s->f, fr[i], lens[i]);
+	atomic_fetch_add(&s->calls, 1);
+}
+
+/* Runs on the worker that finishes the last chunk. It waits (up to 30 s)
+ * for the first stream callback: a sender that sent only after the whole
+ * patch was encoded would never call it before this returns. */
+static void on_encoded(void *arg, size_t frames, size_t bytes, uint64_t changed)
+{
+	seen *s = arg;
+	for (int i = 0; i < 30000 && atomic_load(&s->calls) == 0; i++)
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	s->encoded_before_stream = atomic_load(&s->calls) == 0;
+	s->enc_frames = frames;
+	s->enc_bytes = bytes;
+	s->enc_changed = changed;
+	atomic_fetch_add(&s->encoded, 1);
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void check_stream(int threads)
+{
+	uint16_t *base = malloc(N * 2), *tgt = malloc(N * 2), *w = malloc(N * 2);
+	uint64_t rs = 7, changed = 0;
+	assert_non_null(base);
+	assert_non_null(tgt);
+	assert_non_null(w);
+	for (uint64_t i = 0; i < N; i++)
+		base[i] = t_weight(&rs);
+	t_mutate(base, tgt, N, 20000, &rs);
+	for (uint64_t i = 0; i < N; i++)
+		changed += base[i] != tgt[i];
+
+	seen s;
+	memset(&s, 0, sizeof(s));
+	patch_opts o = {.frame_size = 1200, .base_version = 4, .target_version = 5,
+			.threads = threads, .stream = on_stream, .encoded = on_encoded,
+			.stream_arg = &s};
+	patch p;
+	char err[256];
+	assert_int_equal(patch_encode_arrays(base, tgt, N, 0x1234, &o, &p, err, sizeof(err)), 0);
+
+	/* the first frames left before the last was encoded */
+	assert_int_equal(atomic_load(&s.encoded), 1);
+	assert_false(s.encoded_before_stream);
+	assert_int_equal(s.enc_frames, p.n);
+	assert_int_equal(s.enc_bytes, p.len);
+	assert_int_equal(s.enc_changed, changed);
+
+	/* streamed frame i is final frame i with count 0 instead of p.n */
+	assert_int_equal(s.f.n, p.n);
+	for (size_t i = 0; i < p.n; i++) {
+		const uint8_t *a = s.f.buf + s.f.off[i], *b = p.buf + p.off[i];
+		size_t la = t_frame_len(&s.f, i), lb = p.off[i + 1] - p.off[i];
+		bfp_frame_header h;
+		assert_int_equal(la, lb);
+		assert_int_equal(bfp_frame_parse(a, la, &h), BFP_OK);
+		assert_int_equal(h.frame_index, i);
+		assert_int_equal(h.frame_count, 0);
+		assert_int_equal(bfp_frame_parse(b, lb, &h), BFP_OK);
+		assert_int_equal(h.frame_index, i);
+		assert_int_equal(h.frame_count, p.n);
+		assert_memory_equal(a, b, 28);
+		assert_int_equal(rd32(a + 28), 0);
+		assert_memory_equal(a + 32, b + 32, 24);
+		assert_memory_equal(a + 60, b + 60, la - 60);
+	}
+
+	/* the streamed frames tile the model and apply to the target */
+	const uint8_t **fr = malloc(p.n * sizeof(*fr));
+	uint32_t *lens = malloc(p.n * sizeof(*lens));
+	assert_non_null(fr);
+	assert_non_null(lens);
+	for (size_t i = 0; i < p.n; i++) {
+		fr[i] = s.f.buf + s.f.off[i];
+		lens[i] = (uint32_t)t_frame_len(&s.f, i);
+	}
+	assert_int_equal(frames_check_cover(fr, p.n, N, err, sizeof(err)), 0);
+	assert_int_not_equal(frames_check_cover(fr, p.n - 1, N, err, sizeof(err)), 0);
+	memcpy(w, base, N * 2);
+	apply_ctl ctl = {.threads = threads};
+	apply_result res;
+	assert_int_equal(patch_apply_frames(fr, lens, p.n, w, N, 0x1234, 4, &ctl, &res, err,
+					    sizeof(err)), 0);
+	assert_memory_equal(w, tgt, N * 2);
+
+	free(fr);
+	free(lens);
+	t_frames_free(&s.f);
+	patch_free(&p);
+	free(base);
+	free(tgt);
+	free(w);
+}
+
+static void test_stream_one_thread(void **state)
+{
+	(void)state;
+	check_stream(1);
+}
+
+static void test_stream_three_threads(void **state)
+{
+	(void)state;
+	check_stream(3);
+}
+
+/* A patch file holds finished patches only: a streamed frame in one is
+ * refused (FORMAT.md 4). */
+static void test_file_refuses_streamed_frames(void **state)
+{
+	(void)state;
+	enum { M = 50000 };
+	static uint16_t base[M], tgt[M];
+	uint64_t rs = 3;
+	for (size_t i = 0; i < M; i++)
+		base[i] = t_weight(&rs);
+	t_mutate(base, tgt, M, 50000, &rs);
+	patch_opts o = {.frame_size = 256, .base_version = 1, .target_version = 2, .threads = 1};
+	patch p, q;
+	char err[256];
+	assert_int_equal(patch_encode_arrays(base, tgt, M, 9, &o, &p, err, sizeof(err)), 0);
+	assert_true(p.n > 2);
+	memset(&q, 0, sizeof(q));
+	q.buf = malloc(p.len);
+	memcpy(q.buf, p.buf, p.len);
+	q.len = p.len;
+	if (patch_parse(&q, err, sizeof(err)))
+		fail_msg("%s", err);
+	assert_int_equal(q.n, p.n);
+	assert_int_equal(bfp_frame_set_index(q.buf + q.off[1], q.off[2] - q.off[1], 1, 0), BFP_OK);
+	assert_int_not_equal(patch_parse(&q, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "streamed"));
+	patch_free(&q);
+	patch_free(&p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_stream_one_thread),
+		cmocka_unit_test(test_stream_three_threads),
+		cmocka_unit_test(test_file_refuses_streamed_frames),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
