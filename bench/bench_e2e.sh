@@ -132,32 +132,33 @@ for mode, path in (("sparse", sys.argv[1]), ("dense", sys.argv[2])):
         g = lambda *k: ev[k][0]
         ck = g("bench", "trainer", "checkpoint", v)
         eb, ee = g("publish", "publish", "encode_begin", v), g("publish", "publish", "encode_end", v)
-        sent = g("publish", "publish", "send_end", v)
+        first = g("publish", "publish", "first_frame", v)
         staged = [g("shim", a, "staged", v) for a in actors]
         ab = [g("shim", a, "apply_begin", v) for a in actors]
         ae = [g("shim", a, "apply_end", v) for a in actors]
         cm = [g("shim", a, "commit", v) for a in actors]
-        r = dict(load=eb - ck, encode=ee - eb, wire=max(staged) - ee,
+        r = dict(load=eb - ck, encode=ee - eb, first=first - eb, wire=max(staged) - first,
                  apply=max(e - b for b, e in zip(ab, ae)), total=max(cm) - eb, from_ck=max(cm) - ck,
                  commit=[c - b for b, c in zip(ab, cm)])
         rows.append(r)
     res[mode] = rows
     print("\n== %s: %s ==" % (mode, "patches" if mode == "sparse" else
                                "dense BF16: a keyframe stream every step, same pipeline"))
-    print("%4s %9s %9s %9s %13s %9s %9s %12s  %s" % ("step", "load s", "encode s", "wire s",
-          "apply+verify", "total s", "slowest", "total/slow", "commit s per actor"))
+    print("%4s %9s %9s %11s %9s %13s %9s %9s %12s  %s" % ("step", "load s", "encode s",
+          "1st frame s", "wire s", "apply+verify", "total s", "slowest", "total/slow",
+          "commit s per actor"))
     for v, r in enumerate(rows, 1):
         st = {k: r[k] for k in ("encode", "wire", "apply")}
         slow = max(st, key=st.get)
-        print("%4d %9.3f %9.3f %9.3f %13.3f %9.3f %9s %11.2fx  %s" % (
-            v, r["load"], r["encode"], r["wire"], r["apply"], r["total"], slow,
+        print("%4d %9.3f %9.3f %11.3f %9.3f %13.3f %9.3f %9s %11.2fx  %s" % (
+            v, r["load"], r["encode"], r["first"], r["wire"], r["apply"], r["total"], slow,
             r["total"] / st[slow], " ".join("%.3f" % c for c in r["commit"])))
 mean = lambda m, k: sum(r[k] for r in res[m]) / len(res[m])
 print("\nstages: load = checkpoint renamed -> publisher starts encoding (reads and parses it);")
-print("encode = all frames encoded; wire = encode end -> the last actor has every frame;")
-print("apply+verify = the slowest actor's apply (every range hash-verified); total = encode")
-print("start -> last actor committed. The stages overlap only partly: frames leave once the")
-print("whole version is encoded (each frame header carries the frame count).")
+print("encode = encode start -> every frame encoded; 1st frame = encode start -> the first")
+print("frame left (frames leave while the rest is encoded, FORMAT.md 2.5); wire = first frame")
+print("out -> the last actor has every frame (overlaps encode); apply+verify = the slowest")
+print("actor's apply (every range hash-verified); total = encode start -> last actor committed.")
 for k, name in (("total", "encode start -> last commit"), ("from_ck", "checkpoint -> last commit")):
     print("%-30s sparse %8.3f s   dense %8.3f s   sparse is %.1fx faster (target 50x)" % (
         name, mean("sparse", k), mean("dense", k), mean("dense", k) / mean("sparse", k)))

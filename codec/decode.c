@@ -103,21 +103,58 @@ static bfp_status check_header(const bfp_apply_opts *o,
 	return BFP_OK;
 }
 
+/* Parse and check a frame against the receiver's model and weights; for
+ * a delta frame also decode its changes into d and check the target hash
+ * of base-with-changes. Writes nothing. */
+static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *frame,
+			  size_t frame_len, const uint16_t *weights, uint64_t n_params,
+			  bfp_frame_header *h)
+{
+	bfp_status st;
+	BFP_CHECK(d && d->ready && o && frame && weights, BFP_E_ARG);
+	BFP_CHECK(!(o->flags & ~(BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE)),
+		  BFP_E_ARG);
+	st = bfp_frame_parse(frame, frame_len, h);
+	if (st != BFP_OK)
+		return st;
+	st = check_header(o, h, n_params);
+	if (st != BFP_OK || (h->encoding != BFP_ENC_SPARSE && h->encoding != BFP_ENC_DENSE))
+		return st;
+	const uint8_t *pl = (const uint8_t *)frame + BFP_HEADER_SIZE;
+	const uint16_t *w = weights + h->range_begin;
+	st = h->encoding == BFP_ENC_SPARSE ? decode_sparse(d, pl, h->payload_len, w, h->range_len)
+					   : decode_dense(d, pl, h->payload_len, w, h->range_len);
+	if (st != BFP_OK)
+		return st;
+	BFP_CHECK(bfp_hash_with_changes(d->chunk, sizeof(d->chunk) / sizeof(d->chunk[0]), w,
+					h->range_len, d->chg_pos, d->chg_val, d->n_changes) ==
+			  h->target_hash,
+		  BFP_E_HASH);
+	return BFP_OK;
+}
+
+bfp_status bfp_decode_verify(bfp_decoder *d, const bfp_apply_opts *o, const void *frame,
+			     size_t frame_len, const uint16_t *weights, uint64_t n_params,
+			     bfp_frame_header *hdr_out)
+{
+	bfp_frame_header h;
+	bfp_status st = prepare(d, o, frame, frame_len, weights, n_params, &h);
+	if (st != BFP_OK)
+		return st;
+	BFP_CHECK(h.encoding == BFP_ENC_SPARSE || h.encoding == BFP_ENC_DENSE,
+		  BFP_E_UNSUPPORTED);
+	if (hdr_out)
+		*hdr_out = h;
+	return BFP_OK;
+}
+
 bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 			    const void *frame, size_t frame_len,
 			    uint16_t *weights, uint64_t n_params,
 			    bfp_frame_header *hdr_out)
 {
 	bfp_frame_header h;
-	bfp_status st;
-
-	BFP_CHECK(d && d->ready && o && frame && weights, BFP_E_ARG);
-	BFP_CHECK(!(o->flags & ~(BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE)),
-		  BFP_E_ARG);
-	st = bfp_frame_parse(frame, frame_len, &h);
-	if (st != BFP_OK)
-		return st;
-	st = check_header(o, &h, n_params);
+	bfp_status st = prepare(d, o, frame, frame_len, weights, n_params, &h);
 	if (st != BFP_OK)
 		return st;
 
@@ -150,17 +187,7 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 #endif
 	case BFP_ENC_SPARSE:
 	case BFP_ENC_DENSE:
-		st = h.encoding == BFP_ENC_SPARSE
-			     ? decode_sparse(d, pl, h.payload_len, w, h.range_len)
-			     : decode_dense(d, pl, h.payload_len, w, h.range_len);
-		if (st != BFP_OK)
-			return st;
-		BFP_CHECK(bfp_hash_with_changes(d->chunk,
-						sizeof(d->chunk) / sizeof(d->chunk[0]),
-						w, h.range_len, d->chg_pos,
-						d->chg_val, d->n_changes) ==
-				  h.target_hash,
-			  BFP_E_HASH);
+		/* decoded and verified by prepare() */
 		for (uint32_t i = 0; i < d->n_changes; i++)
 			w[d->chg_pos[i]] = d->chg_val[i];
 		break;

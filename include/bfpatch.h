@@ -299,6 +299,18 @@ BFP_API bfp_status bfp_decode_apply(bfp_decoder *dec, const bfp_apply_opts *opts
 			    uint16_t *weights, uint64_t n_params,
 			    bfp_frame_header *hdr_out);
 
+/* Everything bfp_decode_apply checks, the target hash included, for a
+ * delta frame (sparse or dense; keyframes get BFP_E_UNSUPPORTED), but
+ * nothing is written: the frame's changes are left in dec, n_changes of
+ * them, chg_pos[i] an offset from the range's first parameter and
+ * chg_val[i] its new value, in no particular order. Writing them later
+ * gives the frame's target values as long as weights over the range are
+ * as they were here (a receiver that prepares a patch before it commits). */
+BFP_API bfp_status bfp_decode_verify(bfp_decoder *dec, const bfp_apply_opts *opts,
+			     const void *frame, size_t frame_len,
+			     const uint16_t *weights, uint64_t n_params,
+			     bfp_frame_header *hdr_out);
+
 /* Does weights already hold this frame's target values over its range?
  * (Crash recovery, duplicate detection.) *at_target gets 1 or 0. */
 BFP_API bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,

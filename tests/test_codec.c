@@ -520,6 +520,47 @@ static void test_streamed_frame_applies(void **state)
 			   RN - h.range_begin - h.range_len);
 }
 
+/* bfp_decode_verify checks what bfp_decode_apply checks and writes
+ * nothing; writing the changes it leaves gives the target over the range. */
+static void test_decode_verify_writes_nothing(void **state)
+{
+	(void)state;
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	bfp_frame_header h;
+	bfp_apply_opts ao = aopts();
+	assert_int_equal(bfp_decode_verify(&rdec, &ao, frame, frame_len, rw, RN, &h), BFP_OK);
+	assert_words_equal(rw, rsnap, RN);
+	assert_true(rdec.n_changes > 0);
+	for (uint32_t i = 0; i < rdec.n_changes; i++) {
+		assert_true(rdec.chg_pos[i] < h.range_len);
+		rw[h.range_begin + rdec.chg_pos[i]] = rdec.chg_val[i];
+	}
+	assert_words_equal(rw + h.range_begin, rt + h.range_begin, h.range_len);
+	assert_words_equal(rw, rb, h.range_begin);
+	/* at the target already: the hash of base-with-changes fails */
+	memcpy(rsnap, rw, sizeof(rw));
+	expect_reject(frame, frame_len, BFP_E_HASH);
+	assert_int_equal(bfp_decode_verify(&rdec, &ao, frame, frame_len, rw, RN, NULL), BFP_E_HASH);
+	/* a corrupt frame is refused as by apply */
+	memcpy(p, frame, frame_len);
+	p[frame_len - 1] ^= 1;
+	assert_int_equal(bfp_decode_verify(&rdec, &ao, p, frame_len, rb, RN, NULL),
+			 BFP_E_CHECKSUM);
+	/* keyframes carry no changes */
+	uint16_t key[64];
+	size_t kl;
+	static bfp_encoder enc;
+	bfp_encode_opts o = opts(1200);
+	o.flags = BFP_ENC_F_KEYFRAME;
+	o.base_version = 0;
+	o.frame_count = 1;
+	memcpy(key, rt, sizeof(key));
+	assert_int_equal(bfp_encoder_init(&enc, &o, NULL, key, 64, 0, 64), BFP_OK);
+	assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &kl), BFP_OK);
+	ao.flags = BFP_DEC_F_ANY_MODEL;
+	assert_int_equal(bfp_decode_verify(&rdec, &ao, p, kl, rb, 64, NULL), BFP_E_UNSUPPORTED);
+}
+
 static void test_reject_wrong_model(void **state)
 {
 	(void)state;
@@ -655,6 +696,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reject_range_out_of_bounds, reject_setup),
 		cmocka_unit_test_setup(test_reject_counts_inconsistent, reject_setup),
 		cmocka_unit_test_setup(test_streamed_frame_applies, reject_setup),
+		cmocka_unit_test_setup(test_decode_verify_writes_nothing, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_model, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_base_version, reject_setup),
 		cmocka_unit_test_setup(test_reject_corrupt_payload_under_valid_crc, reject_setup),

@@ -1,6 +1,7 @@
 /*
- * fuzz_frame.c: libFuzzer harness for frame parse, stats, check-target and
- * decode+apply. Input byte 0 selects whether the CRC is recomputed first
+ * fuzz_frame.c: libFuzzer harness for frame parse, stats, check-target,
+ * decode+verify (which must write nothing, and whose changes must stay
+ * inside the range) and decode+apply. Input byte 0 selects whether the CRC is recomputed first
  * (so mutations reach the payload decoders) and the weight buffer length;
  * the rest is the frame, placed against a guard page, as is the weight
  * buffer. A rejected frame must leave the weights untouched.
@@ -54,6 +55,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bfp_apply_opts o;
 	memset(&o, 0, sizeof(o));
 	o.flags = BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE;
+	if (bfp_decode_verify(&dec, &o, in.p, size - 1, wt, n, &h) == BFP_OK)
+		for (uint32_t i = 0; i < dec.n_changes; i++)
+			if (dec.chg_pos[i] >= h.range_len)
+				abort(); /* a change outside the frame's range */
+	if (memcmp(snap, wt, n * 2) != 0)
+		abort(); /* verify wrote */
 	if (bfp_decode_apply(&dec, &o, in.p, size - 1, wt, n, NULL) != BFP_OK &&
 	    memcmp(snap, wt, n * 2) != 0)
 		abort(); /* a rejected frame changed the weights */
