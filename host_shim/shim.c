@@ -18,6 +18,11 @@
  *                 the next complete keyframe stream
  * Memory: staged frames are kept in their datagram size, at most
  * --max-stage bytes in all (default 1 GiB), in at most SLOTS versions.
+ * Between bursts of frames the shim prepares the patch that commits next
+ * (decodes and verifies each frame against the buffer, which stays at
+ * its base until then) and keeps its changes, 6 bytes per changed weight
+ * within the same budget; that commit then only writes values. Frames
+ * not prepared by then are decoded and verified at the commit.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -68,8 +73,24 @@ typedef struct slot {
 	int key;                /* a keyframe stream (resync), not a patch */
 	uint8_t **frames;
 	uint32_t *flen;
-	uint64_t bytes;
+	struct prep **preps;    /* frames decoded and verified while staging */
+	uint32_t prepped;
+	uint64_t bytes;         /* of the frames */
+	uint64_t prep_bytes;
 } slot;
+
+/* A delta frame decoded and verified against the buffer's version while
+ * it was staged (bfp_decode_verify): committing it is writing n values. */
+typedef struct prep {
+	uint64_t begin;
+	uint32_t n, range_len;
+	uint32_t pos[];         /* then uint16_t val[n] */
+} prep;
+
+static uint16_t *prep_val(prep *p)
+{
+	return (uint16_t *)(void *)(p->pos + p->n);
+}
 
 typedef struct shim {
 	wbuf w;
@@ -92,6 +113,8 @@ typedef struct shim {
 	bfp_decoder *dma_dec;
 	void *zws;
 #endif
+	bfp_decoder *prep_dec;  /* prepares frames while they are staged */
+	int no_prep;            /* --no-prepare, or no memory for the decoder */
 	slot slots[SLOTS];
 	uint64_t staged_bytes;
 	double last_frame, next_nack;
@@ -103,6 +126,7 @@ typedef struct shim {
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
 	uint64_t resyncs, key_commits, dropped_test, verified_bytes, auth_fail;
+	uint64_t prepared, prep_fail;
 	double commit_ms_total, commit_ms_max;
 } shim;
 
@@ -146,11 +170,14 @@ static void join(shim *s)
 
 static void slot_free(shim *s, slot *sl)
 {
-	for (uint32_t i = 0; sl->frames && i < sl->cap; i++)
+	for (uint32_t i = 0; sl->frames && i < sl->cap; i++) {
 		free(sl->frames[i]);
+		free(sl->preps[i]);
+	}
 	free(sl->frames);
 	free(sl->flen);
-	s->staged_bytes -= sl->bytes;
+	free(sl->preps);
+	s->staged_bytes -= sl->bytes + sl->prep_bytes;
 	memset(sl, 0, sizeof(*sl));
 }
 
@@ -239,6 +266,120 @@ static void send_nack(shim *s)
 	}
 }
 
+/* Prepare frames of the patch that commits next while the actor still
+ * runs on the buffer's version: decode and verify each against the
+ * buffer (it stays at the base until this patch commits), keeping the
+ * changes, so the commit only writes values. Works for at most budget_s;
+ * returns 1 if frames are left to prepare. A frame that fails is dropped
+ * (its NACK brings it again; nothing was written). */
+static int prepare_some(shim *s, double budget_s)
+{
+	if (s->no_prep || state(s) != WBUF_READY)
+		return 0;
+#ifdef BFP_SHIM_DPDK
+	if (s->dma)
+		return 0; /* the DMA backend decodes at commit */
+#endif
+	slot *sl = next_slot(s, 0);
+	if (!sl || sl->key || sl->base != version(s) || sl->prepped == sl->have)
+		return 0;
+	if (!s->prep_dec) {
+		s->prep_dec = malloc(sizeof(*s->prep_dec));
+		if (!s->prep_dec || bfp_decoder_init(s->prep_dec, 0) != BFP_OK) {
+			free(s->prep_dec);
+			s->prep_dec = NULL;
+			s->no_prep = 1;
+			return 0;
+		}
+	}
+	bfp_apply_opts o;
+	memset(&o, 0, sizeof(o));
+	o.model_id = s->w.h->model_id;
+	o.base_version = sl->base;
+	double t0 = now_s();
+	uint32_t done = 0;
+	for (uint32_t i = 0; i < sl->hi; i++) {
+		if (!sl->frames[i] || sl->preps[i])
+			continue;
+		if (done && (done & 15) == 0 && now_s() - t0 > budget_s)
+			return 1;
+		done++;
+		bfp_frame_header h;
+		bfp_decoder *d = s->prep_dec;
+		bfp_status st = bfp_decode_verify(d, &o, sl->frames[i], sl->flen[i], s->w.params,
+						  s->w.h->n_params, &h);
+		if (st != BFP_OK) {
+			if (s->prep_fail++ < 10)
+				fprintf(stderr, "bfpatch-shim: frame %u of version %u refused: %s\n", i,
+					sl->target, bfp_status_str(st));
+			s->bad++;
+			sl->bytes -= sl->flen[i];
+			s->staged_bytes -= sl->flen[i];
+			free(sl->frames[i]);
+			sl->frames[i] = NULL;
+			sl->flen[i] = 0;
+			sl->have--;
+			continue;
+		}
+		size_t bytes = sizeof(prep) + (size_t)d->n_changes * 6;
+		if (s->staged_bytes + bytes > s->max_stage)
+			return 0; /* over budget: the commit decodes the rest */
+		prep *p = malloc(bytes);
+		if (!p)
+			return 0;
+		p->begin = h.range_begin;
+		p->n = d->n_changes;
+		p->range_len = h.range_len;
+		memcpy(p->pos, d->chg_pos, (size_t)p->n * 4);
+		memcpy(prep_val(p), d->chg_val, (size_t)p->n * 2);
+		sl->preps[i] = p;
+		sl->prepped++;
+		sl->prep_bytes += bytes;
+		s->staged_bytes += bytes;
+		s->prepared++;
+	}
+	return 0;
+}
+
+/* Commit sl from its prepared frames (write their values) and apply the
+ * others (decode, verify, write). */
+static int commit_prepared(shim *s, slot *sl, uint32_t base, const apply_ctl *ctl,
+			   apply_result *res, char *err, size_t errlen)
+{
+	const uint8_t **rest = malloc((size_t)sl->count * sizeof(*rest));
+	uint32_t *rlen = malloc((size_t)sl->count * sizeof(*rlen));
+	uint64_t verified = 0;
+	size_t nr = 0;
+	if (!rest || !rlen) {
+		free(rest);
+		free(rlen);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (uint32_t i = 0; i < sl->count; i++) {
+		prep *p = sl->preps[i];
+		if (!p) {
+			rest[nr] = sl->frames[i];
+			rlen[nr++] = sl->flen[i];
+			continue;
+		}
+		uint16_t *w = s->w.params + p->begin;
+		const uint16_t *v = prep_val(p);
+		for (uint32_t k = 0; k < p->n; k++)
+			w[p->pos[k]] = v[k];
+		verified += 2ull * p->range_len;
+	}
+	int failed = 0;
+	memset(res, 0, sizeof(*res));
+	if (nr)
+		failed = patch_apply_frames(rest, rlen, nr, s->w.params, s->w.h->n_params,
+					    s->w.h->model_id, base, ctl, res, err, errlen);
+	res->verified_bytes += verified;
+	free(rest);
+	free(rlen);
+	return failed;
+}
+
 /* Apply every frame of sl into the buffer, verified, and publish it. */
 static int commit(shim *s, slot *sl)
 {
@@ -300,10 +441,15 @@ static int commit(shim *s, slot *sl)
 		}
 	}
 #endif
-	if (failed)
+	uint32_t prepped = 0;
+	if (failed && !ctl.resume && sl->prepped) {
+		prepped = sl->prepped;
+		failed = commit_prepared(s, sl, base, &ctl, &res, err, sizeof(err));
+	} else if (failed) {
 		failed = patch_apply_frames((const uint8_t *const *)sl->frames, sl->flen, sl->count,
 					    s->w.params, s->w.h->n_params, s->w.h->model_id, base,
 					    &ctl, &res, err, sizeof(err));
+	}
 	if (failed) {
 		/* that frame wrote nothing, others did: the buffer is no version */
 		wbuf_invalid(&s->w);
@@ -326,12 +472,15 @@ static int commit(shim *s, slot *sl)
 	s->commit_ms_total += ms;
 	if (ms > s->commit_ms_max)
 		s->commit_ms_max = ms;
-	events_emit(&s->ev, "commit", "\"version\":%u,\"ms\":%.3f,\"key\":%s,\"frames\":%u",
-		    sl->target, ms, key ? "true" : "false", sl->count);
-	char how[64] = "";
+	events_emit(&s->ev, "commit", "\"version\":%u,\"ms\":%.3f,\"key\":%s,\"frames\":%u,"
+		    "\"prepared\":%u", sl->target, ms, key ? "true" : "false", sl->count, prepped);
+	char how[96] = "";
 	if (resume)
 		snprintf(how, sizeof(how), ", %" PRIu64 " ranges were done before a crash",
 			 res.skipped_frames);
+	else if (prepped)
+		snprintf(how, sizeof(how), ", %u of the frames decoded and verified while staged",
+			 prepped);
 	printf("bfpatch-shim: committed version %u -> %u%s: %u frames, %" PRIu64 " bytes, %" PRIu64
 	       " bytes verified, %.1f ms (%s)%s\n", base, sl->target,
 	       key ? " (keyframe resync)" : "", sl->count, sl->bytes, res.verified_bytes, ms,
@@ -403,8 +552,13 @@ static int slot_reserve(shim *s, slot *sl, uint32_t i)
 	if (!l)
 		return -1;
 	sl->flen = l;
+	prep **pp = realloc(sl->preps, nc * sizeof(*pp));
+	if (!pp)
+		return -1;
+	sl->preps = pp;
 	memset(f + sl->cap, 0, (nc - sl->cap) * sizeof(*f));
 	memset(l + sl->cap, 0, (nc - sl->cap) * sizeof(*l));
+	memset(pp + sl->cap, 0, (nc - sl->cap) * sizeof(*pp));
 	sl->cap = (uint32_t)nc;
 	return 0;
 }
@@ -578,14 +732,15 @@ static void print_stats(const shim *s)
 	       PRIu64 ", old %" PRIu64 ", ahead %" PRIu64 ", bad %" PRIu64 ", other model %" PRIu64
 	       ", over budget %" PRIu64 "), staged %" PRIu64 " bytes, NACKs %" PRIu64
 	       ", commits %" PRIu64 " (%" PRIu64 " keyframe), resyncs %" PRIu64
-	       ", verified %" PRIu64 " bytes, commit ms mean %.1f max %.1f, refused by "
-	       "authentication %" PRIu64 "\n",
+	       ", verified %" PRIu64 " bytes, commit ms mean %.1f max %.1f, frames prepared "
+	       "while staged %" PRIu64 " (refused %" PRIu64 "), refused by authentication %" PRIu64
+	       "\n",
 	       version(s), state(s) == WBUF_READY ? "ready" : state(s) == WBUF_COMMITTING ?
 	       "committing" : "resync", s->rx, s->rx_bytes, s->dup, s->old, s->ahead, s->bad,
 	       s->other_model, s->over_budget, s->staged_bytes, s->nacks, s->commits,
 	       s->key_commits, s->resyncs, s->verified_bytes,
 	       s->commits ? s->commit_ms_total / (double)s->commits : 0.0, s->commit_ms_max,
-	       s->auth_fail);
+	       s->prepared, s->prep_fail, s->auth_fail);
 	fflush(stdout);
 }
 
@@ -605,7 +760,12 @@ static const char usage[] =
 	"                          (bfpatch_buffer.py safe_point())\n"
 	"  -t, --threads N         apply threads (default: online CPUs, at most 8)\n"
 	"  -n, --nack-ms N         NACK missing frames after N ms quiet (100)\n"
-	"  -m, --max-stage BYTES   staged frames kept at most (default 1G)\n"
+	"  -m, --max-stage BYTES   staged frames kept at most (default 1G), with\n"
+	"                          the changes of frames prepared while staged\n"
+	"      --no-prepare        decode and verify frames only at commit (by\n"
+	"                          default the next version's frames are decoded\n"
+	"                          and verified as they arrive, 6 bytes per\n"
+	"                          changed weight, so the commit only writes)\n"
 	"  -A, --key FILE          accept only frames and HEARTBEATs signed with this\n"
 	"                          key; sign JOINs and NACKs (repeatable: two keys\n"
 	"                          during a rollover, the first signs)\n"
@@ -641,7 +801,7 @@ int main(int argc, char **argv)
 		{"exit-after", required_argument, 0, 'T'}, {"drop-every", required_argument, 0, 'D'},
 		{"crash-after", required_argument, 0, 'K'}, {"dma", required_argument, 0, 'M'},
 		{"port", required_argument, 0, 'P'}, {"eal", required_argument, 0, 'G'},
-		{"key", required_argument, 0, 'A'},
+		{"key", required_argument, 0, 'A'}, {"no-prepare", no_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0}};
 	static shim s;
@@ -718,6 +878,7 @@ int main(int argc, char **argv)
 			s.crash_after = (uint32_t)v;
 			break;
 		case 'M': dma_dev = optarg; break;
+		case 'R': s.no_prep = 1; break;
 		case 'P': port_args = optarg; break;
 		case 'G': eal_args = optarg; break;
 		case 'A':
@@ -880,7 +1041,9 @@ int main(int argc, char **argv)
 				s.nack_backoff_ms *= 2;
 		}
 		rc = try_commit(&s); /* also when the actor reached its safe point */
-		int wait_ms = 10;
+		/* between bursts of frames: prepare what is staged */
+		int more_prep = rc == 0 && prepare_some(&s, 0.002);
+		int wait_ms = more_prep ? 0 : 10;
 #ifdef BFP_SHIM_DPDK
 		if (s.port && !rc) {
 			unsigned got = shim_port_poll(s.port, port_frame, &s);
@@ -937,6 +1100,7 @@ int main(int argc, char **argv)
 	free(s.dma_dec);
 	free(s.zws);
 #endif
+	free(s.prep_dec);
 	events_close(&s.ev);
 	close(s.sock);
 	wbuf_close(&s.w);

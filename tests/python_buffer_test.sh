@@ -47,4 +47,9 @@ rc=$?
 cat "$T/py2.log"
 [ $rc = 0 ] || { cat "$T/shim2.log" "$T/publish2.log"; exit 1; }
 grep -q "waiting for the actor's safe point" "$T/shim2.log" || { cat "$T/shim2.log"; exit 1; }
-echo "ok - Python maps the buffer zero-copy, follows a commit, and gates one at its safe point"
+# while it waited, the shim decoded and verified every frame against the
+# buffer, so the commit (whose bytes Python just compared) only wrote values
+grep "committed version 0 -> 1" "$T/shim2.log" |
+	grep -Eq ": ([0-9]+) frames, .*, \1 of the frames decoded and verified while staged" ||
+	{ cat "$T/shim2.log"; echo "FAIL: not every frame was prepared while staged"; exit 1; }
+echo "ok - Python maps the buffer zero-copy, follows a commit, and gates one at its safe point (from frames prepared while it waited)"

@@ -36,6 +36,24 @@ for i in 1 2 3 4; do
 		--exit-after 40 $drop > "$T/shim$i.log" 2>&1 &
 	PIDS="$PIDS $!"
 done
+# shim 2 first gets a forged frame of version 1 (a payload byte changed,
+# the CRC made to match): preparing it must refuse it and write nothing,
+# and the real frame must take its place
+for n in $(seq 100); do grep -q "listening on" "$T/shim2.log" && break; sleep 0.1; done
+python3 - "$T/p01" $((port + 2)) "$HERE" <<'PY' || fail "forging a frame"
+import socket, struct, sys
+sys.path.insert(0, sys.argv[3])
+from kat_check import crc32c
+b = open(sys.argv[1], "rb").read()
+at = 0
+for _ in range(3):  # frame 3
+    at += 60 + struct.unpack_from("<I", b, at + 44)[0]
+f = bytearray(b[at: at + 60 + struct.unpack_from("<I", b, at + 44)[0]])
+f[60 + (len(f) - 60) // 2] ^= 0x10
+struct.pack_into("<I", f, 28, 0)  # streamed
+struct.pack_into("<I", f, 56, crc32c(bytes(f[60:]), crc32c(bytes(f[:56]))))
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(f, ("127.0.0.1", int(sys.argv[2])))
+PY
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 4 \
 	--steps 3 --linger 2 > "$T/publish.log" 2>&1 || fail publish
 for i in 1 2 3 4; do
@@ -51,6 +69,8 @@ check_buffers() { python3 "$HERE/check_buffers.py" "$@"; }
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" "$SHM.4" || fail "buffers"
 grep -q "NACKs [1-9]" "$T/shim3.log" || fail "the lossy shim sent no NACK"
 grep -q "NACKs [1-9]" "$T/shim4.log" || fail "the shim that lost the last frame sent no NACK"
+grep -q "frame 3 of version 1 refused" "$T/shim2.log" || fail "the forged frame was not refused"
+grep -q "prepared while staged [0-9]* (refused 1)" "$T/shim2.log" || fail "shim 2's refusals"
 grep "bfpatch-shim: version" "$T"/shim*.log | sed 's/.*bfpatch-shim: //'
 grep "NACKs answered" "$T/publish.log" | sed 's/.*bfpatch publish: //'
 
@@ -178,4 +198,4 @@ done
 kill -TERM $PIDS; wait; PIDS=""
 grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
