@@ -168,14 +168,20 @@ static inline __mmask64 lanes64(unsigned n)
 AVX512_INLINE __m512i classes_avx512(const uint16_t *b, unsigned n)
 {
 	__mmask64 lanes = lanes64(n);
-	__m512i lo = _mm512_maskz_loadu_epi16((__mmask32)lanes, b);
-	__m512i hi = _mm512_maskz_loadu_epi16((__mmask32)(lanes >> 32), b + 32);
+	__m512i lo, hi;
+	if (BFP_LIKELY(n >= 64)) { /* plain loads: masked ones are slower */
+		lo = _mm512_loadu_si512((const void *)b);
+		hi = _mm512_loadu_si512((const void *)(b + 32));
+	} else {
+		lo = _mm512_maskz_loadu_epi16((__mmask32)lanes, b);
+		hi = _mm512_maskz_loadu_epi16((__mmask32)(lanes >> 32), b + 32);
+	}
 	__m256i elo = _mm512_cvtepi16_epi8(_mm512_srli_epi16(lo, 7));
 	__m256i ehi = _mm512_cvtepi16_epi8(_mm512_srli_epi16(hi, 7));
 	__m512i e = _mm512_inserti64x4(_mm512_castsi256_si512(elo), ehi, 1);
 	__m512i c = _mm512_min_epu8(_mm512_subs_epu8(e, _mm512_set1_epi8((char)BFP_CLASS_EXP0)),
 				    _mm512_set1_epi8(15));
-	return _mm512_mask_blend_epi8(lanes, _mm512_set1_epi8((char)0xFF), c);
+	return n >= 64 ? c : _mm512_mask_blend_epi8(lanes, _mm512_set1_epi8((char)0xFF), c);
 }
 
 AVX512_INLINE uint64_t cmask_avx512(__m512i k, unsigned c)
@@ -196,6 +202,13 @@ AVX512_INLINE uint64_t cmask_mem_avx512(const uint8_t *src, unsigned c)
 
 AVX512_INLINE uint64_t neq_avx512(const uint16_t *a, const uint16_t *b, unsigned n)
 {
+	if (BFP_LIKELY(n >= 64)) {
+		uint64_t m0 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512((const void *)a),
+						       _mm512_loadu_si512((const void *)b));
+		uint64_t m1 = _mm512_cmpneq_epi16_mask(_mm512_loadu_si512((const void *)(a + 32)),
+						       _mm512_loadu_si512((const void *)(b + 32)));
+		return m0 | (m1 << 32);
+	}
 	__mmask64 lanes = lanes64(n);
 	__mmask32 l0 = (__mmask32)lanes, l1 = (__mmask32)(lanes >> 32);
 	uint64_t m0 = _mm512_mask_cmpneq_epi16_mask(l0, _mm512_maskz_loadu_epi16(l0, a),

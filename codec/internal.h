@@ -71,14 +71,26 @@ static inline void bfp_bw_init(bfp_bw *w, uint8_t *buf, size_t cap)
 	w->overflow = 0;
 }
 
-/* Append the low nbits (<= 32) of v. */
+/* Append the low nbits (<= 32) of v. Whole bytes go out with one 8-byte
+ * store while at least 8 bytes of room are left (no branch per byte);
+ * near the end, byte by byte. */
 static inline void bfp_bw_put(bfp_bw *w, uint64_t v, unsigned nbits)
 {
-	if (nbits == 0)
-		return;
-	v &= (nbits == 64) ? ~0ull : ((1ull << nbits) - 1);
-	w->acc |= v << w->n;
+	v &= (nbits >= 64) ? ~0ull : ((1ull << nbits) - 1);
+	w->acc |= v << w->n; /* n < 8 here, so nothing is lost */
 	w->n += nbits;
+	if (BFP_LIKELY(w->pos + 8 <= w->cap)) {
+		uint64_t a = w->acc;
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+		a = __builtin_bswap64(a);
+#endif
+		BFP_MEMCPY(w->buf + w->pos, &a, 8);
+		unsigned k = w->n >> 3;
+		w->pos += k;
+		w->acc = k == 8 ? 0 : w->acc >> (k * 8);
+		w->n &= 7;
+		return;
+	}
 	while (w->n >= 8) {
 		if (w->pos < w->cap)
 			w->buf[w->pos++] = (uint8_t)w->acc;
