@@ -9,7 +9,14 @@
 /* Gather the changes from e->pos up to end (FORMAT.md 3.4): offset, class,
  * gap in the class's rank space and step. Stops once the running estimate
  * exceeds limit_bits or the scratch is full. Returns the first position
- * not examined. */
+ * not examined.
+ *
+ * Two passes per GATHER_CHUNK elements keep data-dependent branches out
+ * of the per-change work: the first computes each block's change mask,
+ * class bytes and per-class counts before the block, and lists the
+ * changes (the first four of a block without branches); the second
+ * walks that list in a loop of known length. */
+#define GATHER_CHUNK 1024u
 T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 				      uint64_t limit_bits)
 {
@@ -17,39 +24,71 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 	uint64_t cnt[BFP_CLASSES] = {0}, next[BFP_CLASSES] = {0};
 	uint64_t est = 16 + 8 * 10;
 	uint32_t n = 0;
-	uint64_t i = s;
+	uint64_t i0 = s;
+	uint8_t cb[GATHER_CHUNK] __attribute__((aligned(64)));
+	uint16_t idx[GATHER_CHUNK + 4];
+	uint32_t pre[GATHER_CHUNK / 64][BFP_CLASSES];
 
-	while (i < end) {
-		unsigned len = end - i < 64 ? (unsigned)(end - i) : 64u;
-		const uint16_t *b = e->base + i;
-		__builtin_prefetch(b + 1024);
-		__builtin_prefetch(e->target + i + 1024);
-		uint64_t neq = t_neq(b, e->target + i, len);
-		T_CLS k = t_classes(b, len);
-		while (neq) {
-			unsigned l = (unsigned)__builtin_ctzll(neq);
-			neq &= neq - 1;
-			unsigned c = bfp_class(b[l]);
-			uint64_t below = l ? (~0ull >> (64 - l)) : 0;
-			uint64_t rank = cnt[c] + t_popcnt(t_cmask(k, c) & below);
+	while (i0 < end) {
+		uint32_t cn = end - i0 < GATHER_CHUNK ? (uint32_t)(end - i0) : GATHER_CHUNK;
+		uint32_t run[BFP_CLASSES] = {0};
+		uint32_t ni = 0;
+		for (uint32_t off = 0; off < cn; off += 64) {
+			unsigned len = cn - off < 64 ? cn - off : 64u;
+			const uint16_t *b = e->base + i0 + off;
+			__builtin_prefetch(b + 1024);
+			__builtin_prefetch(e->target + i0 + off + 1024);
+			uint64_t neq = t_neq(b, e->target + i0 + off, len);
+			T_CLS k = t_classes(b, len);
+			t_cls_store(cb + off, k);
+			uint32_t *pb = pre[off / 64];
+			for (unsigned c = 0; c < BFP_CLASSES; c++) {
+				pb[c] = run[c];
+				run[c] += t_popcnt(t_cmask(k, c));
+			}
+			/* list the changes: four without branches (slots past the
+			 * block's count are overwritten later), the rest in a loop */
+			const uint64_t top = 1ull << 63;
+			uint64_t x = neq;
+			for (unsigned q = 0; q < 4; q++) {
+				idx[ni + q] = (uint16_t)(off + (unsigned)__builtin_ctzll(x | top));
+				x &= x - 1;
+			}
+			unsigned pc = t_popcnt(neq);
+			for (unsigned q = 4; x; q++) {
+				idx[ni + q] = (uint16_t)(off + (unsigned)__builtin_ctzll(x));
+				x &= x - 1;
+			}
+			ni += pc;
+		}
+		const uint16_t *b = e->base + i0;
+		const uint16_t *t = e->target + i0;
+		for (uint32_t q = 0; q < ni; q++) {
+			unsigned p = idx[q], blk = p / 64, l = p % 64;
+			unsigned c = cb[p];
+			uint64_t rank = cnt[c] + pre[blk][c] +
+					t_popcnt(t_cmask_mem(cb + blk * 64, c) & ((1ull << l) - 1));
 			uint32_t gap = (uint32_t)(rank - next[c]);
-			uint16_t d = (uint16_t)(bfp_key(e->target[i + l]) - bfp_key(b[l]));
+			uint16_t d = (uint16_t)(bfp_key(t[p]) - bfp_key(b[p]));
 			unsigned m = (unsigned)((int16_t)d < 0 ? -(int32_t)(int16_t)d : (int16_t)d);
 			next[c] = rank + 1;
-			e->chg_pos[n] = (uint32_t)(i + l - s);
+			e->chg_pos[n] = (uint32_t)(i0 + p - s);
 			e->chg_class[n] = (uint8_t)c;
 			e->chg_rank[n] = gap;
 			e->chg_delta[n] = d;
-			est += 1u + (m > 1 ? bfp_eg0_bits(m - 2) : 0u) + bfp_bitlen32(gap) + 2u;
+			/* 1 + (m > 1 ? EG0(m - 2) : 0) + bitlen(gap) + 2, without branches */
+			unsigned mb = bfp_eg0_bits(m - 2 + (m < 2));
+			est += 3u + (m > 1 ? mb : 0u) +
+			       (64u - (unsigned)__builtin_clzll((uint64_t)gap * 2 + 1)) - 1u;
 			n++;
-			if (n == BFP_CHANGES_MAX || est > limit_bits) {
+			if (BFP_UNLIKELY(n == BFP_CHANGES_MAX || est > limit_bits)) {
 				e->n_changes = n;
-				return i + l + 1;
+				return i0 + p + 1;
 			}
 		}
 		for (unsigned c = 0; c < BFP_CLASSES; c++)
-			cnt[c] += t_popcnt(t_cmask(k, c));
-		i += len;
+			cnt[c] += run[c];
+		i0 += cn;
 	}
 	e->n_changes = n;
 	return end;

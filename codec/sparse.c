@@ -70,8 +70,9 @@ static uint64_t rice_est(uint64_t n, uint64_t sum, unsigned maxk, unsigned *kout
 }
 
 typedef struct cls_acc {
-	uint64_t gsum, gnzsum, bigsum;
-	uint32_t gzero, nbig, mhist[17];
+	uint64_t gsum, bigsum;
+	uint32_t gzero;
+	uint32_t mhist[17]; /* magnitudes 1..16; [0] counts the larger ones */
 } cls_acc;
 
 /* Bits of the magnitudes of one class coded with Exp-Golomb order k:
@@ -86,9 +87,9 @@ static uint64_t eg_cost(const cls_acc *x, unsigned M, unsigned k)
 		uint32_t v = (M == 0 || m < M) ? m - 1 : m - 2;
 		bits += (uint64_t)x->mhist[m] * eg_bits(v, k);
 	}
-	if (x->nbig) {
-		uint32_t mean = (uint32_t)(x->bigsum / x->nbig);
-		bits += (uint64_t)x->nbig * eg_bits(mean - (M ? 2 : 1), k);
+	if (x->mhist[0]) {
+		uint32_t mean = (uint32_t)(x->bigsum / x->mhist[0]);
+		bits += (uint64_t)x->mhist[0] * eg_bits(mean - (M ? 2 : 1), k);
 	}
 	return bits;
 }
@@ -114,22 +115,16 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl)
 
 	BFP_MEMSET(a, 0, sizeof(a));
 	BFP_MEMSET(pl, 0, sizeof(*pl));
-	for (uint32_t j = 0; j < k; j++) {
+	for (uint32_t j = 0; j < k; j++) { /* no data-dependent branches */
 		unsigned c = e->chg_class[j];
 		uint32_t g = e->chg_rank[j];
 		unsigned m = bfp_mag(e->chg_delta[j]);
+		unsigned big = m > 16;
 		pl->n[c]++;
 		a[c].gsum += g;
-		if (g == 0)
-			a[c].gzero++;
-		else
-			a[c].gnzsum += g - 1;
-		if (m <= 16) {
-			a[c].mhist[m]++;
-		} else {
-			a[c].nbig++;
-			a[c].bigsum += m;
-		}
+		a[c].gzero += g == 0;
+		a[c].mhist[big ? 0 : m]++;
+		a[c].bigsum += big ? m : 0;
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		const cls_acc *x = &a[c];
@@ -139,8 +134,9 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl)
 		if (!n)
 			continue;
 		uint32_t nz = n - x->gzero;
+		/* the nonzero gaps, each less one, sum to gsum - nz */
 		uint64_t plain = rice_est(n, x->gsum, 30, &kp);
-		uint64_t runs = 5 + rice_est(nz, x->gnzsum, 30, &ko) +
+		uint64_t runs = 5 + rice_est(nz, x->gsum - nz, 30, &ko) +
 				rice_est(nz + 1, x->gzero, 30, &kr);
 		if (runs < plain) {
 			gs->runs = 1;
