@@ -132,8 +132,18 @@ static inline uint64_t neq_generic(const uint16_t *a, const uint16_t *b,
 	return m;
 }
 
+/* How many of the 64 block counts are at most r. */
+static inline unsigned blocks_upto_generic(const uint16_t *before, unsigned r)
+{
+	unsigned n = 0;
+	for (unsigned k = 0; k < BFP_SCAN_CHUNK / 64; k++)
+		n += before[k] <= r;
+	return n;
+}
+
 #define T_ATTR
 #define T_NAME(x) x##_generic
+#define t_blocks_upto blocks_upto_generic
 #define T_CLS cls_generic
 #define t_classes classes_generic
 #define t_cmask(k, c) cmask_generic(&(k), (c))
@@ -153,8 +163,10 @@ static inline uint64_t neq_generic(const uint16_t *a, const uint16_t *b,
 #undef t_neq
 #undef t_popcnt
 #undef t_select
+#undef t_blocks_upto
 
 #ifdef BFP_X86
+_Static_assert(BFP_SCAN_CHUNK == 64 * 64, "blocks_upto_avx512 compares 64 block counts");
 #define AVX512_ATTR __attribute__((target("avx512f,avx512bw,bmi2,popcnt")))
 #define AVX512_INLINE AVX512_ATTR static inline __attribute__((always_inline))
 
@@ -218,6 +230,14 @@ AVX512_INLINE uint64_t neq_avx512(const uint16_t *a, const uint16_t *b, unsigned
 	return m0 | (m1 << 32);
 }
 
+AVX512_INLINE unsigned blocks_upto_avx512(const uint16_t *before, unsigned r)
+{
+	__m512i v = _mm512_set1_epi16((short)r);
+	uint64_t lo = _mm512_cmple_epu16_mask(_mm512_load_si512((const void *)before), v);
+	uint64_t hi = _mm512_cmple_epu16_mask(_mm512_load_si512((const void *)(before + 32)), v);
+	return (unsigned)__builtin_popcountll(lo | (hi << 32));
+}
+
 AVX512_INLINE unsigned popcnt_avx512(uint64_t x)
 {
 	return (unsigned)__builtin_popcountll(x);
@@ -238,6 +258,7 @@ AVX512_INLINE uint64_t select_avx512(uint64_t m, unsigned r)
 #define t_neq neq_avx512
 #define t_popcnt popcnt_avx512
 #define t_select select_avx512
+#define t_blocks_upto blocks_upto_avx512
 #include "scan_tmpl.h"
 #endif
 

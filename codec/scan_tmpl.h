@@ -97,18 +97,25 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 /* Turn per-class gaps into positions (FORMAT.md 3.4). gaps and steps are
  * grouped by class (start[c] .. start[c+1]); writes pos/val of every
  * change, ordered by BFP_SCAN_CHUNK-element chunk (within a chunk, by
- * class). The class bytes of a chunk are computed once; then each class
- * walks them with its counters in registers. Returns BFP_E_CORRUPT when
- * a gap runs past the last element of its class. */
+ * class). Per chunk, a first pass stores the class bytes and, per class,
+ * how many of its elements precede each 64-element block; then each
+ * change finds its block by counting the blocks whose count is at most
+ * its rank (a vector compare, no branch) and its lane by a select in
+ * that block's class mask. Returns BFP_E_CORRUPT when a gap runs past
+ * the last element of its class. */
 T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 					   const uint32_t start[BFP_CLASSES + 1],
 					   const uint32_t *gaps, const uint16_t *steps,
 					   uint32_t *pos, uint16_t *val)
 {
+	enum { NB = BFP_SCAN_CHUNK / 64 };
 	uint64_t cnt[BFP_CLASSES] = {0}, target[BFP_CLASSES] = {0};
 	uint32_t idx[BFP_CLASSES];
 	uint32_t active = 0, o = 0;
 	uint8_t cb[BFP_SCAN_CHUNK] __attribute__((aligned(64)));
+	/* before[c][k]: elements of class c in blocks 0..k-1 of the chunk;
+	 * 0xFFFF past the chunk's last block (never at most a rank) */
+	uint16_t before[BFP_CLASSES][NB] __attribute__((aligned(64)));
 
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		idx[c] = start[c];
@@ -119,40 +126,45 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 	}
 	for (uint32_t i0 = 0; i0 < len && active; i0 += BFP_SCAN_CHUNK) {
 		uint32_t cn = len - i0 < BFP_SCAN_CHUNK ? len - i0 : BFP_SCAN_CHUNK;
+		uint32_t nb = (cn + 63) / 64;
+		uint32_t run[BFP_CLASSES] = {0};
 		const uint16_t *b = base + i0;
-		for (uint32_t off = 0; off < cn; off += 64)
-			t_cls_store(cb + off, t_classes(b + off, cn - off < 64 ? cn - off : 64u));
+		for (uint32_t k = 0; k < nb; k++) {
+			uint32_t off = k * 64;
+			T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
+			t_cls_store(cb + off, cls);
+			for (unsigned c = 0; c < BFP_CLASSES; c++) {
+				before[c][k] = (uint16_t)run[c];
+				run[c] += t_popcnt(t_cmask(cls, c));
+			}
+		}
+		if (nb < NB)
+			for (unsigned c = 0; c < BFP_CLASSES; c++)
+				for (uint32_t k = nb; k < NB; k++)
+					before[c][k] = 0xFFFF;
 		for (uint32_t a = active; a; a &= a - 1) {
 			unsigned c = (unsigned)__builtin_ctz(a);
 			uint64_t cc = cnt[c], tg = target[c];
 			uint32_t ix = idx[c];
 			const uint32_t last = start[c + 1];
-			for (uint32_t off = 0; off < cn; off += 64) {
-				uint64_t m = t_cmask_mem(cb + off, c);
-				uint64_t pc = t_popcnt(m);
-				/* distance to the class's next change, in class
-				 * elements; most blocks take no branch */
-				uint64_t dist = tg - cc;
-				cc += pc;
-				if (BFP_LIKELY(dist >= pc))
-					continue;
-				do {
-					unsigned l = (unsigned)__builtin_ctzll(t_select(m, (unsigned)dist));
-					pos[o] = i0 + off + l;
-					val[o] = bfp_unkey((uint16_t)(bfp_key(b[off + l]) + steps[ix]));
-					o++;
-					if (++ix == last) {
-						active &= ~(1u << c);
-						goto class_done;
-					}
-					tg += (uint64_t)gaps[ix] + 1;
-					dist = tg - (cc - pc);
-				} while (dist < pc);
+			while (tg - cc < run[c]) {
+				unsigned r = (unsigned)(tg - cc);
+				unsigned k = t_blocks_upto(before[c], r) - 1;
+				uint64_t m = t_cmask_mem(cb + k * 64, c);
+				unsigned l = (unsigned)__builtin_ctzll(t_select(m, r - before[c][k]));
+				uint32_t p = k * 64 + l;
+				pos[o] = i0 + p;
+				val[o] = bfp_unkey((uint16_t)(bfp_key(b[p]) + steps[ix]));
+				o++;
+				if (++ix == last) {
+					active &= ~(1u << c);
+					break;
+				}
+				tg += (uint64_t)gaps[ix] + 1;
 			}
-			cnt[c] = cc;
+			cnt[c] = cc + run[c];
 			target[c] = tg;
 			idx[c] = ix;
-		class_done:;
 		}
 	}
 	return active ? BFP_E_CORRUPT : BFP_OK;
