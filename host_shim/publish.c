@@ -9,11 +9,12 @@
  * keyframe stream of the current version. Patches can be kept on disk
  * (--history, patch file format, written through a temporary + rename).
  *
- * Frames of a version leave once all of it is encoded: every frame
- * header carries the patch's frame count (docs/FORMAT.md), which is
- * known only then. Encoding runs on all cores, so for sparse patches it
- * is short next to a dense transfer; the overlap the pipeline gets is
- * between versions (NACKs, catch-up) and across the relay tree.
+ * Frames of a version leave while the rest of it is encoded: workers
+ * encode chunks on all cores, and this thread sends each frame as soon as
+ * every chunk before its own is done, with frame_count 0 (a streamed
+ * frame, docs/FORMAT.md 2.5), so the first frame leaves after the first
+ * chunk. NACKs are answered from the finished patch, whose frames carry
+ * the count.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>

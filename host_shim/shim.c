@@ -523,7 +523,7 @@ static int try_commit(shim *s)
 }
 
 /* Most frames a staged patch may have: no more than could ever be staged
- * (this bounds the index arrays, 12 B per frame, of hostile indices). */
+ * (this bounds the index arrays, 20 B per frame, of hostile indices). */
 static uint32_t max_frames(const shim *s)
 {
 	uint64_t m = s->max_stage / (BFP_HEADER_SIZE + 1);
