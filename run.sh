@@ -11,6 +11,8 @@ PKGS="build-essential meson ninja-build pkg-config clang llvm libclang-rt-14-dev
       libzstd-dev libcmocka-dev libjansson-dev libxxhash-dev zstd python3 binutils
       dpdk dpdk-dev libdpdk-dev iproute2 ethtool gcc-aarch64-linux-gnu
       python3-numpy nftables libsodium-dev chromium"
+# the tests also check the Python module's torch views
+TEST_PKGS="python3-torch"
 
 install_missing() {
 	missing=""
@@ -42,6 +44,7 @@ demo)
 	exec ./build/host_shim/bfpatch demo "$@"
 	;;
 test)
+	PKGS="$PKGS $TEST_PKGS"
 	install_missing
 	build build
 	meson test -C build --print-errorlogs

@@ -2,7 +2,10 @@
 weight buffer: every tensor's view holds the bytes the checkpoint file
 holds (read independently), views are zero-copy (a write through one is
 in the file), and wait_version() returns once the shim committed step 1,
-after which the same views show step 1's values."""
+after which the same views show step 1's values. With python3-torch
+installed, torch views are checked the same way (bfloat16, zero-copy);
+TORCH=1 in the environment makes torch mandatory."""
+import os
 import struct
 import sys
 
@@ -50,3 +53,32 @@ for name, a in views.items():
     _, _, b, e = buf.tensors[name]
     assert a.tobytes() == d[base + b:base + e], name
 print("version 1: %d tensors equal the next checkpoint, seen through the old views" % n)
+try:
+    import torch
+except ImportError:
+    torch = None
+    assert os.environ.get("TORCH") != "1", "TORCH=1 but python3-torch is missing"
+    print("torch: not installed, torch views not checked")
+if torch is not None:
+    d, base = tensors_of(sys.argv[3])
+
+    def check_torch():
+        nt = 0
+        for name, (dtype, shape, b, e) in buf.tensors.items():
+            if dtype != "BF16":
+                continue
+            t = buf.tensor(name, torch=True)
+            assert t.dtype == torch.bfloat16 and tuple(t.shape) == tuple(shape), name
+            # the bit patterns, read without numpy, are the checkpoint's bytes
+            assert t.view(torch.int16).contiguous().numpy().tobytes() == d[base + b:base + e], name
+            nt += 1
+        return nt
+    nt = buf.consistent(check_torch)
+    name = next(k for k, v in buf.tensors.items() if v[0] == "BF16")
+    t = buf.tensor(name, torch=True)
+    old = int(views[name].flat[0])
+    views[name].flat[0] = old ^ 1  # a write through numpy is seen by torch
+    assert int(t.view(torch.int16).flatten()[0]) & 0xFFFF == old ^ 1
+    views[name].flat[0] = old
+    print("torch %s: %d BF16 tensors as torch.bfloat16 views, equal to the checkpoint, "
+          "sharing memory with the buffer" % (torch.__version__, nt))
