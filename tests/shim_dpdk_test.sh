@@ -26,6 +26,11 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
+# wait_line PATTERN FILE [TENTHS]: until FILE has a line matching PATTERN
+wait_line() {
+	for n in $(seq "${3:-100}"); do grep -q "$1" "$2" && return 0; sleep 0.1; done
+	return 1
+}
 "$SHIM" --help | grep -q -- "--dma DEV" || { echo "skip: bfpatch-shim built without DPDK"; exit 77; }
 port=$((20000 + ($$ + 11) % 20000))
 
@@ -37,10 +42,7 @@ nbad=$(python3 "$HERE/relay/pcaptool.py" mix "$T/frames.pcap" "$T/in.pcap") || f
 	--listen 198.18.0.21:7500 --port "net_pcap0,rx_pcap=$T/in.pcap" --dma dma_skeleton0 \
 	--exit-after 30 > "$T/pcap.log" 2>&1 &
 PIDS=$!
-for n in $(seq 300); do
-	grep -q "committed version 0 -> 1" "$T/pcap.log" && break
-	sleep 0.1
-done
+wait_line "committed version 0 -> 1" "$T/pcap.log" 300
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 1: .*(dma)" "$T/pcap.log" || fail "no DMA commit of the replayed patch"
 python3 "$HERE/check_buffers.py" "$T/traj/step-0001.safetensors" "$SHM.1" || fail "pcap + dma buffer"
@@ -52,10 +54,7 @@ grep "port:" "$T/pcap.log" | sed 's/^bfpatch-shim: /  /'
 PIDS=$!
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
 	--linger 2 > "$T/publish.log" 2>&1 || fail publish
-for n in $(seq 100); do
-	grep -q "committed version 2 -> 3" "$T/dma.log" && break
-	sleep 0.1
-done
+wait_line "committed version 2 -> 3" "$T/dma.log"
 kill -TERM $PIDS; wait; PIDS=""
 [ "$(grep -c 'committed .*(dma)' "$T/dma.log")" = 3 ] || fail "not every commit went through dmadev"
 grep -q "NACKs [1-9]" "$T/dma.log" || fail "no NACK for the lost frame"
@@ -82,8 +81,7 @@ if [ "$(id -u)" = 0 ] && ip netns add "bfpsd$$" 2>/dev/null; then
 			--upstream 198.18.0.40:$((port + 2)) --listen 198.18.0.41:7500 --port "$pmd" \
 			--exit-after 40 > "$T/live$k.log" 2>&1 &
 		PIDS=$!
-		for n in $(seq 100); do grep -q "listening on" "$T/live$k.log" && break; sleep 0.1; done
-		if ! grep -q "listening on" "$T/live$k.log"; then
+		if ! wait_line "listening on" "$T/live$k.log"; then
 			kill -TERM $PIDS 2>/dev/null; wait; PIDS=""
 			[ "$name" = net_af_xdp ] || fail "$name port did not start"
 			echo "  $name: not available here ($(grep -m1 -i 'error\|fail' "$T/live$k.log")); skipped"
@@ -91,12 +89,10 @@ if [ "$(id -u)" = 0 ] && ip netns add "bfpsd$$" 2>/dev/null; then
 		fi
 		"$BFP" publish --dir "$T/traj" --listen 198.18.0.40:$((port + 2)) --wait-subscribers 1 \
 			--steps 2 --linger 2 > "$T/publish-live$k.log" 2>&1 || fail "publish to $name"
-		for n in $(seq 100); do
-			grep -q "committed version 1 -> 2" "$T/live$k.log" && break
-			sleep 0.1
-		done
+		committed=0
+		wait_line "committed version 1 -> 2" "$T/live$k.log" && committed=1
 		kill -TERM $PIDS; wait; PIDS=""
-		grep -q "committed version 1 -> 2" "$T/live$k.log" || fail "$name: version 2 not committed"
+		[ $committed = 1 ] || fail "$name: version 2 not committed"
 		delivered=$(sed -n 's/.*port: [0-9]* packets, \([0-9]*\) frames delivered.*/\1/p' "$T/live$k.log" | tail -n 1)
 		[ "${delivered:-0}" -gt 0 ] || fail "$name: no frame came through the DPDK port"
 		python3 "$HERE/check_buffers.py" "$T/traj/step-0002.safetensors" "$SHM.l$k" || fail "$name buffer"
