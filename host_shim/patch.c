@@ -610,7 +610,7 @@ typedef struct apply_job {
 	uint64_t n;
 	uint64_t model_id;
 	uint32_t base_version;
-	int resume;
+	int resume, verify_only;
 	atomic_size_t next;
 	atomic_int failed;
 	atomic_uint_fast64_t done_params, skipped;
@@ -642,7 +642,15 @@ static void *apply_worker(void *arg)
 		if (i >= j->n_frames || atomic_load(&j->failed))
 			break;
 		bfp_frame_header h;
-		bfp_status st = bfp_decode_apply(dec, &ao, j->frames[i], j->lens[i], j->params, j->n, &h);
+		bfp_status st;
+		if (j->verify_only) {
+			int at = 0;
+			st = bfp_frame_check_target(j->frames[i], j->lens[i], j->params, j->n, &at);
+			if (st == BFP_OK)
+				st = at ? bfp_frame_parse(j->frames[i], j->lens[i], &h) : BFP_E_HASH;
+		} else {
+			st = bfp_decode_apply(dec, &ao, j->frames[i], j->lens[i], j->params, j->n, &h);
+		}
 		if (j->resume && (st == BFP_E_HASH || st == BFP_E_CORRUPT)) {
 			/* the frame passed its CRC, so its range is not at the
 			 * base: fine if it is already at the target */
@@ -681,6 +689,7 @@ int patch_apply_frames(const uint8_t *const *frames, const uint32_t *lens, size_
 	j.model_id = model_id;
 	j.base_version = base_version;
 	j.resume = ctl ? ctl->resume : 0;
+	j.verify_only = ctl ? ctl->verify_only : 0;
 	run_threads(ctl ? ctl->threads : 0, apply_worker, &j, &j.done_params, n_params,
 		    ctl ? ctl->progress : 0, "apply");
 	if (res) {

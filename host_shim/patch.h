@@ -75,6 +75,8 @@ typedef struct apply_ctl {
 	int progress;    /* print progress to stderr */
 	int resume;      /* a frame whose range is already at its target (a
 			  * commit cut short) counts as applied */
+	int verify_only; /* the values are written already: check that every
+			  * frame's range hashes to its target, write nothing */
 } apply_ctl;
 
 typedef struct apply_result {

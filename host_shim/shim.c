@@ -341,20 +341,24 @@ static int prepare_some(shim *s, double budget_s)
 	return 0;
 }
 
-/* Commit sl from its prepared frames (write their values) and apply the
- * others (decode, verify, write). */
+/* Commit sl from its prepared frames: write their values, then check
+ * every such range's hash in the buffer (what was verified while staging
+ * was the base with the changes; this also catches a buffer that changed
+ * since, e.g. an actor writing into its weights); apply the other frames
+ * (decode, verify, write). */
 static int commit_prepared(shim *s, slot *sl, uint32_t base, const apply_ctl *ctl,
 			   apply_result *res, char *err, size_t errlen)
 {
+	const uint8_t **pf = malloc((size_t)sl->count * sizeof(*pf));
 	const uint8_t **rest = malloc((size_t)sl->count * sizeof(*rest));
+	uint32_t *plen = malloc((size_t)sl->count * sizeof(*plen));
 	uint32_t *rlen = malloc((size_t)sl->count * sizeof(*rlen));
-	uint64_t verified = 0;
-	size_t nr = 0;
-	if (!rest || !rlen) {
-		free(rest);
-		free(rlen);
+	size_t np = 0, nr = 0;
+	int failed = -1;
+	memset(res, 0, sizeof(*res));
+	if (!pf || !rest || !plen || !rlen) {
 		snprintf(err, errlen, "out of memory");
-		return -1;
+		goto out;
 	}
 	for (uint32_t i = 0; i < sl->count; i++) {
 		prep *p = sl->preps[i];
@@ -367,15 +371,22 @@ static int commit_prepared(shim *s, slot *sl, uint32_t base, const apply_ctl *ct
 		const uint16_t *v = prep_val(p);
 		for (uint32_t k = 0; k < p->n; k++)
 			w[p->pos[k]] = v[k];
-		verified += 2ull * p->range_len;
+		pf[np] = sl->frames[i];
+		plen[np++] = sl->flen[i];
 	}
-	int failed = 0;
-	memset(res, 0, sizeof(*res));
-	if (nr)
+	apply_ctl vc = *ctl;
+	vc.verify_only = 1;
+	apply_result vr;
+	failed = patch_apply_frames(pf, plen, np, s->w.params, s->w.h->n_params, s->w.h->model_id,
+				    base, &vc, &vr, err, errlen);
+	if (!failed && nr)
 		failed = patch_apply_frames(rest, rlen, nr, s->w.params, s->w.h->n_params,
 					    s->w.h->model_id, base, ctl, res, err, errlen);
-	res->verified_bytes += verified;
+	res->verified_bytes += vr.verified_bytes;
+out:
+	free(pf);
 	free(rest);
+	free(plen);
 	free(rlen);
 	return failed;
 }
