@@ -929,6 +929,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bfpatch-shim: %s\n", err);
 		return 1;
 	}
+	wbuf_prefault_write(&s.w);
 	if (events_open(&s.ev, events_path, "shim", name)) {
 		fprintf(stderr, "bfpatch-shim: --events %s: %s\n", events_path, strerror(errno));
 		return 1;

@@ -81,6 +81,25 @@ int wbuf_open(wbuf *w, const char *path, char *err, size_t errlen)
 	return 0;
 }
 
+void wbuf_prefault_write(wbuf *w)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+	/* MAP_POPULATE maps a shared file's pages for reading only, and on a
+	 * virtual machine with shadow page tables the first access to each
+	 * page is slow whatever the guest's tables say: without this the
+	 * first commit into a 400 MB buffer took 0.9 s here, later ones 0.1 s.
+	 * Fault every page writable (older kernels refuse the madvise), then
+	 * touch each once, at start rather than while an actor waits. */
+	(void)madvise(w->map, w->map_len, MADV_POPULATE_WRITE);
+	volatile const uint8_t *p = w->map;
+	uint8_t sink = 0;
+	for (size_t off = 0; off < w->map_len; off += 4096)
+		sink ^= p[off];
+	(void)sink;
+}
+
 void wbuf_close(wbuf *w)
 {
 	if (w->map && w->map != MAP_FAILED)

@@ -59,6 +59,9 @@ typedef struct wbuf {
 int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
 		char *err, size_t errlen);
 int wbuf_open(wbuf *w, const char *path, char *err, size_t errlen);
+/* For the buffer's writer: fault its pages in writable now, not in the
+ * first commit (contents unchanged). */
+void wbuf_prefault_write(wbuf *w);
 void wbuf_close(wbuf *w);
 
 /* Mark a commit to target as started / finished (flushes to the file).
