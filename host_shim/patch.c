@@ -610,7 +610,8 @@ typedef struct apply_job {
 	uint64_t n;
 	uint64_t model_id;
 	uint32_t base_version;
-	int resume, verify_only;
+	int resume;
+	const frame_changes *const *changes;
 	atomic_size_t next;
 	atomic_int failed;
 	atomic_uint_fast64_t done_params, skipped;
@@ -643,7 +644,11 @@ static void *apply_worker(void *arg)
 			break;
 		bfp_frame_header h;
 		bfp_status st;
-		if (j->verify_only) {
+		const frame_changes *fc = j->changes ? j->changes[i] : NULL;
+		if (fc) {
+			uint16_t *w = j->params + fc->range_begin;
+			for (uint32_t k = 0; k < fc->n; k++)
+				w[fc->pos[k]] = fc->val[k];
 			int at = 0;
 			st = bfp_frame_check_target(j->frames[i], j->lens[i], j->params, j->n, &at);
 			if (st == BFP_OK)
@@ -689,7 +694,7 @@ int patch_apply_frames(const uint8_t *const *frames, const uint32_t *lens, size_
 	j.model_id = model_id;
 	j.base_version = base_version;
 	j.resume = ctl ? ctl->resume : 0;
-	j.verify_only = ctl ? ctl->verify_only : 0;
+	j.changes = ctl ? ctl->changes : NULL;
 	run_threads(ctl ? ctl->threads : 0, apply_worker, &j, &j.done_params, n_params,
 		    ctl ? ctl->progress : 0, "apply");
 	if (res) {

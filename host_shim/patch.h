@@ -70,13 +70,24 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 		uint64_t model_id, int threads, int progress, char *err,
 		size_t errlen);
 
+/* A frame's changes, decoded and verified earlier (bfp_decode_verify
+ * against the same base): offsets from range_begin and new values. */
+typedef struct frame_changes {
+	uint64_t range_begin;
+	uint32_t n, range_len;
+	const uint32_t *pos;
+	const uint16_t *val;
+} frame_changes;
+
 typedef struct apply_ctl {
 	int threads;     /* 0 = all online CPUs */
 	int progress;    /* print progress to stderr */
 	int resume;      /* a frame whose range is already at its target (a
 			  * commit cut short) counts as applied */
-	int verify_only; /* the values are written already: check that every
-			  * frame's range hashes to its target, write nothing */
+	/* optional, one per frame (NULL entries allowed): write these values
+	 * instead of decoding the frame, then check that its range hashes to
+	 * the frame's target (it catches a buffer that changed since) */
+	const frame_changes *const *changes;
 } apply_ctl;
 
 typedef struct apply_result {

@@ -82,15 +82,11 @@ typedef struct slot {
 /* A delta frame decoded and verified against the buffer's version while
  * it was staged (bfp_decode_verify): committing it is writing n values. */
 typedef struct prep {
-	uint64_t begin;
-	uint32_t n, range_len;
-	uint32_t pos[];         /* then uint16_t val[n] */
+	frame_changes fc;       /* pos and val point into v[] */
+	uint32_t v[];           /* n offsets, then n uint16_t values */
 } prep;
 
-static uint16_t *prep_val(prep *p)
-{
-	return (uint16_t *)(void *)(p->pos + p->n);
-}
+
 
 typedef struct shim {
 	wbuf w;
@@ -327,11 +323,10 @@ static int prepare_some(shim *s, double budget_s)
 		prep *p = malloc(bytes);
 		if (!p)
 			return 0;
-		p->begin = h.range_begin;
-		p->n = d->n_changes;
-		p->range_len = h.range_len;
-		memcpy(p->pos, d->chg_pos, (size_t)p->n * 4);
-		memcpy(prep_val(p), d->chg_val, (size_t)p->n * 2);
+		uint16_t *val = (uint16_t *)(void *)(p->v + d->n_changes);
+		p->fc = (frame_changes){h.range_begin, d->n_changes, h.range_len, p->v, val};
+		memcpy(p->v, d->chg_pos, (size_t)d->n_changes * 4);
+		memcpy(val, d->chg_val, (size_t)d->n_changes * 2);
 		sl->preps[i] = p;
 		sl->prepped++;
 		sl->prep_bytes += bytes;
@@ -341,53 +336,27 @@ static int prepare_some(shim *s, double budget_s)
 	return 0;
 }
 
-/* Commit sl from its prepared frames: write their values, then check
- * every such range's hash in the buffer (what was verified while staging
- * was the base with the changes; this also catches a buffer that changed
- * since, e.g. an actor writing into its weights); apply the other frames
- * (decode, verify, write). */
+/* Commit sl from its prepared frames: the apply threads write their
+ * values, then check each such range's hash in the buffer (what was
+ * verified while staging was the base with the changes; this also catches
+ * a buffer that changed since, e.g. an actor writing into its weights),
+ * and decode, verify and write the other frames. */
 static int commit_prepared(shim *s, slot *sl, uint32_t base, const apply_ctl *ctl,
 			   apply_result *res, char *err, size_t errlen)
 {
-	const uint8_t **pf = malloc((size_t)sl->count * sizeof(*pf));
-	const uint8_t **rest = malloc((size_t)sl->count * sizeof(*rest));
-	uint32_t *plen = malloc((size_t)sl->count * sizeof(*plen));
-	uint32_t *rlen = malloc((size_t)sl->count * sizeof(*rlen));
-	size_t np = 0, nr = 0;
-	int failed = -1;
-	memset(res, 0, sizeof(*res));
-	if (!pf || !rest || !plen || !rlen) {
+	const frame_changes **fc = malloc((size_t)sl->count * sizeof(*fc));
+	if (!fc) {
 		snprintf(err, errlen, "out of memory");
-		goto out;
+		return -1;
 	}
-	for (uint32_t i = 0; i < sl->count; i++) {
-		prep *p = sl->preps[i];
-		if (!p) {
-			rest[nr] = sl->frames[i];
-			rlen[nr++] = sl->flen[i];
-			continue;
-		}
-		uint16_t *w = s->w.params + p->begin;
-		const uint16_t *v = prep_val(p);
-		for (uint32_t k = 0; k < p->n; k++)
-			w[p->pos[k]] = v[k];
-		pf[np] = sl->frames[i];
-		plen[np++] = sl->flen[i];
-	}
-	apply_ctl vc = *ctl;
-	vc.verify_only = 1;
-	apply_result vr;
-	failed = patch_apply_frames(pf, plen, np, s->w.params, s->w.h->n_params, s->w.h->model_id,
-				    base, &vc, &vr, err, errlen);
-	if (!failed && nr)
-		failed = patch_apply_frames(rest, rlen, nr, s->w.params, s->w.h->n_params,
-					    s->w.h->model_id, base, ctl, res, err, errlen);
-	res->verified_bytes += vr.verified_bytes;
-out:
-	free(pf);
-	free(rest);
-	free(plen);
-	free(rlen);
+	for (uint32_t i = 0; i < sl->count; i++)
+		fc[i] = sl->preps[i] ? &sl->preps[i]->fc : NULL;
+	apply_ctl c = *ctl;
+	c.changes = fc;
+	int failed = patch_apply_frames((const uint8_t *const *)sl->frames, sl->flen, sl->count,
+					s->w.params, s->w.h->n_params, s->w.h->model_id, base, &c,
+					res, err, errlen);
+	free(fc);
 	return failed;
 }
 

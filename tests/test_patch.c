@@ -3,7 +3,8 @@
  * streams: frames reach the sender in index order with frame_count 0
  * while later chunks are still being encoded, they are the final patch's
  * frames but for the count, and they apply bit-exactly; the encoder's
- * change count matches an independent compare.
+ * change count matches an independent compare; frames applied from
+ * changes prepared earlier are written and checked by range hash.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -138,6 +139,80 @@ static void test_stream_three_threads(void **state)
 	check_stream(3);
 }
 
+/* Frames given with their changes (decoded and verified earlier with
+ * bfp_decode_verify) are written from those and checked by range hash;
+ * the others are decoded; a range changed after its changes were made
+ * fails its hash check. */
+static void test_apply_prepared_changes(void **state)
+{
+	(void)state;
+	enum { M = 300000 };
+	static uint16_t base[M], tgt[M], w[M];
+	uint64_t rs = 11;
+	for (size_t i = 0; i < M; i++)
+		base[i] = t_weight(&rs);
+	t_mutate(base, tgt, M, 30000, &rs);
+	patch_opts o = {.frame_size = 1200, .base_version = 2, .target_version = 3, .threads = 1};
+	patch p;
+	char err[256];
+	assert_int_equal(patch_encode_arrays(base, tgt, M, 5, &o, &p, err, sizeof(err)), 0);
+	const uint8_t **fr = calloc(p.n, sizeof(*fr));
+	uint32_t *lens = calloc(p.n, sizeof(*lens));
+	frame_changes *fc = calloc(p.n, sizeof(*fc));
+	const frame_changes **fcp = calloc(p.n, sizeof(*fcp));
+	uint32_t *pos = malloc((size_t)M * 4);
+	uint16_t *val = malloc((size_t)M * 2);
+	static bfp_decoder dec;
+	assert_int_equal(bfp_decoder_init(&dec, 0), BFP_OK);
+	bfp_apply_opts ao = {.model_id = 5, .base_version = 2};
+	size_t used = 0;
+	for (size_t i = 0; i < p.n; i++) {
+		fr[i] = p.buf + p.off[i];
+		lens[i] = (uint32_t)(p.off[i + 1] - p.off[i]);
+		if (i % 2)
+			continue; /* every other frame is prepared */
+		bfp_frame_header h;
+		assert_int_equal(bfp_decode_verify(&dec, &ao, fr[i], lens[i], base, M, &h), BFP_OK);
+		memcpy(pos + used, dec.chg_pos, (size_t)dec.n_changes * 4);
+		memcpy(val + used, dec.chg_val, (size_t)dec.n_changes * 2);
+		fc[i] = (frame_changes){h.range_begin, dec.n_changes, h.range_len, pos + used,
+					val + used};
+		fcp[i] = &fc[i];
+		used += dec.n_changes;
+	}
+	apply_ctl ctl = {.threads = 2, .changes = fcp};
+	apply_result res;
+	memcpy(w, base, sizeof(w));
+	assert_int_equal(patch_apply_frames(fr, lens, p.n, w, M, 5, 2, &ctl, &res, err,
+					    sizeof(err)), 0);
+	assert_memory_equal(w, tgt, sizeof(w));
+	assert_int_equal(res.verified_bytes, 2 * (uint64_t)M);
+	/* the buffer changed after frame 2 was prepared: its check fails */
+	memcpy(w, base, sizeof(w));
+	uint32_t at = fc[2].range_len / 2; /* a weight the patch does not change */
+	for (int again = 1; again;) {
+		again = 0;
+		for (uint32_t k = 0; k < fc[2].n; k++)
+			if (fc[2].pos[k] == at) {
+				at++;
+				again = 1;
+			}
+	}
+	w[fc[2].range_begin + at] ^= 1;
+	ctl.threads = 1;
+	assert_int_not_equal(patch_apply_frames(fr, lens, p.n, w, M, 5, 2, &ctl, &res, err,
+						sizeof(err)), 0);
+	assert_int_equal(res.bad_frame, 2);
+	assert_int_equal(res.status, BFP_E_HASH);
+	free(fr);
+	free(lens);
+	free(fc);
+	free(fcp);
+	free(pos);
+	free(val);
+	patch_free(&p);
+}
+
 /* A patch file holds finished patches only: a streamed frame in one is
  * refused (FORMAT.md 4). */
 static void test_file_refuses_streamed_frames(void **state)
@@ -173,6 +248,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stream_one_thread),
 		cmocka_unit_test(test_stream_three_threads),
+		cmocka_unit_test(test_apply_prepared_changes),
 		cmocka_unit_test(test_file_refuses_streamed_frames),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
