@@ -62,6 +62,8 @@ static void on_signal(int s)
 #define SLOTS 4
 /* NACK rounds without progress before asking for a keyframe stream */
 #define NACK_GIVE_UP 8
+/* frames of one version that preparation refuses before it stops trying */
+#define PREP_REFUSALS 3
 
 typedef struct slot {
 	int used;
@@ -75,6 +77,7 @@ typedef struct slot {
 	uint32_t *flen;
 	struct prep **preps;    /* frames decoded and verified while staging */
 	uint32_t prepped;
+	uint32_t refused;       /* frames preparation refused (and dropped) */
 	uint64_t bytes;         /* of the frames */
 	uint64_t prep_bytes;
 } slot;
@@ -277,7 +280,10 @@ static int prepare_some(shim *s, double budget_s)
 		return 0; /* the DMA backend decodes at commit */
 #endif
 	slot *sl = next_slot(s, 0);
-	if (!sl || sl->key || sl->base != version(s) || sl->prepped == sl->have)
+	/* refusals that keep coming mean the buffer itself no longer holds
+	 * the base: stop here, and let the commit find it out and resync */
+	if (!sl || sl->key || sl->base != version(s) || sl->prepped == sl->have ||
+	    sl->refused >= PREP_REFUSALS)
 		return 0;
 	if (!s->prep_dec) {
 		s->prep_dec = malloc(sizeof(*s->prep_dec));
@@ -309,6 +315,7 @@ static int prepare_some(shim *s, double budget_s)
 				fprintf(stderr, "bfpatch-shim: frame %u of version %u refused: %s\n", i,
 					sl->target, bfp_status_str(st));
 			s->bad++;
+			sl->refused++;
 			sl->bytes -= sl->flen[i];
 			s->staged_bytes -= sl->flen[i];
 			free(sl->frames[i]);

@@ -149,6 +149,49 @@ kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 2 (keyframe resync)" "$T/shimb.log" || fail "no keyframe resync"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.a" "$SHM.b" || fail "late joiner"
 
+# a buffer that no longer holds its version (a weight overwritten behind
+# the shim's back before the patch comes), with safe-point commits so the
+# shim prepares while it waits: preparing the frame over that range is
+# refused (and the frame fetched again), at most 3 times before the shim
+# stops trying; the commit the actor allows fails verification, and a
+# keyframe resync ends bit-exact
+"$SHIM" --buffer "$SHM.r" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 12)) --commit safe-point --nack-ms 20 --exit-after 40 \
+	> "$T/shimr.log" 2>&1 &
+PIDS=$!
+for n in $(seq 100); do grep -q "listening on" "$T/shimr.log" && break; sleep 0.1; done
+python3 - "$SHM.r" "$T/p01" "$HERE/../host_shim/python" > "$T/pyr.log" 2>&1 <<'PY' &
+import mmap, struct, sys
+sys.path.insert(0, sys.argv[3])
+from bfpatch_buffer import WeightBuffer
+pb = open(sys.argv[2], "rb").read()
+begin, rlen = struct.unpack_from("<QI", pb, 32)  # frame 0's range
+buf = WeightBuffer(sys.argv[1])
+buf._mm[buf.data_offset + 2 * (begin + rlen // 2)] ^= 0x40  # damage version 0
+print("damaged", flush=True)
+import time
+end = time.monotonic() + 30
+while buf.staged < 1 and time.monotonic() < end:
+    time.sleep(0.01)
+assert buf.staged == 1, "version 1 never became complete"
+v = buf.safe_point(timeout=1)  # this commit fails verification
+v = buf.wait_version(after=0, timeout=30)  # the keyframe resync
+assert v == 1 and buf.state == 0, (v, buf.state)
+print("version 1 after a resync")
+PY
+PYR=$!
+for n in $(seq 100); do grep -q "damaged" "$T/pyr.log" && break; sleep 0.1; done
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 10 > "$T/publish8.log" 2>&1 &
+PUB=$!
+wait $PYR || { cat "$T/pyr.log"; fail "damaged buffer: $(tail -n 1 "$T/pyr.log")"; }
+kill -TERM $PIDS $PUB; wait; PIDS=""
+refusals=$(grep -c "frame 0 of version 1 refused" "$T/shimr.log")
+[ "$refusals" -ge 1 ] && [ "$refusals" -le 3 ] ||
+	fail "the frame over the damaged range was refused $refusals times (want 1 to 3)"
+grep -q "failed verification" "$T/shimr.log" || fail "the commit over a damaged buffer did not fail"
+check_buffers "$T/traj/step-0001.safetensors" "$SHM.r" || fail "resync after a damaged buffer"
+
 # the publisher's history on a full disk (a file size limit: EFBIG, as a
 # full disk gives ENOSPC): each patch is reported as not kept, nothing
 # partial is left, and publishing goes on; an unwritable one is refused
@@ -198,4 +241,4 @@ done
 kill -TERM $PIDS; wait; PIDS=""
 grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
