@@ -21,8 +21,9 @@
  * Between bursts of frames the shim prepares the patch that commits next
  * (decodes and verifies each frame against the buffer, which stays at
  * its base until then) and keeps its changes, 6 bytes per changed weight
- * within the same budget; that commit then only writes values. Frames
- * not prepared by then are decoded and verified at the commit.
+ * within at most half of the same budget, dropped when frames need the
+ * room; that commit then only writes values. Frames not prepared by then
+ * are decoded and verified at the commit.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -115,7 +116,8 @@ typedef struct shim {
 	bfp_decoder *prep_dec;  /* prepares frames while they are staged */
 	int no_prep;            /* --no-prepare, or no memory for the decoder */
 	slot slots[SLOTS];
-	uint64_t staged_bytes;
+	uint64_t staged_bytes;  /* frames and prepared changes */
+	uint64_t prep_bytes;    /* prepared changes, at most half of max_stage */
 	double last_frame, next_nack;
 	uint32_t nack_backoff_ms;
 	uint32_t nack_rounds;   /* since the last frame of the wanted version */
@@ -125,7 +127,7 @@ typedef struct shim {
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
 	uint64_t resyncs, key_commits, dropped_test, verified_bytes, auth_fail;
-	uint64_t prepared, prep_fail;
+	uint64_t prepared, prep_fail, prep_dropped;
 	double commit_ms_total, commit_ms_max;
 } shim;
 
@@ -177,6 +179,7 @@ static void slot_free(shim *s, slot *sl)
 	free(sl->flen);
 	free(sl->preps);
 	s->staged_bytes -= sl->bytes + sl->prep_bytes;
+	s->prep_bytes -= sl->prep_bytes;
 	memset(sl, 0, sizeof(*sl));
 }
 
@@ -265,6 +268,25 @@ static void send_nack(shim *s)
 	}
 }
 
+/* Free every prepared change, to make room for frames. */
+static void drop_preps(shim *s)
+{
+	for (unsigned k = 0; k < SLOTS; k++) {
+		slot *sl = &s->slots[k];
+		for (uint32_t i = 0; sl->preps && i < sl->cap; i++) {
+			if (!sl->preps[i])
+				continue;
+			free(sl->preps[i]);
+			sl->preps[i] = NULL;
+			s->prep_dropped++;
+		}
+		sl->prepped = 0;
+		s->staged_bytes -= sl->prep_bytes;
+		s->prep_bytes -= sl->prep_bytes;
+		sl->prep_bytes = 0;
+	}
+}
+
 /* Prepare frames of the patch that commits next while the actor still
  * runs on the buffer's version: decode and verify each against the
  * buffer (it stays at the base until this patch commits), keeping the
@@ -305,6 +327,13 @@ static int prepare_some(shim *s, double budget_s)
 			continue;
 		if (done && (done & 15) == 0 && now_s() - t0 > budget_s)
 			return 1;
+		/* every change takes at least 2 bits of a frame: this bounds what
+		 * the prepared changes can take before the work of decoding; they
+		 * get at most half the budget, frames always come first */
+		uint64_t most = sizeof(prep) + 6 * 4 * (uint64_t)sl->flen[i];
+		if (s->prep_bytes + most > s->max_stage / 2 ||
+		    s->staged_bytes + most > s->max_stage)
+			return 0; /* over budget: the commit decodes the rest */
 		done++;
 		bfp_frame_header h;
 		bfp_decoder *d = s->prep_dec;
@@ -325,8 +354,6 @@ static int prepare_some(shim *s, double budget_s)
 			continue;
 		}
 		size_t bytes = sizeof(prep) + (size_t)d->n_changes * 6;
-		if (s->staged_bytes + bytes > s->max_stage)
-			return 0; /* over budget: the commit decodes the rest */
 		prep *p = malloc(bytes);
 		if (!p)
 			return 0;
@@ -337,6 +364,7 @@ static int prepare_some(shim *s, double budget_s)
 		sl->preps[i] = p;
 		sl->prepped++;
 		sl->prep_bytes += bytes;
+		s->prep_bytes += bytes;
 		s->staged_bytes += bytes;
 		s->prepared++;
 	}
@@ -680,6 +708,8 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->dup++;
 		return 0;
 	}
+	if (s->staged_bytes + len > s->max_stage && s->prep_bytes)
+		drop_preps(s); /* frames come first: the commit decodes instead */
 	if (s->staged_bytes + len > s->max_stage) {
 		s->over_budget++;
 		return 0;
@@ -720,14 +750,14 @@ static void print_stats(const shim *s)
 	       ", over budget %" PRIu64 "), staged %" PRIu64 " bytes, NACKs %" PRIu64
 	       ", commits %" PRIu64 " (%" PRIu64 " keyframe), resyncs %" PRIu64
 	       ", verified %" PRIu64 " bytes, commit ms mean %.1f max %.1f, frames prepared "
-	       "while staged %" PRIu64 " (refused %" PRIu64 "), refused by authentication %" PRIu64
-	       "\n",
+	       "while staged %" PRIu64 " (refused %" PRIu64 ", dropped for room %" PRIu64 "), "
+	       "refused by authentication %" PRIu64 "\n",
 	       version(s), state(s) == WBUF_READY ? "ready" : state(s) == WBUF_COMMITTING ?
 	       "committing" : "resync", s->rx, s->rx_bytes, s->dup, s->old, s->ahead, s->bad,
 	       s->other_model, s->over_budget, s->staged_bytes, s->nacks, s->commits,
 	       s->key_commits, s->resyncs, s->verified_bytes,
 	       s->commits ? s->commit_ms_total / (double)s->commits : 0.0, s->commit_ms_max,
-	       s->prepared, s->prep_fail, s->auth_fail);
+	       s->prepared, s->prep_fail, s->prep_dropped, s->auth_fail);
 	fflush(stdout);
 }
 
@@ -749,6 +779,7 @@ static const char usage[] =
 	"  -n, --nack-ms N         NACK missing frames after N ms quiet (100)\n"
 	"  -m, --max-stage BYTES   staged frames kept at most (default 1G), with\n"
 	"                          the changes of frames prepared while staged\n"
+	"                          (at most half of it; they give way to frames)\n"
 	"      --no-prepare        decode and verify frames only at commit (by\n"
 	"                          default the next version's frames are decoded\n"
 	"                          and verified as they arrive, 6 bytes per\n"

@@ -70,7 +70,7 @@ check_buffers "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" "$SHM.4
 grep -q "NACKs [1-9]" "$T/shim3.log" || fail "the lossy shim sent no NACK"
 grep -q "NACKs [1-9]" "$T/shim4.log" || fail "the shim that lost the last frame sent no NACK"
 grep -q "frame 3 of version 1 refused" "$T/shim2.log" || fail "the forged frame was not refused"
-grep -q "prepared while staged [0-9]* (refused 1)" "$T/shim2.log" || fail "shim 2's refusals"
+grep -q "prepared while staged [0-9]* (refused 1," "$T/shim2.log" || fail "shim 2's refusals"
 grep "bfpatch-shim: version" "$T"/shim*.log | sed 's/.*bfpatch-shim: //'
 grep "NACKs answered" "$T/publish.log" | sed 's/.*bfpatch publish: //'
 
@@ -192,6 +192,23 @@ refusals=$(grep -c "frame 0 of version 1 refused" "$T/shimr.log")
 grep -q "failed verification" "$T/shimr.log" || fail "the commit over a damaged buffer did not fail"
 check_buffers "$T/traj/step-0001.safetensors" "$SHM.r" || fail "resync after a damaged buffer"
 
+# a staging budget too small for both the frames and their prepared
+# changes (an 8M-parameter model, --max-stage 1 MiB): preparation takes at
+# most half and gives way, no frame is refused for room, and the version
+# commits bit-exact without a resync
+"$BFP" synth -o "$T/big" -p 8M -n 1 -S 9 2>/dev/null || fail "synth 8M"
+"$SHIM" --buffer "$SHM.m" --init "$T/big/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 13)) --max-stage 1048576 --exit-after 30 > "$T/shimm.log" 2>&1 &
+PIDS=$!
+for n in $(seq 100); do grep -q "listening on" "$T/shimm.log" && break; sleep 0.1; done
+"$BFP" publish --dir "$T/big" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 1 > "$T/publish9.log" 2>&1 || fail "publish the 8M model"
+for n in $(seq 100); do grep -q "committed version 0 -> 1" "$T/shimm.log" && break; sleep 0.1; done
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "committed version 0 -> 1: " "$T/shimm.log" || fail "small budget: no plain commit"
+grep -q "over budget 0)" "$T/shimm.log" || fail "small budget: frames refused for room"
+check_buffers "$T/big/step-0001.safetensors" "$SHM.m" || fail "small budget buffer"
+
 # the publisher's history on a full disk (a file size limit: EFBIG, as a
 # full disk gives ENOSPC): each patch is reported as not kept, nothing
 # partial is left, and publishing goes on; an unwritable one is refused
@@ -241,4 +258,4 @@ done
 kill -TERM $PIDS; wait; PIDS=""
 grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
