@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0] + "/relay")
-from tap_peers import ctl as ctl_message  # noqa: E402  (written from PROTOCOL.md)
+from tap_peers import ctl as ctl_message, frames as patch_frames  # noqa: E402  (ctl written from PROTOCOL.md)
 
 patch, keyfile, dst, ctl = sys.argv[1:5]
 kid, khex = open(keyfile).read().split()
@@ -31,12 +31,7 @@ def trailer(msg, k, key_id, t_us=0):
     return head + hashlib.blake2b(msg + head, digest_size=16, key=k).digest()
 
 
-data = open(patch, "rb").read()
-frames, at = [], 0
-while at < len(data):
-    plen = struct.unpack_from("<I", data, at + 44)[0]
-    frames.append(data[at:at + 60 + plen])
-    at += 60 + plen
+frames = patch_frames(patch)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sent = {}
 

@@ -10,7 +10,7 @@ $PY -c "import numpy" 2>/dev/null || { echo "skip: needs python3-numpy"; exit 77
 T=$(mktemp -d)
 SHM=/dev/shm/bfppy$$
 PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T" "$SHM" "$SHM.s" "$SHM.t"; }
+cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T" "$SHM" "$SHM".*; }
 trap cleanup EXIT
 port=$((20000 + ($$ + 7) % 20000))
 "$BFP" synth -o "$T/traj" -p 500k -n 1 -S 4 2>/dev/null || exit 1
@@ -32,20 +32,32 @@ for p in $PIDS; do kill "$p"; done
 wait
 PIDS=""
 
+# safe_point_run K [tamper]: a shim in safe-point mode on buffer $SHM.K
+# with check_safe_point.py as its actor, and one published step; logs
+# shimK, pyK and publishK; exits with the logs if Python's checks fail
+safe_point_run() {
+	"$SHIM" --buffer "$SHM.$1" --init "$T/traj/step-0000.safetensors" \
+		--upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + $1)) --commit safe-point \
+		--exit-after 60 > "$T/shim$1.log" 2>&1 &
+	PIDS="$!"
+	sleep 0.5
+	$PY "$HERE/python/check_safe_point.py" "$SHM.$1" "$T/traj/step-0000.safetensors" \
+		"$T/traj/step-0001.safetensors" "$HERE/../host_shim/python" ${2:-} > "$T/py$1.log" 2>&1 &
+	PYPID=$!
+	"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+		--linger 8 > "$T/publish$1.log" 2>&1 &
+	PIDS="$PIDS $!"
+	wait $PYPID
+	rc=$?
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	wait
+	PIDS=""
+	cat "$T/py$1.log"
+	[ $rc = 0 ] || { cat "$T/shim$1.log" "$T/publish$1.log"; exit 1; }
+}
+
 # the safe-point handshake: the shim stages version 1 and waits for the actor
-"$SHIM" --buffer "$SHM.s" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 2)) --commit safe-point --exit-after 60 > "$T/shim2.log" 2>&1 &
-PIDS="$PIDS $!"
-sleep 0.5
-$PY "$HERE/python/check_safe_point.py" "$SHM.s" "$T/traj/step-0000.safetensors" \
-	"$T/traj/step-0001.safetensors" "$HERE/../host_shim/python" > "$T/py2.log" 2>&1 &
-PYPID=$!
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
-	--linger 2 > "$T/publish2.log" 2>&1
-wait $PYPID
-rc=$?
-cat "$T/py2.log"
-[ $rc = 0 ] || { cat "$T/shim2.log" "$T/publish2.log"; exit 1; }
+safe_point_run 2
 grep -q "waiting for the actor's safe point" "$T/shim2.log" || { cat "$T/shim2.log"; exit 1; }
 # while it waited, the shim decoded and verified every frame against the
 # buffer, so the commit (whose bytes Python just compared) only wrote values
@@ -55,24 +67,6 @@ grep "committed version 0 -> 1" "$T/shim2.log" |
 
 # the actor writes into its weights after the shim prepared the patch:
 # the commit checks every range after writing, refuses, and resyncs
-for p in $PIDS; do kill "$p"; done
-wait
-PIDS=""
-"$SHIM" --buffer "$SHM.t" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 3)) --commit safe-point --exit-after 60 > "$T/shim3.log" 2>&1 &
-PIDS="$PIDS $!"
-sleep 0.5
-$PY "$HERE/python/check_safe_point.py" "$SHM.t" "$T/traj/step-0000.safetensors" \
-	"$T/traj/step-0001.safetensors" "$HERE/../host_shim/python" tamper > "$T/py3.log" 2>&1 &
-PYPID=$!
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
-	--linger 8 > "$T/publish3.log" 2>&1 &
-PUBPID=$!
-wait $PYPID
-rc=$?
-kill "$PUBPID" 2>/dev/null
-wait "$PUBPID" 2>/dev/null
-cat "$T/py3.log"
-[ $rc = 0 ] || { cat "$T/shim3.log" "$T/publish3.log"; exit 1; }
+safe_point_run 3 tamper
 grep -q "failed verification" "$T/shim3.log" || { cat "$T/shim3.log"; echo "FAIL: the tampered commit was not refused"; exit 1; }
 echo "ok - Python maps the buffer zero-copy, follows a commit, and gates one at its safe point (from frames prepared while it waited); a weight the actor overwrote after the patch was prepared is caught at the commit"

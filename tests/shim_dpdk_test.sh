@@ -26,11 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
-# wait_line PATTERN FILE [TENTHS]: until FILE has a line matching PATTERN
-wait_line() {
-	for n in $(seq "${3:-100}"); do grep -q "$1" "$2" && return 0; sleep 0.1; done
-	return 1
-}
+. "$HERE/test_lib.sh"
 "$SHIM" --help | grep -q -- "--dma DEV" || { echo "skip: bfpatch-shim built without DPDK"; exit 77; }
 port=$((20000 + ($$ + 11) % 20000))
 

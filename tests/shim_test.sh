@@ -21,6 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; cat "$f"; done; exit 1; }
+. "$HERE/test_lib.sh"
 port=$((20000 + $$ % 20000))
 
 "$BFP" synth -o "$T/traj" -p 2M -n 3 -S 8 2>/dev/null || fail synth
@@ -39,16 +40,13 @@ done
 # shim 2 first gets a forged frame of version 1 (a payload byte changed,
 # the CRC made to match): preparing it must refuse it and write nothing,
 # and the real frame must take its place
-for n in $(seq 100); do grep -q "listening on" "$T/shim2.log" && break; sleep 0.1; done
+wait_line "listening on" "$T/shim2.log"
 python3 - "$T/p01" $((port + 2)) "$HERE" <<'PY' || fail "forging a frame"
 import socket, struct, sys
-sys.path.insert(0, sys.argv[3])
+sys.path[:0] = [sys.argv[3], sys.argv[3] + "/relay"]
 from kat_check import crc32c
-b = open(sys.argv[1], "rb").read()
-at = 0
-for _ in range(3):  # frame 3
-    at += 60 + struct.unpack_from("<I", b, at + 44)[0]
-f = bytearray(b[at: at + 60 + struct.unpack_from("<I", b, at + 44)[0]])
+from tap_peers import frames
+f = bytearray(frames(sys.argv[1])[3])
 f[60 + (len(f) - 60) // 2] ^= 0x10
 struct.pack_into("<I", f, 28, 0)  # streamed
 struct.pack_into("<I", f, 56, crc32c(bytes(f[60:]), crc32c(bytes(f[:56]))))
@@ -57,10 +55,7 @@ PY
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 4 \
 	--steps 3 --linger 2 > "$T/publish.log" 2>&1 || fail publish
 for i in 1 2 3 4; do
-	for n in $(seq 100); do
-		grep -q "committed version 2 -> 3" "$T/shim$i.log" && break
-		sleep 0.1
-	done
+	wait_line "committed version 2 -> 3" "$T/shim$i.log"
 done
 for p in $PIDS; do kill -TERM "$p"; done
 wait
@@ -107,10 +102,7 @@ PY
 PIDS=$!
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
 	--steps 1 --linger 2 > "$T/publish2.log" 2>&1 || fail publish
-for n in $(seq 100); do
-	grep -q "committed version 0 -> 1" "$T/shimx.log" && break
-	sleep 0.1
-done
+wait_line "committed version 0 -> 1" "$T/shimx.log"
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "was interrupted; finishing it" "$T/shimx.log" || fail "no recovery message"
 check_buffers "$T/traj/step-0001.safetensors" "$SHM.x" || fail "recovered buffer"
@@ -126,24 +118,15 @@ PIDS=$!
 "$BFP" publish --dir "$T/live" --listen 127.0.0.1:$port --wait-subscribers 1 --keep 1 \
 	--steps 3 --linger 2 > "$T/publish3.log" 2>&1 &
 PUB=$!
-for n in $(seq 100); do
-	grep -q "committed version 1 -> 2" "$T/shima.log" && break
-	sleep 0.1
-done
+wait_line "committed version 1 -> 2" "$T/shima.log"
 "$SHIM" --buffer "$SHM.b" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 6)) --exit-after 40 > "$T/shimb.log" 2>&1 &
 PIDS="$PIDS $!"
-for n in $(seq 100); do
-	grep -q "keyframe resync" "$T/shimb.log" && break
-	sleep 0.1
-done
+wait_line "keyframe resync" "$T/shimb.log"
 cp "$T/traj/step-0003.safetensors" "$T/live/"
 wait $PUB || fail "publish (late joiner)"
 for f in shima shimb; do
-	for n in $(seq 100); do
-		grep -q "committed version 2 -> 3" "$T/$f.log" && break
-		sleep 0.1
-	done
+	wait_line "committed version 2 -> 3" "$T/$f.log"
 done
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 2 (keyframe resync)" "$T/shimb.log" || fail "no keyframe resync"
@@ -159,7 +142,7 @@ check_buffers "$T/traj/step-0003.safetensors" "$SHM.a" "$SHM.b" || fail "late jo
 	--listen 127.0.0.1:$((port + 12)) --commit safe-point --nack-ms 20 --exit-after 40 \
 	> "$T/shimr.log" 2>&1 &
 PIDS=$!
-for n in $(seq 100); do grep -q "listening on" "$T/shimr.log" && break; sleep 0.1; done
+wait_line "listening on" "$T/shimr.log"
 python3 - "$SHM.r" "$T/p01" "$HERE/../host_shim/python" > "$T/pyr.log" 2>&1 <<'PY' &
 import mmap, struct, sys
 sys.path.insert(0, sys.argv[3])
@@ -180,7 +163,7 @@ assert v == 1 and buf.state == 0, (v, buf.state)
 print("version 1 after a resync")
 PY
 PYR=$!
-for n in $(seq 100); do grep -q "damaged" "$T/pyr.log" && break; sleep 0.1; done
+wait_line "damaged" "$T/pyr.log"
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 10 > "$T/publish8.log" 2>&1 &
 PUB=$!
@@ -200,10 +183,10 @@ check_buffers "$T/traj/step-0001.safetensors" "$SHM.r" || fail "resync after a d
 "$SHIM" --buffer "$SHM.m" --init "$T/big/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 13)) --max-stage 1048576 --exit-after 30 > "$T/shimm.log" 2>&1 &
 PIDS=$!
-for n in $(seq 100); do grep -q "listening on" "$T/shimm.log" && break; sleep 0.1; done
+wait_line "listening on" "$T/shimm.log"
 "$BFP" publish --dir "$T/big" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 > "$T/publish9.log" 2>&1 || fail "publish the 8M model"
-for n in $(seq 100); do grep -q "committed version 0 -> 1" "$T/shimm.log" && break; sleep 0.1; done
+wait_line "committed version 0 -> 1" "$T/shimm.log"
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 1: " "$T/shimm.log" || fail "small budget: no plain commit"
 grep -q "over budget 0)" "$T/shimm.log" || fail "small budget: frames refused for room"
@@ -219,10 +202,7 @@ PIDS=$!
 sh -c "trap '' XFSZ; ulimit -f 8; exec '$BFP' publish --dir '$T/traj' --listen 127.0.0.1:$port \
 	--wait-subscribers 1 --steps 3 --linger 2 --history '$T/hist'" > "$T/publish4.log" 2>&1 ||
 	fail "publish with a full history disk"
-for n in $(seq 100); do
-	grep -q "committed version 2 -> 3" "$T/shimh.log" && break
-	sleep 0.1
-done
+wait_line "committed version 2 -> 3" "$T/shimh.log"
 kill -TERM $PIDS; wait; PIDS=""
 [ "$(grep -c 'history not kept' "$T/publish4.log")" = 3 ] || fail "history errors not reported"
 grep -q "3 history write errors" "$T/publish4.log" || fail "history errors not counted"
@@ -243,7 +223,7 @@ PIDS=$!
 	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 11)) --exit-after 60 \
 	> "$T/shimc.log" 2>&1 &
 PIDS="$PIDS $!"
-for n in $(seq 100); do grep -q "listening on" "$T/shimt.log" && break; sleep 0.1; done
+wait_line "listening on" "$T/shimt.log"
 "$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
 	--steps 3 --linger 2 > "$T/publish6.log" 2>&1 &
 PUB=$!
@@ -251,10 +231,7 @@ sleep 1.5
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
 	--linger 1 > "$T/publish7.log" 2>&1 || fail "publish into the trainer's buffer"
 wait $PUB || fail "publish --buffer"
-for n in $(seq 100); do
-	grep -q "committed version 2 -> 3" "$T/shimc.log" && break
-	sleep 0.1
-done
+wait_line "committed version 2 -> 3" "$T/shimc.log"
 kill -TERM $PIDS; wait; PIDS=""
 grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
