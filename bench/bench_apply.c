@@ -87,6 +87,56 @@ static void report(const char *what, double t, uint64_t n)
 	       (double)n / t * 1e-9, (double)n * 2 / t * 1e-9);
 }
 
+/* The ways of applying the patch that are measured. */
+enum way { WAY_CPU, WAY_PREPARED, WAY_DMA };
+
+typedef struct bench {
+	const patch *p;
+	const uint8_t **fr;        /* the patch's frames */
+	uint32_t *lens;
+	const frame_changes **fc;  /* WAY_PREPARED: every frame's changes */
+	shim_dma *dma;             /* WAY_DMA */
+	bfp_decoder *dec;
+	bfp_apply_opts ao;
+	const uint16_t *base, *tgt;
+	uint16_t *w;
+	uint64_t n, reps;
+} bench;
+
+/* Best of reps runs of one way, each from a fresh copy of the base and
+ * checked bit-exact against the target; printed as `what`. Exits on an
+ * error: a benchmark of a failing path means nothing. */
+static void measure(const bench *b, enum way way, int threads, const char *what)
+{
+	char err[512];
+	double best = 1e30;
+	for (uint64_t r = 0; r < b->reps; r++) {
+		memcpy(b->w, b->base, b->n * 2);
+		double t0 = now_s();
+		int rc;
+		if (way == WAY_CPU) {
+			rc = patch_apply(b->p, b->w, b->n, MODEL_ID, threads, 0, err, sizeof(err));
+		} else if (way == WAY_PREPARED) {
+			apply_ctl ctl = {.threads = threads, .changes = b->fc};
+			apply_result res;
+			rc = patch_apply_frames(b->fr, b->lens, b->p->n, b->w, b->n, MODEL_ID, 1, &ctl,
+						&res, err, sizeof(err));
+		} else {
+			shim_dma_result res;
+			rc = shim_dma_apply(b->dma, b->dec, &b->ao, b->fr, b->lens, (uint32_t)b->p->n,
+					    b->w, b->n, &res, err, sizeof(err));
+		}
+		double t = now_s() - t0;
+		if (rc) {
+			fprintf(stderr, "bench_apply: %s: %s\n", what, err);
+			exit(1);
+		}
+		best = t < best ? t : best;
+		check_equal(b->w, b->tgt, b->n, what);
+	}
+	report(what, best, b->n);
+}
+
 static const char usage[] =
 	"usage: bench_apply [--params N] [--ppm N] [--frame-size N] [--threads N] [--reps N]\n"
 	"                   [--dma NAME] [--arena BYTES] [--eal 'ARGS']\n"
@@ -171,61 +221,53 @@ int main(int argc, char **argv)
 	}
 	report("memcpy of the weights (reference)", best, n);
 
-	const uint64_t tlist[2] = {1, threads};
-	for (int k = 0; k < (threads > 1 ? 2 : 1); k++) {
-		char what[64];
-		snprintf(what, sizeof(what), "CPU in place, %llu thread%s",
-			 (unsigned long long)tlist[k], tlist[k] > 1 ? "s" : "");
-		best = 1e30;
-		for (uint64_t r = 0; r < reps; r++) {
-			memcpy(w, base, n * 2);
-			double t0 = now_s();
-			if (patch_apply(&p, w, n, MODEL_ID, (int)tlist[k], 0, err, sizeof(err))) {
-				fprintf(stderr, "bench_apply: %s: %s\n", what, err);
-				return 1;
-			}
-			double t = now_s() - t0;
-			best = t < best ? t : best;
-			check_equal(w, tgt, n, what);
-		}
-		report(what, best, n);
-	}
-
-	/* the shim's path: each frame decoded and verified against the base
-	 * while it is staged, its changes kept; the commit then writes them
-	 * and checks every range's hash in the weights */
-	const uint8_t **fr = malloc(p.n * sizeof(*fr)); /* the frames, for this and dmadev */
+	const uint8_t **fr = malloc(p.n * sizeof(*fr));
 	uint32_t *lens = malloc(p.n * sizeof(*lens));
 	frame_changes *fc = malloc(p.n * sizeof(*fc));
 	const frame_changes **fcp = malloc(p.n * sizeof(*fcp));
 	uint32_t *cpos = malloc((changed ? changed : 1) * sizeof(*cpos));
 	uint16_t *cval = malloc((changed ? changed : 1) * sizeof(*cval));
-	bfp_decoder *pdec = malloc(sizeof(*pdec));
-	if (!fr || !lens || !fc || !fcp || !cpos || !cval || !pdec ||
-	    bfp_decoder_init(pdec, 0) != BFP_OK) {
-		fprintf(stderr, "bench_apply: out of memory for the prepared changes\n");
+	static bfp_decoder dec;
+	if (!fr || !lens || !fc || !fcp || !cpos || !cval || bfp_decoder_init(&dec, 0) != BFP_OK) {
+		fprintf(stderr, "bench_apply: out of memory for the frame lists\n");
 		return 1;
 	}
-	bfp_apply_opts pao = {.model_id = MODEL_ID, .base_version = 1};
+	for (size_t i = 0; i < p.n; i++) {
+		fr[i] = p.buf + p.off[i];
+		lens[i] = (uint32_t)(p.off[i + 1] - p.off[i]);
+	}
+	bench b = {.p = &p, .fr = fr, .lens = lens, .fc = fcp, .dec = &dec,
+		   .ao = {.model_id = MODEL_ID, .base_version = 1},
+		   .base = base, .tgt = tgt, .w = w, .n = n, .reps = reps};
+
+	const uint64_t tlist[2] = {1, threads};
+	for (int k = 0; k < (threads > 1 ? 2 : 1); k++) {
+		char what[64];
+		snprintf(what, sizeof(what), "CPU in place, %llu thread%s",
+			 (unsigned long long)tlist[k], tlist[k] > 1 ? "s" : "");
+		measure(&b, WAY_CPU, (int)tlist[k], what);
+	}
+
+	/* the shim's path: each frame decoded and verified against the base
+	 * while it is staged, its changes kept; the commit then writes them
+	 * and checks every range's hash in the weights */
 	best = 1e30;
 	for (uint64_t r = 0; r < reps; r++) {
 		uint64_t used = 0;
 		double t0 = now_s();
 		for (size_t i = 0; i < p.n; i++) {
 			bfp_frame_header h;
-			fr[i] = p.buf + p.off[i];
-			lens[i] = (uint32_t)(p.off[i + 1] - p.off[i]);
-			if (bfp_decode_verify(pdec, &pao, fr[i], lens[i], base, n, &h) != BFP_OK ||
-			    used + pdec->n_changes > changed) {
+			if (bfp_decode_verify(&dec, &b.ao, fr[i], lens[i], base, n, &h) != BFP_OK ||
+			    used + dec.n_changes > changed) {
 				fprintf(stderr, "bench_apply: frame %zu does not prepare\n", i);
 				return 1;
 			}
-			memcpy(cpos + used, pdec->chg_pos, (size_t)pdec->n_changes * 4);
-			memcpy(cval + used, pdec->chg_val, (size_t)pdec->n_changes * 2);
-			fc[i] = (frame_changes){h.range_begin, pdec->n_changes, h.range_len, cpos + used,
+			memcpy(cpos + used, dec.chg_pos, (size_t)dec.n_changes * 4);
+			memcpy(cval + used, dec.chg_val, (size_t)dec.n_changes * 2);
+			fc[i] = (frame_changes){h.range_begin, dec.n_changes, h.range_len, cpos + used,
 						cval + used};
 			fcp[i] = &fc[i];
-			used += pdec->n_changes;
+			used += dec.n_changes;
 		}
 		double t = now_s() - t0;
 		best = t < best ? t : best;
@@ -235,75 +277,41 @@ int main(int argc, char **argv)
 		char what[64];
 		snprintf(what, sizeof(what), "commit of prepared, %llu thread%s",
 			 (unsigned long long)tlist[k], tlist[k] > 1 ? "s" : "");
-		apply_ctl ctl = {.threads = (int)tlist[k], .changes = fcp};
-		apply_result res;
-		best = 1e30;
-		for (uint64_t r = 0; r < reps; r++) {
-			memcpy(w, base, n * 2);
-			double t0 = now_s();
-			if (patch_apply_frames(fr, lens, p.n, w, n, MODEL_ID, 1, &ctl, &res, err,
-					       sizeof(err))) {
-				fprintf(stderr, "bench_apply: %s: %s\n", what, err);
-				return 1;
-			}
-			double t = now_s() - t0;
-			best = t < best ? t : best;
-			check_equal(w, tgt, n, what);
-		}
-		report(what, best, n);
+		measure(&b, WAY_PREPARED, (int)tlist[k], what);
 	}
-	free(fc);
-	free(fcp);
-	free(cpos);
-	free(cval);
-	free(pdec);
 
 	fflush(stdout);
 	if (shim_eal_init(eal, err, sizeof(err))) {
 		fprintf(stderr, "bench_apply: %s\n", err);
 		return 1;
 	}
-	shim_dma *d = NULL;
 	shim_dma_conf dc = {.name = dma_name, .arena_bytes = arena};
-	if (shim_dma_open(&dc, &d, err, sizeof(err))) {
+	if (shim_dma_open(&dc, &b.dma, err, sizeof(err))) {
 		fprintf(stderr, "bench_apply: %s\n", err);
 		return 1;
 	}
-	static bfp_decoder dec;
-	bfp_decoder_init(&dec, 0);
-	bfp_apply_opts ao = {.model_id = MODEL_ID, .base_version = 1};
-	shim_dma_result res;
 	char what[96];
 	snprintf(what, sizeof(what), "dmadev %s, 1 thread", dma_name);
-	best = 1e30;
-	for (uint64_t r = 0; r < reps; r++) {
-		memcpy(w, base, n * 2);
-		double t0 = now_s();
-		if (shim_dma_apply(d, &dec, &ao, fr, lens, (uint32_t)p.n, w, n, &res, err,
-				   sizeof(err))) {
-			fprintf(stderr, "bench_apply: %s: %s\n", what, err);
-			return 1;
-		}
-		double t = now_s() - t0;
-		best = t < best ? t : best;
-		check_equal(w, tgt, n, what);
-	}
-	report(what, best, n);
+	measure(&b, WAY_DMA, 1, what);
 	shim_dma_stats ds;
-	shim_dma_stats_get(d, &ds);
+	shim_dma_stats_get(b.dma, &ds);
 	printf("  (%s: %llu copies, %.1f MB per run; staging arena %llu MiB; every range re-verified "
 	       "in the weights after its copy)\n", dma_name,
-	       (unsigned long long)(ds.copies / reps), (double)res.dma_bytes * 1e-6,
+	       (unsigned long long)(ds.copies / reps), (double)ds.bytes / (double)reps * 1e-6,
 	       (unsigned long long)(arena >> 20));
 	if (!strncmp(dma_name, "dma_skeleton", 12))
 		printf("note: dma_skeleton is a software copy engine (a DPDK thread doing memcpy on "
 		       "a core), so its figure is the overhead of the DMA path, not a hardware DMA "
 		       "rate; a DSA/IOAT or DPU engine frees the CPU from the copy.\n");
-	shim_dma_close(d);
+	shim_dma_close(b.dma);
 	shim_eal_fini();
 	patch_free(&p);
 	free(fr);
 	free(lens);
+	free(fc);
+	free(fcp);
+	free(cpos);
+	free(cval);
 	free(base);
 	free(tgt);
 	free(w);
