@@ -36,15 +36,15 @@ static bfp_status check_end(bfp_br *r, size_t payload_len)
 	return BFP_OK;
 }
 
-/* FORMAT.md 3.4 */
-static bfp_status decode_sparse(bfp_decoder *d, const uint8_t *pl,
+/* FORMAT.md 3.4 (encoding 1) and 3.8 (encoding 5, v2) */
+static bfp_status decode_sparse(bfp_decoder *d, int v2, const uint8_t *pl,
 				size_t pl_len, const uint16_t *base,
 				uint32_t len)
 {
 	uint32_t start[BFP_CLASSES + 1];
 	bfp_br r;
 	bfp_br_init(&r, pl, pl_len);
-	bfp_status st = bfp_sparse_parse(&r, len, start, d->grp_pos, d->grp_val, NULL);
+	bfp_status st = bfp_sparse_parse(&r, v2, len, start, d->grp_pos, d->grp_val, NULL);
 	if (st == BFP_OK)
 		st = check_end(&r, pl_len);
 	if (st == BFP_OK)
@@ -93,7 +93,7 @@ static bfp_status check_header(const bfp_apply_opts *o,
 {
 	BFP_CHECK((o->flags & BFP_DEC_F_ANY_MODEL) || h->model_id == o->model_id,
 		  BFP_E_MODEL);
-	if (h->encoding == BFP_ENC_SPARSE || h->encoding == BFP_ENC_DENSE)
+	if (bfp_encoding_is_delta(h->encoding))
 		BFP_CHECK((o->flags & BFP_DEC_F_ANY_BASE) ||
 				  h->base_version == o->base_version,
 			  BFP_E_BASE_VERSION);
@@ -118,12 +118,14 @@ static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *f
 	if (st != BFP_OK)
 		return st;
 	st = check_header(o, h, n_params);
-	if (st != BFP_OK || (h->encoding != BFP_ENC_SPARSE && h->encoding != BFP_ENC_DENSE))
+	if (st != BFP_OK || !bfp_encoding_is_delta(h->encoding))
 		return st;
 	const uint8_t *pl = (const uint8_t *)frame + BFP_HEADER_SIZE;
 	const uint16_t *w = weights + h->range_begin;
-	st = h->encoding == BFP_ENC_SPARSE ? decode_sparse(d, pl, h->payload_len, w, h->range_len)
-					   : decode_dense(d, pl, h->payload_len, w, h->range_len);
+	st = h->encoding == BFP_ENC_DENSE
+		     ? decode_dense(d, pl, h->payload_len, w, h->range_len)
+		     : decode_sparse(d, h->encoding == BFP_ENC_SPARSE2, pl, h->payload_len, w,
+				     h->range_len);
 	if (st != BFP_OK)
 		return st;
 	BFP_CHECK(bfp_hash_with_changes(d->chunk, sizeof(d->chunk) / sizeof(d->chunk[0]), w,
@@ -141,8 +143,7 @@ bfp_status bfp_decode_verify(bfp_decoder *d, const bfp_apply_opts *o, const void
 	bfp_status st = prepare(d, o, frame, frame_len, weights, n_params, &h);
 	if (st != BFP_OK)
 		return st;
-	BFP_CHECK(h.encoding == BFP_ENC_SPARSE || h.encoding == BFP_ENC_DENSE,
-		  BFP_E_UNSUPPORTED);
+	BFP_CHECK(bfp_encoding_is_delta(h.encoding), BFP_E_UNSUPPORTED);
 	if (hdr_out)
 		*hdr_out = h;
 	return BFP_OK;
@@ -187,6 +188,7 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 #endif
 	case BFP_ENC_SPARSE:
 	case BFP_ENC_DENSE:
+	case BFP_ENC_SPARSE2:
 		/* decoded and verified by prepare() */
 		for (uint32_t i = 0; i < d->n_changes; i++)
 			w[d->chg_pos[i]] = d->chg_val[i];
@@ -233,9 +235,10 @@ bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 	out->range_len = h.range_len;
 	out->payload_len = h.payload_len;
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
-	if (h.encoding == BFP_ENC_SPARSE) {
+	if (h.encoding == BFP_ENC_SPARSE || h.encoding == BFP_ENC_SPARSE2) {
 		uint32_t start[BFP_CLASSES + 1];
-		st = bfp_sparse_parse(&r, h.range_len, start, dec->grp_pos,
+		st = bfp_sparse_parse(&r, h.encoding == BFP_ENC_SPARSE2, h.range_len, start,
+				      dec->grp_pos,
 				      dec->grp_val, out);
 		if (st != BFP_OK)
 			return st;

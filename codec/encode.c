@@ -116,7 +116,8 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 	else
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
-				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR)),
+				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR |
+				    BFP_ENC_F_SPARSE1)),
 		  BFP_E_ARG);
 #ifndef BFP_HAVE_ZSTD
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
@@ -193,7 +194,8 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 		uint64_t scanned = bfp_gather(e, end, (uint64_t)budget * 8 * 5 / 4);
 		uint32_t n = e->n_changes, k;
 		bfp_sparse_plan pl;
-		bfp_sparse_plan_make(e, n, &pl);
+		const int v2 = !(e->opts.flags & BFP_ENC_F_SPARSE1);
+		bfp_sparse_plan_make(e, n, v2, &pl);
 		k = bfp_sparse_cut(e, n, &pl, budget * 8);
 		uint64_t sparse_len = k < n ? e->chg_pos[k] : scanned - e->pos;
 		uint64_t dense_len = 0;
@@ -213,7 +215,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 				e->changed += write_dense(e, len, &w);
 			} else {
 				len = sparse_len;
-				h.encoding = BFP_ENC_SPARSE;
+				h.encoding = v2 ? BFP_ENC_SPARSE2 : BFP_ENC_SPARSE;
 				bfp_sparse_write(e, k, &pl, &w);
 				e->changed += k;
 			}
@@ -222,7 +224,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 				return BFP_E_SPACE; /* cannot happen: sizes are exact */
 		}
 	}
-	const int key = h.encoding == BFP_ENC_KEY_RAW || h.encoding == BFP_ENC_KEY_ZSTD;
+	const int key = !bfp_encoding_is_delta(h.encoding);
 	h.model_id = e->opts.model_id;
 	h.base_version = key ? 0 : e->opts.base_version;
 	h.target_version = e->opts.target_version;

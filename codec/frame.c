@@ -173,12 +173,12 @@ bfp_status bfp_frame_parse(const void *frame, size_t len, bfp_frame_header *h)
 	h->encoding = p[5];
 	h->flags = bfp_ld16(p + 6);
 	BFP_CHECK(h->flags == 0, BFP_E_RESERVED);
-	BFP_CHECK(h->encoding >= BFP_ENC_SPARSE && h->encoding <= BFP_ENC_KEY_ZSTD,
+	BFP_CHECK(h->encoding >= BFP_ENC_SPARSE && h->encoding <= BFP_ENC_SPARSE2,
 		  BFP_E_ENCODING);
 	h->model_id = bfp_ld64(p + 8);
 	h->base_version = bfp_ld32(p + 16);
 	h->target_version = bfp_ld32(p + 20);
-	if (h->encoding == BFP_ENC_KEY_RAW || h->encoding == BFP_ENC_KEY_ZSTD)
+	if (!bfp_encoding_is_delta(h->encoding))
 		BFP_CHECK(h->base_version == 0, BFP_E_RESERVED);
 	else
 		BFP_CHECK(h->target_version > h->base_version,

@@ -176,7 +176,7 @@ static int frame_ok(const uint8_t *f, size_t len, int check_crc)
 	if ((flen != len && (flen + RP_AUTH_LEN != len || le32(f + flen) != RP_AUTH_MAGIC)) ||
 	    f[6] || f[7])
 		return 0;
-	if (f[5] < BFP_ENC_SPARSE || f[5] > BFP_ENC_KEY_ZSTD)
+	if (f[5] < BFP_ENC_SPARSE || f[5] > BFP_ENC_SPARSE2)
 		return 0;
 	if (check_crc) {
 		bfp_frame_header h;

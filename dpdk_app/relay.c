@@ -462,7 +462,7 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	}
 	/* the cache holds its own reference, released on eviction */
 	rte_mbuf_refcnt_update(m, 1);
-	int key = f[5] == BFP_ENC_KEY_RAW || f[5] == BFP_ENC_KEY_ZSTD;
+	int key = !bfp_encoding_is_delta(f[5]);
 	int put = rp_cache_put(&r->cache, cache_model(model, key), version, index, l4_len, m,
 			       mbuf_drop, NULL);
 	if (put == 1)

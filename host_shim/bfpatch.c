@@ -76,6 +76,8 @@ static const char diff_usage[] =
 	"  -t, --target-version N  version of NEW (default base + 1)\n"
 	"  -k, --keyframe          absolute values only (bootstrap/resync)\n"
 	"  -z, --zstd              keyframes may use zstd byte planes when smaller\n"
+	"  -1, --sparse-v1         sparse frames in encoding 1, for readers built\n"
+	"                          before encoding 5 (docs/FORMAT.md 3.8)\n"
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
 	"  -q, --quiet             no progress or summary\n"
 	"  -h, --help\n";
@@ -87,13 +89,13 @@ static int cmd_diff(int argc, char **argv)
 		{"base-version", required_argument, 0, 'b'},
 		{"target-version", required_argument, 0, 't'},
 		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
-		{"threads", required_argument, 0, 'j'},
+		{"sparse-v1", no_argument, 0, '1'}, {"threads", required_argument, 0, 'j'},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	int have_target = 0, quiet = 0, c;
 	uint32_t th = 0;
-	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:s:b:t:kz1j:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 's':
@@ -110,6 +112,7 @@ static int cmd_diff(int argc, char **argv)
 			have_target = 1;
 			break;
 		case 'k': po.enc_flags |= BFP_ENC_F_KEYFRAME; break;
+		case '1': po.enc_flags |= BFP_ENC_F_SPARSE1; break;
 		case 'z':
 			if (!bfp_zstd_workspace_size())
 				return die("diff", "--zstd: this build has no zstd support");
@@ -254,7 +257,7 @@ static int cmd_info(int argc, char **argv)
 	if (patch_read(argv[optind], &p, err, sizeof(err)))
 		return die("info", err);
 	uint64_t params = 0, changed = 0, key_params = 0;
-	uint64_t by_enc[5] = {0}, model_bits = 0, pos_bits = 0, val_bits = 0;
+	uint64_t by_enc[BFP_ENC_SPARSE2 + 1] = {0}, model_bits = 0, pos_bits = 0, val_bits = 0;
 	bfp_frame_header h0;
 	bfp_frame_parse(p.buf, p.off[1], &h0);
 	bfp_decoder *dec = malloc(sizeof(*dec));
@@ -275,13 +278,15 @@ static int cmd_info(int argc, char **argv)
 		params += st.range_len;
 		changed += st.n_changes;
 		by_enc[st.encoding]++;
-		if (st.encoding == BFP_ENC_KEY_RAW || st.encoding == BFP_ENC_KEY_ZSTD)
+		if (!bfp_encoding_is_delta(st.encoding))
 			key_params += st.range_len;
 		model_bits += st.model_bits;
 		pos_bits += st.position_bits;
 		val_bits += st.value_bits;
 	}
 	free(dec);
+	/* sparse frames of either encoding; encoding 1 also on its own */
+	uint64_t sparse = by_enc[BFP_ENC_SPARSE] + by_enc[BFP_ENC_SPARSE2];
 	double bpc = changed ? (double)p.len * 8 / (double)changed : 0;
 	double ratio = p.len ? (double)params * 2 / (double)p.len : 0;
 	if (json) {
@@ -303,7 +308,8 @@ static int cmd_info(int argc, char **argv)
 		json_object_set_new(o, "bits_per_changed", json_real(bpc));
 		json_object_set_new(o, "ratio_to_dense", json_real(ratio));
 		json_t *fe = json_object();
-		json_object_set_new(fe, "sparse", json_integer((json_int_t)by_enc[BFP_ENC_SPARSE]));
+		json_object_set_new(fe, "sparse", json_integer((json_int_t)sparse));
+		json_object_set_new(fe, "sparse_encoding1", json_integer((json_int_t)by_enc[BFP_ENC_SPARSE]));
 		json_object_set_new(fe, "dense", json_integer((json_int_t)by_enc[BFP_ENC_DENSE]));
 		json_object_set_new(fe, "keyframe", json_integer((json_int_t)by_enc[BFP_ENC_KEY_RAW]));
 		json_object_set_new(fe, "keyframe_zstd", json_integer((json_int_t)by_enc[BFP_ENC_KEY_ZSTD]));
@@ -320,8 +326,12 @@ static int cmd_info(int argc, char **argv)
 		       params ? 100.0 * (double)changed / (double)params : 0.0);
 		printf("keyframe params   %llu\n", (unsigned long long)key_params);
 		printf("frames            %zu (sparse %llu, dense %llu, keyframe %llu, keyframe-zstd %llu)\n",
-		       p.n, (unsigned long long)by_enc[1], (unsigned long long)by_enc[2],
-		       (unsigned long long)by_enc[3], (unsigned long long)by_enc[4]);
+		       p.n, (unsigned long long)sparse, (unsigned long long)by_enc[BFP_ENC_DENSE],
+		       (unsigned long long)by_enc[BFP_ENC_KEY_RAW],
+		       (unsigned long long)by_enc[BFP_ENC_KEY_ZSTD]);
+		if (by_enc[BFP_ENC_SPARSE])
+			printf("                  %llu sparse frames in encoding 1 (FORMAT.md 3.4)\n",
+			       (unsigned long long)by_enc[BFP_ENC_SPARSE]);
 		printf("bytes             %zu (headers %zu, code parameters %llu, positions %llu, values %llu)\n",
 		       p.len, p.n * BFP_HEADER_SIZE, (unsigned long long)(model_bits / 8),
 		       (unsigned long long)(pos_bits / 8), (unsigned long long)(val_bits / 8));

@@ -477,8 +477,7 @@ int patch_parse(patch *p, char *err, size_t errlen)
 		else if (h.model_id != first.model_id ||
 			 h.target_version != first.target_version ||
 			 (h.base_version != first.base_version &&
-			  h.encoding != BFP_ENC_KEY_RAW && h.encoding != BFP_ENC_KEY_ZSTD &&
-			  first.encoding != BFP_ENC_KEY_RAW && first.encoding != BFP_ENC_KEY_ZSTD))
+			  bfp_encoding_is_delta(h.encoding) && bfp_encoding_is_delta(first.encoding)))
 			return set_err(err, errlen, "frame %zu: model or versions differ from frame 0", p->n);
 		if (h.frame_index != p->n || h.frame_count != first.frame_count)
 			return set_err(err, errlen, "frame %zu: index %u of %u out of sequence",
@@ -726,7 +725,7 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 	for (size_t i = 0; i < p->n; i++) {
 		bfp_frame_header h;
 		bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &h);
-		if (h.encoding == BFP_ENC_SPARSE || h.encoding == BFP_ENC_DENSE) {
+		if (bfp_encoding_is_delta(h.encoding)) {
 			base_version = h.base_version;
 			break;
 		}

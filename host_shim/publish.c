@@ -63,6 +63,8 @@ static const char publish_usage[] =
 	"                            takes the patches kept there back)\n"
 	"  -K, --keyframes           send every version as a keyframe stream (the\n"
 	"                            dense baseline through the same pipeline)\n"
+	"  -1, --sparse-v1           sparse frames in encoding 1, for shims built\n"
+	"                            before encoding 5 (docs/FORMAT.md 3.8)\n"
 	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
 	"  -n, --steps N             stop after publishing version N\n"
 	"  -L, --linger S            then keep answering NACKs for S seconds (5)\n"
@@ -209,7 +211,7 @@ static int is_key(const patch *p)
 {
 	bfp_frame_header h;
 	return p->n && bfp_frame_parse(p->buf, p->off[1], &h) == BFP_OK &&
-	       (h.encoding == BFP_ENC_KEY_RAW || h.encoding == BFP_ENC_KEY_ZSTD);
+	       !bfp_encoding_is_delta(h.encoding);
 }
 
 /* The patch to version target, or the keyframe stream of it (key). */
@@ -623,7 +625,7 @@ int cmd_publish(int argc, char **argv)
 		{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
 		{"frame-size", required_argument, 0, 's'}, {"keep", required_argument, 0, 'k'},
 		{"history", required_argument, 0, 'H'}, {"keyframes", no_argument, 0, 'K'},
-		{"resume", no_argument, 0, 'R'},
+		{"resume", no_argument, 0, 'R'}, {"sparse-v1", no_argument, 0, '1'},
 		{"wait-subscribers", required_argument, 0, 'w'},
 		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
 		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
@@ -637,7 +639,7 @@ int cmd_publish(int argc, char **argv)
 	static pub P;
 	memset(&P, 0, sizeof(P));
 	int c;
-	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KR1w:n:L:E:N:A:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'b': buffer = optarg; break;
@@ -660,6 +662,7 @@ int cmd_publish(int argc, char **argv)
 		case 'H': P.history = optarg; break;
 		case 'K': keyframes = 1; break;
 		case 'R': resume = 1; break;
+		case '1': po.enc_flags |= BFP_ENC_F_SPARSE1; break;
 		case 'w':
 			if (parse_u32(optarg, 0, MAX_SUBS, &waitn))
 				return bad_value("publish", "--wait-subscribers", optarg);

@@ -45,7 +45,7 @@ typedef struct pstep {
 	uint64_t model_id;
 	uint32_t base_v, target_v;
 	uint64_t params, changed, key_params, frames, bytes;
-	uint64_t by_enc[5];
+	uint64_t by_enc[BFP_ENC_SPARSE2 + 1];
 	uint64_t model_bits, pos_bits, val_bits, pad_bits; /* delta frames */
 	uint64_t key_payload;                              /* keyframe payloads */
 	int have_ckpt;        /* base and target checkpoints found and verified */
@@ -171,7 +171,7 @@ static int read_patch_stats(rep *R, pstep *s, bfp_decoder *dec)
 		s->params += st.range_len;
 		s->changed += st.n_changes;
 		s->by_enc[st.encoding]++;
-		if (st.encoding == BFP_ENC_KEY_RAW || st.encoding == BFP_ENC_KEY_ZSTD) {
+		if (!bfp_encoding_is_delta(st.encoding)) {
 			s->key_params += st.range_len;
 			s->key_payload += st.payload_len;
 		} else {

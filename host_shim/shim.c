@@ -680,7 +680,7 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->other_model++;
 		return 0;
 	}
-	int key = h.encoding == BFP_ENC_KEY_RAW || h.encoding == BFP_ENC_KEY_ZSTD;
+	int key = !bfp_encoding_is_delta(h.encoding);
 	uint32_t fl = floor_version(s);
 	if (h.target_version < fl || (!key && state(s) == WBUF_RESYNC) ||
 	    (!key && h.base_version < version(s))) {

@@ -91,7 +91,17 @@ typedef enum bfp_encoding {
 	BFP_ENC_DENSE = 2,    /* changed flag per parameter, then value */
 	BFP_ENC_KEY_RAW = 3,  /* absolute values, little-endian */
 	BFP_ENC_KEY_ZSTD = 4, /* absolute values, byte planes through zstd */
+	BFP_ENC_SPARSE2 = 5,  /* sparse with predicted code parameters and
+				 magnitudes centred on a common one */
 } bfp_encoding;
+
+/* Patch encodings (sparse, dense, sparse2) apply to one base version;
+ * keyframe encodings to any. */
+static inline int bfp_encoding_is_delta(unsigned encoding)
+{
+	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_DENSE ||
+	       encoding == BFP_ENC_SPARSE2;
+}
 
 /* A decoded frame header (fields of FORMAT.md 2.1, host order). */
 typedef struct bfp_frame_header {
@@ -201,6 +211,8 @@ typedef struct bfp_encode_opts {
 #define BFP_ENC_F_ZSTD 2u      /* keyframes may use byte planes + zstd */
 #define BFP_ENC_F_NO_DENSE 4u  /* never choose the dense encoding (tests) */
 #define BFP_ENC_F_SCALAR 8u    /* no SIMD paths (tests, comparisons) */
+#define BFP_ENC_F_SPARSE1 16u  /* sparse frames in encoding 1 (for
+				  receivers older than encoding 5) */
 
 /* Encoder state. Large (scratch for one frame's changes); place it in
  * static or caller-allocated memory, not on a small stack. Its size does

@@ -3,8 +3,8 @@
 
 Written from the format document, sharing no code with the C codec: it
 parses every frame of each NAME.patch, checks header rules and CRC32C,
-decodes sparse, dense and keyframe payloads bit by bit, applies them to
-NAME.base and requires the result to equal NAME.target byte for byte.
+decodes sparse (encodings 1 and 5), dense and keyframe payloads bit by
+bit, applies them to NAME.base and requires the result to equal NAME.target byte for byte.
 (The XXH3 range hash is not recomputed: Python's stdlib lacks XXH3.)
 """
 import os
@@ -85,7 +85,19 @@ def eg(bits, k):
     return (bits.eg0() << k) | bits.get(k)
 
 
-def sparse(bits, base):
+def unfold(v, c, down):
+    """Encoding 5 (FORMAT.md 3.8): magnitude from its folded value."""
+    low = c - 1
+    if v == 0:
+        return c
+    if v > 2 * low:
+        return c + (v - low)
+    if down:
+        v = v + 1 if v % 2 == 1 else v - 1
+    return c + (v + 1) // 2 if v % 2 == 1 else c - v // 2
+
+
+def headers1(bits):
     n, gs, ms = [], [], []
     for c in range(16):
         n.append(bits.eg0())
@@ -94,12 +106,64 @@ def sparse(bits, base):
             runs = bits.get(1)
             g = dict(runs=runs, k=bits.get(5), kr=bits.get(5) if runs else 0)
             runs = bits.get(1)
-            m = dict(runs=runs, k=bits.get(4))
+            m = dict(runs=runs, k=bits.get(4), all=0)
             if runs:
                 m["M"] = bits.eg0() + 1
+                if m["M"] > 32768:
+                    raise ValueError("common magnitude too large")
                 m["kr"] = bits.get(5)
         gs.append(g)
         ms.append(m)
+    return n, gs, ms
+
+
+def mag_code5(bits):
+    code = dict(C=bits.eg0() + 1, all=0, k=0, down=0, kr=0)
+    if code["C"] > 32768:
+        raise ValueError("common magnitude too large")
+    code["runs"] = bits.get(1)
+    if code["runs"]:
+        code["all"] = bits.get(1)
+    if not code["all"]:
+        code["k"] = bits.get(4)
+        if code["C"] > 1:
+            code["down"] = bits.get(1)
+    if code["runs"] and not code["all"]:
+        code["kr"] = bits.get(4)
+    return code
+
+
+def headers5(bits):
+    kn = bits.get(3)
+    g0 = bits.get(6) - 16
+    default = mag_code5(bits)
+    n, gs, ms = [], [], []
+    for c in range(16):
+        n.append(eg(bits, kn))
+        g = m = None
+        if n[c]:
+            g = dict(runs=bits.get(1), kr=0)
+            p = min(max(g0 + c, 0), 31)
+            if bits.get(1):
+                g["k"] = p
+            elif bits.get(1):
+                g["k"] = p - 1 if bits.get(1) else p + 1
+                if not 0 <= g["k"] <= 31:
+                    raise ValueError("gap parameter out of range")
+            else:
+                g["k"] = bits.get(5)
+            if g["runs"]:
+                g["kr"] = bits.get(4)
+            m = dict(default) if bits.get(1) else mag_code5(bits)
+        gs.append(g)
+        ms.append(m)
+    return n, gs, ms
+
+
+def sparse(bits, base, enc):
+    n, gs, ms = headers5(bits) if enc == 5 else headers1(bits)
+    if sum(n) > len(base) or sum(n) > 35760:
+        raise ValueError("too many changes")
     out = {}
     for c in range(16):
         if not n[c]:
@@ -126,22 +190,29 @@ def sparse(bits, base):
         for g in gaps:
             r += g + 1
             pos.append(members[r])  # IndexError: past the range
-        # magnitudes: plain EG(k) of m - 1, or runs of M then the others
+        # magnitudes: all equal; plain; or runs of the common one, then
+        # the others (encoding 1: m - 1 skipping M; encoding 5: folded)
+        mm = ms[c]
+        common = mm.get("C", mm.get("M"))
         due, run = True, 0
         for j in range(n[c]):
-            mm = ms[c]
-            if mm["runs"] and due:
+            if mm["runs"] and not mm["all"] and due:
                 run = bits.rice(mm["kr"])
                 if run > n[c] - j:
                     raise ValueError("magnitude run too long")
                 due = False
             sign = bits.get(1)
-            if mm["runs"] and run > 0:
+            if mm["all"]:
+                m = common
+            elif mm["runs"] and run > 0:
                 run -= 1
-                m = mm["M"]
+                m = common
             else:
                 v = eg(bits, mm["k"])
-                m = v + 1 if (not mm["runs"] or v + 1 < mm["M"]) else v + 2
+                if enc == 5:
+                    m = unfold(v + mm["runs"], common, mm["down"])
+                else:
+                    m = v + 1 if (not mm["runs"] or v + 1 < common) else v + 2
                 if m > 32768:
                     raise ValueError("magnitude too large")
                 due = True
@@ -186,10 +257,10 @@ def check(d, name):
             assert bv == 0 and pl == 2 * rl
             vals = struct.unpack("<%dH" % rl, payload)
             w[rb:rb + rl] = vals
-        elif enc in (1, 2):
+        elif enc in (1, 2, 5):
             assert tv > bv
             bits = Bits(payload)
-            ch = sparse(bits, seg) if enc == 1 else dense(bits, seg)
+            ch = dense(bits, seg) if enc == 2 else sparse(bits, seg, enc)
             assert (bits.pos + 7) // 8 == pl, "payload length"
             assert bits.get(pl * 8 - bits.pos) == 0, "padding"
             for i, v in ch.items():

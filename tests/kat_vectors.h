@@ -7,28 +7,78 @@
 
 #include "bfp_test.h"
 
+enum kat_kind {
+	KAT_WEIGHTS, /* t_weight bases, t_mutate changes */
+	KAT_EDGE,    /* special values instead of weights */
+	KAT_RL,      /* 28 binades; small weights change more often and by more
+			steps, as under Adam (every encoding 5 code path) */
+};
+
 typedef struct kat_vector {
 	const char *name;
 	size_t n;
-	uint32_t ppm;        /* change density; 0 with edge = 1 */
+	uint32_t ppm;        /* change density (KAT_WEIGHTS, KAT_RL) */
 	uint32_t frame_size;
 	uint32_t flags;      /* BFP_ENC_F_* */
-	int edge;            /* special values instead of weights */
+	int kind;            /* enum kat_kind */
 	uint64_t seed;
 } kat_vector;
 
+/* The first five are encoding 1 vectors (format revision 1); the others
+ * use encoding 5, which the encoder emits by default. */
 static const kat_vector kat_vectors[] = {
-	{"sparse", 60000, 50000, 1200, 0, 0, 101},
-	{"dense", 3000, 400000, 600, 0, 0, 102},
-	{"keyframe", 1000, 0, 300, BFP_ENC_F_KEYFRAME, 0, 103},
-	{"edge", 777, 0, BFP_FRAME_SIZE_MIN, 0, 1, 104},
-	{"jumbo", 100001, 30000, 8900, 0, 0, 105},
+	{"sparse", 60000, 50000, 1200, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 101},
+	{"dense", 3000, 400000, 600, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 102},
+	{"keyframe", 1000, 0, 300, BFP_ENC_F_KEYFRAME, KAT_WEIGHTS, 103},
+	{"edge", 777, 0, BFP_FRAME_SIZE_MIN, BFP_ENC_F_SPARSE1, KAT_EDGE, 104},
+	{"jumbo", 100001, 30000, 8900, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 105},
+	{"sparse5", 60000, 50000, 1200, 0, KAT_WEIGHTS, 106},
+	{"edge5", 777, 0, BFP_FRAME_SIZE_MIN, 0, KAT_EDGE, 107},
+	{"rl5", 40000, 5000, 1200, 0, KAT_RL, 108},
+	{"rl5-jumbo", 30011, 5000, 8900, 0, KAT_RL, 109},
 };
+
+/* KAT_RL: exponent field 100..127; a weight of exponent e changes with
+ * probability ppm * 2^(118-e) (capped at 90%) by about 2^(118-e) steps,
+ * more often fewer than more (all integer arithmetic). */
+static inline void kat_rl(uint16_t *base, uint16_t *tgt, size_t n, uint32_t ppm,
+			  uint64_t *s)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = t_rand(s);
+		unsigned e = 100 + (unsigned)(r % 28);
+		base[i] = (uint16_t)(((r >> 8) & 0x8000u) | (e << 7) | ((r >> 16) & 0x7Fu));
+		tgt[i] = base[i];
+		uint64_t p = e >= 118 ? ppm >> (e - 118) : (uint64_t)ppm << (118 - e);
+		if (p > 900000)
+			p = 900000;
+		r = t_rand(s);
+		if (r % 1000000u >= p)
+			continue;
+		unsigned sh = e >= 118 ? 0 : 118 - e, mag;
+		if (sh > 9)
+			sh = 9;
+		if (sh == 0) {
+			mag = 1;
+		} else {
+			unsigned top = 1u << sh, w = (unsigned)((r >> 24) % 16);
+			/* below the top step 3 times in 4, by up to a half */
+			mag = w < 12 ? top - (unsigned)((r >> 32) % (top / 2 + 1))
+				     : top + (unsigned)((r >> 32) % (top / 4 + 1));
+		}
+		int step = (r >> 50) & 1 ? -(int)mag : (int)mag;
+		tgt[i] = bfp_unkey((uint16_t)(bfp_key(base[i]) + step));
+	}
+}
 
 static inline void kat_inputs(const kat_vector *v, uint16_t *base, uint16_t *tgt)
 {
 	uint64_t s = v->seed;
-	if (!v->edge) {
+	if (v->kind == KAT_RL) {
+		kat_rl(base, tgt, v->n, v->ppm, &s);
+		return;
+	}
+	if (v->kind == KAT_WEIGHTS) {
 		for (size_t i = 0; i < v->n; i++)
 			base[i] = t_weight(&s);
 		t_mutate(base, tgt, v->n, v->ppm, &s);

@@ -178,19 +178,27 @@ check_buffers "$T/traj/step-0001.safetensors" "$SHM.r" || fail "resync after a d
 # a staging budget too small for both the frames and their prepared
 # changes (an 8M-parameter model, --max-stage 1 MiB): preparation takes at
 # most half and gives way, no frame is refused for room, and the version
-# commits bit-exact without a resync
+# commits bit-exact without a resync; the publisher sends encoding 1
+# (--sparse-v1, for receivers older than encoding 5), as its history shows
 "$BFP" synth -o "$T/big" -p 8M -n 1 -S 9 2>/dev/null || fail "synth 8M"
+mkdir -p "$T/hist9"
 "$SHIM" --buffer "$SHM.m" --init "$T/big/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 13)) --max-stage 1048576 --exit-after 30 > "$T/shimm.log" 2>&1 &
 PIDS=$!
 wait_line "listening on" "$T/shimm.log"
 "$BFP" publish --dir "$T/big" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
-	--linger 1 > "$T/publish9.log" 2>&1 || fail "publish the 8M model"
+	--linger 1 --sparse-v1 --history "$T/hist9" > "$T/publish9.log" 2>&1 ||
+	fail "publish the 8M model"
 wait_line "committed version 0 -> 1" "$T/shimm.log"
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 1: " "$T/shimm.log" || fail "small budget: no plain commit"
 grep -q "over budget 0)" "$T/shimm.log" || fail "small budget: frames refused for room"
 check_buffers "$T/big/step-0001.safetensors" "$SHM.m" || fail "small budget buffer"
+"$BFP" info --json "$T/hist9/v00000000-v00000001.bfp" | python3 -c "
+import json, sys
+f = json.load(sys.stdin)['frames_by_encoding']
+sys.exit(0 if f['sparse'] > 0 and f['sparse_encoding1'] == f['sparse'] else 1)" ||
+	fail "publish --sparse-v1 did not send encoding 1"
 
 # the publisher's history on a full disk (a file size limit: EFBIG, as a
 # full disk gives ENOSPC): each patch is reported as not kept, nothing

@@ -64,6 +64,8 @@ static void roundtrip_all_sizes(const uint16_t *base, const uint16_t *tgt, size_
 		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_SCALAR;
 		roundtrip(base, tgt, n, o);
+		o.flags = BFP_ENC_F_SPARSE1; /* encoding 1 for older receivers */
+		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_KEYFRAME;
 		o.base_version = 0;
 		roundtrip(NULL == base ? tgt : base, tgt, n, o);
@@ -438,7 +440,7 @@ static void test_reject_unknown_encoding(void **state)
 {
 	(void)state;
 	uint8_t p[BFP_FRAME_SIZE_MAX];
-	static const uint8_t bad[] = {0, 5, 200, 255};
+	static const uint8_t bad[] = {0, 6, 200, 255};
 	for (size_t i = 0; i < sizeof(bad); i++) {
 		memcpy(p, frame, frame_len);
 		p[5] = bad[i];
@@ -586,27 +588,217 @@ static void test_reject_wrong_base_version(void **state)
 	expect_reject(p, frame_len, BFP_E_BASE_VERSION);
 }
 
-/* A payload edited under a valid CRC is corrupt or fails the hash. */
+/* A payload edited under a valid CRC is corrupt or fails the hash; the
+ * rare edit that leaves the decoded changes as they were (a parameter no
+ * change of the frame uses) applies exactly the target. Both encodings. */
+static void corrupt_payloads(const uint8_t *frm, size_t len)
+{
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	uint64_t s = 1234;
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(frm, len, &h), BFP_OK);
+	for (int trial = 0; trial < 2000; trial++) {
+		memcpy(p, frm, len);
+		size_t at = BFP_HEADER_SIZE + (size_t)(t_rand(&s) % (len - BFP_HEADER_SIZE));
+		p[at] ^= (uint8_t)(1u << (t_rand(&s) % 8));
+		reseal(p, len);
+		bfp_apply_opts ao = aopts();
+		bfp_status st = bfp_decode_apply(&rdec, &ao, p, len, rw, RN, NULL);
+		if (st == BFP_OK) {
+			assert_words_equal(rw + h.range_begin, rt + h.range_begin, h.range_len);
+			memcpy(rw, rsnap, sizeof(rw));
+			continue;
+		}
+		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+		assert_words_equal(rw, rsnap, RN);
+	}
+}
+
 static void test_reject_corrupt_payload_under_valid_crc(void **state)
 {
 	(void)state;
 	uint8_t p[BFP_FRAME_SIZE_MAX];
-	uint64_t s = 1234;
-	for (int trial = 0; trial < 2000; trial++) {
-		memcpy(p, frame, frame_len);
-		size_t at = BFP_HEADER_SIZE + (size_t)(t_rand(&s) % (frame_len - BFP_HEADER_SIZE));
-		p[at] ^= (uint8_t)(1u << (t_rand(&s) % 8));
-		reseal(p, frame_len);
-		bfp_apply_opts ao = aopts();
-		bfp_status st = bfp_decode_apply(&rdec, &ao, p, frame_len, rw, RN, NULL);
-		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
-		assert_words_equal(rw, rsnap, RN);
-	}
+	corrupt_payloads(frame, frame_len);
+	/* the same for an encoding 1 frame */
+	static bfp_encoder enc;
+	bfp_encode_opts o = opts(1200);
+	o.flags = BFP_ENC_F_SPARSE1;
+	size_t len;
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
+	assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &len), BFP_OK);
+	assert_int_equal(p[5], BFP_ENC_SPARSE);
+	corrupt_payloads(p, len);
 	/* a payload shortened by one byte (header length adjusted) */
 	memcpy(p, frame, frame_len);
 	put32(p + 44, (uint32_t)(frame_len - BFP_HEADER_SIZE - 1));
 	reseal(p, frame_len - 1);
 	expect_reject(p, frame_len - 1, BFP_E_CORRUPT);
+}
+
+/* A test-side LSB-first bit writer (FORMAT.md 3.1), for crafted payloads. */
+typedef struct tbits {
+	uint8_t b[512];
+	size_t n; /* bits */
+} tbits;
+
+static void tput(tbits *t, uint64_t v, unsigned k)
+{
+	for (unsigned i = 0; i < k; i++, t->n++)
+		if ((v >> i) & 1)
+			t->b[t->n / 8] |= (uint8_t)(1u << (t->n % 8));
+}
+
+static void teg0(tbits *t, uint32_t v)
+{
+	uint64_t x = (uint64_t)v + 1;
+	unsigned len = 0;
+	while ((x >> len) > 1)
+		len++;
+	tput(t, 0, len);
+	tput(t, 1, 1);
+	tput(t, x, len);
+}
+
+/* Frame over rb[0..L) with t's bits as an encoding 5 payload; returns
+ * the status of decode_apply (buffer checked untouched on failure). */
+enum { CL = 1000 };
+static bfp_status crafted5(const tbits *t, bfp_frame_stats *stats)
+{
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	size_t pl = (t->n + 7) / 8, len = BFP_HEADER_SIZE + pl;
+	memcpy(p, frame, BFP_HEADER_SIZE);
+	p[5] = BFP_ENC_SPARSE2;
+	memset(p + 32, 0, 8);
+	put32(p + 40, CL);
+	put32(p + 44, (uint32_t)pl);
+	memcpy(p + BFP_HEADER_SIZE, t->b, pl);
+	reseal(p, len);
+	if (stats)
+		return bfp_frame_stats_get(&rdec, p, len, stats);
+	bfp_apply_opts ao = aopts();
+	bfp_status st = bfp_decode_apply(&rdec, &ao, p, len, rw, RN, NULL);
+	assert_words_equal(rw, rsnap, RN);
+	return st;
+}
+
+static unsigned tclass(uint16_t x)
+{
+	unsigned e = (x >> 7) & 0xFF;
+	return e <= 108 ? 0 : (e >= 123 ? 15 : e - 108);
+}
+
+/* Frame fields and the class headers up to class c (which gets n
+ * changes and, if own, its own magnitude code), the other classes empty;
+ * kn 0; gap parameter prediction g0 - 16 + c. */
+static void head5(tbits *t, unsigned g0, unsigned c, uint32_t n, int gk_code,
+		  uint32_t dc, unsigned druns, unsigned dall)
+{
+	memset(t, 0, sizeof(*t));
+	tput(t, 0, 3);  /* kn */
+	tput(t, g0, 6); /* g0 */
+	teg0(t, dc - 1); /* default code: C */
+	tput(t, druns, 1);
+	if (druns)
+		tput(t, dall, 1);
+	if (!(druns && dall)) {
+		tput(t, 0, 4); /* k */
+		if (dc > 1)
+			tput(t, 0, 1); /* down */
+	}
+	if (druns && !dall)
+		tput(t, 0, 4); /* kr */
+	for (unsigned d = 0; d < c; d++)
+		teg0(t, 0);
+	teg0(t, n);
+	tput(t, 0, 1); /* gaps plain */
+	if (gk_code == 0) {
+		tput(t, 1, 1); /* predicted */
+	} else {
+		tput(t, 2, 2); /* +-1 */
+		tput(t, gk_code < 0, 1);
+	}
+	tput(t, 1, 1); /* default magnitude code */
+}
+
+static void tail5(tbits *t, unsigned c)
+{
+	for (unsigned d = c + 1; d < BFP_CLASSES; d++)
+		teg0(t, 0);
+}
+
+/* One change at rank 0 of class c: gap 0 in Rice(0), the sign, and, if
+ * v is not ~0, the magnitude's folded value v in EG0. */
+static void one_change5(tbits *t, unsigned c, unsigned sign, uint32_t v)
+{
+	tail5(t, c);
+	tput(t, 1, 1);
+	tput(t, sign, 1);
+	if (v != ~0u)
+		teg0(t, v);
+}
+
+/* FORMAT.md 3.8: each reject rule of encoding 5 on a crafted payload that
+ * is complete and well formed but for the rule, next to a well-formed one
+ * built the same way. */
+static void test_reject_sparse5_rules(void **state)
+{
+	(void)state;
+	tbits t;
+	bfp_frame_stats fs;
+	unsigned c = tclass(rb[0]);
+	/* well formed: one step up (default code: all magnitudes 1) */
+	head5(&t, 16 - c, c, 1, 0, 1, 1, 1);
+	one_change5(&t, c, 0, ~0u);
+	assert_int_equal(crafted5(&t, &fs), BFP_OK);
+	assert_int_equal(fs.n_changes, 1);
+	/* the same with its gap parameter one below a prediction of 0, or
+	 * one above a prediction of 31 */
+	head5(&t, 16 - c, c, 1, -1, 1, 1, 1);
+	one_change5(&t, c, 0, ~0u);
+	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	head5(&t, 16 + 31 - c, c, 1, 1, 1, 1, 1);
+	tail5(&t, c);
+	tput(&t, 1, 1);
+	tput(&t, 0, 32); /* gap 0 in Rice(32) */
+	tput(&t, 0, 1);
+	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	/* a default common magnitude above 32768 (no changes) */
+	memset(&t, 0, sizeof(t));
+	tput(&t, 0, 9);
+	teg0(&t, 32768);
+	tput(&t, 3, 2); /* runs, all */
+	tail5(&t, 0);
+	teg0(&t, 0);
+	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	/* +32768: every magnitude 32768, sign 0; with sign 1 it is valid */
+	head5(&t, 16 - c, c, 1, 0, 32768, 1, 1);
+	one_change5(&t, c, 0, ~0u);
+	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	head5(&t, 16 - c, c, 1, 0, 32768, 1, 1);
+	one_change5(&t, c, 1, ~0u);
+	assert_int_equal(crafted5(&t, &fs), BFP_OK);
+	/* plain code centred on 32768: v = 65534 is magnitude 1, v = 65535
+	 * folds past 32768 */
+	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
+	one_change5(&t, c, 1, 65534);
+	assert_int_equal(crafted5(&t, &fs), BFP_OK);
+	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
+	one_change5(&t, c, 1, 65535);
+	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	/* a run of common magnitudes longer than the class (2 of 1) */
+	head5(&t, 16 - c, c, 1, 0, 1, 1, 0);
+	tail5(&t, c);
+	tput(&t, 1, 1); /* gap */
+	tput(&t, 4, 3); /* run length 2 in Rice(0) */
+	tput(&t, 0, 1); /* sign */
+	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	/* more changes than the range has elements */
+	head5(&t, 16 - c, c, CL + 1, 0, 1, 1, 1);
+	tail5(&t, c);
+	for (unsigned i = 0; i <= CL; i++)
+		tput(&t, 1, 1); /* gaps 0 */
+	tput(&t, 0, CL + 1); /* signs */
+	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
 }
 
 static void test_reject_wrong_target_hash(void **state)
@@ -700,6 +892,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reject_wrong_model, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_base_version, reject_setup),
 		cmocka_unit_test_setup(test_reject_corrupt_payload_under_valid_crc, reject_setup),
+		cmocka_unit_test_setup(test_reject_sparse5_rules, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_target_hash, reject_setup),
 		cmocka_unit_test_setup(test_check_target_detects_applied_frames, reject_setup),
 		cmocka_unit_test_setup(test_set_index_reseals_the_frame, reject_setup),
