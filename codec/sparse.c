@@ -187,26 +187,6 @@ static uint64_t eg_best(const cls_acc *x, uint32_t n, unsigned M, unsigned *kout
 	return best;
 }
 
-/* Encoding 5: bits of the magnitudes folded around c, Exp-Golomb order k,
- * all of them (runs == 0) or the others of run mode; magnitudes above 64
- * costed at their mean. */
-static uint64_t fold_cost(const cls_acc *x, unsigned c, unsigned down, unsigned runs,
-			  unsigned k)
-{
-	uint64_t bits = 0;
-	for (unsigned m = 1; m <= MAG_BINS; m++) {
-		if (!x->mhist[m] || (runs && m == c))
-			continue;
-		bits += (uint64_t)x->mhist[m] * eg_bits(mag_fold(m, c, down) - runs, k);
-	}
-	if (x->mhist[0]) {
-		uint32_t mean = (uint32_t)(x->sum64 / x->mhist[0]);
-		bits += (uint64_t)x->mhist[0] *
-			eg_bits(mag_fold(mean, c, down) - (mean == c ? 0 : runs), k);
-	}
-	return bits;
-}
-
 /* Encoding 1 magnitude code of one class. */
 static void plan_mag_v1(const cls_acc *x, uint32_t n, bfp_seq *ms)
 {
@@ -229,41 +209,62 @@ static void plan_mag_v1(const cls_acc *x, uint32_t n, bfp_seq *ms)
 }
 
 /* Encoding 5 magnitude code of one class: all equal, or centred on the
- * most frequent magnitude, plain or run-coded, whichever is smaller. */
+ * most frequent magnitude, plain or run-coded, folded either way, with
+ * the Exp-Golomb order of the fewest bits (magnitudes above 64 costed at
+ * their mean). Costs are summed over the distinct magnitudes only, and
+ * orders stop past the bit length of the largest folded value (beyond
+ * it every code only grows). */
 static void plan_mag_v2(const cls_acc *x, uint32_t n, bfp_seq *ms)
 {
+	uint32_t val[2][MAG_BINS + 1], cnt[MAG_BINS + 1], vmax = 0;
+	unsigned nd = 0, c = 0;
+
 	if (x->mmin == x->mmax) {
 		ms->runs = 1;
 		ms->all = 1;
 		ms->common = (uint16_t)x->mmin;
 		return;
 	}
-	unsigned c = 0;
 	for (unsigned m = 1; m <= MAG_BINS; m++)
 		if (x->mhist[m] > (c ? x->mhist[c] : 0))
 			c = m;
 	if (!c) /* every magnitude above 64: centre on their mean */
 		c = (unsigned)(x->sum64 / x->mhist[0]);
-	uint64_t best = UINT64_MAX, runs = UINT64_MAX;
-	unsigned kr = 0;
 	ms->common = (uint16_t)c;
-	/* runs pay only for a symbol of probability >= 1/2 */
-	if (c <= MAG_BINS && x->mhist[c] * 2 >= n)
-		runs = 5 + rice_est(n - x->mhist[c] + 1, x->mhist[c], 15, &kr);
+	for (unsigned m = 0; m <= MAG_BINS; m++) {
+		unsigned mm = m ? m : (x->mhist[0] ? (unsigned)(x->sum64 / x->mhist[0]) : 0);
+		if (!x->mhist[m] || mm == c)
+			continue;
+		for (unsigned d = 0; d < 2; d++) {
+			val[d][nd] = mag_fold(mm, c, d);
+			vmax = val[d][nd] > vmax ? val[d][nd] : vmax;
+		}
+		cnt[nd++] = x->mhist[m];
+	}
+	/* run mode only for a symbol of probability >= 1/2 */
+	const int runs_ok = c <= MAG_BINS && x->mhist[c] * 2 >= n;
+	/* magnitudes equal to c: its bin, or the large ones c is the mean of */
+	const uint64_t ncommon = x->mhist[c <= MAG_BINS ? c : 0];
+	unsigned kr = 0;
+	const uint64_t runs_bits =
+		runs_ok ? 5 + rice_est(n - x->mhist[c] + 1, x->mhist[c], 15, &kr) : 0;
+	const unsigned kmax = bfp_bitlen32(vmax) < 15 ? bfp_bitlen32(vmax) : 15;
+	uint64_t best = UINT64_MAX;
 	for (unsigned down = 0; down < 2; down++) {
-		for (unsigned k = 0; k < 16; k++) {
-			uint64_t b = fold_cost(x, c, down, 0, k);
-			if (b < best) {
-				best = b;
+		for (unsigned k = 0; k <= kmax; k++) {
+			uint64_t plain = ncommon * (1 + k), runs = runs_bits;
+			for (unsigned i = 0; i < nd; i++) {
+				plain += (uint64_t)cnt[i] * eg_bits(val[down][i], k);
+				runs += (uint64_t)cnt[i] * eg_bits(val[down][i] - 1, k);
+			}
+			if (plain < best) {
+				best = plain;
 				ms->runs = 0;
 				ms->down = (uint8_t)down;
 				ms->k = (uint8_t)k;
 			}
-			if (runs == UINT64_MAX)
-				continue;
-			b = runs + fold_cost(x, c, down, 1, k);
-			if (b < best) {
-				best = b;
+			if (runs_ok && runs < best) {
+				best = runs;
 				ms->runs = 1;
 				ms->down = (uint8_t)down;
 				ms->k = (uint8_t)k;
