@@ -11,6 +11,24 @@
 /* Range length cap per frame (a u32 field; keep well inside it). */
 #define RANGE_CAP (1ull << 31)
 
+/* The gather stops at a size estimate of gather_scale / 256 times the
+ * budget. The estimate runs high where most changes cost a bit or two
+ * (run-coded classes), low where magnitudes are large, so the scale
+ * follows the frames: gathering too few leaves a frame short (the cut
+ * takes them all) and is redone at once with the scale raised by what
+ * was missing; gathering many more than fit is work thrown away, and the
+ * scale comes down. Reset per range, so frames do not depend on how the
+ * ranges are spread over threads. */
+#define GATHER_SCALE0 320u
+#define GATHER_SCALE_MIN 64u
+#define GATHER_SCALE_MAX (256u * 64)
+
+static uint32_t clamp_scale(uint64_t s)
+{
+	return s < GATHER_SCALE_MIN ? GATHER_SCALE_MIN
+				    : (s > GATHER_SCALE_MAX ? GATHER_SCALE_MAX : (uint32_t)s);
+}
+
 /* Bits of a dense change after its flag: sign, big flag, magnitude. */
 static inline unsigned dense_bits(unsigned m)
 {
@@ -152,6 +170,7 @@ bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 	enc->emitted = 0;
 	enc->changed = 0;
 	enc->n_changes = 0;
+	enc->gather_scale = GATHER_SCALE0;
 	return BFP_OK;
 }
 
@@ -191,12 +210,29 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 		len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding, &pl_len);
 	} else {
 		/* sparse: the longest prefix of the gathered changes that fits */
-		uint64_t scanned = bfp_gather(e, end, (uint64_t)budget * 8 * 5 / 4);
-		uint32_t n = e->n_changes, k;
-		bfp_sparse_plan pl;
+		const uint64_t bits = (uint64_t)budget * 8;
 		const int v2 = !(e->opts.flags & BFP_ENC_F_SPARSE1);
-		bfp_sparse_plan_make(e, n, v2, &pl);
-		k = bfp_sparse_cut(e, n, &pl, budget * 8);
+		bfp_sparse_plan pl;
+		uint64_t scanned;
+		uint32_t n, k;
+		for (int round = 0;; round++) {
+			scanned = bfp_gather(e, end, bits * e->gather_scale / 256);
+			n = e->n_changes;
+			bfp_sparse_plan_make(e, n, v2, &pl);
+			k = bfp_sparse_cut(e, n, &pl, bits);
+			if (k < n) { /* aim at gathering about 1/32 more than fit */
+				e->gather_scale = clamp_scale((uint64_t)e->gather_scale * k * 33 / 32 / n +
+							      1);
+				break;
+			}
+			/* all fit: the range ended, the scratch is full, the frame
+			 * is nearly full, or the gather stopped short */
+			if (scanned >= end || n == BFP_CHANGES_MAX || pl.bits >= bits - bits / 64 ||
+			    round == 2)
+				break;
+			e->gather_scale = clamp_scale((uint64_t)e->gather_scale * bits * 33 / 32 /
+						      (pl.bits ? pl.bits : 1));
+		}
 		uint64_t sparse_len = k < n ? e->chg_pos[k] : scanned - e->pos;
 		uint64_t dense_len = 0;
 		uint64_t key_len = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;

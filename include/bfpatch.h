@@ -228,6 +228,8 @@ typedef struct bfp_encoder {
 	uint32_t cpu;
 	uint64_t changed;   /* changed parameters in the frames emitted */
 	uint32_t n_changes;
+	uint32_t gather_scale; /* changes gathered per frame: size estimate
+				  limit over the budget, 1/256 units */
 	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
 	uint16_t chg_delta[BFP_CHANGES_MAX];
 	uint8_t chg_class[BFP_CHANGES_MAX];
