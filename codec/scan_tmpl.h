@@ -129,19 +129,34 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 		uint32_t nb = (cn + 63) / 64;
 		uint32_t run[BFP_CLASSES] = {0};
 		const uint16_t *b = base + i0;
-		for (uint32_t k = 0; k < nb; k++) {
-			uint32_t off = k * 64;
-			T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
-			t_cls_store(cb + off, cls);
-			for (unsigned c = 0; c < BFP_CLASSES; c++) {
-				before[c][k] = (uint16_t)run[c];
-				run[c] += t_popcnt(t_cmask(cls, c));
+		/* counts for every class (a loop of constants), or only for the
+		 * classes with changes still to place when they are few */
+		if (__builtin_popcount(active) > 10) {
+			for (uint32_t k = 0; k < nb; k++) {
+				uint32_t off = k * 64;
+				T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
+				t_cls_store(cb + off, cls);
+				for (unsigned c = 0; c < BFP_CLASSES; c++) {
+					before[c][k] = (uint16_t)run[c];
+					run[c] += t_popcnt(t_cmask(cls, c));
+				}
+			}
+		} else {
+			for (uint32_t k = 0; k < nb; k++) {
+				uint32_t off = k * 64;
+				T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
+				t_cls_store(cb + off, cls);
+				for (uint32_t a = active; a; a &= a - 1) {
+					unsigned c = (unsigned)__builtin_ctz(a);
+					before[c][k] = (uint16_t)run[c];
+					run[c] += t_popcnt(t_cmask(cls, c));
+				}
 			}
 		}
 		if (nb < NB)
-			for (unsigned c = 0; c < BFP_CLASSES; c++)
+			for (uint32_t a = active; a; a &= a - 1)
 				for (uint32_t k = nb; k < NB; k++)
-					before[c][k] = 0xFFFF;
+					before[__builtin_ctz(a)][k] = 0xFFFF;
 		for (uint32_t a = active; a; a &= a - 1) {
 			unsigned c = (unsigned)__builtin_ctz(a);
 			uint64_t cc = cnt[c], tg = target[c];
