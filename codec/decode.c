@@ -238,8 +238,7 @@ bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 	if (h.encoding == BFP_ENC_SPARSE || h.encoding == BFP_ENC_SPARSE2) {
 		uint32_t start[BFP_CLASSES + 1];
 		st = bfp_sparse_parse(&r, h.encoding == BFP_ENC_SPARSE2, h.range_len, start,
-				      dec->grp_pos,
-				      dec->grp_val, out);
+				      dec->grp_pos, dec->grp_val, out);
 		if (st != BFP_OK)
 			return st;
 	} else if (h.encoding == BFP_ENC_DENSE) {
