@@ -13,16 +13,8 @@ set -u
 BFP=$1
 SHIM=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-T=$(mktemp -d)
-SHM=/dev/shm/bfpauth$$
-PIDS=""
-cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	rm -rf "$T" "$SHM".*
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -n 15 "$f"; done; exit 1; }
+. "$HERE/test_lib.sh"
+test_setup auth
 "$SHIM" --help | grep -q -- "--key FILE" || { echo "skip: built without libsodium"; exit 77; }
 port=$((20000 + ($$ + 31) % 20000))
 umask 077

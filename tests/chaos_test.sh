@@ -8,16 +8,8 @@ set -u
 BFP=$1
 SHIM=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-T=$(mktemp -d)
-SHM=/dev/shm/bfpchaos$$
-PIDS=""
-cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	rm -rf "$T" "$SHM"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -n 12 "$f"; done; exit 1; }
+. "$HERE/test_lib.sh"
+test_setup chaos
 port=$((20000 + ($$ + 41) % 20000))
 STEPS=6
 "$BFP" synth -o "$T/traj" -p 1M -n $STEPS -S 23 2>/dev/null || fail synth

@@ -4,26 +4,10 @@
 # codec); failures must exit non-zero and leave no output file behind.
 set -u
 BFP=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/test_lib.sh"
 T=$(mktemp -d)
 trap 'umount "$T/rofs" 2>/dev/null; chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
-fails=0
-pass() { echo "ok   - $1"; }
-bad() { echo "FAIL - $1"; fails=$((fails + 1)); }
-check() { if eval "$2"; then pass "$1"; else bad "$1"; fi; }
-# expect_fail NAME OUTFILE CMD...: non-zero exit, message on stderr, no OUTFILE
-expect_fail() {
-	name=$1 out=$2
-	shift 2
-	if "$@" >"$T/stdout" 2>"$T/stderr"; then
-		bad "$name (exit 0)"
-	elif [ ! -s "$T/stderr" ]; then
-		bad "$name (no error message)"
-	elif [ -n "$out" ] && ls "$out"* >/dev/null 2>&1; then
-		bad "$name (left $out behind)"
-	else
-		pass "$name: $(head -n 1 "$T/stderr")"
-	fi
-}
 
 "$BFP" synth -o "$T/traj" -p 300k -n 2 -S 3 2>/dev/null || { echo "synth failed"; exit 1; }
 S0=$T/traj/step-0000.safetensors S1=$T/traj/step-0001.safetensors S2=$T/traj/step-0002.safetensors

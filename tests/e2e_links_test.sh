@@ -12,24 +12,11 @@ RELAY=$3
 LOSS=${4:-1}   # percent of datagrams actor 3's link drops at random
 HERE=$(cd "$(dirname "$0")" && pwd)
 P=bfpl$$
-T=$(mktemp -d)
-SHM=/dev/shm/bfplinks$$
-PIDS=""
-cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
+. "$HERE/test_lib.sh"
+test_setup links
+test_teardown() {
 	for n in "$P" "${P}a1" "${P}a2" "${P}a3"; do ip netns del "$n" 2>/dev/null; done
-	rm -rf "$T" "$SHM".* /var/run/dpdk/$P
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-fail() {
-	echo "FAIL: $*"
-	for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	PIDS=""
-	for f in "$T"/*.log; do echo "== $f"; grep -vE " 0$" "$f" | tail -15; done
-	exit 1
+	rm -rf /var/run/dpdk/$P
 }
 [ "$(id -u)" = 0 ] && ip netns add "$P" 2>/dev/null || { echo "skip: needs root and ip netns"; exit 77; }
 command -v nft >/dev/null || { echo "skip: needs nftables"; exit 77; }

@@ -12,24 +12,12 @@ RELAY=$3
 AUTH=${4:-}   # "auth": every process holds a key; hostile datagrams at the relay
 HERE=$(cd "$(dirname "$0")" && pwd)
 NS=bfpe2e$$
-T=$(mktemp -d)
-SHM=/dev/shm/bfpe2e$$
-PIDS=""
-cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
+. "$HERE/test_lib.sh"
+test_setup e2e
+FAIL_LINES=1000
+test_teardown() {
 	ip netns del "$NS" 2>/dev/null
-	rm -rf "$T" "$SHM".* /var/run/dpdk/$NS
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-fail() {
-	echo "FAIL: $*"
-	for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	PIDS=""
-	for f in "$T"/*.log; do echo "== $f"; grep -vE " 0$" "$f"; done
-	exit 1
+	rm -rf /var/run/dpdk/$NS
 }
 
 [ "$(id -u)" = 0 ] && ip netns add "$NS" 2>/dev/null || { echo "skip: needs root and ip netns"; exit 77; }

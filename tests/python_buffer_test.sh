@@ -7,11 +7,8 @@ SHIM=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=/usr/bin/python3
 $PY -c "import numpy" 2>/dev/null || { echo "skip: needs python3-numpy"; exit 77; }
-T=$(mktemp -d)
-SHM=/dev/shm/bfppy$$
-PIDS=""
-cleanup() { for p in $PIDS; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T" "$SHM" "$SHM".*; }
-trap cleanup EXIT
+. "$HERE/test_lib.sh"
+test_setup py
 port=$((20000 + ($$ + 7) % 20000))
 "$BFP" synth -o "$T/traj" -p 500k -n 1 -S 4 2>/dev/null || exit 1
 "$SHIM" --buffer "$SHM" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \

@@ -15,22 +15,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 FIX=$HERE/report
 T=$(mktemp -d)
 trap 'chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
-fails=0
-pass() { echo "ok   - $1"; }
-bad() { echo "FAIL - $1"; fails=$((fails + 1)); }
-expect_fail() { # NAME OUTFILE CMD...: non-zero exit, a message, no OUTFILE
-	name=$1 out=$2
-	shift 2
-	if "$@" >"$T/stdout" 2>"$T/stderr"; then
-		bad "$name (exit 0)"
-	elif [ ! -s "$T/stderr" ]; then
-		bad "$name (no error message)"
-	elif [ -n "$out" ] && ls "$out"* >/dev/null 2>&1; then
-		bad "$name (left $out behind)"
-	else
-		pass "$name: $(head -n 1 "$T/stderr")"
-	fi
-}
+. "$HERE/test_lib.sh"
 CHROME=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROME" ]; then
 	echo "SKIP: no chromium (Debian package chromium)"

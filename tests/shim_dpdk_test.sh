@@ -14,19 +14,13 @@ set -u
 BFP=$1
 SHIM=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-T=$(mktemp -d)
-SHM=/dev/shm/bfpdpdk$$
-PIDS=""
-cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	rm -rf "$T" "$SHM".* /var/run/dpdk/bfpshim*
+. "$HERE/test_lib.sh"
+test_setup dpdk
+test_teardown() {
+	rm -rf /var/run/dpdk/bfpshim*
 	ip netns del "bfpsd$$" 2>/dev/null
 	ip link del "bfsb$$" 2>/dev/null
 }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
-. "$HERE/test_lib.sh"
 "$SHIM" --help | grep -q -- "--dma DEV" || { echo "skip: bfpatch-shim built without DPDK"; exit 77; }
 port=$((20000 + ($$ + 11) % 20000))
 

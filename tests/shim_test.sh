@@ -11,17 +11,8 @@ set -u
 BFP=$1
 SHIM=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-T=$(mktemp -d)
-SHM=/dev/shm/bfptest$$
-PIDS=""
-cleanup() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	rm -rf "$T" "$SHM".*
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "== $f"; cat "$f"; done; exit 1; }
 . "$HERE/test_lib.sh"
+test_setup test
 port=$((20000 + $$ % 20000))
 
 "$BFP" synth -o "$T/traj" -p 2M -n 3 -S 8 2>/dev/null || fail synth
