@@ -131,7 +131,7 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 		const uint16_t *b = base + i0;
 		/* counts for every class (a loop of constants), or only for the
 		 * classes with changes still to place when they are few */
-		if (__builtin_popcount(active) > 10) {
+		if (t_popcnt(active) > 10) {
 			for (uint32_t k = 0; k < nb; k++) {
 				uint32_t off = k * 64;
 				T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
