@@ -126,6 +126,7 @@ typedef struct shim {
 	uint32_t latest;        /* newest version upstream has (HEARTBEAT) */
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
+	uint8_t told_encoding[32]; /* bit e: "encoding e unknown" was logged */
 	uint64_t resyncs, key_commits, dropped_test, verified_bytes, auth_fail;
 	uint64_t prepared, prep_fail, prep_dropped;
 	double commit_ms_total, commit_ms_max;
@@ -672,8 +673,17 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		on_control(s, p, len); /* control magic (PROTOCOL.md 2) */
 		return 0;
 	}
-	if (bfp_frame_parse(p, len, &h) != BFP_OK) {
+	bfp_status ps = bfp_frame_parse(p, len, &h);
+	if (ps != BFP_OK) {
 		s->bad++;
+		if (ps == BFP_E_ENCODING && !(s->told_encoding[p[5] / 8] & (1u << (p[5] % 8)))) {
+			/* a sender newer than this build (FORMAT.md 6): say so once */
+			s->told_encoding[p[5] / 8] |= (uint8_t)(1u << (p[5] % 8));
+			fprintf(stderr, "bfpatch-shim: frames in encoding %u, which this build does "
+				"not read, are dropped (counted as bad): upgrade this shim, or have "
+				"the publisher send encodings it reads (publish --sparse-v1)\n",
+				p[5]);
+		}
 		return 0;
 	}
 	if (h.model_id != s->w.h->model_id) {
