@@ -680,7 +680,7 @@ typedef struct tbits {
 static void tput(tbits *t, uint64_t v, unsigned k)
 {
 	for (unsigned i = 0; i < k; i++, t->n++)
-		if ((v >> i) & 1)
+		if (i < 64 && ((v >> i) & 1))
 			t->b[t->n / 8] |= (uint8_t)(1u << (t->n % 8));
 }
 
