@@ -262,10 +262,7 @@ int main(int argc, char **argv)
 				fprintf(stderr, "bench_apply: frame %zu does not prepare\n", i);
 				return 1;
 			}
-			memcpy(cpos + used, dec.chg_pos, (size_t)dec.n_changes * 4);
-			memcpy(cval + used, dec.chg_val, (size_t)dec.n_changes * 2);
-			fc[i] = (frame_changes){h.range_begin, dec.n_changes, h.range_len, cpos + used,
-						cval + used};
+			fc[i] = frame_changes_keep(&dec, &h, cpos + used, cval + used);
 			fcp[i] = &fc[i];
 			used += dec.n_changes;
 		}

@@ -418,6 +418,14 @@ int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
 	return rc;
 }
 
+frame_changes frame_changes_keep(const bfp_decoder *d, const bfp_frame_header *h,
+				 uint32_t *pos, uint16_t *val)
+{
+	memcpy(pos, d->chg_pos, (size_t)d->n_changes * sizeof(*pos));
+	memcpy(val, d->chg_val, (size_t)d->n_changes * sizeof(*val));
+	return (frame_changes){h->range_begin, d->n_changes, h->range_len, pos, val};
+}
+
 int patch_encode(const model *old, const model *nw, const patch_opts *o,
 		 patch *out, char *err, size_t errlen)
 {

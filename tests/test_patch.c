@@ -173,10 +173,7 @@ static void test_apply_prepared_changes(void **state)
 			continue; /* every other frame is prepared */
 		bfp_frame_header h;
 		assert_int_equal(bfp_decode_verify(&dec, &ao, fr[i], lens[i], base, M, &h), BFP_OK);
-		memcpy(pos + used, dec.chg_pos, (size_t)dec.n_changes * 4);
-		memcpy(val + used, dec.chg_val, (size_t)dec.n_changes * 2);
-		fc[i] = (frame_changes){h.range_begin, dec.n_changes, h.range_len, pos + used,
-					val + used};
+		fc[i] = frame_changes_keep(&dec, &h, pos + used, val + used);
 		fcp[i] = &fc[i];
 		used += dec.n_changes;
 	}
