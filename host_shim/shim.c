@@ -90,8 +90,6 @@ typedef struct prep {
 	uint32_t v[];           /* n offsets, then n uint16_t values */
 } prep;
 
-
-
 typedef struct shim {
 	wbuf w;
 	int sock;
@@ -328,10 +326,14 @@ static int prepare_some(shim *s, double budget_s)
 			continue;
 		if (done && (done & 15) == 0 && now_s() - t0 > budget_s)
 			return 1;
-		/* every change takes at least 2 bits of a frame: this bounds what
-		 * the prepared changes can take before the work of decoding; they
-		 * get at most half the budget, frames always come first */
-		uint64_t most = sizeof(prep) + 6 * 4 * (uint64_t)sl->flen[i];
+		/* every change takes at least its sign bit, and a frame carries
+		 * at most BFP_CHANGES_MAX: this bounds what the prepared changes
+		 * can take before the work of decoding; they get at most half
+		 * the budget, frames always come first */
+		uint64_t most_n = 8 * (uint64_t)sl->flen[i];
+		if (most_n > BFP_CHANGES_MAX)
+			most_n = BFP_CHANGES_MAX;
+		uint64_t most = sizeof(prep) + 6 * most_n;
 		if (s->prep_bytes + most > s->max_stage / 2 ||
 		    s->staged_bytes + most > s->max_stage)
 			return 0; /* over budget: the commit decodes the rest */
@@ -359,9 +361,7 @@ static int prepare_some(shim *s, double budget_s)
 		if (!p)
 			return 0;
 		uint16_t *val = (uint16_t *)(void *)(p->v + d->n_changes);
-		p->fc = (frame_changes){h.range_begin, d->n_changes, h.range_len, p->v, val};
-		memcpy(p->v, d->chg_pos, (size_t)d->n_changes * 4);
-		memcpy(val, d->chg_val, (size_t)d->n_changes * 2);
+		p->fc = frame_changes_keep(d, &h, p->v, val);
 		sl->preps[i] = p;
 		sl->prepped++;
 		sl->prep_bytes += bytes;
