@@ -658,8 +658,9 @@ static void *apply_worker(void *arg)
 				w[fc->pos[k]] = fc->val[k];
 			int at = 0;
 			st = bfp_frame_check_target(j->frames[i], j->lens[i], j->params, j->n, &at);
-			if (st == BFP_OK)
-				st = at ? bfp_frame_parse(j->frames[i], j->lens[i], &h) : BFP_E_HASH;
+			if (st == BFP_OK && !at)
+				st = BFP_E_HASH;
+			h.range_len = fc->range_len; /* all that is used of h below */
 		} else {
 			st = bfp_decode_apply(dec, &ao, j->frames[i], j->lens[i], j->params, j->n, &h);
 		}
