@@ -19,7 +19,7 @@ const char *const rp_class_names[RP_CLASS_COUNT] = {
 	[RP_DROP_IP] = "drop_ip",             [RP_DROP_NOT_OURS] = "drop_not_ours",
 	[RP_DROP_PROTO] = "drop_proto",       [RP_DROP_UDP] = "drop_udp",
 	[RP_DROP_PORT] = "drop_port",         [RP_DROP_FRAME] = "drop_frame",
-	[RP_DROP_ARP] = "drop_arp",           [RP_ARP_REQUEST] = "arp_request",
+	[RP_DROP_ENCODING] = "drop_encoding", [RP_DROP_ARP] = "drop_arp",           [RP_ARP_REQUEST] = "arp_request",
 	[RP_ARP_REPLY] = "arp_reply",         [RP_DATA] = "data",
 	[RP_CONTROL] = "control",
 };
@@ -166,23 +166,24 @@ static uint32_t pseudo_sum(uint32_t src, uint32_t dst, uint16_t udp_len)
 }
 
 /* Cheap frame-header checks for the data path (FORMAT.md 2.4 rules 1-4,
- * 6-7); the full CRC only when asked. */
-static int frame_ok(const uint8_t *f, size_t len, int check_crc)
+ * 6-7); the full CRC only when asked. An otherwise well-formed frame in an
+ * encoding this build does not know is told apart, for the operator. */
+static rp_class frame_class(const uint8_t *f, size_t len, int check_crc)
 {
 	if (len < BFP_HEADER_SIZE || le32(f) != BFP_MAGIC || f[4] != BFP_FORMAT_VERSION)
-		return 0;
+		return RP_DROP_FRAME;
 	size_t flen = BFP_HEADER_SIZE + (size_t)le32(f + 44);
 	/* the frame, or the frame and an authentication trailer (auth.h) */
 	if ((flen != len && (flen + RP_AUTH_LEN != len || le32(f + flen) != RP_AUTH_MAGIC)) ||
 	    f[6] || f[7])
-		return 0;
+		return RP_DROP_FRAME;
 	if (f[5] < BFP_ENC_SPARSE || f[5] > BFP_ENC_SPARSE2)
-		return 0;
+		return RP_DROP_ENCODING;
 	if (check_crc) {
 		bfp_frame_header h;
-		return bfp_frame_parse(f, flen, &h) == BFP_OK;
+		return bfp_frame_parse(f, flen, &h) == BFP_OK ? RP_DATA : RP_DROP_FRAME;
 	}
-	return 1;
+	return RP_DATA;
 }
 
 rp_class rp_classify(const uint8_t *p, size_t len, const rp_addrs *a, rp_pkt *o)
@@ -243,8 +244,7 @@ rp_class rp_classify(const uint8_t *p, size_t len, const rp_addrs *a, rp_pkt *o)
 	o->l4_off = RP_HDRS;
 	o->l4_len = (uint16_t)(ulen - RP_UDP_LEN);
 	if (o->dst_port == a->data_port)
-		return o->cls = frame_ok(p + RP_HDRS, o->l4_len, a->check_crc) ? RP_DATA
-									    : RP_DROP_FRAME;
+		return o->cls = frame_class(p + RP_HDRS, o->l4_len, a->check_crc);
 	if (o->dst_port == a->control_port)
 		return o->cls = RP_CONTROL;
 	return o->cls = RP_DROP_PORT;

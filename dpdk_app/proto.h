@@ -39,6 +39,8 @@ typedef enum rp_class {
 	RP_DROP_UDP,          /* bad UDP length or checksum */
 	RP_DROP_PORT,         /* UDP to a port we do not serve */
 	RP_DROP_FRAME,        /* data port, but not a valid bfpatch frame */
+	RP_DROP_ENCODING,     /* a frame in an encoding this build does not know
+	                       * (from a newer publisher: docs/DEPLOY.md) */
 	RP_DROP_ARP,          /* ARP we do not answer */
 	RP_ARP_REQUEST,       /* who-has one of our addresses */
 	RP_ARP_REPLY,         /* an answer: learn sender MAC */

@@ -132,6 +132,25 @@ static void test_classify_accepts_frames_and_names_each_drop(void **state)
 	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_FRAME);
 	a.check_crc = 0;
 	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DATA);
+	fr[70] ^= 1;
+	/* an encoding this build does not know, under a valid CRC (a newer
+	 * publisher): counted apart from damaged frames, with or without the
+	 * CRC check */
+	uint8_t newer[256];
+	memcpy(newer, fr, fl);
+	newer[5] = BFP_ENC_SPARSE2 + 1;
+	uint32_t crc = bfp_crc32c(bfp_crc32c(0, newer, 56), newer + BFP_HEADER_SIZE,
+				  fl - BFP_HEADER_SIZE);
+	for (int i = 0; i < 4; i++)
+		newer[56 + i] = (uint8_t)(crc >> (8 * i));
+	len = make_udp(bad, OUR_IP, 7400, newer, fl);
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_ENCODING);
+	a.check_crc = 1;
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_ENCODING);
+	newer[5] = BFP_ENC_SPARSE2; /* the same bytes in a known encoding: only the CRC fails */
+	len = make_udp(bad, OUR_IP, 7400, newer, fl);
+	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_FRAME);
+	a.check_crc = 0;
 	len = make_udp(bad, OUR_IP, 7401, fr, 12);
 	assert_int_equal(rp_classify(bad, len, &a, &k), RP_CONTROL);
 	len = make_udp(pkt, OUR_IP, 7400, fr, fl);
