@@ -1085,9 +1085,10 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 	int rc = rte_eth_dev_info_get(port, &info);
 	if (rc)
 		return rc;
+	/* every port gets the same number of RX queues (the relay's loop polls
+	 * queue q of each port), chosen by relay_init within every port's limit */
 	if (nq > info.max_rx_queues)
-		nq = info.max_rx_queues;
-	r->n_rxq = nq;
+		return -EINVAL;
 	/* several RX queues: let RSS spread flows (where the port can hash) */
 	uint64_t rss = (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
 	if (nq > 1 && rss) {
@@ -1213,6 +1214,14 @@ static int relay_setup(relay *r)
 			return -1;
 		}
 	}
+	/* one RX queue per worker, as many as the port with the fewest allows:
+	 * a worker polls its queue on every port */
+	for (uint16_t p = 0; p < r->n_ports; p++) {
+		struct rte_eth_dev_info info;
+		if (rte_eth_dev_info_get(p, &info) == 0 && info.max_rx_queues < nq)
+			nq = info.max_rx_queues ? info.max_rx_queues : 1;
+	}
+	r->n_rxq = nq;
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		if (p >= r->cf.n_ip || r->cf.ip[p] == 0)
 			r->cf.ip[p] = r->cf.ip[0];

@@ -5,11 +5,16 @@
 # (every frame to every subscriber exactly once, byte-identical, valid
 # checksums) and the relay's counters account for every malformed packet.
 # LCORES (default 0): with 0-1, a worker lcore receives and classifies and
-# the main lcore fans out.
+# the main lcore fans out; a map such as 0@0,1@1,2@1 (EAL --lcores) gives
+# more workers than CPUs. EXTRA: more EAL options, e.g. a second port that
+# allows more RX queues than net_pcap's one (every port gets as many as
+# the one with the fewest allows).
 set -u
 BFP=$1
 RELAY=$2
 LCORES=${3:-0}
+EXTRA=${4:-}
+case $LCORES in *@*) LC="--lcores=$LCORES" ;; *) LC="-l $LCORES" ;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T" /var/run/dpdk/bfprelay$$' EXIT
@@ -19,14 +24,17 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p" || fail diff
 "$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
 nbad=$(python3 "$HERE/pcaptool.py" mix "$T/frames.pcap" "$T/in.pcap") || fail mix
-"$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfprelay$$ -l "$LCORES" --log-level=lib.eal:error \
-	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" -- \
+# shellcheck disable=SC2086 # LC and EXTRA are lists of options
+"$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfprelay$$ $LC --log-level=lib.eal:error \
+	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" $EXTRA -- \
 	--ip 0:198.18.0.1 --check-crc --run-time 2 \
 	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11 \
 	--subscriber 198.18.0.12:7500,mac=02:00:00:00:00:12 \
 	--subscriber 198.18.0.13:7600,mac=02:00:00:00:00:13 > "$T/relay.log" 2>&1 ||
 	{ cat "$T/relay.log"; fail "relay exited with an error"; }
 python3 "$HERE/pcaptool.py" check "$T/frames.pcap" "$T/out.pcap" 3 || { cat "$T/relay.log"; exit 1; }
-drops=$(awk '$1 ~ /^drop_(short|ethertype|ip|not_ours|proto|udp|port|frame|arp)$/ {s += $2} END {print s}' "$T/relay.log")
+drops=$(awk '$1 ~ /^drop_(short|ethertype|ip|not_ours|proto|udp|port|frame|encoding|arp)$/ {s += $2} END {print s}' "$T/relay.log")
 [ "$drops" = "$nbad" ] || { cat "$T/relay.log"; fail "relay counted $drops malformed packets, $nbad were sent"; }
+newer=$(awk '$1 == "drop_encoding" {print $2}' "$T/relay.log")
+[ "$newer" = 1 ] || { cat "$T/relay.log"; fail "drop_encoding $newer, 1 frame in an unknown encoding was sent"; }
 echo "ok - $nbad malformed packets dropped and counted"

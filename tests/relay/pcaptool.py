@@ -85,6 +85,10 @@ def mix(src, dst):
     ip[10:12] = struct.pack("!H", 0xFFFF - csum(bytes(ip)) & 0xFFFF)
     b[14:34] = ip; b[40:42] = b"\0\0"
     bad.append(bytes(b))                                   # not our address
+    # a frame in an encoding this relay does not know (a newer publisher):
+    # byte 5 of the frame; UDP checksum 0 ("not computed")
+    b = bytearray(base); b[42 + 5] = 0x7F; b[40:42] = b"\0\0"
+    bad.append(bytes(b))
     out = []
     for i, p in enumerate(good):
         out.append(p)
