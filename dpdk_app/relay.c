@@ -838,17 +838,25 @@ static int tel_subscribers(const char *cmd, const char *params, struct rte_tel_d
 	(void)cmd;
 	(void)params;
 	rte_tel_data_start_dict(d);
+	int rc = 0;
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		const sub *s = &R->subs[i];
-		char name[64], ip[INET_ADDRSTRLEN];
 		if (!s->used)
 			continue;
-		snprintf(name, sizeof(name), "%s:%u_bytes", ip_str(s->ip, ip), s->data_port);
-		rte_tel_data_add_dict_u64(d, name, s->tx_bytes);
-		snprintf(name, sizeof(name), "%s:%u_drops", ip_str(s->ip, ip), s->data_port);
-		rte_tel_data_add_dict_u64(d, name, s->drops);
+		/* telemetry names take letters, digits and '_' (no '.' or ':'):
+		 * 198.18.0.21:7500 is 198_18_0_21_7500 */
+		static const char *const what[3] = {"packets", "bytes", "drops"};
+		const uint64_t val[3] = {s->tx_pkts, s->tx_bytes, s->drops};
+		for (int k = 0; k < 3; k++) {
+			char name[64];
+			snprintf(name, sizeof(name), "%u_%u_%u_%u_%u_%s", s->ip >> 24,
+				 (s->ip >> 16) & 0xFF, (s->ip >> 8) & 0xFF, s->ip & 0xFF,
+				 s->data_port, what[k]);
+			if (rte_tel_data_add_dict_u64(d, name, val[k]) != 0)
+				rc = -1;
+		}
 	}
-	return 0;
+	return rc;
 }
 
 static void print_stats(const relay *r, FILE *f)

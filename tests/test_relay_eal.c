@@ -165,6 +165,19 @@ static void test_fanout_chains_headers_to_the_shared_payload(void **state)
 	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
 }
 
+/* Per-subscriber counters reach DPDK telemetry: every name is one
+ * telemetry accepts (it refuses '.' and ':', as in 198.18.0.16:7500). */
+static void test_telemetry_lists_every_subscriber(void **state)
+{
+	(void)state;
+	paced_sub(0xC6120010u, 7500, 1);
+	paced_sub(0xC6120011u, 7501, 2);
+	struct rte_tel_data *d = rte_tel_data_alloc();
+	assert_non_null(d);
+	assert_int_equal(tel_subscribers("/bfpatch/subscribers", NULL, d), 0);
+	rte_tel_data_free(d);
+}
+
 static void ctl_send_flags(uint8_t type, uint16_t src_port, uint32_t index, uint16_t flags)
 {
 	rp_ctl c;
@@ -305,6 +318,7 @@ int main(void)
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_fanout_chains_headers_to_the_shared_payload, drop_subs),
+		cmocka_unit_test_teardown(test_telemetry_lists_every_subscriber, drop_subs),
 		cmocka_unit_test_teardown(test_nack_is_answered_from_the_cache_to_joined_subscribers_only, drop_subs),
 		cmocka_unit_test_teardown(test_cache_keeps_keyframes_apart_from_patch_frames, drop_subs),
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),

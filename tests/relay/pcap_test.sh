@@ -27,11 +27,26 @@ nbad=$(python3 "$HERE/pcaptool.py" mix "$T/frames.pcap" "$T/in.pcap") || fail mi
 # shellcheck disable=SC2086 # LC and EXTRA are lists of options
 "$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfprelay$$ $LC --log-level=lib.eal:error \
 	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" $EXTRA -- \
-	--ip 0:198.18.0.1 --check-crc --run-time 2 \
+	--ip 0:198.18.0.1 --check-crc --run-time 3 \
 	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11 \
 	--subscriber 198.18.0.12:7500,mac=02:00:00:00:00:12 \
-	--subscriber 198.18.0.13:7600,mac=02:00:00:00:00:13 > "$T/relay.log" 2>&1 ||
-	{ cat "$T/relay.log"; fail "relay exited with an error"; }
+	--subscriber 198.18.0.13:7600,mac=02:00:00:00:00:13 > "$T/relay.log" 2>&1 &
+RPID=$!
+# while it runs, its per-subscriber counters are readable through DPDK
+# telemetry (names of letters, digits and '_', which telemetry accepts)
+if command -v dpdk-telemetry.py >/dev/null; then
+	for _ in $(seq 50); do grep -q "checksums in" "$T/relay.log" && break; sleep 0.05; done
+	echo /bfpatch/subscribers | timeout 10 dpdk-telemetry.py -f bfprelay$$ > "$T/tel" 2>&1
+	python3 - "$T/tel" <<'PY' || { kill "$RPID"; cat "$T/tel"; fail "telemetry"; }
+import json, sys
+docs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+subs = next(d["/bfpatch/subscribers"] for d in docs if "/bfpatch/subscribers" in d)
+want = {"198_18_0_11_7500", "198_18_0_12_7500", "198_18_0_13_7600"}
+got = {k.rsplit("_", 1)[0] for k in subs}
+assert got == want and len(subs) == 9, subs
+PY
+fi
+wait "$RPID" || { cat "$T/relay.log"; fail "relay exited with an error"; }
 python3 "$HERE/pcaptool.py" check "$T/frames.pcap" "$T/out.pcap" 3 || { cat "$T/relay.log"; exit 1; }
 drops=$(awk '$1 ~ /^drop_(short|ethertype|ip|not_ours|proto|udp|port|frame|encoding|arp)$/ {s += $2} END {print s}' "$T/relay.log")
 [ "$drops" = "$nbad" ] || { cat "$T/relay.log"; fail "relay counted $drops malformed packets, $nbad were sent"; }
