@@ -503,12 +503,21 @@ static void unhash(rp_cache *c, uint32_t k)
 	}
 }
 
+static rp_cache_model *model_of(rp_cache *c, uint64_t m)
+{
+	for (unsigned s = 0; s < RP_CACHE_MODELS; s++)
+		if (c->models[s].entries && c->models[s].id == m)
+			return &c->models[s];
+	return NULL;
+}
+
 static void evict_oldest(rp_cache *c, void (*drop)(void *, void *), void *ctx)
 {
 	rp_cache_entry *e = &c->ring[c->head];
 	int64_t k = find(c, e->model_id, e->version, e->index);
 	if (k >= 0)
 		unhash(c, (uint32_t)k);
+	model_of(c, e->model_id)->entries--;
 	c->bytes -= e->bytes;
 	if (drop)
 		drop(ctx, e->obj);
@@ -524,16 +533,41 @@ int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes
 		return -1;
 	if (find(c, m, v, i) >= 0)
 		return 0;
-	if (v > c->newest)
-		c->newest = v;
-	else if (c->newest - v >= c->keep_versions)
-		return -1; /* older than the versions kept */
-	/* keep at most K versions, the byte budget and the slot count:
-	 * evict from the oldest */
-	while (c->len &&
-	       (c->newest - c->ring[c->head].version >= c->keep_versions ||
-		c->bytes + bytes > c->budget || c->len == c->cap))
+	rp_cache_model *md = model_of(c, m);
+	if (md) {
+		if (v > md->newest) {
+			md->newest = v;
+		} else if (md->newest - v >= c->keep_versions) {
+			if (++md->too_old < RP_CACHE_RESTART)
+				return -1; /* older than the versions kept */
+			md->newest = v; /* its publisher started over */
+		}
+		md->too_old = 0;
+	} else {
+		/* a model not cached: a free slot, made by evicting the oldest
+		 * entries if every slot has some */
+		for (;;) {
+			for (unsigned s = 0; s < RP_CACHE_MODELS && !md; s++)
+				if (c->models[s].entries == 0)
+					md = &c->models[s];
+			if (md)
+				break;
+			evict_oldest(c, drop, ctx);
+		}
+		*md = (rp_cache_model){.id = m, .newest = v};
+	}
+	md->entries++; /* counted now, so the eviction below keeps its slot */
+	/* keep at most K versions of each model, the byte budget and the slot
+	 * count: evict from the oldest. An entry newer than its model's
+	 * newest is of a run that started over: evicted too. */
+	for (;;) {
+		const rp_cache_entry *h = &c->ring[c->head];
+		const rp_cache_model *hm = c->len ? model_of(c, h->model_id) : NULL;
+		if (!hm || (hm->newest - h->version < c->keep_versions &&
+			    c->bytes + bytes <= c->budget && c->len < c->cap))
+			break;
 		evict_oldest(c, drop, ctx);
+	}
 	uint32_t r = (c->head + c->len) & (c->cap - 1);
 	rp_cache_entry *e = &c->ring[r];
 	e->model_id = m;

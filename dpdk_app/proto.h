@@ -160,7 +160,8 @@ int rp_bucket_take(rp_bucket *b, uint64_t len, uint64_t now, uint64_t hz);
 
 /* The repair cache's index: entries in insertion order in a ring (cap
  * entries), found through a hash of 2*cap slots; evicts oldest first by
- * version window (the last K target versions), byte budget and slots. */
+ * version window (the last K target versions of each model), byte budget
+ * and slots. */
 typedef struct rp_cache_entry {
 	uint64_t model_id;
 	uint32_t version;
@@ -169,13 +170,28 @@ typedef struct rp_cache_entry {
 	void *obj;      /* the cached packet (an mbuf in the relay) */
 } rp_cache_entry;
 
+/* Models whose version windows the cache tracks at once; a frame of one
+ * more evicts the oldest entries until a model has none left. */
+#define RP_CACHE_MODELS 16
+/* Frames of a model in a row that are older than its window: then its
+ * publisher started over at lower versions (a training run resumed from
+ * an earlier checkpoint), and the window follows them. */
+#define RP_CACHE_RESTART 1024
+
+typedef struct rp_cache_model {
+	uint64_t id;
+	uint32_t newest;       /* newest target version seen */
+	uint32_t entries;      /* entries cached; 0: the slot is free */
+	uint32_t too_old;      /* frames older than the window, in a row */
+} rp_cache_model;
+
 typedef struct rp_cache {
 	rp_cache_entry *ring;
 	uint32_t *hash;        /* ring position + 1; 0 = empty */
 	uint32_t cap, head, len;
 	uint64_t bytes, budget;
 	uint32_t keep_versions; /* K */
-	uint32_t newest;        /* newest target version seen */
+	rp_cache_model models[RP_CACHE_MODELS];
 } rp_cache;
 
 /* cap: a power of two; ring has cap entries, hash 2*cap slots. */
@@ -184,7 +200,7 @@ int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint32_t *hash,
 /* Insert; evicted objects (oldest first) are passed to drop(ctx, obj).
  * Returns 1 if inserted, 0 if already present (obj not kept), -1 if not
  * cacheable (larger than the whole budget, or older than the K versions
- * kept; obj not kept). */
+ * of its model kept; obj not kept). */
 int rp_cache_put(rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
 		 uint32_t bytes, void *obj, void (*drop)(void *, void *), void *ctx);
 void *rp_cache_get(const rp_cache *c, uint64_t model, uint32_t version,

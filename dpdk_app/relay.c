@@ -162,7 +162,12 @@ typedef struct relay {
 	events ev;               /* JSON-lines event log (core lcore only) */
 	rp_auth auth;            /* --key; used by the core lcore only */
 	uint32_t ev_version;     /* highest version whose first frame was logged */
-	uint32_t latest;         /* newest version heard of: frames, HEARTBEATs */
+	/* per model, the newest version heard of (frames, HEARTBEATs), told
+	 * to subscribers once a second */
+	struct model_latest {
+		uint64_t id, t;  /* t: TSC of the last news, 0 = free */
+		uint32_t version;
+	} latest[RP_CACHE_MODELS];
 	/* frames asked of upstream lately (NACK suppression), direct-mapped */
 	struct nack_memo {
 		uint64_t model, t;
@@ -207,6 +212,31 @@ static int ip_parse(const char *s, uint32_t *out)
 		return -1;
 	*out = ntohl(a.s_addr);
 	return 0;
+}
+
+/* News of model m at version v: a frame (newer only), or a HEARTBEAT of
+ * the upstream, which knows (set, so a publisher that started over at
+ * lower versions is followed). Model 0 (an upstream relay built before
+ * per-model HEARTBEATs): every model known. A model beyond those tracked
+ * takes the slot with the oldest news. */
+static void latest_note(relay *r, uint64_t m, uint32_t v, int set)
+{
+	uint64_t now = rte_get_tsc_cycles();
+	struct model_latest *slot = NULL, *oldest = &r->latest[0];
+	for (unsigned i = 0; i < RP_CACHE_MODELS; i++) {
+		struct model_latest *l = &r->latest[i];
+		if (l->t && (m == 0 || l->id == m)) {
+			if (set || v > l->version)
+				l->version = v;
+			l->t = now;
+			slot = l;
+		}
+		if (l->t < oldest->t)
+			oldest = l;
+	}
+	if (!slot && m) {
+		*oldest = (struct model_latest){.id = m, .t = now, .version = v};
+	}
 }
 
 static const char *ip_str(uint32_t ip, char *buf)
@@ -449,8 +479,7 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		index = (index << 8) | f[24 + b];
 	}
 	uint32_t sum = m->hash.fdir.hi;
-	if (version > r->latest)
-		r->latest = version;
+	latest_note(r, model, version, 0);
 	if (version > r->ev_version) {
 		r->ev_version = version;
 		events_emit(&r->ev, "first_frame", "\"version\":%u", version);
@@ -546,8 +575,8 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 	case RP_HEARTBEAT:
 		if (r->cf.upstream_ip && k->src_ip == r->cf.upstream_ip &&
 		    k->src_port == r->cf.upstream_port) {
-			if (c.version > r->latest) /* the newest version upstream */
-				r->latest = c.version;
+			if (c.version != RP_VERSION_RELAY && c.version != RP_VERSION_NONE)
+				latest_note(r, c.model_id, c.version, 1);
 			break;
 		}
 		s = sub_by_control(r, k->src_ip, k->src_port);
@@ -704,18 +733,23 @@ static void housekeeping(relay *r, lcore_stats *st)
 	if (r->hk_rounds <= 3)
 		for (uint16_t p = 0; p < r->n_ports; p++)
 			arp_request(r, p, r->cf.ip[p], st);
-	if (r->latest) { /* tell subscribers the newest version (PROTOCOL.md 2.3) */
-		rp_ctl c;
-		memset(&c, 0, sizeof(c));
-		c.type = RP_HEARTBEAT;
-		c.version = r->latest;
-		for (unsigned i = 0; i < MAX_SUBS; i++) {
-			sub *s = &r->subs[i];
-			if (s->used && s->has_mac && s->ctl_port) {
-				c.model_id = s->model_id;
-				send_now(r, s->eth_port, ctl_packet(r, s->eth_port, s->mac, s->ip,
-								    s->ctl_port, &c, st), st);
-			}
+	/* tell each subscriber the newest version of its model, or of every
+	 * model for one that JOINed for all (PROTOCOL.md 2.3) */
+	for (unsigned i = 0; i < MAX_SUBS; i++) {
+		sub *s = &r->subs[i];
+		if (!s->used || !s->has_mac || !s->ctl_port)
+			continue;
+		for (unsigned k = 0; k < RP_CACHE_MODELS; k++) {
+			const struct model_latest *l = &r->latest[k];
+			if (!l->t || (s->model_id && s->model_id != l->id))
+				continue;
+			rp_ctl c;
+			memset(&c, 0, sizeof(c));
+			c.type = RP_HEARTBEAT;
+			c.model_id = l->id;
+			c.version = l->version;
+			send_now(r, s->eth_port, ctl_packet(r, s->eth_port, s->mac, s->ip,
+							    s->ctl_port, &c, st), st);
 		}
 	}
 	if (r->cf.upstream_ip) { /* subscribe to the upstream relay or publisher */

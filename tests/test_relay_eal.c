@@ -178,6 +178,41 @@ static void test_telemetry_lists_every_subscriber(void **state)
 	rte_tel_data_free(d);
 }
 
+static const struct model_latest *latest_of(uint64_t m)
+{
+	for (unsigned i = 0; i < RP_CACHE_MODELS; i++)
+		if (T->latest[i].t && T->latest[i].id == m)
+			return &T->latest[i];
+	return NULL;
+}
+
+/* The newest version told to subscribers is per model: model 99's frames
+ * of version 2 do not make model 7's subscribers wait for a version 2 of
+ * theirs; the upstream's HEARTBEAT sets it (a publisher that started over
+ * lower is followed), frames only raise it; a model beyond those tracked
+ * replaces the one with the oldest news. */
+static void test_newest_version_is_kept_per_model(void **state)
+{
+	(void)state;
+	memset(T->latest, 0, sizeof(T->latest));
+	uint8_t fr[1200];
+	size_t fl = frame(fr, 0, 2); /* model 99, version 2 */
+	receive(datagram(T->cf.data_port, fr, fl));
+	latest_note(T, 7, 40, 0);
+	assert_int_equal(latest_of(99)->version, 2);
+	assert_int_equal(latest_of(7)->version, 40);
+	latest_note(T, 7, 39, 0); /* a late frame */
+	assert_int_equal(latest_of(7)->version, 40);
+	latest_note(T, 7, 3, 1); /* upstream: started over */
+	assert_int_equal(latest_of(7)->version, 3);
+	assert_int_equal(latest_of(99)->version, 2);
+	for (uint64_t m = 1000; m < 1000 + RP_CACHE_MODELS; m++)
+		latest_note(T, m, 1, 0);
+	assert_null(latest_of(99)); /* the oldest news */
+	assert_non_null(latest_of(1000 + RP_CACHE_MODELS - 1));
+	memset(T->latest, 0, sizeof(T->latest));
+}
+
 static void ctl_send_flags(uint8_t type, uint16_t src_port, uint32_t index, uint16_t flags)
 {
 	rp_ctl c;
@@ -319,6 +354,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_fanout_chains_headers_to_the_shared_payload, drop_subs),
 		cmocka_unit_test_teardown(test_telemetry_lists_every_subscriber, drop_subs),
+		cmocka_unit_test_teardown(test_newest_version_is_kept_per_model, drop_subs),
 		cmocka_unit_test_teardown(test_nack_is_answered_from_the_cache_to_joined_subscribers_only, drop_subs),
 		cmocka_unit_test_teardown(test_cache_keeps_keyframes_apart_from_patch_frames, drop_subs),
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),

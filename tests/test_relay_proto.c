@@ -329,6 +329,66 @@ static void test_repair_cache_evicts_oldest_and_stays_consistent(void **state)
 	}
 }
 
+/* The version window is per model: a relay carrying model A at version
+ * 100 still caches model B at version 5; a model beyond the models
+ * tracked takes the slot of the one whose entries are oldest; a model
+ * whose publisher starts over at lower versions is cached again. */
+static void test_repair_cache_keeps_a_version_window_per_model(void **state)
+{
+	(void)state;
+	enum { CAP = 64 };
+	rp_cache_entry ring[CAP];
+	uint32_t hash[2 * CAP];
+	rp_cache c;
+	memset(dropped, 0, sizeof(dropped));
+	assert_int_equal(rp_cache_init(&c, ring, hash, CAP, 1u << 20, 2), 0);
+	assert_int_equal(rp_cache_put(&c, 0xA, 100, 0, 10, (void *)1, drop_cb, NULL), 1);
+	assert_int_equal(rp_cache_put(&c, 0xB, 5, 0, 10, (void *)2, drop_cb, NULL), 1);
+	assert_int_equal(rp_cache_put(&c, 0xB, 6, 0, 10, (void *)3, drop_cb, NULL), 1);
+	assert_ptr_equal(rp_cache_get(&c, 0xA, 100, 0), (void *)1);
+	assert_ptr_equal(rp_cache_get(&c, 0xB, 5, 0), (void *)2);
+	/* B's version 7 ends B's version 5 (K = 2), not A's 100 */
+	assert_int_equal(rp_cache_put(&c, 0xB, 7, 0, 10, (void *)4, drop_cb, NULL), 1);
+	assert_ptr_equal(rp_cache_get(&c, 0xA, 100, 0), (void *)1);
+	assert_ptr_equal(rp_cache_get(&c, 0xB, 6, 0), (void *)3);
+	/* B's version 8: B's 6 is out of the window (evicted once the
+	 * entries before it are: eviction is oldest first), A's 100 stays */
+	assert_int_equal(rp_cache_put(&c, 0xB, 8, 0, 10, (void *)5, drop_cb, NULL), 1);
+	assert_ptr_equal(rp_cache_get(&c, 0xA, 100, 0), (void *)1);
+	assert_int_equal(rp_cache_put(&c, 0xB, 6, 1, 10, (void *)6, drop_cb, NULL), -1);
+	rp_cache_clear(&c, drop_cb, NULL);
+
+	/* one model more than tracked: the oldest entries go until a slot is
+	 * free (here model 1's, the first in) */
+	memset(dropped, 0, sizeof(dropped));
+	for (uintptr_t m = 1; m <= RP_CACHE_MODELS; m++)
+		assert_int_equal(rp_cache_put(&c, m, 1, 0, 10, (void *)m, drop_cb, NULL), 1);
+	assert_int_equal(rp_cache_put(&c, 99, 1, 0, 10, (void *)99, drop_cb, NULL), 1);
+	assert_int_equal(dropped[1], 1);
+	assert_null(rp_cache_get(&c, 1, 1, 0));
+	for (uintptr_t m = 2; m <= RP_CACHE_MODELS; m++)
+		assert_ptr_equal(rp_cache_get(&c, m, 1, 0), (void *)m);
+	assert_ptr_equal(rp_cache_get(&c, 99, 1, 0), (void *)99);
+	rp_cache_clear(&c, drop_cb, NULL);
+
+	/* model A at 100; its publisher starts over at version 3: refused
+	 * until RP_CACHE_RESTART frames in a row were older than the window,
+	 * then cached, and A's newer entries leave */
+	memset(dropped, 0, sizeof(dropped));
+	assert_int_equal(rp_cache_put(&c, 0xA, 100, 0, 10, (void *)1, drop_cb, NULL), 1);
+	for (uint32_t i = 0; i < RP_CACHE_RESTART - 1; i++)
+		assert_int_equal(rp_cache_put(&c, 0xA, 3, i, 10, (void *)2, NULL, NULL), -1);
+	assert_int_equal(rp_cache_put(&c, 0xA, 3, RP_CACHE_RESTART - 1, 10, (void *)3, drop_cb,
+				      NULL), 1);
+	assert_null(rp_cache_get(&c, 0xA, 100, 0));
+	assert_int_equal(dropped[1], 1);
+	assert_ptr_equal(rp_cache_get(&c, 0xA, 3, RP_CACHE_RESTART - 1), (void *)3);
+	assert_int_equal(rp_cache_put(&c, 0xA, 4, 0, 10, (void *)4, drop_cb, NULL), 1);
+	assert_int_equal(c.len, 2);
+	rp_cache_clear(&c, drop_cb, NULL);
+	assert_int_equal(c.len, 0);
+}
+
 /* Option parsing: addresses, ports and MACs, with every malformed form
  * refused. */
 static void test_address_and_mac_parsing_refuses_malformed_input(void **state)
@@ -376,6 +436,7 @@ int main(void)
 		cmocka_unit_test(test_control_messages_round_trip_and_reject_damage),
 		cmocka_unit_test(test_token_bucket_paces_to_rate),
 		cmocka_unit_test(test_repair_cache_evicts_oldest_and_stays_consistent),
+		cmocka_unit_test(test_repair_cache_keeps_a_version_window_per_model),
 		cmocka_unit_test(test_address_and_mac_parsing_refuses_malformed_input),
 	};
 	return cmocka_run_group_tests_name("relay_proto", tests, NULL, NULL);
