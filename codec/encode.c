@@ -260,9 +260,12 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 				return BFP_E_SPACE; /* cannot happen: sizes are exact */
 		}
 	}
-	const int key = !bfp_encoding_is_delta(h.encoding);
+	/* a keyframe-coded frame of a patch says so (FORMAT.md 2.1), so that
+	 * receivers do not take it for a frame of a keyframe stream */
+	const int stream = e->opts.flags & BFP_ENC_F_KEYFRAME;
+	h.flags = (!stream && !bfp_encoding_is_delta(h.encoding)) ? BFP_FLAG_IN_PATCH : 0;
 	h.model_id = e->opts.model_id;
-	h.base_version = key ? 0 : e->opts.base_version;
+	h.base_version = stream ? 0 : e->opts.base_version;
 	h.target_version = e->opts.target_version;
 	h.frame_index = e->opts.first_index + e->emitted;
 	h.frame_count = e->opts.frame_count;

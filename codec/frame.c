@@ -117,7 +117,7 @@ void bfp_header_write(uint8_t *p, const bfp_frame_header *h)
 	bfp_st32(p + 0, BFP_MAGIC);
 	p[4] = BFP_FORMAT_VERSION;
 	p[5] = h->encoding;
-	bfp_st16(p + 6, 0);
+	bfp_st16(p + 6, h->flags);
 	bfp_st64(p + 8, h->model_id);
 	bfp_st32(p + 16, h->base_version);
 	bfp_st32(p + 20, h->target_version);
@@ -172,13 +172,17 @@ bfp_status bfp_frame_parse(const void *frame, size_t len, bfp_frame_header *h)
 	BFP_CHECK(frame_crc(p, len) == h->crc, BFP_E_CHECKSUM);
 	h->encoding = p[5];
 	h->flags = bfp_ld16(p + 6);
-	BFP_CHECK(h->flags == 0, BFP_E_RESERVED);
+	BFP_CHECK(!(h->flags & ~BFP_FLAG_IN_PATCH), BFP_E_RESERVED);
 	BFP_CHECK(h->encoding >= BFP_ENC_SPARSE && h->encoding <= BFP_ENC_SPARSE2,
 		  BFP_E_ENCODING);
 	h->model_id = bfp_ld64(p + 8);
 	h->base_version = bfp_ld32(p + 16);
 	h->target_version = bfp_ld32(p + 20);
-	if (!bfp_encoding_is_delta(h->encoding))
+	/* a keyframe stream's frame has base 0; a patch's frames (delta, or
+	 * keyframe-coded with IN_PATCH) name the patch's base */
+	if (bfp_encoding_is_delta(h->encoding))
+		BFP_CHECK(!h->flags, BFP_E_RESERVED);
+	if (!bfp_frame_in_patch(h))
 		BFP_CHECK(h->base_version == 0, BFP_E_RESERVED);
 	else
 		BFP_CHECK(h->target_version > h->base_version,

@@ -175,10 +175,12 @@ static rp_class frame_class(const uint8_t *f, size_t len, int check_crc)
 	size_t flen = BFP_HEADER_SIZE + (size_t)le32(f + 44);
 	/* the frame, or the frame and an authentication trailer (auth.h) */
 	if ((flen != len && (flen + RP_AUTH_LEN != len || le32(f + flen) != RP_AUTH_MAGIC)) ||
-	    f[6] || f[7])
+	    (f[6] & ~BFP_FLAG_IN_PATCH) || f[7])
 		return RP_DROP_FRAME;
 	if (f[5] < BFP_ENC_SPARSE || f[5] > BFP_ENC_SPARSE2)
 		return RP_DROP_ENCODING;
+	if (f[6] && bfp_encoding_is_delta(f[5])) /* IN_PATCH: keyframe-coded only */
+		return RP_DROP_FRAME;
 	if (check_crc) {
 		bfp_frame_header h;
 		return bfp_frame_parse(f, flen, &h) == BFP_OK ? RP_DATA : RP_DROP_FRAME;

@@ -491,7 +491,8 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	}
 	/* the cache holds its own reference, released on eviction */
 	rte_mbuf_refcnt_update(m, 1);
-	int key = !bfp_encoding_is_delta(f[5]);
+	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1) */
+	int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
 	int put = rp_cache_put(&r->cache, cache_model(model, key), version, index, l4_len, m,
 			       mbuf_drop, NULL);
 	if (put == 1)

@@ -485,7 +485,7 @@ int patch_parse(patch *p, char *err, size_t errlen)
 		else if (h.model_id != first.model_id ||
 			 h.target_version != first.target_version ||
 			 (h.base_version != first.base_version &&
-			  bfp_encoding_is_delta(h.encoding) && bfp_encoding_is_delta(first.encoding)))
+			  bfp_frame_in_patch(&h) && bfp_frame_in_patch(&first)))
 			return set_err(err, errlen, "frame %zu: model or versions differ from frame 0", p->n);
 		if (h.frame_index != p->n || h.frame_count != first.frame_count)
 			return set_err(err, errlen, "frame %zu: index %u of %u out of sequence",
@@ -729,12 +729,14 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 			    (unsigned long long)model_id);
 	if (patch_check_cover(p, n_params, err, errlen))
 		return -1;
-	/* all delta frames share one base version (checked by patch_parse) */
+	/* all frames of the patch share one base version (checked by
+	 * patch_parse); files written before FORMAT.md's IN_PATCH flag may
+	 * hold keyframe-coded frames with base 0 among them */
 	uint32_t base_version = h0.base_version;
 	for (size_t i = 0; i < p->n; i++) {
 		bfp_frame_header h;
 		bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &h);
-		if (bfp_encoding_is_delta(h.encoding)) {
+		if (bfp_frame_in_patch(&h)) {
 			base_version = h.base_version;
 			break;
 		}

@@ -211,7 +211,7 @@ static int is_key(const patch *p)
 {
 	bfp_frame_header h;
 	return p->n && bfp_frame_parse(p->buf, p->off[1], &h) == BFP_OK &&
-	       !bfp_encoding_is_delta(h.encoding);
+	       !bfp_frame_in_patch(&h);
 }
 
 /* The patch to version target, or the keyframe stream of it (key). */

@@ -322,7 +322,9 @@ static int prepare_some(shim *s, double budget_s)
 	double t0 = now_s();
 	uint32_t done = 0;
 	for (uint32_t i = 0; i < sl->hi; i++) {
-		if (!sl->frames[i] || sl->preps[i])
+		/* a keyframe-coded frame of the patch (FORMAT.md 2.1 IN_PATCH)
+		 * needs no base: the commit decodes it */
+		if (!sl->frames[i] || sl->preps[i] || !bfp_encoding_is_delta(sl->frames[i][5]))
 			continue;
 		if (done && (done & 15) == 0 && now_s() - t0 > budget_s)
 			return 1;
@@ -690,7 +692,7 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->other_model++;
 		return 0;
 	}
-	int key = !bfp_encoding_is_delta(h.encoding);
+	int key = !bfp_frame_in_patch(&h); /* a frame of a keyframe stream */
 	uint32_t fl = floor_version(s);
 	if (h.target_version < fl || (!key && state(s) == WBUF_RESYNC) ||
 	    (!key && h.base_version < version(s))) {

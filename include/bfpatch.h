@@ -103,6 +103,12 @@ static inline int bfp_encoding_is_delta(unsigned encoding)
 	       encoding == BFP_ENC_SPARSE2;
 }
 
+/* Header flags (FORMAT.md 2.1). IN_PATCH: a keyframe-coded frame (3, 4)
+ * that is one of the frames of the patch base_version -> target_version
+ * (a range the encoder found cheaper as absolute values), not a frame of
+ * the keyframe stream of target_version. */
+#define BFP_FLAG_IN_PATCH 0x0001u
+
 /* A decoded frame header (fields of FORMAT.md 2.1, host order). */
 typedef struct bfp_frame_header {
 	uint8_t format_version;
@@ -126,6 +132,15 @@ typedef struct bfp_frame_header {
  * Does not check the payload. */
 BFP_API bfp_status bfp_frame_parse(const void *frame, size_t frame_len,
 			   bfp_frame_header *hdr);
+
+/* Whether a parsed frame is one of the frames of the patch
+ * base_version -> target_version (delta-coded, or keyframe-coded with
+ * BFP_FLAG_IN_PATCH) rather than of the keyframe stream of target_version.
+ * Receivers sort frames into patches and keyframe streams by this. */
+static inline int bfp_frame_in_patch(const bfp_frame_header *h)
+{
+	return bfp_encoding_is_delta(h->encoding) || (h->flags & BFP_FLAG_IN_PATCH);
+}
 
 /* Length of the frame starting at buf (header + payload) from its header,
  * after checking magic and bounds; for splitting a patch file. */

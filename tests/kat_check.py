@@ -240,11 +240,17 @@ def check(d, name):
     idx = 0
     covered = 0
     count = None
+    patch_base = None
     while at < len(patch):
         h = patch[at:at + 60]
         (magic, ver, enc, flags, model, bv, tv, fi, fc, rb, rl, pl, th,
          crc) = struct.unpack("<IBBHQIIIIQIIQI", h)
-        assert magic == 0x54504642 and ver == 1 and flags == 0, "header"
+        assert magic == 0x54504642 and ver == 1 and flags in (0, 1), "header"
+        # flags bit 0 (IN_PATCH): a keyframe-coded frame of the patch
+        assert not flags or enc in (3, 4), "IN_PATCH on a delta frame"
+        if enc in (1, 2, 5) or flags:
+            assert patch_base is None or bv == patch_base, "one base per patch"
+            patch_base = bv
         assert fi == idx and fc > fi and (count is None or count == fc), "index"
         count = fc
         payload = patch[at + 60:at + 60 + pl]
@@ -254,7 +260,7 @@ def check(d, name):
         assert rb == covered, "frames must tile the model in order"
         seg = w[rb:rb + rl]
         if enc == 3:
-            assert bv == 0 and pl == 2 * rl
+            assert (tv > bv if flags else bv == 0) and pl == 2 * rl
             vals = struct.unpack("<%dH" % rl, payload)
             w[rb:rb + rl] = vals
         elif enc in (1, 2, 5):

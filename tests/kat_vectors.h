@@ -12,6 +12,9 @@ enum kat_kind {
 	KAT_EDGE,    /* special values instead of weights */
 	KAT_RL,      /* 28 binades; small weights change more often and by more
 			steps, as under Adam (every encoding 5 code path) */
+	KAT_REINIT,  /* KAT_WEIGHTS with a block of weights drawn anew (a
+			re-initialised layer): keyframe-coded frames inside the
+			patch, with FORMAT.md's IN_PATCH flag */
 };
 
 typedef struct kat_vector {
@@ -36,6 +39,7 @@ static const kat_vector kat_vectors[] = {
 	{"edge5", 777, 0, BFP_FRAME_SIZE_MIN, 0, KAT_EDGE, 107},
 	{"rl5", 40000, 5000, 1200, 0, KAT_RL, 108},
 	{"rl5-jumbo", 30011, 5000, 8900, 0, KAT_RL, 109},
+	{"reinit5", 20000, 20000, 1200, 0, KAT_REINIT, 110},
 };
 
 /* KAT_RL: exponent field 100..127; a weight of exponent e changes with
@@ -78,10 +82,13 @@ static inline void kat_inputs(const kat_vector *v, uint16_t *base, uint16_t *tgt
 		kat_rl(base, tgt, v->n, v->ppm, &s);
 		return;
 	}
-	if (v->kind == KAT_WEIGHTS) {
+	if (v->kind == KAT_WEIGHTS || v->kind == KAT_REINIT) {
 		for (size_t i = 0; i < v->n; i++)
 			base[i] = t_weight(&s);
 		t_mutate(base, tgt, v->n, v->ppm, &s);
+		if (v->kind == KAT_REINIT) /* the middle fifth drawn anew */
+			for (size_t i = 2 * v->n / 5; i < 3 * v->n / 5; i++)
+				tgt[i] = t_weight(&s);
 		return;
 	}
 	static const uint16_t sp[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x7F80, 0xFF80,

@@ -206,6 +206,46 @@ f = json.load(sys.stdin)['frames_by_encoding']
 sys.exit(0 if f['sparse'] > 0 and f['sparse_encoding1'] == f['sparse'] else 1)" ||
 	fail "publish --sparse-v1 did not send encoding 1"
 
+# a step that re-initialises part of a tensor (new random values, as for
+# a reset head): the encoder codes those ranges as absolute values, frames
+# of the patch marked IN_PATCH (FORMAT.md 2.1); the shim files them with
+# the patch and commits it, without a keyframe resync
+mkdir "$T/reinit"
+cp "$T/traj/step-0000.safetensors" "$T/reinit/"
+python3 - "$T/traj/step-0001.safetensors" "$T/reinit/step-0001.safetensors" <<'PY' ||
+import json, random, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack_from("<Q", b)[0]
+hdr = json.loads(b[8:8 + n])
+name, t = max(((k, v) for k, v in hdr.items() if k != "__metadata__" and v["dtype"] == "BF16"),
+              key=lambda kv: kv[1]["data_offsets"][1] - kv[1]["data_offsets"][0])
+lo, hi = t["data_offsets"]
+at = 8 + n + lo + (hi - lo) // 3 // 2 * 2
+rnd = random.Random(5)
+for i in range(at, at + (hi - lo) // 3 // 2 * 2, 2):
+    struct.pack_into("<H", b, i, rnd.getrandbits(16))
+open(sys.argv[2], "wb").write(b)
+print("re-initialised a third of", name)
+PY
+	fail "re-initialising a tensor"
+"$BFP" diff -q "$T/reinit/step-0000.safetensors" "$T/reinit/step-0001.safetensors" -o "$T/preinit"
+"$BFP" info --json "$T/preinit" | python3 -c "
+import json, sys
+f = json.load(sys.stdin)['frames_by_encoding']
+sys.exit(0 if f['keyframe'] + f['keyframe_zstd'] > 0 and f['sparse'] > 0 else 1)" ||
+	fail "the re-initialised step made no keyframe-coded frames in its patch"
+"$SHIM" --buffer "$SHM.k" --init "$T/reinit/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 14)) --exit-after 30 > "$T/shimk.log" 2>&1 &
+PIDS=$!
+wait_line "listening on" "$T/shimk.log"
+"$BFP" publish --dir "$T/reinit" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 1 > "$T/publish10.log" 2>&1 || fail "publish the re-initialised step"
+wait_line "committed version 0 -> 1" "$T/shimk.log" 200 || fail "the re-initialised step was not committed"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "committed version 0 -> 1: " "$T/shimk.log" ||
+	fail "the patch with keyframe-coded frames was not committed as a patch"
+check_buffers "$T/reinit/step-0001.safetensors" "$SHM.k" || fail "re-initialised step"
+
 # the publisher's history on a full disk (a file size limit: EFBIG, as a
 # full disk gives ENOSPC): each patch is reported as not kept, nothing
 # partial is left, and publishing goes on; an unwritable one is refused
@@ -249,4 +289,4 @@ wait_line "committed version 2 -> 3" "$T/shimc.log"
 kill -TERM $PIDS; wait; PIDS=""
 grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor)"

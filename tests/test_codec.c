@@ -207,6 +207,77 @@ static void test_everything_changed_never_worse_than_keyframes(void **state)
 	free(t);
 }
 
+/* A re-initialised block makes keyframe-coded frames inside a patch: they
+ * carry IN_PATCH and the patch's base version (FORMAT.md 2.1), so that
+ * receivers file them with the patch, while a keyframe stream's frames
+ * carry neither; the parse rules of both hold. */
+static void test_keyframe_coded_patch_frames_say_in_patch(void **state)
+{
+	(void)state;
+	size_t n = 20000;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
+	uint64_t s = 11;
+	for (size_t i = 0; i < n; i++)
+		b[i] = t_weight(&s);
+	t_mutate(b, t, n, 20000, &s);
+	for (size_t i = 2 * n / 5; i < 3 * n / 5; i++)
+		t[i] = t_weight(&s);
+	bfp_encode_opts o = opts(1200);
+	t_frames f = {0};
+	assert_int_equal(t_encode(&o, b, t, n, 0, n, &f), BFP_OK);
+	size_t keyed = 0, in_key = SIZE_MAX;
+	for (size_t i = 0; i < f.n; i++) {
+		bfp_frame_header h;
+		assert_int_equal(bfp_frame_parse(f.buf + f.off[i], t_frame_len(&f, i), &h), BFP_OK);
+		assert_true(bfp_frame_in_patch(&h));
+		assert_int_equal(h.base_version, 7);
+		if (bfp_encoding_is_delta(h.encoding)) {
+			assert_int_equal(h.flags, 0);
+		} else {
+			assert_int_equal(h.flags, BFP_FLAG_IN_PATCH);
+			keyed++;
+			in_key = i;
+		}
+	}
+	assert_true(keyed > 0 && keyed < f.n);
+	roundtrip(b, t, n, o);
+
+	/* its rules: IN_PATCH with target <= base, IN_PATCH cleared while the
+	 * base is not 0, IN_PATCH on a delta frame */
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	size_t len = t_frame_len(&f, in_key);
+	bfp_frame_header h;
+	memcpy(p, f.buf + f.off[in_key], len);
+	put32(p + 20, 7);
+	reseal(p, len);
+	assert_int_equal(bfp_frame_parse(p, len, &h), BFP_E_BASE_VERSION);
+	memcpy(p, f.buf + f.off[in_key], len);
+	p[6] = 0;
+	reseal(p, len);
+	assert_int_equal(bfp_frame_parse(p, len, &h), BFP_E_RESERVED);
+	size_t d = in_key == 0 ? 1 : 0;
+	len = t_frame_len(&f, d);
+	memcpy(p, f.buf + f.off[d], len);
+	p[6] = BFP_FLAG_IN_PATCH;
+	reseal(p, len);
+	assert_int_equal(bfp_frame_parse(p, len, &h), BFP_E_RESERVED);
+	t_frames_free(&f);
+
+	/* the keyframe stream of the same target: base 0, no flag */
+	o.flags = BFP_ENC_F_KEYFRAME;
+	o.base_version = 0;
+	assert_int_equal(t_encode(&o, NULL, t, n, 0, n, &f), BFP_OK);
+	for (size_t i = 0; i < f.n; i++) {
+		assert_int_equal(bfp_frame_parse(f.buf + f.off[i], t_frame_len(&f, i), &h), BFP_OK);
+		assert_false(bfp_frame_in_patch(&h));
+		assert_int_equal(h.flags, 0);
+		assert_int_equal(h.base_version, 0);
+	}
+	t_frames_free(&f);
+	free(b);
+	free(t);
+}
+
 /* Ranges on tensor boundaries: encoding [0,a), [a,b), [b,n) separately
  * gives frames that never cross a boundary and still apply exactly. */
 static void test_ranges_on_tensor_boundaries_apply_exactly(void **state)
@@ -908,6 +979,7 @@ int main(void)
 		cmocka_unit_test(test_special_values_and_huge_jumps_round_trip),
 		cmocka_unit_test(test_nothing_changed_costs_only_headers),
 		cmocka_unit_test(test_everything_changed_never_worse_than_keyframes),
+		cmocka_unit_test(test_keyframe_coded_patch_frames_say_in_patch),
 		cmocka_unit_test(test_sparse_frames_are_full),
 		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),

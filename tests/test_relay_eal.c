@@ -80,25 +80,30 @@ static struct rte_mbuf *datagram(uint16_t dport, const uint8_t *pl, size_t n)
 	return m;
 }
 
-/* One frame of a patch to version (key: of the keyframe stream of it). */
+/* One frame of a patch to version (key 1: of the keyframe stream of it;
+ * key 2: of the patch, but every value new, so keyframe-coded IN_PATCH). */
 static size_t make_frame(uint8_t *out, uint32_t index, uint32_t version, int key)
 {
-	uint16_t b[300], w[300];
-	for (int i = 0; i < 300; i++) {
+	enum { N = 560 }; /* 300 used, or all for key 2 (more than sparse fits) */
+	uint16_t b[N], w[N];
+	const uint32_t n = key == 2 ? N : 300;
+	for (uint32_t i = 0; i < n; i++) {
 		b[i] = (uint16_t)(0x3C00 + i * 7 + index);
 		w[i] = (uint16_t)(b[i] + (i % 3 == 0)); /* a third change by one step */
+		if (key == 2)
+			w[i] = (uint16_t)(b[i] ^ (0x5A5A + i * 0x9E37));
 	}
 	bfp_encode_opts o;
 	memset(&o, 0, sizeof(o));
 	o.frame_size = 1200;
 	o.model_id = 99;
-	o.base_version = key ? 0 : version - 1;
+	o.base_version = key == 1 ? 0 : version - 1;
 	o.target_version = version;
 	o.first_index = index;
 	o.frame_count = 1000;
-	o.flags = key ? BFP_ENC_F_KEYFRAME : 0;
+	o.flags = key == 1 ? BFP_ENC_F_KEYFRAME : 0;
 	size_t len;
-	assert_int_equal(bfp_encoder_init(&enc, &o, key ? NULL : b, w, 300, 0, 300), BFP_OK);
+	assert_int_equal(bfp_encoder_init(&enc, &o, key == 1 ? NULL : b, w, n, 0, n), BFP_OK);
 	assert_int_equal(bfp_encode_next(&enc, out, 1200, &len), BFP_OK);
 	return len;
 }
@@ -270,6 +275,15 @@ static void test_cache_keeps_keyframes_apart_from_patch_frames(void **state)
 	assert_int_equal(rte_mbuf_refcnt_read(k), 2);
 	assert_int_equal(rte_mbuf_refcnt_read(p), 1);
 	ctl_send(RP_LEAVE, 9002, 0);
+	/* a keyframe-coded frame of a patch (IN_PATCH) is a patch frame: a
+	 * NACK of the patch finds it */
+	uint8_t fi[1200];
+	size_t li = make_frame(fi, 12, 2, 2);
+	assert_true(fi[5] == BFP_ENC_KEY_RAW || fi[5] == BFP_ENC_KEY_ZSTD);
+	assert_int_equal(fi[6], BFP_FLAG_IN_PATCH);
+	receive(datagram(T->cf.data_port, fi, li));
+	assert_non_null(rp_cache_get(&T->cache, 99, 2, 12));
+	assert_null(rp_cache_get(&T->cache, cache_model(99, 1), 2, 12));
 }
 
 /* NACKs are answered from the cache to a JOINed subscriber only. */
