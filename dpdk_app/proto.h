@@ -102,6 +102,9 @@ size_t rp_arp_request(uint8_t *p, const uint8_t our_mac[6], uint32_t our_ip,
 #define RP_CTL_HDR 28u
 #define RP_NACK_MAX 128u
 /* JOIN version of a relay: it holds no weights and wants no catch-up. */
+/* frames answered per NACK, at most (PROTOCOL.md 2.4): a NACK of 128
+ * ranges cannot make a sender resend more than this */
+#define RP_NACK_ANSWER_MAX 4096u
 #define RP_VERSION_RELAY 0xFFFFFFFFu
 /* JOIN version of a subscriber that holds no usable version (new, or a
  * commit failed verification, or its repairs went unanswered): it asks

@@ -601,7 +601,7 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		miss.flags = c.flags;
 		uint64_t cmodel = cache_model(c.model_id, c.flags & RP_NACK_KEY);
 		uint64_t now = rte_get_tsc_cycles();
-		unsigned budget = 4096; /* frames answered per NACK, at most */
+		unsigned budget = RP_NACK_ANSWER_MAX;
 		for (unsigned i = 0; i < c.n_ranges; i++) {
 			for (uint32_t j = 0; j < c.ranges[i].count && budget; j++, budget--) {
 				uint32_t idx = c.ranges[i].first + j;

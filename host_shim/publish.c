@@ -119,6 +119,10 @@ static void peer_str(const struct sockaddr_in *a, char *out, size_t n)
 }
 
 enum { SEND_BATCH = 32 };
+/* token bucket burst: 256 KiB, and at least one batch of the largest
+ * frames with trailers and Ethernet, IPv4 and UDP headers */
+#define PUB_BURST_MIN (SEND_BATCH * (BFP_FRAME_SIZE_MAX + RP_AUTH_LEN + 42))
+#define PUB_BURST (PUB_BURST_MIN > 256 * 1024 ? PUB_BURST_MIN : 256 * 1024)
 
 /* Send n frames to the subscribers in to[] (n_to of them), in sendmmsg
  * batches, paced by the token bucket. */
@@ -153,6 +157,8 @@ static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size
 			}
 			while (!rp_bucket_take(&P->bucket, bytes, (uint64_t)(now_s() * 1e6), 1000000)) {
 				struct timespec ts = {0, 20000};
+				if (quit)
+					return; /* SIGTERM while paced */
 				nanosleep(&ts, NULL);
 			}
 			for (size_t k = 0; k < nb;) {
@@ -205,6 +211,14 @@ static void pub_send_one(pub *P, pub_sub *s, const patch *p, size_t first, size_
 {
 	pub_sub *to[1] = {s};
 	pub_send(P, p, first, count, to, 1);
+}
+
+/* Whether p's frames are of model m (0 in a control message: any). */
+static int patch_is_model(const patch *p, uint64_t m)
+{
+	bfp_frame_header h;
+	return m == 0 || (p->n && bfp_frame_parse(p->buf, p->off[1], &h) == BFP_OK &&
+			  h.model_id == m);
 }
 
 static int is_key(const patch *p)
@@ -296,15 +310,19 @@ static void pub_control(pub *P)
 		P->nacks++;
 		const patch *p = (c.flags & RP_NACK_KEY) ? key_find(P, c.version)
 						       : hist_find(P, c.version);
-		if (!p)
-			continue; /* not held any more: catch-up handles it */
+		if (!p || !patch_is_model(p, c.model_id))
+			continue; /* not held any more (catch-up handles it), or not ours */
+		/* at most RP_NACK_ANSWER_MAX frames per NACK, however its ranges
+		 * overlap (PROTOCOL.md 2.4) */
 		uint64_t resent = 0, bytes = 0;
-		for (unsigned r = 0; r < c.n_ranges; r++) {
+		for (unsigned r = 0; r < c.n_ranges && resent < RP_NACK_ANSWER_MAX; r++) {
 			if (c.ranges[r].first >= p->n)
 				continue;
 			uint32_t cnt = c.ranges[r].count;
 			if (cnt > p->n - c.ranges[r].first)
 				cnt = (uint32_t)(p->n - c.ranges[r].first);
+			if (cnt > RP_NACK_ANSWER_MAX - resent)
+				cnt = (uint32_t)(RP_NACK_ANSWER_MAX - resent);
 			pub_send_one(P, s, p, c.ranges[r].first, cnt);
 			resent += cnt;
 			bytes += p->off[c.ranges[r].first + cnt] - p->off[c.ranges[r].first];
@@ -469,10 +487,24 @@ static void history_put(pub *P, const patch *p, uint32_t base, uint32_t ver, uin
 	}
 }
 
+/* The history slot for the next patch: a free one, or the one holding
+ * the oldest target version. */
+static unsigned hist_slot(const pub *P)
+{
+	if (P->n_hist < P->keep)
+		return P->n_hist;
+	unsigned slot = 0;
+	for (unsigned h = 1; h < P->n_hist; h++)
+		if (P->hist_ver[h] < P->hist_ver[slot])
+			slot = h;
+	return slot;
+}
+
 /* Take the newest patches kept in the history directory back (a
  * restarted publisher answers NACKs and catches subscribers up with them):
  * those of this model that end at or before version ver, each read and
- * checked frame by frame. */
+ * checked frame by frame. Temporaries a killed publisher left behind
+ * (write_file_atomic's NAME.tmp.XXXXXX) are removed. */
 static void history_load(pub *P, uint64_t model_id, uint32_t ver)
 {
 	if (!P->history)
@@ -482,17 +514,20 @@ static void history_load(pub *P, uint64_t model_id, uint32_t ver)
 	while (d && (e = readdir(d))) {
 		unsigned b, t;
 		char tail[8];
+		if (sscanf(e->d_name, "v%8u-v%8u.bfp.tmp.%6s", &b, &t, tail) == 3 &&
+		    strlen(e->d_name) == strlen("v00000000-v00000000.bfp.tmp.XXXXXX")) {
+			char path[PATH_MAX];
+			snprintf(path, sizeof(path), "%s/%s", P->history, e->d_name);
+			if (unlink(path) == 0)
+				fprintf(stderr, "bfpatch publish: history: removed %s, left by a "
+					"publisher that stopped while writing it\n", e->d_name);
+			continue;
+		}
 		if (sscanf(e->d_name, "v%8u-v%8u.bf%1[p]%1s", &b, &t, tail, tail + 1) != 3 || t > ver)
 			continue;
-		unsigned slot = P->n_hist;
-		if (P->n_hist == P->keep) { /* replace the oldest held */
-			slot = 0;
-			for (unsigned h = 1; h < P->n_hist; h++)
-				if (P->hist_ver[h] < P->hist_ver[slot])
-					slot = h;
-			if (P->hist_ver[slot] >= t)
-				continue;
-		}
+		unsigned slot = hist_slot(P);
+		if (slot < P->n_hist && P->hist_ver[slot] >= t)
+			continue; /* older than every patch held */
 		char path[PATH_MAX], err[ERRLEN];
 		patch p;
 		snprintf(path, sizeof(path), "%s/%s", P->history, e->d_name);
@@ -711,7 +746,9 @@ int cmd_publish(int argc, char **argv)
 		return 1;
 	}
 	P.keep = keep;
-	rp_bucket_init(&P.bucket, rate / 8, 256 * 1024, (uint64_t)(now_s() * 1e6));
+	/* the burst holds a whole sendmmsg batch of the largest frames, or a
+	 * batch would wait for tokens that never come */
+	rp_bucket_init(&P.bucket, (rate + 7) / 8, PUB_BURST, (uint64_t)(now_s() * 1e6));
 	P.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
 				 .sin_addr.s_addr = htonl(lip)};
@@ -788,7 +825,9 @@ int cmd_publish(int argc, char **argv)
 			rc = 1;
 			break;
 		}
-		unsigned slot = P.n_hist < P.keep ? P.n_hist++ : (unsigned)(nver % P.keep);
+		unsigned slot = hist_slot(&P); /* the oldest patch held goes */
+		if (slot == P.n_hist)
+			P.n_hist++;
 		uint32_t old_base = P.hist_base[slot], old_ver = P.hist_ver[slot];
 		patch_free(&P.hist[slot]);
 		po.base_version = ver;

@@ -246,6 +246,71 @@ grep -q "committed version 0 -> 1: " "$T/shimk.log" ||
 	fail "the patch with keyframe-coded frames was not committed as a patch"
 check_buffers "$T/reinit/step-0001.safetensors" "$SHM.k" || fail "re-initialised step"
 
+# jumbo frames, paced: a dense refresh (keyframe streams) in 9000-byte
+# frames at 200 Mbit/s; each sendmmsg batch of them is more than 256 KiB
+"$SHIM" --buffer "$SHM.j" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 15)) --exit-after 30 > "$T/shimj.log" 2>&1 &
+PIDS=$!
+wait_line "listening on" "$T/shimj.log"
+timeout 30 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
+	--steps 1 --keyframes --frame-size 9000 --rate 200m --linger 1 > "$T/publish11.log" 2>&1 ||
+	fail "publish --frame-size 9000 --rate 200m did not finish"
+wait_line "committed version 0 -> 1" "$T/shimj.log" || fail "jumbo keyframes not committed"
+kill -TERM $PIDS; wait; PIDS=""
+check_buffers "$T/traj/step-0001.safetensors" "$SHM.j" || fail "jumbo keyframes"
+
+# a NACK of 128 overlapping ranges (each the whole patch) is answered with
+# at most 4096 frames (PROTOCOL.md 2.4), not 128 copies of the patch
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 4 > "$T/publish12.log" 2>&1 &
+PUB=$!
+python3 - $port "$HERE" <<'PY' || fail "NACK amplification"
+import socket, struct, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import ctl
+port = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+me = s.getsockname()[1]
+def frames_for(seconds, quiet):
+    got, end, last = [], time.monotonic() + seconds, time.monotonic()
+    s.settimeout(0.1)
+    while time.monotonic() < end and time.monotonic() - last < quiet:
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            continue
+        if d[:4] == b"BFPT":
+            got.append(d)
+            last = time.monotonic()
+    return got
+s.sendto(ctl(1, 0, 0, data_port=me), ("127.0.0.1", port))
+first = frames_for(20, 1.0)
+assert first, "no frames"
+model = struct.unpack_from("<Q", first[0], 8)[0]
+target = struct.unpack_from("<I", first[0], 20)[0]
+n = len(first)
+s.sendto(ctl(3, model, target, ranges=[(0, n)] * 128), ("127.0.0.1", port))
+again = frames_for(10, 1.0)
+want = min(4096, 128 * n)
+assert 128 * n > 4096, "patch too small for this check (%d frames)" % n
+assert len(again) == want, "one NACK got %d frames back, want %d" % (len(again), want)
+print("one NACK of 128 x %d frames: %d frames resent" % (n, len(again)))
+PY
+wait $PUB || fail "publish (NACK amplification)"
+
+# the history keeps the newest --keep patches, and a temporary a killed
+# publisher left there is removed at start
+mkdir "$T/hist2"
+: > "$T/hist2/v00000005-v00000006.bfp.tmp.Ab12Cd"
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --steps 3 --keep 2 --linger 0 \
+	--history "$T/hist2" > "$T/publish13.log" 2>&1 || fail "publish --keep 2 --history"
+[ "$(ls "$T/hist2" | tr '\n' ' ')" = "v00000001-v00000002.bfp v00000002-v00000003.bfp " ] ||
+	fail "history --keep 2 holds $(ls "$T/hist2" | tr '\n' ' ')(want the two newest patches)"
+grep -q "removed v00000005-v00000006.bfp.tmp.Ab12Cd" "$T/publish13.log" ||
+	fail "the leftover temporary was not reported"
+
 # the publisher's history on a full disk (a file size limit: EFBIG, as a
 # full disk gives ENOSPC): each patch is reported as not kept, nothing
 # partial is left, and publishing goes on; an unwritable one is refused
@@ -289,4 +354,4 @@ wait_line "committed version 2 -> 3" "$T/shimc.log"
 kill -TERM $PIDS; wait; PIDS=""
 grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor)"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches"
