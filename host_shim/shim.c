@@ -185,8 +185,8 @@ static void slot_free(shim *s, slot *sl)
 /* The first version a frame must lead to, to be of use. */
 static uint32_t floor_version(const shim *s)
 {
-	if (state(s) == WBUF_RESYNC)
-		return 0;
+	if (state(s) == WBUF_RESYNC) /* a keyframe stream, never of an older version */
+		return version(s);
 	if (state(s) == WBUF_COMMITTING)
 		return atomic_load(&s->w.h->target);
 	return version(s) + 1;

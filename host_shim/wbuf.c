@@ -71,9 +71,13 @@ int wbuf_open(wbuf *w, const char *path, char *err, size_t errlen)
 		return set_err(err, errlen, "%s: mmap: %s", path, strerror(errno));
 	}
 	w->h = (wbuf_hdr *)(void *)w->map;
-	if (memcmp(w->h->magic, WBUF_MAGIC, 8) || w->h->layout != 1 ||
-	    w->h->data_offset % 4096 || w->h->data_offset > w->map_len ||
-	    w->h->n_params > (w->map_len - w->h->data_offset) / 2) {
+	/* every offset and length inside the file: readers parse the
+	 * safetensors header at st_offset for st_len bytes */
+	const wbuf_hdr *h = w->h;
+	if (memcmp(h->magic, WBUF_MAGIC, 8) || h->layout != 1 || h->hdr_size != WBUF_HDR ||
+	    h->data_offset % 4096 || h->data_offset > w->map_len ||
+	    h->n_params > (w->map_len - h->data_offset) / 2 || h->st_offset < WBUF_HDR ||
+	    h->st_offset > h->data_offset || h->st_len > h->data_offset - h->st_offset) {
 		wbuf_close(w);
 		return set_err(err, errlen, "%s: not a bfpatch weight buffer (bad header)", path);
 	}
@@ -120,11 +124,19 @@ void wbuf_begin(wbuf *w, uint32_t target)
 	msync(w->map, WBUF_HDR, MS_SYNC);
 }
 
+_Static_assert(offsetof(wbuf_hdr, version) % 8 == 0 &&
+		       offsetof(wbuf_hdr, state) == offsetof(wbuf_hdr, version) + 4,
+	       "version and state are stored together");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the header is little-endian");
+
 void wbuf_end(wbuf *w)
 {
 	msync(w->map, w->map_len, MS_SYNC); /* the parameters first */
-	atomic_store(&w->h->version, atomic_load(&w->h->target));
-	atomic_store(&w->h->state, WBUF_READY);
+	/* version and state in one store: a crash between two stores left
+	 * "committing" with the version already the target, which no patch
+	 * could finish */
+	uint64_t vs = (uint64_t)atomic_load(&w->h->target) | (uint64_t)WBUF_READY << 32;
+	__atomic_store_n((uint64_t *)(void *)&w->h->version, vs, __ATOMIC_SEQ_CST);
 	atomic_fetch_add(&w->h->seq, 1);
 	msync(w->map, WBUF_HDR, MS_SYNC);
 }

@@ -300,6 +300,30 @@ print("one NACK of 128 x %d frames: %d frames resent" % (n, len(again)))
 PY
 wait $PUB || fail "publish (NACK amplification)"
 
+# a buffer awaiting a keyframe resync at version 3 never goes back: the
+# keyframe stream of version 0 (a publisher that has only step 0) is not
+# committed
+cp "$SHM.1" "$SHM.rs"
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(68); f.write(struct.pack('<I', 2))  # state RESYNC, version 3" "$SHM.rs"
+mkdir "$T/only0"
+cp "$T/traj/step-0000.safetensors" "$T/only0/"
+"$SHIM" --buffer "$SHM.rs" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 16)) \
+	--exit-after 30 > "$T/shimrs.log" 2>&1 &
+PIDS=$!
+"$BFP" publish --dir "$T/only0" --listen 127.0.0.1:$port > "$T/publish15.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_line "keyframe stream" "$T/publish15.log" || fail "no keyframe stream for the resyncing shim"
+sleep 1
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "committed" "$T/shimrs.log" && fail "a resync went back to an older version: $(grep committed "$T/shimrs.log")"
+python3 -c "
+import struct, sys
+v, st = struct.unpack_from('<II', open(sys.argv[1], 'rb').read(72), 64)
+sys.exit(0 if (v, st) == (3, 2) else 1)" "$SHM.rs" || fail "the resyncing buffer changed"
+
 # the history keeps the newest --keep patches, and a temporary a killed
 # publisher left there is removed at start
 mkdir "$T/hist2"
@@ -353,5 +377,16 @@ wait $PUB || fail "publish --buffer"
 wait_line "committed version 2 -> 3" "$T/shimc.log"
 kill -TERM $PIDS; wait; PIDS=""
 grep -q " -> 3: " "$T/publish6.log" || fail "publish --buffer did not publish version 3"
+# a buffer whose header points past its end (the safetensors header's
+# length, st_len at byte 40, made 2^40) is refused before anything reads it
+cp "$SHM.t" "$SHM.bad"
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(40); f.write(struct.pack('<Q', 1 << 40))" "$SHM.bad"
+"$BFP" publish --buffer "$SHM.bad" --listen 127.0.0.1:$port --steps 1 > "$T/publish14.log" 2>&1 &&
+	fail "a weight buffer with a bad header was published"
+grep -q "not a bfpatch weight buffer (bad header)" "$T/publish14.log" ||
+	fail "no clear error for a bad weight buffer header: $(cat "$T/publish14.log")"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back"
