@@ -151,6 +151,7 @@ typedef struct relay {
 	unsigned n_workers;
 	unsigned worker_q[MAX_LCORES];  /* RX queue of each worker lcore */
 	uint16_t n_rxq;
+	unsigned rx_reserve;     /* RX mbufs paced queues leave free */
 	sub subs[MAX_SUBS];
 	rp_cache cache;
 	rp_cache_entry *cache_ring;
@@ -379,7 +380,11 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 		send_now(r, s->eth_port, out, st);
 		return;
 	}
-	if (rte_ring_enqueue(s->q, out) != 0) {
+	/* a queued output holds its frame's RX mbuf: slow subscribers must
+	 * not take the mbufs the ports receive with, or one of them would
+	 * stop the relay for everyone (JOINs and ARP included) */
+	if (rte_mempool_avail_count(r->pool) < r->rx_reserve ||
+	    rte_ring_enqueue(s->q, out) != 0) {
 		rte_pktmbuf_free(out);
 		st->c[C_RING_FULL]++;
 		s->drops++;
@@ -1265,6 +1270,10 @@ static int relay_setup(relay *r)
 			nq = info.max_rx_queues ? info.max_rx_queues : 1;
 	}
 	r->n_rxq = nq;
+	/* what the RX rings and the bursts in flight need, at most a quarter
+	 * of the pool */
+	r->rx_reserve = RTE_MIN((unsigned)r->n_ports * nq * 1024u + 4 * BURST * (n_workers + 1),
+				r->cf.n_mbufs / 4);
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		if (p >= r->cf.n_ip || r->cf.ip[p] == 0)
 			r->cf.ip[p] = r->cf.ip[0];

@@ -218,6 +218,35 @@ static void test_newest_version_is_kept_per_model(void **state)
 	memset(T->latest, 0, sizeof(T->latest));
 }
 
+/* A slow (paced) subscriber's queue never takes the RX mbufs the ports
+ * need: with the pool down to its reserve, its output is dropped and
+ * counted, and an unpaced subscriber still gets the frame. */
+static void test_slow_subscriber_leaves_the_rx_reserve(void **state)
+{
+	(void)state;
+	sub *slow = paced_sub(0xC6120010u, 7500, 1);
+	sub *fast = paced_sub(0xC6120011u, 7501, 2);
+	fast->bucket.rate = 0; /* unpaced: sent at once */
+	unsigned avail = rte_mempool_avail_count(T->pool);
+	assert_true(avail > T->rx_reserve + 2);
+	enum { MAXH = 16384 };
+	static struct rte_mbuf *held[MAXH];
+	unsigned n = avail - T->rx_reserve; /* leaves the reserve and 1 */
+	assert_true(n < MAXH);
+	assert_int_equal(rte_pktmbuf_alloc_bulk(T->pool, held, n), 0);
+	uint8_t fr[1200];
+	uint64_t drops = slow->drops, fast_tx = fast->tx_pkts;
+	receive(datagram(T->cf.data_port, fr, frame(fr, 21, 2)));
+	assert_int_equal(slow->drops, drops + 1);
+	assert_int_equal(rte_ring_count(slow->q), 0);
+	assert_int_equal(fast->tx_pkts, fast_tx + 1);
+	for (unsigned i = 0; i < n; i++)
+		rte_pktmbuf_free(held[i]);
+	/* with the pool back, the slow subscriber's output is queued */
+	receive(datagram(T->cf.data_port, fr, frame(fr, 22, 2)));
+	assert_int_equal(rte_ring_count(slow->q), 1);
+}
+
 static void ctl_send_flags(uint8_t type, uint16_t src_port, uint32_t index, uint16_t flags)
 {
 	rp_ctl c;
@@ -369,6 +398,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_fanout_chains_headers_to_the_shared_payload, drop_subs),
 		cmocka_unit_test_teardown(test_telemetry_lists_every_subscriber, drop_subs),
 		cmocka_unit_test_teardown(test_newest_version_is_kept_per_model, drop_subs),
+		cmocka_unit_test_teardown(test_slow_subscriber_leaves_the_rx_reserve, drop_subs),
 		cmocka_unit_test_teardown(test_nack_is_answered_from_the_cache_to_joined_subscribers_only, drop_subs),
 		cmocka_unit_test_teardown(test_cache_keeps_keyframes_apart_from_patch_frames, drop_subs),
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
