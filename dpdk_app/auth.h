@@ -23,7 +23,11 @@
 #define RP_AUTH_LEN 32u
 #define RP_AUTH_MAX_KEYS 4u
 #define RP_AUTH_WINDOW_S 30u
-#define RP_AUTH_SEEN 1024u
+/* control messages remembered; a message no newer than the newest one
+ * forgotten is refused as stale, so a replay is refused even after its
+ * tag left the table (at more than RP_AUTH_SEEN messages per window,
+ * fresh ones sent with a late clock are refused too) */
+#define RP_AUTH_SEEN 4096u
 
 typedef struct rp_key {
 	uint32_t id;
@@ -34,7 +38,9 @@ typedef struct rp_auth {
 	rp_key keys[RP_AUTH_MAX_KEYS]; /* keys[0] signs; all verify */
 	unsigned n_keys;
 	uint8_t seen[RP_AUTH_SEEN][16]; /* tags of recent control messages */
+	uint64_t seen_ts[RP_AUTH_SEEN];  /* their times */
 	unsigned seen_next;
+	uint64_t forgotten_ts;           /* newest time of a tag forgotten */
 } rp_auth;
 
 typedef enum rp_auth_result {

@@ -139,6 +139,23 @@ static void test_control_messages_are_fresh_and_accepted_once(void **state)
 	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now, &ml), RP_AUTH_OK);
 	/* a frame trailer carries no time: a control-style trailer is no frame */
 	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 0, now, &ml), RP_AUTH_BAD_TAG);
+
+	/* a replay after its tag left the table (RP_AUTH_SEEN other messages
+	 * since, within the time window) is still refused */
+	uint8_t first[32 + RP_AUTH_LEN];
+	memset(first, 7, 32);
+	rp_auth_seal(&a, first, 32, now + 1000, first + 32);
+	assert_int_equal(rp_auth_open(&a, first, sizeof(first), 1, now, &ml), RP_AUTH_OK);
+	for (uint32_t i = 0; i < RP_AUTH_SEEN; i++) {
+		memcpy(d, &i, sizeof(i));
+		rp_auth_seal(&a, d, 32, now + 2000 + i, d + 32);
+		assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now + 5000000, &ml), RP_AUTH_OK);
+	}
+	assert_int_not_equal(rp_auth_open(&a, first, sizeof(first), 1, now + 15000000, &ml),
+			     RP_AUTH_OK);
+	/* newer messages still pass */
+	rp_auth_seal(&a, d, 32, now + 15000000, d + 32);
+	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now + 15000000, &ml), RP_AUTH_OK);
 }
 
 static void test_key_files_are_checked(void **state)
