@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -50,6 +51,7 @@ static const char publish_usage[] =
 	"--keep patches; a subscriber too far behind gets a keyframe stream.\n"
 	"  -d, --dir DIR             checkpoints DIR/step-NNNN.safetensors, from 0000;\n"
 	"                            each new file is published when it appears\n"
+	"                            (renamed in, or closed by its writer)\n"
 	"  -b, --buffer PATH         or a weight buffer the trainer commits into\n"
 	"                            (wbuf.h): each committed version is published\n"
 	"  -l, --listen ADDR:PORT    control port (JOIN, NACK); frames leave from it\n"
@@ -566,13 +568,31 @@ typedef struct source {
 
 /* The version after ver, if there is one yet: 1 and *nw loaded, 0 if
  * not yet, -1 on error. */
+/* Whether a process has path open for writing: a checkpoint written in
+ * place (not renamed into the directory) is taken only once its writer
+ * closed it, even if its size already looks right (a preallocated file).
+ * A read lease is refused exactly then (fcntl(2)); where leases are not
+ * to be had (another owner without CAP_LEASE, file systems without
+ * them), the size check alone decides. */
+static int being_written(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	int busy = fcntl(fd, F_SETLEASE, F_RDLCK) != 0 && errno == EAGAIN;
+	if (!busy)
+		(void)fcntl(fd, F_SETLEASE, F_UNLCK);
+	close(fd);
+	return busy;
+}
+
 static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char *err,
 		       size_t errlen)
 {
 	if (!S->is_buffer) {
 		char path[PATH_MAX];
 		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, ver + 1);
-		if (access(path, R_OK) != 0)
+		if (access(path, R_OK) != 0 || being_written(path))
 			return 0;
 		/* a file still being written fails its size check: try again,
 		 * and say so if it stays broken */

@@ -324,6 +324,38 @@ import struct, sys
 v, st = struct.unpack_from('<II', open(sys.argv[1], 'rb').read(72), 64)
 sys.exit(0 if (v, st) == (3, 2) else 1)" "$SHM.rs" || fail "the resyncing buffer changed"
 
+# a checkpoint written in place by a trainer that preallocates it (header
+# and size right, data still zeros, then the data after a pause): the
+# publisher takes it only once the writer closed it
+mkdir "$T/inplace"
+cp "$T/traj/step-0000.safetensors" "$T/inplace/"
+"$SHIM" --buffer "$SHM.w" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 17)) --exit-after 30 > "$T/shimw.log" 2>&1 &
+PIDS=$!
+wait_line "listening on" "$T/shimw.log"
+"$BFP" publish --dir "$T/inplace" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 1 > "$T/publish16.log" 2>&1 &
+PUB=$!
+sleep 1
+python3 - "$T/traj/step-0001.safetensors" "$T/inplace/step-0001.safetensors" <<'PY' ||
+import struct, sys, time
+src = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<Q", src)[0]
+with open(sys.argv[2], "wb") as f:
+    f.write(src[:8 + n])
+    f.write(bytes(len(src) - 8 - n))  # preallocated: the right size, zeros
+    f.flush()
+    time.sleep(1.5)
+    f.seek(8 + n)
+    f.write(src[8 + n:])
+PY
+	fail "writing a checkpoint in place"
+wait $PUB || fail "publish (a checkpoint written in place)"
+wait_line "committed version 0 -> 1" "$T/shimw.log" || fail "the checkpoint written in place was not committed"
+kill -TERM $PIDS; wait; PIDS=""
+check_buffers "$T/traj/step-0001.safetensors" "$SHM.w" ||
+	fail "a checkpoint was published while it was being written"
+
 # the history keeps the newest --keep patches, and a temporary a killed
 # publisher left there is removed at start
 mkdir "$T/hist2"
@@ -389,4 +421,4 @@ with open(sys.argv[1], 'r+b') as f:
 grep -q "not a bfpatch weight buffer (bad header)" "$T/publish14.log" ||
 	fail "no clear error for a bad weight buffer header: $(cat "$T/publish14.log")"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed"
