@@ -122,6 +122,16 @@ typedef struct shim {
 	int want_key;           /* JOIN with RP_VERSION_NONE */
 	int port_rc;            /* on_frame's result for frames from --port */
 	uint32_t latest;        /* newest version upstream has (HEARTBEAT) */
+	/* a keyframe stream too big to stage, written into the buffer as its
+	 * frames come (the buffer holds no version meanwhile) */
+	struct inplace {
+		uint32_t target, count, have;
+		uint8_t *done;      /* per frame index */
+		uint64_t *begin;    /* its range, to check the frames tile */
+		uint32_t *len;
+		uint64_t bytes, verified;
+		double t0;
+	} ip;
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
 	uint8_t told_encoding[32]; /* bit e: "encoding e unknown" was logged */
@@ -227,6 +237,29 @@ static void send_nack(shim *s)
 	rp_ctl c;
 	slot *sl = next_slot(s, 0);
 	memset(&c, 0, sizeof(c));
+	if (s->ip.done) { /* the keyframe stream written in place */
+		c.type = RP_NACK;
+		c.flags = RP_NACK_KEY;
+		c.model_id = s->w.h->model_id;
+		c.version = s->ip.target;
+		uint32_t asked = 0;
+		for (uint32_t i = 0; i < s->ip.count && c.n_ranges < RP_NACK_MAX; i++) {
+			if (s->ip.done[i])
+				continue;
+			asked++;
+			rp_range *l = c.n_ranges ? &c.ranges[c.n_ranges - 1] : NULL;
+			if (l && l->first + l->count == i)
+				l->count++;
+			else
+				c.ranges[c.n_ranges++] = (rp_range){i, 1};
+		}
+		if (c.n_ranges) {
+			ctl_send(s, &c);
+			s->nacks++;
+			events_emit(&s->ev, "nack", "\"version\":%u,\"frames\":%u", c.version, asked);
+		}
+		return;
+	}
 	c.type = RP_NACK;
 	c.flags = sl && sl->key ? RP_NACK_KEY : 0;
 	c.model_id = s->w.h->model_id;
@@ -655,6 +688,135 @@ static void on_control(shim *s, const uint8_t *p, size_t len)
 		s->latest = c.version;
 }
 
+static void inplace_reset(shim *s)
+{
+	free(s->ip.done);
+	free(s->ip.begin);
+	free(s->ip.len);
+	memset(&s->ip, 0, sizeof(s->ip));
+}
+
+/* A keyframe stream goes into the buffer in place when staging it would
+ * take more than half of --max-stage (a large model: about 2.1 bytes per
+ * parameter), and the buffer holds no version to keep serving: after a
+ * failed verification (RESYNC), or when the shim asked for keyframes
+ * because its patches cannot be repaired (then the buffer is invalidated
+ * first: actors see no version until the stream is complete). */
+static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
+{
+	if (!h->frame_count)
+		return 0; /* streamed keyframes: their count comes last */
+	if (s->ip.done)
+		return 1;
+	if ((uint64_t)h->frame_count * len <= s->max_stage / 2)
+		return 0;
+	if (state(s) == WBUF_RESYNC)
+		return 1;
+	if (state(s) != WBUF_READY || !s->want_key)
+		return 0;
+	fprintf(stderr, "bfpatch-shim: the keyframe stream of version %u (%u frames) is larger "
+		"than half of --max-stage: the buffer is invalid until it is written in place\n",
+		h->target_version, h->frame_count);
+	wbuf_invalid(&s->w);
+	return 1;
+}
+
+/* One frame of a keyframe stream written in place: checked (hash of the
+ * values it writes) before it is written; the version is published once
+ * every frame of the stream is, and they tile the model. */
+static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_header *h)
+{
+	struct inplace *ip = &s->ip;
+	if (ip->done && (h->target_version != ip->target || h->frame_count != ip->count)) {
+		if (h->target_version < ip->target) {
+			s->old++;
+			return 0;
+		}
+		inplace_reset(s); /* a newer stream: start over */
+	}
+	if (!ip->done) {
+		if (h->frame_count > max_frames(s)) {
+			s->bad++;
+			return 0;
+		}
+		ip->done = calloc(h->frame_count, 1);
+		ip->begin = calloc(h->frame_count, sizeof(*ip->begin));
+		ip->len = calloc(h->frame_count, sizeof(*ip->len));
+		if (!ip->done || !ip->begin || !ip->len) {
+			inplace_reset(s);
+			return -1;
+		}
+		ip->target = h->target_version;
+		ip->count = h->frame_count;
+		ip->t0 = now_s();
+		printf("bfpatch-shim: keyframe stream of version %u (%u frames) written into the "
+		       "buffer as it arrives (larger than half of --max-stage)\n", ip->target,
+		       ip->count);
+		fflush(stdout);
+		events_emit(&s->ev, "apply_begin", "\"version\":%u", ip->target);
+	}
+	if (ip->done[h->frame_index]) {
+		s->dup++;
+		return 0;
+	}
+	char err[256];
+	apply_ctl ctl = {.threads = 1};
+	apply_result res;
+	uint32_t l32 = (uint32_t)len;
+	if (patch_apply_frames(&p, &l32, 1, s->w.params, s->w.h->n_params, s->w.h->model_id, 0,
+			       &ctl, &res, err, sizeof(err))) {
+		if (s->prep_fail++ < 10)
+			fprintf(stderr, "bfpatch-shim: keyframe %u of version %u refused: %s\n",
+				h->frame_index, h->target_version, err);
+		s->bad++;
+		return 0;
+	}
+	ip->done[h->frame_index] = 1;
+	ip->begin[h->frame_index] = h->range_begin;
+	ip->len[h->frame_index] = h->range_len;
+	ip->have++;
+	ip->bytes += len;
+	ip->verified += res.verified_bytes;
+	s->last_frame = now_s();
+	s->next_nack = s->last_frame + s->nack_backoff_ms / 1e3;
+	s->nack_rounds = 0;
+	if (ip->have < ip->count)
+		return 0;
+	/* every frame written: they must tile [0, n_params) in index order */
+	uint64_t at = 0;
+	for (uint32_t i = 0; i < ip->count && at != UINT64_MAX; i++)
+		at = ip->begin[i] == at ? at + ip->len[i] : UINT64_MAX;
+	if (at != s->w.h->n_params) {
+		fprintf(stderr, "bfpatch-shim: keyframe stream of version %u does not tile the "
+			"model; waiting for another\n", ip->target);
+		inplace_reset(s);
+		return 0;
+	}
+	uint32_t base = version(s), target = ip->target;
+	wbuf_begin(&s->w, target);
+	wbuf_end(&s->w);
+	double ms = (now_s() - ip->t0) * 1e3;
+	s->commits++;
+	s->key_commits++;
+	s->verified_bytes += ip->verified;
+	events_emit(&s->ev, "apply_end", "\"version\":%u,\"verified_bytes\":%" PRIu64
+		    ",\"backend\":\"cpu\"", target, ip->verified);
+	events_emit(&s->ev, "commit", "\"version\":%u,\"ms\":%.3f,\"key\":true,\"frames\":%u,"
+		    "\"prepared\":0", target, ms, ip->count);
+	printf("bfpatch-shim: committed version %u -> %u (keyframe resync, written in place): %u "
+	       "frames, %" PRIu64 " bytes, %" PRIu64 " bytes verified, %.1f ms since its first "
+	       "frame\n", base, target, ip->count, ip->bytes, ip->verified, ms);
+	fflush(stdout);
+	inplace_reset(s);
+	for (unsigned i = 0; i < SLOTS; i++) /* what that made stale */
+		if (s->slots[i].used && s->slots[i].target <= target)
+			slot_free(s, &s->slots[i]);
+	s->nack_backoff_ms = s->nack_ms;
+	s->want_key = 0;
+	join(s);
+	return 0;
+}
+
 static int on_frame(shim *s, const uint8_t *p, size_t len)
 {
 	bfp_frame_header h;
@@ -707,6 +869,8 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->dropped_test++; /* testing: lose this one, repair it by NACK */
 		return 0;
 	}
+	if (key && inplace_wanted(s, &h, len))
+		return inplace_frame(s, p, len, &h);
 	slot *sl = slot_get(s, &h, key);
 	if (!sl) {
 		s->ahead++;
@@ -1054,7 +1218,7 @@ int main(int argc, char **argv)
 			join(&s); /* JOIN doubles as the heartbeat */
 			next_join = t + 1.0;
 		}
-		int pending = 0;
+		int pending = s.ip.done != NULL;
 		for (unsigned i = 0; i < SLOTS; i++)
 			pending |= s.slots[i].used && !slot_complete(&s.slots[i]);
 		/* behind: upstream has a version none of whose frames came */
@@ -1104,6 +1268,7 @@ int main(int argc, char **argv)
 			rc = try_commit(&s);
 	}
 	print_stats(&s);
+	inplace_reset(&s);
 	events_emit(&s.ev, "stats", "\"frames\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"dup\":%"
 		    PRIu64 ",\"old\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"commits\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"verified_bytes\":%" PRIu64

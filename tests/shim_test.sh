@@ -356,6 +356,29 @@ kill -TERM $PIDS; wait; PIDS=""
 check_buffers "$T/traj/step-0001.safetensors" "$SHM.w" ||
 	fail "a checkpoint was published while it was being written"
 
+# a keyframe resync larger than half of --max-stage (a 2M-parameter model,
+# 4.4 MB of keyframes, --max-stage 4 MiB; a 7B model at the default 1 GiB):
+# written into the buffer as it arrives, a lost frame NACKed, verified
+cp "$SHM.1" "$SHM.ip"
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(64); f.write(struct.pack('<II', 0, 2))  # version 0, RESYNC" "$SHM.ip"
+mkdir "$T/at2"
+cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" \
+	"$T/traj/step-0002.safetensors" "$T/at2/"
+"$SHIM" --buffer "$SHM.ip" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 18)) \
+	--max-stage 4194304 --drop-every 100 --nack-ms 50 --exit-after 30 > "$T/shimip.log" 2>&1 &
+PIDS=$!
+"$BFP" publish --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish17.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_line "committed version 0 -> 2 (keyframe resync, written in place)" "$T/shimip.log" 200 ||
+	fail "a keyframe resync larger than --max-stage did not finish: $(tail -n 3 "$T/shimip.log")"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "NACKs [1-9]" "$T/shimip.log" || fail "the frame lost from the in-place resync was not NACKed"
+grep -q "over budget 0)" "$T/shimip.log" || fail "in-place resync: frames refused for room"
+check_buffers "$T/traj/step-0002.safetensors" "$SHM.ip" || fail "in-place keyframe resync"
+
 # the history keeps the newest --keep patches, and a temporary a killed
 # publisher left there is removed at start
 mkdir "$T/hist2"
@@ -421,4 +444,4 @@ with open(sys.argv[1], 'r+b') as f:
 grep -q "not a bfpatch weight buffer (bad header)" "$T/publish14.log" ||
 	fail "no clear error for a bad weight buffer header: $(cat "$T/publish14.log")"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place"
