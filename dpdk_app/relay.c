@@ -321,6 +321,7 @@ static sub *sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port
 		    uint64_t rate_bps, lcore_stats *st)
 {
 	sub *s = sub_find(r, ip, data_port);
+	int fresh = !s;
 	if (!s) {
 		for (unsigned i = 0; i < MAX_SUBS && !s; i++)
 			if (!r->subs[i].used)
@@ -340,9 +341,12 @@ static sub *sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port
 			    ip_str(ip, a), data_port, rate_bps);
 	}
 	uint64_t rate = rate_bps ? rate_bps : r->cf.default_rate_bps;
-	/* burst: 2 ms at the rate, at least 64 kB, so short bursts pass */
+	/* burst: 2 ms at the rate, at least 64 kB, so short bursts pass; a
+	 * JOIN (every second) of a subscriber already paced at that rate, or
+	 * of a static one (its configured rate stands), keeps its bucket */
 	uint64_t burst = rate / 8 / 500 > 65536 ? rate / 8 / 500 : 65536;
-	rp_bucket_init(&s->bucket, rate / 8, burst, rte_get_tsc_cycles());
+	if (fresh || (!s->is_static && s->bucket.rate != (rate + 7) / 8))
+		rp_bucket_init(&s->bucket, (rate + 7) / 8, burst, rte_get_tsc_cycles());
 	s->last_seen = rte_get_tsc_cycles();
 	return s;
 }
@@ -562,7 +566,8 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 			return;
 		}
 		s->ctl_port = k->src_port;
-		s->model_id = c.model_id;
+		if (!s->is_static) /* a static subscriber's model is configured */
+			s->model_id = c.model_id;
 		if (c.version == RP_VERSION_NONE) /* ask upstream for keyframes */
 			r->want_key = 1;
 		if (!s->has_mac) { /* until ARP answers: the JOIN's sender */

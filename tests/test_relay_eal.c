@@ -388,6 +388,25 @@ static void test_pacing_holds_a_subscriber_to_its_rate(void **state)
 	rte_eth_tx_buffer_flush(0, 0, T->txb[0]);
 }
 
+/* A JOIN (every second) keeps a paced subscriber's bucket, and leaves a
+ * static subscriber's configured rate and model alone. */
+static void test_join_keeps_pacing_and_static_settings(void **state)
+{
+	(void)state;
+	ctl_send(RP_JOIN, 9003, 0);
+	sub *s = sub_by_control(T, 0xC6120063u, 9003);
+	assert_non_null(s);
+	s->bucket.tokens = 12345;
+	ctl_send(RP_JOIN, 9003, 0);
+	assert_int_equal(s->bucket.tokens, 12345);
+	s->is_static = 1;
+	s->bucket.rate = 1000;
+	s->model_id = 5;
+	ctl_send(RP_JOIN, 9003, 0); /* rate 0 (the default), model 99 */
+	assert_int_equal(s->bucket.rate, 1000);
+	assert_int_equal(s->model_id, 5);
+}
+
 int main(void)
 {
 	if (getuid() != 0) {
@@ -399,6 +418,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_telemetry_lists_every_subscriber, drop_subs),
 		cmocka_unit_test_teardown(test_newest_version_is_kept_per_model, drop_subs),
 		cmocka_unit_test_teardown(test_slow_subscriber_leaves_the_rx_reserve, drop_subs),
+		cmocka_unit_test_teardown(test_join_keeps_pacing_and_static_settings, drop_subs),
 		cmocka_unit_test_teardown(test_nack_is_answered_from_the_cache_to_joined_subscribers_only, drop_subs),
 		cmocka_unit_test_teardown(test_cache_keeps_keyframes_apart_from_patch_frames, drop_subs),
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
