@@ -49,9 +49,10 @@ static const char publish_usage[] =
 	"frames go over UDP to every subscriber that JOINed (relays or shims,\n"
 	"docs/PROTOCOL.md), paced to --rate; NACKs are answered from the last\n"
 	"--keep patches; a subscriber too far behind gets a keyframe stream.\n"
-	"  -d, --dir DIR             checkpoints DIR/step-NNNN.safetensors, from 0000;\n"
-	"                            each new file is published when it appears\n"
-	"                            (renamed in, or closed by its writer)\n"
+	"  -d, --dir DIR             checkpoints DIR/step-NNNN.safetensors, from the\n"
+	"                            first one there; each new file is published\n"
+	"                            when it appears (renamed in, or closed by its\n"
+	"                            writer)\n"
 	"  -b, --buffer PATH         or a weight buffer the trainer commits into\n"
 	"                            (wbuf.h): each committed version is published\n"
 	"  -l, --listen ADDR:PORT    control port (JOIN, NACK); frames leave from it\n"
@@ -623,6 +624,35 @@ static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char 
 	return 1;
 }
 
+/* The lowest and highest N of the DIR/step-N.safetensors files (N of at
+ * least 4 digits, as written with %04u). 0 if there is none. */
+static int steps_scan(const char *dir, uint32_t *lo, uint32_t *hi)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int found = 0;
+	while (d && (e = readdir(d))) {
+		const char *n = e->d_name;
+		size_t len = strlen(n), digits = 0;
+		if (strncmp(n, "step-", 5) != 0)
+			continue;
+		while (n[5 + digits] >= '0' && n[5 + digits] <= '9')
+			digits++;
+		if (digits < 4 || digits > 9 || strcmp(n + 5 + digits, ".safetensors") != 0 ||
+		    len != 5 + digits + strlen(".safetensors"))
+			continue;
+		uint32_t v = (uint32_t)strtoul(n + 5, NULL, 10);
+		if (!found || v < *lo)
+			*lo = v;
+		if (!found || v > *hi)
+			*hi = v;
+		found = 1;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
 /* The buffer's layout as a model: its safetensors header, or raw. */
 static int source_open_buffer(source *S, const char *path, model *cur, char *err, size_t errlen)
 {
@@ -791,11 +821,15 @@ int cmd_publish(int argc, char **argv)
 	} else {
 		char path[PATH_MAX];
 		S.dir = dir;
-		for (; resume; ver++) { /* the latest checkpoint */
-			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver + 1);
-			if (access(path, R_OK) != 0)
-				break;
+		/* the first checkpoint there (old ones may have been pruned), or
+		 * with --resume the latest */
+		uint32_t first = 0, last = 0;
+		if (!steps_scan(dir, &first, &last)) {
+			fprintf(stderr, "bfpatch publish: no checkpoint DIR/step-NNNN.safetensors in "
+				"%s\n", dir);
+			return 1;
 		}
+		ver = resume ? last : first;
 		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver);
 		if (model_load(&cur, path, err, sizeof(err)))
 			return die("publish", err);

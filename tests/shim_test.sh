@@ -379,6 +379,21 @@ grep -q "NACKs [1-9]" "$T/shimip.log" || fail "the frame lost from the in-place 
 grep -q "over budget 0)" "$T/shimip.log" || fail "in-place resync: frames refused for room"
 check_buffers "$T/traj/step-0002.safetensors" "$SHM.ip" || fail "in-place keyframe resync"
 
+# a checkpoint directory whose first steps were pruned: the publisher
+# starts at the first one there, or with --resume at the latest; an empty
+# one is a clear error
+mkdir "$T/pruned" "$T/empty"
+cp "$T/traj/step-0002.safetensors" "$T/traj/step-0003.safetensors" "$T/pruned/"
+"$BFP" publish --dir "$T/pruned" --listen 127.0.0.1:$port --steps 2 --linger 0 \
+	> "$T/publish18.log" 2>&1 || fail "publish from a pruned directory: $(cat "$T/publish18.log")"
+grep -q "version 2 from $T/pruned" "$T/publish18.log" || fail "did not start at the first step there"
+"$BFP" publish --dir "$T/pruned" --resume --listen 127.0.0.1:$port --steps 3 --linger 0 \
+	> "$T/publish19.log" 2>&1 || fail "publish --resume from a pruned directory"
+grep -q "version 3 from $T/pruned" "$T/publish19.log" || fail "--resume did not start at the latest step"
+"$BFP" publish --dir "$T/empty" --listen 127.0.0.1:$port > "$T/publish20.log" 2>&1 &&
+	fail "publish from an empty directory succeeded"
+grep -q "no checkpoint" "$T/publish20.log" || fail "no clear error for an empty directory"
+
 # the history keeps the newest --keep patches, and a temporary a killed
 # publisher left there is removed at start
 mkdir "$T/hist2"
@@ -444,4 +459,4 @@ with open(sys.argv[1], 'r+b') as f:
 grep -q "not a bfpatch weight buffer (bad header)" "$T/publish14.log" ||
 	fail "no clear error for a bad weight buffer header: $(cat "$T/publish14.log")"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories"
