@@ -434,8 +434,8 @@ int patch_encode(const model *old, const model *nw, const patch_opts *o,
 	if (old->n_params != nw->n_params || old->model_id != nw->model_id)
 		return set_err(err, errlen, "the two models have different tensor layouts "
 			    "(names, dtypes, shapes or offsets differ)");
-	if (old->header_len != nw->header_len ||
-	    (old->header_len && memcmp(old->header, nw->header, old->header_len)))
+	if (!o->any_header && (old->header_len != nw->header_len ||
+			       (old->header_len && memcmp(old->header, nw->header, old->header_len))))
 		return set_err(err, errlen, "the safetensors headers differ (metadata); "
 			    "format v1 carries tensor data only");
 	/* chunks follow tensor boundaries (in words; a tensor starting at an

@@ -27,6 +27,10 @@ typedef struct patch_opts {
 	uint32_t enc_flags;   /* BFP_ENC_F_* */
 	int threads;          /* 0 = all online CPUs */
 	int progress;         /* print progress to stderr (not with stream) */
+	int any_header;       /* safetensors headers may differ beyond the
+				 tensor layout (__metadata__, key order): the
+				 publisher sends tensor data; a patch file must
+				 reproduce the new file byte for byte */
 	/* Optional, for senders: called on the calling thread with each run
 	 * of frames whose index is known (every earlier chunk is encoded), in
 	 * index order and with frame_count 0 (FORMAT.md 2.5), while the

@@ -720,7 +720,8 @@ int cmd_publish(int argc, char **argv)
 	uint16_t lport = 0;
 	uint64_t rate = 1000000000ull;
 	int keyframes = 0, resume = 0;
-	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
+	/* actors hold tensor data: a new __metadata__ is no reason to stop */
+	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT, .any_header = 1};
 	static pub P;
 	memset(&P, 0, sizeof(P));
 	int c;
@@ -879,6 +880,11 @@ int cmd_publish(int argc, char **argv)
 			rc = 1;
 			break;
 		}
+		if (cur.header_len != nw.header_len ||
+		    (cur.header_len && memcmp(cur.header, nw.header, cur.header_len)))
+			fprintf(stderr, "bfpatch publish: version %u: the safetensors header differs "
+				"from version %u's beyond the tensor layout (__metadata__); the "
+				"tensor data is published\n", nver, ver);
 		unsigned slot = hist_slot(&P); /* the oldest patch held goes */
 		if (slot == P.n_hist)
 			P.n_hist++;

@@ -379,6 +379,33 @@ grep -q "NACKs [1-9]" "$T/shimip.log" || fail "the frame lost from the in-place 
 grep -q "over budget 0)" "$T/shimip.log" || fail "in-place resync: frames refused for room"
 check_buffers "$T/traj/step-0002.safetensors" "$SHM.ip" || fail "in-place keyframe resync"
 
+# a checkpoint whose safetensors header differs only in __metadata__ (a
+# trainer that records its step there): published, with a warning
+mkdir "$T/meta"
+cp "$T/traj/step-0000.safetensors" "$T/meta/"
+python3 - "$T/traj/step-0001.safetensors" "$T/meta/step-0001.safetensors" <<'PY' ||
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<Q", b)[0]
+hdr = json.loads(b[8:8 + n])
+hdr["__metadata__"] = {"step": "1", "note": "metadata only"}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + b[8 + n:])
+PY
+	fail "writing a checkpoint with new metadata"
+"$SHIM" --buffer "$SHM.md" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 19)) --exit-after 30 > "$T/shimmd.log" 2>&1 &
+PIDS=$!
+wait_line "listening on" "$T/shimmd.log"
+"$BFP" publish --dir "$T/meta" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 1 > "$T/publish21.log" 2>&1 || fail "publish a step with new metadata: $(tail -n 2 "$T/publish21.log")"
+wait_line "committed version 0 -> 1" "$T/shimmd.log" || fail "the step with new metadata was not committed"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "differs from version 0's beyond the tensor layout" "$T/publish21.log" ||
+	fail "no warning about the new metadata"
+check_buffers "$T/traj/step-0001.safetensors" "$SHM.md" || fail "step with new metadata"
+
 # a checkpoint directory whose first steps were pruned: the publisher
 # starts at the first one there, or with --resume at the latest; an empty
 # one is a clear error
@@ -459,4 +486,4 @@ with open(sys.argv[1], 'r+b') as f:
 grep -q "not a bfpatch weight buffer (bad header)" "$T/publish14.log" ||
 	fail "no clear error for a bad weight buffer header: $(cat "$T/publish14.log")"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__"
