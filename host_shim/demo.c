@@ -173,9 +173,14 @@ static void cleanup(demo *d)
 		sh("ip netns del %s 2>/dev/null", d->ns);
 		sh("rm -rf /var/run/dpdk/%s", d->ns);
 	}
-	for (int i = 0; i < ACTORS; i++)
-		if (d->shm[i][0])
-			unlink(d->shm[i]);
+	for (int i = 0; i < ACTORS; i++) {
+		if (!d->shm[i][0])
+			continue;
+		char undo[sizeof(d->shm[i]) + 8];
+		snprintf(undo, sizeof(undo), "%s.undo", d->shm[i]); /* the commit journal */
+		unlink(d->shm[i]);
+		unlink(undo);
+	}
 	if (d->keep[0]) {
 		sh("mkdir -p '%s' && cp -r '%s'/. '%s'/", d->keep, d->dir, d->keep);
 		printf("demo: trajectory, logs and event logs kept in %s\n", d->keep);

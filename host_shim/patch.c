@@ -619,6 +619,8 @@ typedef struct apply_job {
 	uint32_t base_version;
 	int resume;
 	const frame_changes *const *changes;
+	const apply_ctl *ctl;
+	atomic_uint workers;
 	atomic_size_t next;
 	atomic_int failed;
 	atomic_uint_fast64_t done_params, skipped;
@@ -626,9 +628,42 @@ typedef struct apply_job {
 	int status;
 } apply_job;
 
+/* Decode and verify frame f (nothing written), journal what it will
+ * overwrite, write it, and close the journal entry: the journalled
+ * version of bfp_decode_apply. */
+static bfp_status apply_journalled(apply_job *j, unsigned worker, bfp_decoder *dec,
+				   const bfp_apply_opts *ao, const uint8_t *f, uint32_t len,
+				   bfp_frame_header *h)
+{
+	const apply_ctl *c = j->ctl;
+	bfp_status st = bfp_frame_parse(f, len, h);
+	if (st != BFP_OK)
+		return st;
+	if (!bfp_encoding_is_delta(h->encoding)) {
+		/* a keyframe: its whole range (at most 8192 words) */
+		if (h->range_begin >= j->n || h->range_len > j->n - h->range_begin)
+			return BFP_E_RANGE;
+		c->undo_note(c->undo, worker, h->range_begin, NULL, h->range_len);
+		st = bfp_decode_apply(dec, ao, f, len, j->params, j->n, h);
+		c->undo_done(c->undo, worker);
+		return st;
+	}
+	st = bfp_decode_verify(dec, ao, f, len, j->params, j->n, h);
+	if (st != BFP_OK)
+		return st;
+	c->undo_note(c->undo, worker, h->range_begin, dec->chg_pos, dec->n_changes);
+	uint16_t *w = j->params + h->range_begin;
+	for (uint32_t k = 0; k < dec->n_changes; k++)
+		w[dec->chg_pos[k]] = dec->chg_val[k];
+	c->undo_done(c->undo, worker);
+	return BFP_OK;
+}
+
 static void *apply_worker(void *arg)
 {
 	apply_job *j = arg;
+	const unsigned worker = atomic_fetch_add(&j->workers, 1);
+	const int journal = j->ctl && j->ctl->undo_note;
 	bfp_decoder *dec = malloc(sizeof(*dec));
 	if (!dec || bfp_decoder_init(dec, 0) != BFP_OK) {
 		free(dec);
@@ -654,13 +689,19 @@ static void *apply_worker(void *arg)
 		const frame_changes *fc = j->changes ? j->changes[i] : NULL;
 		if (fc) {
 			uint16_t *w = j->params + fc->range_begin;
+			if (journal)
+				j->ctl->undo_note(j->ctl->undo, worker, fc->range_begin, fc->pos, fc->n);
 			for (uint32_t k = 0; k < fc->n; k++)
 				w[fc->pos[k]] = fc->val[k];
+			if (journal)
+				j->ctl->undo_done(j->ctl->undo, worker);
 			int at = 0;
 			st = bfp_frame_check_target(j->frames[i], j->lens[i], j->params, j->n, &at);
 			if (st == BFP_OK && !at)
 				st = BFP_E_HASH;
 			h.range_len = fc->range_len; /* all that is used of h below */
+		} else if (journal) {
+			st = apply_journalled(j, worker, dec, &ao, j->frames[i], j->lens[i], &h);
 		} else {
 			st = bfp_decode_apply(dec, &ao, j->frames[i], j->lens[i], j->params, j->n, &h);
 		}
@@ -703,6 +744,7 @@ int patch_apply_frames(const uint8_t *const *frames, const uint32_t *lens, size_
 	j.base_version = base_version;
 	j.resume = ctl ? ctl->resume : 0;
 	j.changes = ctl ? ctl->changes : NULL;
+	j.ctl = ctl;
 	run_threads(ctl ? ctl->threads : 0, apply_worker, &j, &j.done_params, n_params,
 		    ctl ? ctl->progress : 0, "apply");
 	if (res) {

@@ -92,6 +92,7 @@ typedef struct prep {
 
 typedef struct shim {
 	wbuf w;
+	wbuf_undo undo;         /* PATH.undo: values a frame in writing overwrote */
 	int sock;
 	struct sockaddr_in upstream;
 	uint16_t data_port;
@@ -452,7 +453,8 @@ static int commit(shim *s, slot *sl)
 	}
 	events_emit(&s->ev, "apply_begin", "\"version\":%u", sl->target);
 	wbuf_begin(&s->w, sl->target);
-	apply_ctl ctl = {.threads = s->threads, .resume = resume};
+	apply_ctl ctl = {.threads = s->threads, .resume = resume, .undo_note = wbuf_undo_note,
+			 .undo_done = wbuf_undo_done, .undo = &s->undo};
 	apply_result res;
 	if (s->crash_after && s->commits + 1 >= s->crash_after) {
 		/* testing: die after half of the frames, like a SIGKILL would */
@@ -1113,6 +1115,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	wbuf_prefault_write(&s.w);
+	if (wbuf_undo_open(&s.undo, &s.w, buffer, (unsigned)s.threads, err, sizeof(err))) {
+		fprintf(stderr, "bfpatch-shim: undo journal: %s\n", err);
+		return 1;
+	}
+	/* frames whose writes a crash cut short go back to the base, so the
+	 * interrupted commit can be finished (with RESYNC nothing is kept) */
+	unsigned undone = wbuf_undo_rollback(&s.undo, state(&s) != WBUF_COMMITTING);
+	if (undone)
+		printf("bfpatch-shim: %u frame(s) cut short by the crash put back at the base\n",
+		       undone);
 	if (events_open(&s.ev, events_path, "shim", name)) {
 		fprintf(stderr, "bfpatch-shim: --events %s: %s\n", events_path, strerror(errno));
 		return 1;
@@ -1269,6 +1281,7 @@ int main(int argc, char **argv)
 	}
 	print_stats(&s);
 	inplace_reset(&s);
+	wbuf_undo_close(&s.undo);
 	events_emit(&s.ev, "stats", "\"frames\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"dup\":%"
 		    PRIu64 ",\"old\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"commits\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"verified_bytes\":%" PRIu64

@@ -113,6 +113,129 @@ void wbuf_close(wbuf *w)
 	memset(w, 0, sizeof(*w));
 }
 
+/* ---- undo journal ---- */
+
+#define UNDO_MAX BFP_CHANGES_MAX /* changes of a frame, or words of a keyframe's range */
+_Static_assert(UNDO_MAX >= 8192, "a keyframe range fits a slot");
+
+typedef struct undo_slot {
+	_Atomic uint32_t valid;
+	uint32_t n;
+	uint64_t begin;
+	uint32_t whole;         /* the n values from begin; else at pos[] */
+	uint32_t pad;
+	uint32_t pos[UNDO_MAX];
+	uint16_t old[UNDO_MAX];
+} undo_slot;
+
+#define UNDO_SLOT_BYTES ((sizeof(undo_slot) + 4095) / 4096 * 4096)
+
+static undo_slot *undo_at(const wbuf_undo *u, unsigned i)
+{
+	return (undo_slot *)(void *)(u->map + (size_t)i * UNDO_SLOT_BYTES);
+}
+
+int wbuf_undo_open(wbuf_undo *u, const wbuf *w, const char *path, unsigned slots, char *err,
+		   size_t errlen)
+{
+	char jp[4096];
+	memset(u, 0, sizeof(*u));
+	u->fd = -1;
+	snprintf(jp, sizeof(jp), "%s.undo", path);
+	int fd = open(jp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return set_err(err, errlen, "%s: %s", jp, strerror(errno));
+	}
+	/* a journal of fewer slots (an earlier run with fewer threads) keeps
+	 * its slots: grow it, never shrink it */
+	size_t want = (size_t)slots * UNDO_SLOT_BYTES;
+	if ((size_t)sb.st_size > want)
+		want = (size_t)sb.st_size / UNDO_SLOT_BYTES * UNDO_SLOT_BYTES;
+	if ((size_t)sb.st_size < want && ftruncate(fd, (off_t)want) != 0) {
+		close(fd);
+		return set_err(err, errlen, "%s: %s", jp, strerror(errno));
+	}
+	u->map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (u->map == MAP_FAILED) {
+		close(fd);
+		u->map = NULL;
+		return set_err(err, errlen, "%s: mmap: %s", jp, strerror(errno));
+	}
+	u->fd = fd;
+	u->map_len = want;
+	u->slots = (unsigned)(want / UNDO_SLOT_BYTES);
+	u->params = w->params;
+	u->n_params = w->h->n_params;
+	return 0;
+}
+
+void wbuf_undo_close(wbuf_undo *u)
+{
+	if (u->map)
+		munmap(u->map, u->map_len);
+	if (u->fd >= 0)
+		close(u->fd);
+	memset(u, 0, sizeof(*u));
+	u->fd = -1;
+}
+
+void wbuf_undo_note(void *arg, unsigned slot, uint64_t begin, const uint32_t *pos, uint32_t n)
+{
+	wbuf_undo *u = arg;
+	undo_slot *j = undo_at(u, slot);
+	const uint16_t *p = u->params + begin;
+	j->begin = begin;
+	j->n = n;
+	j->whole = pos == NULL;
+	if (pos) {
+		for (uint32_t k = 0; k < n; k++) {
+			j->pos[k] = pos[k];
+			j->old[k] = p[pos[k]];
+		}
+	} else {
+		memcpy(j->old, p, (size_t)n * 2);
+	}
+	atomic_store_explicit(&j->valid, 1, memory_order_release);
+}
+
+void wbuf_undo_done(void *arg, unsigned slot)
+{
+	wbuf_undo *u = arg;
+	atomic_store_explicit(&undo_at(u, slot)->valid, 0, memory_order_release);
+}
+
+unsigned wbuf_undo_rollback(wbuf_undo *u, int discard)
+{
+	unsigned restored = 0;
+	for (unsigned i = 0; i < u->slots; i++) {
+		undo_slot *j = undo_at(u, i);
+		if (!atomic_load(&j->valid))
+			continue;
+		if (discard) {
+			atomic_store(&j->valid, 0);
+			continue;
+		}
+		/* a slot that does not fit the buffer is not this buffer's */
+		if (j->n <= UNDO_MAX && j->begin < u->n_params &&
+		    (j->whole ? j->n <= u->n_params - j->begin : 1)) {
+			uint16_t *p = u->params + j->begin;
+			if (j->whole) {
+				memcpy(p, j->old, (size_t)j->n * 2);
+			} else {
+				for (uint32_t k = 0; k < j->n; k++)
+					if (j->pos[k] < u->n_params - j->begin)
+						p[j->pos[k]] = j->old[k];
+			}
+			restored++;
+		}
+		atomic_store(&j->valid, 0);
+	}
+	return restored;
+}
+
 void wbuf_begin(wbuf *w, uint32_t target)
 {
 	atomic_store(&w->h->target, target);

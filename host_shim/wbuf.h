@@ -77,4 +77,32 @@ void wbuf_invalid(wbuf *w);
  * a commit kept overlapping the copy (try again later). */
 int wbuf_snapshot(const wbuf *w, uint16_t *dst, uint32_t *version);
 
+/* The commit's undo journal, PATH.undo beside the buffer: one slot per
+ * apply thread holds the values a frame is about to overwrite (at its
+ * changed positions, or its whole range) until they are written. A
+ * SIGKILL inside a frame's writes leaves its range neither at the base
+ * nor at the target; on restart the journal puts it back at the base,
+ * and the interrupted commit can be finished. */
+typedef struct wbuf_undo {
+	int fd;
+	uint8_t *map;
+	size_t map_len;
+	unsigned slots;
+	uint16_t *params;
+	uint64_t n_params;
+} wbuf_undo;
+
+/* Open (or create) the journal of the buffer at path for slots threads. */
+int wbuf_undo_open(wbuf_undo *u, const wbuf *w, const char *path, unsigned slots, char *err,
+		   size_t errlen);
+void wbuf_undo_close(wbuf_undo *u);
+/* Before writing: keep params[begin + pos[k]] for k < n (pos NULL: the n
+ * values from begin). After writing: done. For apply_ctl's hooks. */
+void wbuf_undo_note(void *u, unsigned slot, uint64_t begin, const uint32_t *pos, uint32_t n);
+void wbuf_undo_done(void *u, unsigned slot);
+/* Put back what the journal holds (ranges cut short by a crash; only
+ * while a commit is in progress), or with discard just forget it; returns
+ * how many frames' values were restored. */
+unsigned wbuf_undo_rollback(wbuf_undo *u, int discard);
+
 #endif

@@ -85,8 +85,25 @@ with open(shm, "r+b") as f:
     struct.pack_into("<II", m, 64 + 4, 1, 1)    # state committing, target 1
     for begin, rlen in ranges[: len(ranges) // 2]:
         m[off + 2 * begin: off + 2 * (begin + rlen)] = target[2 * begin: 2 * (begin + rlen)]
+    # and the next frame cut short: the journal (host_shim/wbuf.c undo_slot,
+    # slot 0) holds the old values of its changed weights, half of which
+    # hold their new values
+    begin, rlen = ranges[len(ranges) // 2]
+    ch = [i for i in range(rlen) if m[off + 2 * (begin + i): off + 2 * (begin + i) + 2] !=
+          target[2 * (begin + i): 2 * (begin + i) + 2]]
+    assert len(ch) > 2, "frame without changes"
+    j = bytearray(struct.pack("<IIQII", 0, len(ch), begin, 0, 0))
+    j += struct.pack("<%dI" % len(ch), *ch) + bytes(4 * (35760 - len(ch)))
+    j += b"".join(bytes(m[off + 2 * (begin + i): off + 2 * (begin + i) + 2]) for i in ch)
+    with open(shm + ".undo", "r+b") as u:
+        u.write(j)
+        u.seek(0)
+        u.write(struct.pack("<I", 1))  # valid, once the entry is whole
+    for i in ch[: len(ch) // 2]:
+        m[off + 2 * (begin + i): off + 2 * (begin + i) + 2] = target[2 * (begin + i): 2 * (begin + i) + 2]
     m.flush()
-print("simulated a crash after %d of %d frames" % (len(ranges) // 2, len(ranges)))
+print("simulated a crash after %d of %d frames, and in the middle of the next" %
+      (len(ranges) // 2, len(ranges)))
 PY
 "$SHIM" --buffer "$SHM.x" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 9)) \
 	--exit-after 40 > "$T/shimx.log" 2>&1 &
@@ -96,6 +113,9 @@ PIDS=$!
 wait_line "committed version 0 -> 1" "$T/shimx.log"
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "was interrupted; finishing it" "$T/shimx.log" || fail "no recovery message"
+grep -q "1 frame(s) cut short by the crash put back at the base" "$T/shimx.log" ||
+	fail "the frame cut short was not rolled back from the journal"
+grep -q "keyframe resync" "$T/shimx.log" && fail "the interrupted commit ended in a resync"
 check_buffers "$T/traj/step-0001.safetensors" "$SHM.x" || fail "recovered buffer"
 
 # a late joiner: the publisher is at version 2 and keeps one patch, so a
