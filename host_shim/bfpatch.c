@@ -147,6 +147,11 @@ static int cmd_diff(int argc, char **argv)
 		return die("diff", err);
 	}
 	po.progress = !quiet && b.n_params > (64u << 20);
+	if (b.n_params == 0) { /* a patch has at least one frame (FORMAT.md 4) */
+		model_free(&a);
+		model_free(&b);
+		return die("diff", "the models have no parameters: nothing to patch");
+	}
 	patch p;
 	double t0 = now_s();
 	int rc = patch_encode(&a, &b, &po, &p, err, sizeof(err));
@@ -155,6 +160,8 @@ static int cmd_diff(int argc, char **argv)
 		const void *bufs[1] = {p.buf};
 		size_t lens[1] = {p.len};
 		rc = write_file_atomic(out, bufs, lens, 1, err, sizeof(err));
+		if (rc)
+			patch_free(&p);
 	}
 	if (rc == 0 && !quiet)
 		fprintf(stderr, "bfpatch diff: %llu parameters, %zu frames, %zu bytes "

@@ -383,7 +383,14 @@ int write_file_atomic(const char *path, const void *const *bufs,
 		set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
 		goto bad;
 	}
-	if (fchmod(fd, 0644) != 0 || close(fd) != 0) {
+	/* mkstemp made it 0600: the mode a plain create would give */
+	mode_t um = umask(0);
+	umask(um);
+	if (fchmod(fd, 0666 & ~um) != 0) {
+		set_err(err, errlen, "%s: chmod failed: %s", path, strerror(errno));
+		goto bad;
+	}
+	if (close(fd) != 0) {
 		fd = -1;
 		set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
 		goto bad;

@@ -105,6 +105,7 @@ typedef struct pub {
 	events ev;
 	rp_auth auth;           /* --key: frames and heartbeats signed, JOIN/NACK verified */
 	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors, auth_fail;
+	int told_full;          /* "subscriber table full" was said */
 } pub;
 
 static volatile sig_atomic_t quit;
@@ -281,6 +282,11 @@ static void pub_control(pub *P)
 			if (P->subs[i].ctl.sin_addr.s_addr == from.sin_addr.s_addr &&
 			    P->subs[i].ctl.sin_port == from.sin_port)
 				s = &P->subs[i];
+		if (c.type == RP_JOIN && !s && P->n_subs == MAX_SUBS && !P->told_full) {
+			P->told_full = 1;
+			fprintf(stderr, "bfpatch publish: %d subscribers already; more JOINs are "
+				"ignored (put a bfpatch-relay in front for more)\n", MAX_SUBS);
+		}
 		if (c.type == RP_JOIN && !s && P->n_subs < MAX_SUBS) {
 			s = &P->subs[P->n_subs++];
 			memset(s, 0, sizeof(*s));

@@ -1244,8 +1244,9 @@ int main(int argc, char **argv)
 		if ((pending || behind || state(&s) == WBUF_COMMITTING) && t >= s.next_nack) {
 			send_nack(&s);
 			s.next_nack = t + s.nack_backoff_ms / 1e3;
-			if (s.nack_backoff_ms < 1000)
-				s.nack_backoff_ms *= 2;
+			/* doubling up to 1 s (or --nack-ms, if longer) */
+			uint32_t cap = s.nack_ms > 1000 ? s.nack_ms : 1000;
+			s.nack_backoff_ms = s.nack_backoff_ms * 2 < cap ? s.nack_backoff_ms * 2 : cap;
 		}
 		rc = try_commit(&s); /* also when the actor reached its safe point */
 		/* between bursts of frames: prepare what is staged */

@@ -127,6 +127,16 @@ expect_fail "write error (disk full) leaves no output" "$T/full.safetensors" \
 expect_fail "diff into a full disk leaves no patch" "$T/fullpatch" \
 	sh -c "trap '' XFSZ; ulimit -f 1; exec '$BFP' diff '$S0' '$T/../$(basename $T)/traj/step-0001.safetensors' -o '$T/fullpatch'"
 
+# a model with no parameters: a clear error, no (empty) patch
+python3 -c "
+import struct
+open('$T/empty.safetensors', 'wb').write(struct.pack('<Q', 8) + b'{}      ')"
+expect_fail "diff of models with no parameters" "$T/empty.bfp" \
+	"$BFP" diff "$T/empty.safetensors" "$T/empty.safetensors" -o "$T/empty.bfp"
+# outputs get the mode a plain create would: the umask counts
+(umask 077; "$BFP" diff -q "$S0" "$S1" -o "$T/um.bfp")
+check "outputs follow the umask" "[ \"\$(stat -c %a '$T/um.bfp')\" = 600 ]"
+
 # usage errors exit 2; --help exits 0
 for c in diff apply info synth demo; do
 	"$BFP" $c --help >/dev/null 2>&1
