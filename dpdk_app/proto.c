@@ -342,11 +342,13 @@ int rp_ctl_parse(const uint8_t *p, size_t len, rp_ctl *c)
 	c->n_ranges = (uint16_t)le32(p + 24);
 	size_t body = len - RP_CTL_HDR - 4;
 	switch (c->type) {
-	case RP_JOIN:
-		return body == 0 && c->data_port != 0 ? 0 : -1;
+	case RP_JOIN: /* count (unused) must be 0, PROTOCOL.md 2 */
+		return body == 0 && c->data_port != 0 && c->n_ranges == 0 && !le32(p + 24) ? 0
+											  : -1;
 	case RP_LEAVE:
 	case RP_HEARTBEAT:
-		return body == 0 && c->data_port == 0 && c->rate_kbps == 0 ? 0 : -1;
+		return body == 0 && c->data_port == 0 && c->rate_kbps == 0 && !le32(p + 24) ? 0
+											    : -1;
 	case RP_NACK:
 		c->flags = c->data_port; /* bytes 6-7 carry the NACK's flags */
 		c->data_port = 0;

@@ -1198,7 +1198,7 @@ static int relay_setup(relay *r)
 {
 	r->hz = rte_get_tsc_hz();
 	for (unsigned i = 0; i < r->cf.n_keys; i++) {
-		char err[512];
+		char err[512] = "libsodium did not initialise";
 		if (rp_auth_init() || rp_auth_load(&r->auth, r->cf.key_paths[i], err, sizeof(err))) {
 			fprintf(stderr, "bfpatch-relay: %s\n", err);
 			return -1;
@@ -1220,8 +1220,15 @@ static int relay_setup(relay *r)
 		r->n_ports = 0;
 		return -1;
 	}
-	for (unsigned i = 0; i < r->cf.n_ip; i++)
+	/* a port without --ip of its own uses the first port's that has one */
+	uint32_t ip_any = 0;
+	for (unsigned i = 0; i < r->cf.n_ip && !ip_any; i++)
+		ip_any = r->cf.ip[i];
+	for (unsigned i = 0; i < r->cf.n_ip; i++) {
+		if (!r->cf.ip[i])
+			r->cf.ip[i] = ip_any;
 		r->addrs.ip[r->addrs.n_ip++] = r->cf.ip[i];
+	}
 	r->addrs.data_port = r->cf.data_port;
 	r->addrs.control_port = r->cf.control_port;
 	r->addrs.check_crc = r->cf.check_crc;

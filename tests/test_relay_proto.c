@@ -228,6 +228,20 @@ static void test_control_messages_round_trip_and_reject_damage(void **state)
 	c.data_port = 0; /* a JOIN must say where to send */
 	n = rp_ctl_build(buf, sizeof(buf), &c);
 	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
+	/* JOIN, LEAVE, HEARTBEAT: count (bytes 24-27) unused, so 0 */
+	for (uint8_t t = RP_JOIN; t <= RP_HEARTBEAT; t++) {
+		if (t == RP_NACK)
+			continue;
+		c.type = t;
+		c.data_port = t == RP_JOIN ? 7500 : 0;
+		c.rate_kbps = 0;
+		n = rp_ctl_build(buf, sizeof(buf), &c);
+		assert_int_equal(rp_ctl_parse(buf, n, &d), 0);
+		buf[24] = 1;
+		uint32_t crc = bfp_crc32c(0, buf, n - 4);
+		memcpy(buf + n - 4, &crc, 4);
+		assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
+	}
 	memset(&c, 0, sizeof(c));
 	c.type = RP_NACK; /* the KEY flag round-trips; other flag bits are refused */
 	c.n_ranges = 1;
