@@ -551,6 +551,24 @@ static int commit(shim *s, slot *sl)
 	return 0;
 }
 
+/* The newest version reachable from first through complete patches: an
+ * actor several versions behind catches up at one safe point. */
+static uint32_t staged_through(const shim *s, const slot *first)
+{
+	uint32_t far = first->target;
+	for (int more = 1; more;) {
+		more = 0;
+		for (unsigned i = 0; i < SLOTS && !more; i++) {
+			const slot *k = &s->slots[i];
+			if (k->used && !k->key && k->base == far && slot_complete(k)) {
+				far = k->target;
+				more = 1;
+			}
+		}
+	}
+	return far;
+}
+
 /* Commit what is complete, in order, as far as the safe point allows. */
 static int try_commit(shim *s)
 {
@@ -559,10 +577,11 @@ static int try_commit(shim *s)
 		/* the safe point gates ordinary commits only: an interrupted
 		 * commit or an invalid buffer is no version an actor can use */
 		if (s->safe_point && state(s) == WBUF_READY) {
-			if (atomic_load(&s->w.h->staged) != n->target) {
-				atomic_store(&s->w.h->staged, n->target);
+			uint32_t far = staged_through(s, n);
+			if (atomic_load(&s->w.h->staged) != far) {
+				atomic_store(&s->w.h->staged, far);
 				printf("bfpatch-shim: version %u staged; waiting for the actor's safe "
-				       "point\n", n->target);
+				       "point\n", far);
 				fflush(stdout);
 			}
 			uint32_t allow = atomic_load(&s->w.h->allow);
