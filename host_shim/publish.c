@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -568,13 +569,14 @@ typedef struct source {
 	const char *dir;
 	wbuf w;                 /* --buffer */
 	int is_buffer;
+	const char *path;       /* --buffer: its path, and the file mapped */
+	dev_t dev;
+	ino_t ino;
 	model proto;            /* the buffer's layout (no params) */
 	uint32_t failing;       /* --dir: the version whose file fails to load */
 	double failing_since;
 } source;
 
-/* The version after ver, if there is one yet: 1 and *nw loaded, 0 if
- * not yet, -1 on error. */
 /* Whether a process has path open for writing: a checkpoint written in
  * place (not renamed into the directory) is taken only once its writer
  * closed it, even if its size already looks right (a preallocated file).
@@ -593,6 +595,33 @@ static int being_written(const char *path)
 	return busy;
 }
 
+/* A buffer file replaced at its path (a trainer that recreated it): map
+ * the new one if it holds the same model. */
+static void source_follow_buffer(source *S)
+{
+	struct stat sb;
+	if (stat(S->path, &sb) != 0 || (sb.st_dev == S->dev && sb.st_ino == S->ino))
+		return;
+	char err[ERRLEN];
+	wbuf nw;
+	if (wbuf_open(&nw, S->path, err, sizeof(err)))
+		return; /* half made: try again */
+	S->dev = sb.st_dev;
+	S->ino = sb.st_ino;
+	if (nw.h->model_id != S->w.h->model_id || nw.h->n_params != S->w.h->n_params) {
+		fprintf(stderr, "bfpatch publish: %s was replaced by a buffer of another model; "
+			"still publishing from the one mapped before\n", S->path);
+		wbuf_close(&nw);
+		return;
+	}
+	fprintf(stderr, "bfpatch publish: %s was replaced; following the new buffer (at version "
+		"%u)\n", S->path, atomic_load(&nw.h->version));
+	wbuf_close(&S->w);
+	S->w = nw;
+}
+
+/* The version after ver, if there is one yet: 1 and *nw loaded, 0 if
+ * not yet, -1 on error. */
 static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char *err,
 		       size_t errlen)
 {
@@ -616,6 +645,7 @@ static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char 
 		*nver = ver + 1;
 		return 1;
 	}
+	source_follow_buffer(S);
 	uint32_t v = atomic_load(&S->w.h->version);
 	if (v <= ver || atomic_load(&S->w.h->state) != WBUF_READY)
 		return 0;
@@ -665,6 +695,12 @@ static int source_open_buffer(source *S, const char *path, model *cur, char *err
 	if (wbuf_open(&S->w, path, err, errlen))
 		return -1;
 	S->is_buffer = 1;
+	S->path = path;
+	struct stat sb;
+	if (fstat(S->w.fd, &sb) == 0) {
+		S->dev = sb.st_dev;
+		S->ino = sb.st_ino;
+	}
 	const wbuf_hdr *h = S->w.h;
 	int rc;
 	if (h->st_len) {

@@ -506,4 +506,47 @@ with open(sys.argv[1], 'r+b') as f:
 grep -q "not a bfpatch weight buffer (bad header)" "$T/publish14.log" ||
 	fail "no clear error for a bad weight buffer header: $(cat "$T/publish14.log")"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish --buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__"
+
+# the trainer's buffer replaced at its path (recreated: a new file): the
+# publisher follows it; here the replacement holds version 4, every
+# weight of one range one step up
+"$SHIM" --buffer "$SHM.c2" --init "$T/traj/step-0003.safetensors" \
+	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 20)) --exit-after 60 \
+	> "$T/shimc2.log" 2>&1 &
+PIDS=$!
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(64); f.write(struct.pack('<I', 3))  # the --init buffer is at 0: call it 3" "$SHM.c2"
+wait_line "listening on" "$T/shimc2.log"
+"$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
+	--steps 4 --linger 2 > "$T/publish22.log" 2>&1 &
+PUB=$!
+wait_line "subscriber" "$T/publish22.log"
+python3 - "$SHM.t" "$SHM.t.new" <<'PY' || fail "replacing the trainer's buffer"
+import shutil, struct, sys
+shutil.copyfile(sys.argv[1], sys.argv[2])
+with open(sys.argv[2], "r+b") as f:
+    b = bytearray(f.read())
+    off = struct.unpack_from("<Q", b, 48)[0]
+    for i in range(1000, 3000):
+        w = struct.unpack_from("<H", b, off + 2 * i)[0]
+        struct.pack_into("<H", b, off + 2 * i, (w + 1) & 0xFFFF if w & 0x7F80 != 0x7F80 else w)
+    struct.pack_into("<I", b, 64, 4)
+    f.seek(0)
+    f.write(b)
+PY
+mv "$SHM.t.new" "$SHM.t"
+wait $PUB || fail "publish --buffer (replaced)"
+wait_line "committed version 3 -> 4" "$T/shimc2.log" || fail "the replaced buffer's version was not published"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "was replaced; following the new buffer" "$T/publish22.log" || fail "no word of the replaced buffer"
+python3 -c "
+import hashlib, struct, sys
+def data(p):
+    b = open(p, 'rb').read()
+    off, n = struct.unpack_from('<QQ', b, 48)
+    return hashlib.sha256(b[off:off + 2 * n]).digest()
+sys.exit(0 if data(sys.argv[1]) == data(sys.argv[2]) else 1)" "$SHM.t" "$SHM.c2" ||
+	fail "the actor's buffer differs from the replaced trainer buffer"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path"
