@@ -132,6 +132,8 @@ typedef struct shim {
 		uint32_t *len;
 		uint64_t bytes, verified;
 		double t0;
+		bfp_decoder *dec;   /* and its zstd workspace, kept between streams */
+		void *zws;
 	} ip;
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
@@ -714,7 +716,11 @@ static void inplace_reset(shim *s)
 	free(s->ip.done);
 	free(s->ip.begin);
 	free(s->ip.len);
+	bfp_decoder *dec = s->ip.dec;
+	void *zws = s->ip.zws;
 	memset(&s->ip, 0, sizeof(s->ip));
+	s->ip.dec = dec;
+	s->ip.zws = zws;
 }
 
 /* A keyframe stream goes into the buffer in place when staging it would
@@ -763,7 +769,15 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 		ip->done = calloc(h->frame_count, 1);
 		ip->begin = calloc(h->frame_count, sizeof(*ip->begin));
 		ip->len = calloc(h->frame_count, sizeof(*ip->len));
-		if (!ip->done || !ip->begin || !ip->len) {
+		size_t zsz = bfp_zstd_workspace_size();
+		if (!ip->dec && (ip->dec = malloc(sizeof(*ip->dec))) &&
+		    bfp_decoder_init(ip->dec, 0) != BFP_OK) {
+			free(ip->dec);
+			ip->dec = NULL;
+		}
+		if (zsz && !ip->zws)
+			ip->zws = malloc(zsz);
+		if (!ip->done || !ip->begin || !ip->len || !ip->dec || (zsz && !ip->zws)) {
 			inplace_reset(s);
 			return -1;
 		}
@@ -780,15 +794,16 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 		s->dup++;
 		return 0;
 	}
-	char err[256];
-	apply_ctl ctl = {.threads = 1};
-	apply_result res;
-	uint32_t l32 = (uint32_t)len;
-	if (patch_apply_frames(&p, &l32, 1, s->w.params, s->w.h->n_params, s->w.h->model_id, 0,
-			       &ctl, &res, err, sizeof(err))) {
+	bfp_apply_opts o;
+	memset(&o, 0, sizeof(o));
+	o.model_id = s->w.h->model_id;
+	o.zstd_workspace = ip->zws;
+	o.zstd_workspace_size = ip->zws ? bfp_zstd_workspace_size() : 0;
+	bfp_status st = bfp_decode_apply(ip->dec, &o, p, len, s->w.params, s->w.h->n_params, NULL);
+	if (st != BFP_OK) { /* checked before anything is written */
 		if (s->prep_fail++ < 10)
 			fprintf(stderr, "bfpatch-shim: keyframe %u of version %u refused: %s\n",
-				h->frame_index, h->target_version, err);
+				h->frame_index, h->target_version, bfp_status_str(st));
 		s->bad++;
 		return 0;
 	}
@@ -797,7 +812,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 	ip->len[h->frame_index] = h->range_len;
 	ip->have++;
 	ip->bytes += len;
-	ip->verified += res.verified_bytes;
+	ip->verified += 2 * (uint64_t)h->range_len; /* its hash was checked */
 	s->last_frame = now_s();
 	s->next_nack = s->last_frame + s->nack_backoff_ms / 1e3;
 	s->nack_rounds = 0;
@@ -1301,6 +1316,8 @@ int main(int argc, char **argv)
 	}
 	print_stats(&s);
 	inplace_reset(&s);
+	free(s.ip.dec);
+	free(s.ip.zws);
 	wbuf_undo_close(&s.undo);
 	events_emit(&s.ev, "stats", "\"frames\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"dup\":%"
 		    PRIu64 ",\"old\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"nacks\":%" PRIu64
