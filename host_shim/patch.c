@@ -628,8 +628,8 @@ typedef struct apply_job {
 	int status;
 } apply_job;
 
-/* Decode and verify frame f (nothing written), journal what it will
- * overwrite, write it, and close the journal entry: the journalled
+/* Decode and verify delta frame f (nothing written), journal what it
+ * will overwrite, write it, and close the journal entry: the journalled
  * version of bfp_decode_apply. */
 static bfp_status apply_journalled(apply_job *j, unsigned worker, bfp_decoder *dec,
 				   const bfp_apply_opts *ao, const uint8_t *f, uint32_t len,
@@ -639,15 +639,10 @@ static bfp_status apply_journalled(apply_job *j, unsigned worker, bfp_decoder *d
 	bfp_status st = bfp_frame_parse(f, len, h);
 	if (st != BFP_OK)
 		return st;
-	if (!bfp_encoding_is_delta(h->encoding)) {
-		/* a keyframe: its whole range (at most 8192 words) */
-		if (h->range_begin >= j->n || h->range_len > j->n - h->range_begin)
-			return BFP_E_RANGE;
-		c->undo_note(c->undo, worker, h->range_begin, NULL, h->range_len);
-		st = bfp_decode_apply(dec, ao, f, len, j->params, j->n, h);
-		c->undo_done(c->undo, worker);
-		return st;
-	}
+	/* a keyframe needs no journal: it applies to whatever its range
+	 * holds, so one cut short is simply applied again */
+	if (!bfp_encoding_is_delta(h->encoding))
+		return bfp_decode_apply(dec, ao, f, len, j->params, j->n, h);
 	st = bfp_decode_verify(dec, ao, f, len, j->params, j->n, h);
 	if (st != BFP_OK)
 		return st;

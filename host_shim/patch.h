@@ -98,11 +98,11 @@ typedef struct apply_ctl {
 	 * instead of decoding the frame, then check that its range hashes to
 	 * the frame's target (it catches a buffer that changed since) */
 	const frame_changes *const *changes;
-	/* optional undo journal (wbuf_undo): before a frame's values are
-	 * written, undo_note(undo, worker, range_begin, pos, n) keeps the
-	 * values at those offsets (pos NULL: the whole range of n), and
-	 * undo_done(undo, worker) once they are written; worker is below the
-	 * number of threads */
+	/* optional undo journal (wbuf_undo): before a delta frame's values
+	 * are written, undo_note(undo, worker, range_begin, pos, n) keeps the
+	 * values at those offsets, and undo_done(undo, worker) once they are
+	 * written; worker is below the number of threads. Keyframes are not
+	 * journalled: they apply over any contents */
 	void (*undo_note)(void *undo, unsigned worker, uint64_t begin, const uint32_t *pos,
 			  uint32_t n);
 	void (*undo_done)(void *undo, unsigned worker);

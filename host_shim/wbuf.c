@@ -115,17 +115,15 @@ void wbuf_close(wbuf *w)
 
 /* ---- undo journal ---- */
 
-#define UNDO_MAX BFP_CHANGES_MAX /* changes of a frame, or words of a keyframe's range */
-_Static_assert(UNDO_MAX >= 8192, "a keyframe range fits a slot");
+#define UNDO_MAX BFP_CHANGES_MAX /* changes of a frame */
 
 typedef struct undo_slot {
 	_Atomic uint32_t valid;
 	uint32_t n;
 	uint64_t begin;
-	uint32_t whole;         /* the n values from begin; else at pos[] */
-	uint32_t pad;
-	uint32_t pos[UNDO_MAX];
-	uint16_t old[UNDO_MAX];
+	uint32_t reserved[2];   /* 0 */
+	uint32_t pos[UNDO_MAX]; /* offsets from begin */
+	uint16_t old[UNDO_MAX]; /* the values there before the frame */
 } undo_slot;
 
 #define UNDO_SLOT_BYTES ((sizeof(undo_slot) + 4095) / 4096 * 4096)
@@ -189,14 +187,9 @@ void wbuf_undo_note(void *arg, unsigned slot, uint64_t begin, const uint32_t *po
 	const uint16_t *p = u->params + begin;
 	j->begin = begin;
 	j->n = n;
-	j->whole = pos == NULL;
-	if (pos) {
-		for (uint32_t k = 0; k < n; k++) {
-			j->pos[k] = pos[k];
-			j->old[k] = p[pos[k]];
-		}
-	} else {
-		memcpy(j->old, p, (size_t)n * 2);
+	for (uint32_t k = 0; k < n; k++) {
+		j->pos[k] = pos[k];
+		j->old[k] = p[pos[k]];
 	}
 	atomic_store_explicit(&j->valid, 1, memory_order_release);
 }
@@ -219,16 +212,11 @@ unsigned wbuf_undo_rollback(wbuf_undo *u, int discard)
 			continue;
 		}
 		/* a slot that does not fit the buffer is not this buffer's */
-		if (j->n <= UNDO_MAX && j->begin < u->n_params &&
-		    (j->whole ? j->n <= u->n_params - j->begin : 1)) {
+		if (j->n <= UNDO_MAX && j->begin < u->n_params) {
 			uint16_t *p = u->params + j->begin;
-			if (j->whole) {
-				memcpy(p, j->old, (size_t)j->n * 2);
-			} else {
-				for (uint32_t k = 0; k < j->n; k++)
-					if (j->pos[k] < u->n_params - j->begin)
-						p[j->pos[k]] = j->old[k];
-			}
+			for (uint32_t k = 0; k < j->n; k++)
+				if (j->pos[k] < u->n_params - j->begin)
+					p[j->pos[k]] = j->old[k];
 			restored++;
 		}
 		atomic_store(&j->valid, 0);

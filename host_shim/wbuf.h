@@ -96,8 +96,8 @@ typedef struct wbuf_undo {
 int wbuf_undo_open(wbuf_undo *u, const wbuf *w, const char *path, unsigned slots, char *err,
 		   size_t errlen);
 void wbuf_undo_close(wbuf_undo *u);
-/* Before writing: keep params[begin + pos[k]] for k < n (pos NULL: the n
- * values from begin). After writing: done. For apply_ctl's hooks. */
+/* Before writing: keep params[begin + pos[k]] for k < n (at most
+ * BFP_CHANGES_MAX). After writing: done. For apply_ctl's hooks. */
 void wbuf_undo_note(void *u, unsigned slot, uint64_t begin, const uint32_t *pos, uint32_t n);
 void wbuf_undo_done(void *u, unsigned slot);
 /* Put back what the journal holds (ranges cut short by a crash; only

@@ -92,7 +92,7 @@ with open(shm, "r+b") as f:
     ch = [i for i in range(rlen) if m[off + 2 * (begin + i): off + 2 * (begin + i) + 2] !=
           target[2 * (begin + i): 2 * (begin + i) + 2]]
     assert len(ch) > 2, "frame without changes"
-    j = bytearray(struct.pack("<IIQII", 0, len(ch), begin, 0, 0))
+    j = bytearray(struct.pack("<IIQII", 0, len(ch), begin, 0, 0))  # valid, n, begin, 0, 0
     j += struct.pack("<%dI" % len(ch), *ch) + bytes(4 * (35760 - len(ch)))
     j += b"".join(bytes(m[off + 2 * (begin + i): off + 2 * (begin + i) + 2]) for i in ch)
     with open(shm + ".undo", "r+b") as u:
