@@ -238,41 +238,19 @@ static slot *next_slot(shim *s, int complete)
 static void send_nack(shim *s)
 {
 	rp_ctl c;
-	slot *sl = next_slot(s, 0);
+	const struct inplace *ip = s->ip.done ? &s->ip : NULL; /* a stream written in place */
+	slot *sl = ip ? NULL : next_slot(s, 0);
 	memset(&c, 0, sizeof(c));
-	if (s->ip.done) { /* the keyframe stream written in place */
-		c.type = RP_NACK;
-		c.flags = RP_NACK_KEY;
-		c.model_id = s->w.h->model_id;
-		c.version = s->ip.target;
-		uint32_t asked = 0;
-		for (uint32_t i = 0; i < s->ip.count && c.n_ranges < RP_NACK_MAX; i++) {
-			if (s->ip.done[i])
-				continue;
-			asked++;
-			rp_range *l = c.n_ranges ? &c.ranges[c.n_ranges - 1] : NULL;
-			if (l && l->first + l->count == i)
-				l->count++;
-			else
-				c.ranges[c.n_ranges++] = (rp_range){i, 1};
-		}
-		if (c.n_ranges) {
-			ctl_send(s, &c);
-			s->nacks++;
-			events_emit(&s->ev, "nack", "\"version\":%u,\"frames\":%u", c.version, asked);
-		}
-		return;
-	}
 	c.type = RP_NACK;
-	c.flags = sl && sl->key ? RP_NACK_KEY : 0;
+	c.flags = ip || (sl && sl->key) ? RP_NACK_KEY : 0;
 	c.model_id = s->w.h->model_id;
-	c.version = sl ? sl->target : floor_version(s);
-	if (!sl) /* nothing of it arrived, later versions did: ask for it all */
+	c.version = ip ? ip->target : sl ? sl->target : floor_version(s);
+	if (!ip && !sl) /* nothing of it arrived, later versions did: ask for it all */
 		c.ranges[c.n_ranges++] = (rp_range){0, 4096};
-	uint32_t asked = sl ? 0 : 4096;
-	uint32_t known = sl ? (sl->count ? sl->count : sl->hi) : 0;
+	uint32_t asked = ip || sl ? 0 : 4096;
+	uint32_t known = ip ? ip->count : sl ? (sl->count ? sl->count : sl->hi) : 0;
 	for (uint32_t i = 0; i < known && c.n_ranges < RP_NACK_MAX; i++) {
-		if (i < sl->cap && sl->frames[i])
+		if (ip ? ip->done[i] : (i < sl->cap && sl->frames[i]))
 			continue;
 		asked++;
 		rp_range *l = c.n_ranges ? &c.ranges[c.n_ranges - 1] : NULL;
@@ -292,7 +270,7 @@ static void send_nack(shim *s)
 	ctl_send(s, &c);
 	s->nacks++;
 	events_emit(&s->ev, "nack", "\"version\":%u,\"frames\":%u", c.version, asked);
-	if (++s->nack_rounds == NACK_GIVE_UP && !s->want_key) {
+	if (!ip && ++s->nack_rounds == NACK_GIVE_UP && !s->want_key) {
 		/* nobody holds that patch any more: start over from keyframes */
 		s->want_key = 1;
 		s->resyncs++;
