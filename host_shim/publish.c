@@ -678,6 +678,10 @@ static int steps_scan(const char *dir, uint32_t *lo, uint32_t *hi)
 		    len != 5 + digits + strlen(".safetensors"))
 			continue;
 		uint32_t v = (uint32_t)strtoul(n + 5, NULL, 10);
+		char canon[32]; /* only the name the publisher reads: step-%04u */
+		snprintf(canon, sizeof(canon), "step-%04u.safetensors", v);
+		if (strcmp(canon, n) != 0)
+			continue;
 		if (!found || v < *lo)
 			*lo = v;
 		if (!found || v > *hi)
@@ -880,6 +884,10 @@ int cmd_publish(int argc, char **argv)
 	history_load(&P, cur.model_id, ver);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+	/* being_written's lease probe: a writer opening the file meanwhile
+	 * breaks the lease, and the kernel says so with SIGIO (fatal unless
+	 * ignored) */
+	signal(SIGIO, SIG_IGN);
 	fprintf(stderr, "bfpatch publish: version %u from %s, %" PRIu64 " parameters%s\n", ver,
 		buffer ? buffer : dir, cur.n_params, keyframes ? ", keyframes only" : "");
 	events_emit(&P.ev, "start", "\"params\":%" PRIu64 ",\"model_id\":\"%016" PRIx64

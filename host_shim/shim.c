@@ -412,6 +412,8 @@ static int commit_prepared(shim *s, slot *sl, uint32_t base, const apply_ctl *ct
 	return failed;
 }
 
+static void inplace_reset(shim *s);
+
 /* Apply every frame of sl into the buffer, verified, and publish it. */
 static int commit(shim *s, slot *sl)
 {
@@ -498,6 +500,7 @@ static int commit(shim *s, slot *sl)
 	events_emit(&s->ev, "apply_end", "\"version\":%u,\"verified_bytes\":%" PRIu64
 		    ",\"backend\":\"%s\"", sl->target, res.verified_bytes, backend);
 	wbuf_end(&s->w);
+	inplace_reset(s); /* a stream written in place so far is of no use now */
 	double ms = (now_s() - t0) * 1e3;
 	s->commits++;
 	s->key_commits += key;
@@ -711,8 +714,14 @@ static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
 {
 	if (!h->frame_count)
 		return 0; /* streamed keyframes: their count comes last */
-	if (s->ip.done)
-		return 1;
+	if (s->ip.done) {
+		if (state(s) == WBUF_RESYNC)
+			return 1;
+		inplace_reset(s); /* a version was committed meanwhile: never write into it */
+	}
+	for (unsigned i = 0; i < SLOTS; i++) /* a stream already being staged stays so */
+		if (s->slots[i].used && s->slots[i].key && s->slots[i].target == h->target_version)
+			return 0;
 	if ((uint64_t)h->frame_count * len <= s->max_stage / 2)
 		return 0;
 	if (state(s) == WBUF_RESYNC)
@@ -732,6 +741,11 @@ static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
 static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_header *h)
 {
 	struct inplace *ip = &s->ip;
+	if (state(s) != WBUF_RESYNC) { /* the buffer holds a version: not in place */
+		inplace_reset(s);
+		s->bad++;
+		return 0;
+	}
 	if (ip->done && (h->target_version != ip->target || h->frame_count != ip->count)) {
 		if (h->target_version < ip->target) {
 			s->old++;

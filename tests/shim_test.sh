@@ -441,6 +441,53 @@ grep -q "version 3 from $T/pruned" "$T/publish19.log" || fail "--resume did not 
 	fail "publish from an empty directory succeeded"
 grep -q "no checkpoint" "$T/publish20.log" || fail "no clear error for an empty directory"
 
+# a keyframe stream being written in place (buffer in RESYNC) when another
+# keyframe stream, staged (streamed frames, count unknown), completes and
+# commits version 1: the rest of the in-place stream must not be written
+# into the buffer that now holds version 1
+"$BFP" diff -q -k --target-version 2 "$T/traj/step-0000.safetensors" \
+	"$T/traj/step-0002.safetensors" -o "$T/k2" || fail "keyframes of version 2"
+"$BFP" diff -q -k --target-version 1 "$T/traj/step-0000.safetensors" \
+	"$T/traj/step-0001.safetensors" -o "$T/k1" || fail "keyframes of version 1"
+cp "$SHM.1" "$SHM.ip2"
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(64); f.write(struct.pack('<II', 0, 2))  # version 0, RESYNC" "$SHM.ip2"
+"$SHIM" --buffer "$SHM.ip2" --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 21)) \
+	--max-stage 4194304 --exit-after 30 > "$T/shimip2.log" 2>&1 &
+PIDS=$!
+wait_line "listening on" "$T/shimip2.log"
+python3 - "$T/k2" "$T/k1" $((port + 21)) "$HERE" <<'PY' || fail "sending keyframe streams"
+import socket, struct, sys, time
+sys.path[:0] = [sys.argv[4], sys.argv[4] + "/relay"]
+from kat_check import crc32c
+from tap_peers import frames
+k2, k1 = frames(sys.argv[1]), frames(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+to = ("127.0.0.1", int(sys.argv[3]))
+def send(fs):
+    for f in fs:
+        s.sendto(f, to)
+        time.sleep(0.0002)
+send(k2[: len(k2) // 2])          # in place
+time.sleep(0.5)
+streamed = []
+for f in k1:                      # streamed: frame_count 0
+    f = bytearray(f)
+    struct.pack_into("<I", f, 28, 0)
+    struct.pack_into("<I", f, 56, crc32c(bytes(f[60:]), crc32c(bytes(f[:56]))))
+    streamed.append(bytes(f))
+send(streamed)
+time.sleep(1.0)
+send(k2[len(k2) // 2:])           # the rest of the in-place stream
+time.sleep(0.5)
+PY
+wait_line "committed version 0 -> 1 (keyframe resync)" "$T/shimip2.log" || fail "the staged keyframe stream was not committed"
+kill -TERM $PIDS; wait; PIDS=""
+check_buffers "$T/traj/step-0001.safetensors" "$SHM.ip2" ||
+	fail "a keyframe stream written in place wrote into a committed version"
+
 # the history keeps the newest --keep patches, and a temporary a killed
 # publisher left there is removed at start
 mkdir "$T/hist2"
@@ -549,4 +596,4 @@ def data(p):
     return hashlib.sha256(b[off:off + 2 * n]).digest()
 sys.exit(0 if data(sys.argv[1]) == data(sys.argv[2]) else 1)" "$SHM.t" "$SHM.c2" ||
 	fail "the actor's buffer differs from the replaced trainer buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version"
