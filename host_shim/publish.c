@@ -107,6 +107,7 @@ typedef struct pub {
 	rp_auth auth;           /* --key: frames and heartbeats signed, JOIN/NACK verified */
 	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors, auth_fail;
 	int told_full;          /* "subscriber table full" was said */
+	uint64_t model_id;      /* of every version published */
 } pub;
 
 static volatile sig_atomic_t quit;
@@ -218,14 +219,6 @@ static void pub_send_one(pub *P, pub_sub *s, const patch *p, size_t first, size_
 	pub_send(P, p, first, count, to, 1);
 }
 
-/* Whether p's frames are of model m (0 in a control message: any). */
-static int patch_is_model(const patch *p, uint64_t m)
-{
-	bfp_frame_header h;
-	return m == 0 || (p->n && bfp_frame_parse(p->buf, p->off[1], &h) == BFP_OK &&
-			  h.model_id == m);
-}
-
 static int is_key(const patch *p)
 {
 	bfp_frame_header h;
@@ -320,7 +313,7 @@ static void pub_control(pub *P)
 		P->nacks++;
 		const patch *p = (c.flags & RP_NACK_KEY) ? key_find(P, c.version)
 						       : hist_find(P, c.version);
-		if (!p || !patch_is_model(p, c.model_id))
+		if (!p || (c.model_id && c.model_id != P->model_id))
 			continue; /* not held any more (catch-up handles it), or not ours */
 		/* at most RP_NACK_ANSWER_MAX frames per NACK, however its ranges
 		 * overlap (PROTOCOL.md 2.4) */
@@ -881,6 +874,7 @@ int cmd_publish(int argc, char **argv)
 		if (model_load(&cur, path, err, sizeof(err)))
 			return die("publish", err);
 	}
+	P.model_id = cur.model_id;
 	history_load(&P, cur.model_id, ver);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
