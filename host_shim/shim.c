@@ -414,6 +414,21 @@ static int commit_prepared(shim *s, slot *sl, uint32_t base, const apply_ctl *ct
 
 static void inplace_reset(shim *s);
 
+/* The buffer now holds version target: drop what that made stale (slots
+ * up to it, a keyframe stream written in place so far), reset repair, and
+ * tell upstream the version held. */
+static void committed_to(shim *s, uint32_t target)
+{
+	inplace_reset(s);
+	for (unsigned i = 0; i < SLOTS; i++)
+		if (s->slots[i].used && s->slots[i].target <= target)
+			slot_free(s, &s->slots[i]);
+	s->nack_backoff_ms = s->nack_ms;
+	s->nack_rounds = 0;
+	s->want_key = 0;
+	join(s);
+}
+
 /* Apply every frame of sl into the buffer, verified, and publish it. */
 static int commit(shim *s, slot *sl)
 {
@@ -500,7 +515,6 @@ static int commit(shim *s, slot *sl)
 	events_emit(&s->ev, "apply_end", "\"version\":%u,\"verified_bytes\":%" PRIu64
 		    ",\"backend\":\"%s\"", sl->target, res.verified_bytes, backend);
 	wbuf_end(&s->w);
-	inplace_reset(s); /* a stream written in place so far is of no use now */
 	double ms = (now_s() - t0) * 1e3;
 	s->commits++;
 	s->key_commits += key;
@@ -522,15 +536,7 @@ static int commit(shim *s, slot *sl)
 	       key ? " (keyframe resync)" : "", sl->count, sl->bytes, res.verified_bytes, ms,
 	       backend, how);
 	fflush(stdout);
-	uint32_t done = sl->target;
-	slot_free(s, sl);
-	for (unsigned i = 0; i < SLOTS; i++) /* what that made stale */
-		if (s->slots[i].used && s->slots[i].target <= done)
-			slot_free(s, &s->slots[i]);
-	s->nack_backoff_ms = s->nack_ms;
-	s->nack_rounds = 0;
-	s->want_key = 0;
-	join(s); /* tell upstream the version we hold now */
+	committed_to(s, sl->target); /* sl among them */
 	return 0;
 }
 
@@ -835,13 +841,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 	       "frames, %" PRIu64 " bytes, %" PRIu64 " bytes verified, %.1f ms since its first "
 	       "frame\n", base, target, ip->count, ip->bytes, ip->verified, ms);
 	fflush(stdout);
-	inplace_reset(s);
-	for (unsigned i = 0; i < SLOTS; i++) /* what that made stale */
-		if (s->slots[i].used && s->slots[i].target <= target)
-			slot_free(s, &s->slots[i]);
-	s->nack_backoff_ms = s->nack_ms;
-	s->want_key = 0;
-	join(s);
+	committed_to(s, target);
 	return 0;
 }
 
