@@ -14,6 +14,15 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/test_lib.sh"
 test_setup test
 port=$((20000 + $$ % 20000))
+# start_shim NAME ARGS...: bfpatch-shim on the weight buffer $SHM.NAME with
+# ARGS, logging to $T/shimNAME.log, added to $PIDS; returns once it listens
+start_shim() {
+	n=$1
+	shift
+	"$SHIM" --buffer "$SHM.$n" "$@" > "$T/shim$n.log" 2>&1 &
+	PIDS="$PIDS $!"
+	wait_line "listening on" "$T/shim$n.log" || fail "shim $n did not start"
+}
 
 "$BFP" synth -o "$T/traj" -p 2M -n 3 -S 8 2>/dev/null || fail synth
 # frames of version 1 (the publisher's frame size is the default, too)
@@ -105,9 +114,8 @@ with open(shm, "r+b") as f:
 print("simulated a crash after %d of %d frames, and in the middle of the next" %
       (len(ranges) // 2, len(ranges)))
 PY
-"$SHIM" --buffer "$SHM.x" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 9)) \
-	--exit-after 40 > "$T/shimx.log" 2>&1 &
-PIDS=$!
+start_shim x --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 9)) \
+	--exit-after 40
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
 	--steps 1 --linger 2 > "$T/publish2.log" 2>&1 || fail publish
 wait_line "committed version 0 -> 1" "$T/shimx.log"
@@ -123,16 +131,14 @@ check_buffers "$T/traj/step-0001.safetensors" "$SHM.x" || fail "recovered buffer
 mkdir "$T/live"
 cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" \
 	"$T/traj/step-0002.safetensors" "$T/live/"
-"$SHIM" --buffer "$SHM.a" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 5)) --exit-after 40 > "$T/shima.log" 2>&1 &
-PIDS=$!
+start_shim a --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 5)) --exit-after 40
 "$BFP" publish --dir "$T/live" --listen 127.0.0.1:$port --wait-subscribers 1 --keep 1 \
 	--steps 3 --linger 2 > "$T/publish3.log" 2>&1 &
 PUB=$!
 wait_line "committed version 1 -> 2" "$T/shima.log"
-"$SHIM" --buffer "$SHM.b" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 6)) --exit-after 40 > "$T/shimb.log" 2>&1 &
-PIDS="$PIDS $!"
+start_shim b --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 6)) --exit-after 40
 wait_line "keyframe resync" "$T/shimb.log"
 cp "$T/traj/step-0003.safetensors" "$T/live/"
 wait $PUB || fail "publish (late joiner)"
@@ -149,11 +155,8 @@ check_buffers "$T/traj/step-0003.safetensors" "$SHM.a" "$SHM.b" || fail "late jo
 # refused (and the frame fetched again), at most 3 times before the shim
 # stops trying; the commit the actor allows fails verification, and a
 # keyframe resync ends bit-exact
-"$SHIM" --buffer "$SHM.r" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 12)) --commit safe-point --nack-ms 20 --exit-after 40 \
-	> "$T/shimr.log" 2>&1 &
-PIDS=$!
-wait_line "listening on" "$T/shimr.log"
+start_shim r --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 12)) --commit safe-point --nack-ms 20 --exit-after 40
 python3 - "$SHM.r" "$T/p01" "$HERE/../host_shim/python" > "$T/pyr.log" 2>&1 <<'PY' &
 import mmap, struct, sys
 sys.path.insert(0, sys.argv[3])
@@ -193,10 +196,8 @@ check_buffers "$T/traj/step-0001.safetensors" "$SHM.r" || fail "resync after a d
 # (--sparse-v1, for receivers older than encoding 5), as its history shows
 "$BFP" synth -o "$T/big" -p 8M -n 1 -S 9 2>/dev/null || fail "synth 8M"
 mkdir -p "$T/hist9"
-"$SHIM" --buffer "$SHM.m" --init "$T/big/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 13)) --max-stage 1048576 --exit-after 30 > "$T/shimm.log" 2>&1 &
-PIDS=$!
-wait_line "listening on" "$T/shimm.log"
+start_shim m --init "$T/big/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 13)) --max-stage 1048576 --exit-after 30
 "$BFP" publish --dir "$T/big" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 --sparse-v1 --history "$T/hist9" > "$T/publish9.log" 2>&1 ||
 	fail "publish the 8M model"
@@ -254,10 +255,8 @@ import json, sys
 f = json.load(sys.stdin)['frames_by_encoding']
 sys.exit(0 if f['keyframe'] + f['keyframe_zstd'] > 0 and f['sparse'] > 0 else 1)" ||
 	fail "the re-initialised step made no keyframe-coded frames in its patch"
-"$SHIM" --buffer "$SHM.k" --init "$T/reinit/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 14)) --exit-after 30 > "$T/shimk.log" 2>&1 &
-PIDS=$!
-wait_line "listening on" "$T/shimk.log"
+start_shim k --init "$T/reinit/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 14)) --exit-after 30
 "$BFP" publish --dir "$T/reinit" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 > "$T/publish10.log" 2>&1 || fail "publish the re-initialised step"
 wait_line "committed version 0 -> 1" "$T/shimk.log" 200 || fail "the re-initialised step was not committed"
@@ -268,10 +267,8 @@ check_buffers "$T/reinit/step-0001.safetensors" "$SHM.k" || fail "re-initialised
 
 # jumbo frames, paced: a dense refresh (keyframe streams) in 9000-byte
 # frames at 200 Mbit/s; each sendmmsg batch of them is more than 256 KiB
-"$SHIM" --buffer "$SHM.j" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 15)) --exit-after 30 > "$T/shimj.log" 2>&1 &
-PIDS=$!
-wait_line "listening on" "$T/shimj.log"
+start_shim j --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 15)) --exit-after 30
 timeout 30 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
 	--steps 1 --keyframes --frame-size 9000 --rate 200m --linger 1 > "$T/publish11.log" 2>&1 ||
 	fail "publish --frame-size 9000 --rate 200m did not finish"
@@ -330,9 +327,8 @@ with open(sys.argv[1], 'r+b') as f:
     f.seek(68); f.write(struct.pack('<I', 2))  # state RESYNC, version 3" "$SHM.rs"
 mkdir "$T/only0"
 cp "$T/traj/step-0000.safetensors" "$T/only0/"
-"$SHIM" --buffer "$SHM.rs" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 16)) \
-	--exit-after 30 > "$T/shimrs.log" 2>&1 &
-PIDS=$!
+start_shim rs --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 16)) \
+	--exit-after 30
 "$BFP" publish --dir "$T/only0" --listen 127.0.0.1:$port > "$T/publish15.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "keyframe stream" "$T/publish15.log" || fail "no keyframe stream for the resyncing shim"
@@ -349,10 +345,8 @@ sys.exit(0 if (v, st) == (3, 2) else 1)" "$SHM.rs" || fail "the resyncing buffer
 # publisher takes it only once the writer closed it
 mkdir "$T/inplace"
 cp "$T/traj/step-0000.safetensors" "$T/inplace/"
-"$SHIM" --buffer "$SHM.w" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 17)) --exit-after 30 > "$T/shimw.log" 2>&1 &
-PIDS=$!
-wait_line "listening on" "$T/shimw.log"
+start_shim w --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 17)) --exit-after 30
 "$BFP" publish --dir "$T/inplace" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 > "$T/publish16.log" 2>&1 &
 PUB=$!
@@ -387,9 +381,8 @@ with open(sys.argv[1], 'r+b') as f:
 mkdir "$T/at2"
 cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" \
 	"$T/traj/step-0002.safetensors" "$T/at2/"
-"$SHIM" --buffer "$SHM.ip" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 18)) \
-	--max-stage 4194304 --drop-every 100 --nack-ms 50 --exit-after 30 > "$T/shimip.log" 2>&1 &
-PIDS=$!
+start_shim ip --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 18)) \
+	--max-stage 4194304 --drop-every 100 --nack-ms 50 --exit-after 30
 "$BFP" publish --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish17.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "committed version 0 -> 2 (keyframe resync, written in place)" "$T/shimip.log" 200 ||
@@ -414,10 +407,8 @@ h += b" " * (-len(h) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + b[8 + n:])
 PY
 	fail "writing a checkpoint with new metadata"
-"$SHIM" --buffer "$SHM.md" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 19)) --exit-after 30 > "$T/shimmd.log" 2>&1 &
-PIDS=$!
-wait_line "listening on" "$T/shimmd.log"
+start_shim md --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 19)) --exit-after 30
 "$BFP" publish --dir "$T/meta" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 > "$T/publish21.log" 2>&1 || fail "publish a step with new metadata: $(tail -n 2 "$T/publish21.log")"
 wait_line "committed version 0 -> 1" "$T/shimmd.log" || fail "the step with new metadata was not committed"
@@ -454,10 +445,8 @@ python3 -c "
 import struct, sys
 with open(sys.argv[1], 'r+b') as f:
     f.seek(64); f.write(struct.pack('<II', 0, 2))  # version 0, RESYNC" "$SHM.ip2"
-"$SHIM" --buffer "$SHM.ip2" --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 21)) \
-	--max-stage 4194304 --exit-after 30 > "$T/shimip2.log" 2>&1 &
-PIDS=$!
-wait_line "listening on" "$T/shimip2.log"
+start_shim ip2 --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 21)) \
+	--max-stage 4194304 --exit-after 30
 python3 - "$T/k2" "$T/k1" $((port + 21)) "$HERE" <<'PY' || fail "sending keyframe streams"
 import socket, struct, sys, time
 sys.path[:0] = [sys.argv[4], sys.argv[4] + "/relay"]
@@ -503,9 +492,8 @@ grep -q "removed v00000005-v00000006.bfp.tmp.Ab12Cd" "$T/publish13.log" ||
 # full disk gives ENOSPC): each patch is reported as not kept, nothing
 # partial is left, and publishing goes on; an unwritable one is refused
 mkdir "$T/hist"
-"$SHIM" --buffer "$SHM.h" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 7)) --exit-after 40 > "$T/shimh.log" 2>&1 &
-PIDS=$!
+start_shim h --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 7)) --exit-after 40
 sh -c "trap '' XFSZ; ulimit -f 8; exec '$BFP' publish --dir '$T/traj' --listen 127.0.0.1:$port \
 	--wait-subscribers 1 --steps 3 --linger 2 --history '$T/hist'" > "$T/publish4.log" 2>&1 ||
 	fail "publish with a full history disk"
@@ -523,14 +511,10 @@ grep -q "history.*No such file" "$T/publish5.log" || fail "no clear error for th
 # is written through the C API (wbuf_begin/wbuf_end), here by a shim fed
 # from the checkpoints; a second publisher publishes each version committed
 # into it to another shim
-"$SHIM" --buffer "$SHM.t" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 8)) --exit-after 60 > "$T/shimt.log" 2>&1 &
-PIDS=$!
-"$SHIM" --buffer "$SHM.c" --init "$T/traj/step-0000.safetensors" \
-	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 11)) --exit-after 60 \
-	> "$T/shimc.log" 2>&1 &
-PIDS="$PIDS $!"
-wait_line "listening on" "$T/shimt.log"
+start_shim t --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 8)) --exit-after 60
+start_shim c --init "$T/traj/step-0000.safetensors" \
+	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 11)) --exit-after 60
 "$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
 	--steps 3 --linger 2 > "$T/publish6.log" 2>&1 &
 PUB=$!
@@ -557,15 +541,12 @@ check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish
 # the trainer's buffer replaced at its path (recreated: a new file): the
 # publisher follows it; here the replacement holds version 4, every
 # weight of one range one step up
-"$SHIM" --buffer "$SHM.c2" --init "$T/traj/step-0003.safetensors" \
-	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 20)) --exit-after 60 \
-	> "$T/shimc2.log" 2>&1 &
-PIDS=$!
+start_shim c2 --init "$T/traj/step-0003.safetensors" \
+	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 20)) --exit-after 60
 python3 -c "
 import struct, sys
 with open(sys.argv[1], 'r+b') as f:
     f.seek(64); f.write(struct.pack('<I', 3))  # the --init buffer is at 0: call it 3" "$SHM.c2"
-wait_line "listening on" "$T/shimc2.log"
 "$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
 	--steps 4 --linger 2 > "$T/publish22.log" 2>&1 &
 PUB=$!
