@@ -173,6 +173,7 @@ typedef struct relay {
 		uint64_t id, t;  /* t: TSC of the last news, 0 = free */
 		uint32_t version;
 	} latest[RP_CACHE_MODELS];
+	unsigned latest_hint;    /* the entry noted last */
 	/* frames asked of upstream lately (NACK suppression), direct-mapped */
 	struct nack_memo {
 		uint64_t model, t;
@@ -223,9 +224,13 @@ static int ip_parse(const char *s, uint32_t *out)
  * the upstream, which knows (set, so a publisher that started over at
  * lower versions is followed). Model 0 (an upstream relay built before
  * per-model HEARTBEATs): every model known. A model beyond those tracked
- * takes the slot with the oldest news. */
+ * takes the slot with the oldest news. Called for every frame relayed: a
+ * frame of the version last noted, the usual case, is no news. */
 static void latest_note(relay *r, uint64_t m, uint32_t v, int set)
 {
+	const struct model_latest *h = &r->latest[r->latest_hint];
+	if (!set && m && h->t && h->id == m && v <= h->version)
+		return;
 	uint64_t now = rte_get_tsc_cycles();
 	struct model_latest *slot = NULL, *oldest = &r->latest[0];
 	for (unsigned i = 0; i < RP_CACHE_MODELS; i++) {
@@ -241,7 +246,10 @@ static void latest_note(relay *r, uint64_t m, uint32_t v, int set)
 	}
 	if (!slot && m) {
 		*oldest = (struct model_latest){.id = m, .t = now, .version = v};
+		slot = oldest;
 	}
+	if (slot)
+		r->latest_hint = (unsigned)(slot - r->latest);
 }
 
 static const char *ip_str(uint32_t ip, char *buf)
