@@ -152,10 +152,11 @@ typedef struct relay {
 	unsigned worker_q[MAX_LCORES];  /* RX queue of each worker lcore */
 	uint16_t n_rxq;
 	unsigned rx_reserve;     /* RX mbufs paced queues leave free */
-	int rx_short;            /* fewer free than that: set once per frame
-				  * fanned out or NACK answered, since its
-				  * outputs share one RX mbuf (counting the
-				  * pool walks every lcore's cache) */
+	int rx_short;            /* fewer free than that (-1: not counted yet):
+				  * counted at most once per frame fanned out
+				  * or NACK answered, and only if an output is
+				  * queued; its outputs share one RX mbuf, and
+				  * counting walks every lcore's pool cache */
 	sub subs[MAX_SUBS];
 	rp_cache cache;
 	rp_cache_entry *cache_ring;
@@ -399,6 +400,8 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 	/* a queued output holds its frame's RX mbuf: slow subscribers must
 	 * not take the mbufs the ports receive with, or one of them would
 	 * stop the relay for everyone (JOINs and ARP included) */
+	if (r->rx_short < 0)
+		r->rx_short = rte_mempool_avail_count(r->pool) < r->rx_reserve;
 	if (r->rx_short || rte_ring_enqueue(s->q, out) != 0) {
 		rte_pktmbuf_free(out);
 		st->c[C_RING_FULL]++;
@@ -504,7 +507,7 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		r->ev_version = version;
 		events_emit(&r->ev, "first_frame", "\"version\":%u", version);
 	}
-	r->rx_short = rte_mempool_avail_count(r->pool) < r->rx_reserve;
+	r->rx_short = -1;
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && (s->model_id == 0 || s->model_id == model))
@@ -624,7 +627,7 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		uint64_t cmodel = cache_model(c.model_id, c.flags & RP_NACK_KEY);
 		uint64_t now = rte_get_tsc_cycles();
 		unsigned budget = RP_NACK_ANSWER_MAX;
-		r->rx_short = rte_mempool_avail_count(r->pool) < r->rx_reserve;
+		r->rx_short = -1;
 		for (unsigned i = 0; i < c.n_ranges; i++) {
 			for (uint32_t j = 0; j < c.ranges[i].count && budget; j++, budget--) {
 				uint32_t idx = c.ranges[i].first + j;
