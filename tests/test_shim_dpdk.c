@@ -8,6 +8,7 @@
 #include "bfp_test.h"
 
 #include <stdio.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include <rte_dev.h>
 #include <rte_ethdev.h>
+#include <rte_interrupts.h>
 #include <rte_mbuf.h>
 
 #define MODEL_ID 0x5EED5EED12345678ull
@@ -576,6 +578,46 @@ static void test_pcap_port_delivers_every_frame_byte_identical_and_counts_the_re
 	free(tgt);
 }
 
+struct intr_barrier {
+	int fd;
+	volatile int done;
+};
+
+static void intr_barrier_cb(void *arg)
+{
+	struct intr_barrier *b = arg;
+	uint64_t v;
+	if (read(b->fd, &v, sizeof(v)) == sizeof(v))
+		b->done = 1;
+}
+
+/* Returns once the EAL interrupt thread has finished what it was handling.
+ * memif runs its control channel on that thread, and closing a port there
+ * while this thread closes the peer's port races in the PMD (a disconnect
+ * handler still walking queues that are being freed: SIGSEGV on that thread,
+ * seen in CI under load). A callback of ours runs on the same thread, so once
+ * it has run, the handler before it has returned. (Not an EAL alarm: in
+ * 22.11.11, rte_eal_cleanup() after any alarm wakes that thread while memory
+ * is being unmapped, another SIGSEGV.) */
+static void intr_thread_drain(void)
+{
+	struct intr_barrier b = {eventfd(0, EFD_NONBLOCK), 0};
+	assert_true(b.fd >= 0);
+	struct rte_intr_handle *h = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+	assert_non_null(h);
+	assert_int_equal(rte_intr_fd_set(h, b.fd), 0);
+	assert_int_equal(rte_intr_type_set(h, RTE_INTR_HANDLE_EXT), 0);
+	assert_int_equal(rte_intr_callback_register(h, intr_barrier_cb, &b), 0);
+	uint64_t one = 1;
+	assert_int_equal(write(b.fd, &one, sizeof(one)), sizeof(one));
+	for (int i = 0; i < 5000 && !b.done; i++)
+		usleep(1000);
+	assert_true(b.done);
+	assert_true(rte_intr_callback_unregister_sync(h, intr_barrier_cb, &b) > 0);
+	rte_intr_instance_free(h);
+	close(b.fd);
+}
+
 /* A memif pair in this process (the server side stands for a local relay):
  * frames of 1200 and 9000 bytes sent on the server arrive at the shim's
  * client port byte-identical and in order, the large ones through chained
@@ -663,8 +705,21 @@ static void test_memif_port_receives_frames_from_a_local_sender(void **state)
 	shim_port_stats_get(pt, &st);
 	assert_true(st.chained == big.n);
 	shim_port_close(pt);
+	/* the server sees the client go away on the interrupt thread; let that
+	 * handler finish before this thread frees the server's queues */
+	for (int i = 0; i < 500 && up; i++) {
+		rte_eth_link_get_nowait(tx, &lk);
+		up = lk.link_status == RTE_ETH_LINK_UP;
+		if (up)
+			usleep(10000);
+	}
+	assert_false(up);
+	intr_thread_drain();
+	struct rte_eth_dev_info info;
+	assert_int_equal(rte_eth_dev_info_get(tx, &info), 0);
 	rte_eth_dev_stop(tx);
 	rte_eth_dev_close(tx);
+	assert_int_equal(rte_dev_remove(info.device), 0);
 	rte_mempool_free(mp);
 	unlink(sock);
 	free(l->buf);
