@@ -122,6 +122,8 @@ typedef struct shim {
 	uint32_t nack_rounds;   /* since the last frame of the wanted version */
 	int want_key;           /* JOIN with RP_VERSION_NONE */
 	int port_rc;            /* on_frame's result for frames from --port */
+	double port_next_watch; /* when to look at the port's link again */
+	double port_down_since; /* the link went down then; 0: up */
 	uint32_t latest;        /* newest version upstream has (HEARTBEAT) */
 	/* a keyframe stream too big to stage, written into the buffer as its
 	 * frames come (the buffer holds no version meanwhile) */
@@ -947,6 +949,40 @@ static void port_frame(void *ctx, const uint8_t *payload, size_t len)
 }
 #endif
 
+#ifdef BFP_SHIM_DPDK
+/* --port's link: said when it changes; a memif client is reconnected (its
+ * relay restarted). Frames lost meanwhile are NACKed as usual. */
+static void port_watch(shim *s, double t)
+{
+	shim_port_stats ps;
+	switch (shim_port_watch(s->port, t)) {
+	case SHIM_LINK_UP:
+		shim_port_stats_get(s->port, &ps);
+		if (s->port_down_since > 0)
+			printf("bfpatch-shim: port: link up again after %.1f s (%" PRIu64
+			       " restarts so far)\n", t - s->port_down_since, ps.restarts);
+		else
+			printf("bfpatch-shim: port: link up\n");
+		events_emit(&s->ev, "port_up", "\"down_s\":%.3f",
+			    s->port_down_since > 0 ? t - s->port_down_since : 0.0);
+		s->port_down_since = 0;
+		break;
+	case SHIM_LINK_DOWN:
+		s->port_down_since = t;
+		if (shim_port_reconnects(s->port))
+			printf("bfpatch-shim: port: link down; reconnecting every %.0f s\n",
+			       SHIM_PORT_RECONNECT_S);
+		else
+			printf("bfpatch-shim: port: link down; waiting for it\n");
+		events_emit(&s->ev, "port_down", "\"version\":%u", version(s));
+		break;
+	default:
+		break;
+	}
+	fflush(stdout);
+}
+#endif
+
 static void print_stats(const shim *s)
 {
 	printf("bfpatch-shim: version %u (%s); frames %" PRIu64 " (%" PRIu64 " bytes; duplicates %"
@@ -1279,6 +1315,10 @@ int main(int argc, char **argv)
 		int more_prep = rc == 0 && prepare_some(&s, 0.002);
 		int wait_ms = more_prep ? 0 : 10;
 #ifdef BFP_SHIM_DPDK
+		if (s.port && t >= s.port_next_watch) {
+			port_watch(&s, t);
+			s.port_next_watch = t + 0.1;
+		}
 		if (s.port && !rc) {
 			unsigned got = shim_port_poll(s.port, port_frame, &s);
 			rc = s.port_rc;
@@ -1322,8 +1362,9 @@ int main(int argc, char **argv)
 	if (s.port) {
 		shim_port_stats ps;
 		shim_port_stats_get(s.port, &ps);
-		printf("bfpatch-shim: port: %" PRIu64 " packets, %" PRIu64 " frames delivered\n",
-		       ps.rx_packets, ps.delivered);
+		printf("bfpatch-shim: port: %" PRIu64 " packets, %" PRIu64 " frames delivered, "
+		       "link down %" PRIu64 " times, %" PRIu64 " restarts\n",
+		       ps.rx_packets, ps.delivered, ps.link_downs, ps.restarts);
 		shim_port_close(s.port);
 	}
 	if (s.dma) {

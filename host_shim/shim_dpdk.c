@@ -556,6 +556,11 @@ struct shim_port {
 	struct rte_mempool *pool;
 	rp_addrs addrs;
 	int any_ip;
+	int reconnects;        /* a memif client: restarted while the link is down */
+	int link_up;           /* as last seen by shim_port_watch() */
+	int stopped;           /* a restart failed: not polled until one succeeds */
+	uint64_t rx_watched;   /* rx_packets at the last shim_port_watch() */
+	double started;        /* when shim_port_watch() last (re)started it; 0: not yet */
 	shim_port_stats st;
 	uint8_t bounce[SHIM_PORT_PKT_MAX]; /* chained packets, made contiguous */
 };
@@ -606,6 +611,8 @@ int shim_port_open(const shim_port_conf *c, shim_port **out, char *err, size_t e
 	p->addrs.data_port = c->udp_port;
 	p->addrs.control_port = 0; /* control stays on the kernel socket */
 	p->addrs.check_crc = c->check_crc;
+	p->reconnects = strcmp(info.driver_name, "net_memif") == 0 &&
+			strstr(c->devargs, "role=server") == NULL;
 
 	char pool_name[RTE_MEMPOOL_NAMESIZE];
 	snprintf(pool_name, sizeof(pool_name), "shim_rx%u", port);
@@ -666,6 +673,8 @@ fail:
 unsigned shim_port_poll(shim_port *p, shim_frame_cb cb, void *ctx)
 {
 	struct rte_mbuf *m[SHIM_PORT_BURST];
+	if (p->stopped)
+		return 0;
 	uint16_t n = rte_eth_rx_burst(p->port, 0, m, SHIM_PORT_BURST);
 	unsigned delivered = 0;
 	for (uint16_t i = 0; i < n; i++) {
@@ -702,13 +711,51 @@ void shim_port_stats_get(const shim_port *p, shim_port_stats *st)
 	*st = p->st;
 }
 
+shim_link_event shim_port_watch(shim_port *p, double now)
+{
+	struct rte_eth_link lk;
+	if (rte_eth_link_get_nowait(p->port, &lk) != 0)
+		lk.link_status = RTE_ETH_LINK_DOWN;
+	if (p->started == 0)
+		p->started = now; /* opened just before the first call */
+	/* packets since the last look: it was up meanwhile, if only briefly */
+	const int was_up = p->link_up || p->st.rx_packets != p->rx_watched;
+	p->rx_watched = p->st.rx_packets;
+	if (lk.link_status == RTE_ETH_LINK_UP) {
+		if (p->link_up)
+			return SHIM_LINK_SAME;
+		p->link_up = 1;
+		return SHIM_LINK_UP;
+	}
+	if (was_up) {
+		p->link_up = 0;
+		p->started = now; /* a server may come back at once: give it time */
+		p->st.link_downs++;
+		return SHIM_LINK_DOWN;
+	}
+	if (!p->reconnects || now - p->started < SHIM_PORT_RECONNECT_S)
+		return SHIM_LINK_SAME;
+	p->started = now;
+	p->st.restarts++;
+	if (!p->stopped)
+		rte_eth_dev_stop(p->port);
+	p->stopped = rte_eth_dev_start(p->port) != 0;
+	return p->stopped ? SHIM_LINK_RESTART_FAILED : SHIM_LINK_RESTART;
+}
+
+int shim_port_reconnects(const shim_port *p)
+{
+	return p->reconnects;
+}
+
 void shim_port_close(shim_port *p)
 {
 	if (!p)
 		return;
 	struct rte_eth_dev_info info;
 	int have = rte_eth_dev_info_get(p->port, &info) == 0;
-	rte_eth_dev_stop(p->port);
+	if (!p->stopped)
+		rte_eth_dev_stop(p->port);
 	rte_eth_dev_close(p->port);
 	if (p->probed && have)
 		rte_dev_remove(info.device);

@@ -214,6 +214,8 @@ typedef struct shim_port_stats {
 	uint64_t delivered;   /* payloads handed to the callback */
 	uint64_t oversize;    /* longer than SHIM_PORT_PKT_MAX: dropped */
 	uint64_t chained;     /* arrived in several mbufs: copied into one */
+	uint64_t link_downs;  /* times the link was seen to go down */
+	uint64_t restarts;    /* restarts to reconnect (shim_port_watch) */
 	uint64_t cls[RP_CLASS_COUNT]; /* every packet's rp_classify() class;
 				 cls[RP_DATA] == delivered; the rest were
 				 dropped (ARP is not answered: give the
@@ -238,6 +240,27 @@ int shim_port_open(const shim_port_conf *c, shim_port **out, char *err, size_t e
 unsigned shim_port_poll(shim_port *p, shim_frame_cb cb, void *ctx);
 
 void shim_port_stats_get(const shim_port *p, shim_port_stats *st);
+
+/* What shim_port_watch() saw since its last call. */
+typedef enum {
+	SHIM_LINK_SAME = 0,
+	SHIM_LINK_UP,       /* the link came up (first time, or again) */
+	SHIM_LINK_DOWN,     /* the link went down */
+	SHIM_LINK_RESTART,  /* down still; the port was restarted to reconnect */
+	SHIM_LINK_RESTART_FAILED, /* down still; the restart failed (no peer yet) */
+} shim_link_event;
+
+/* Watch the link; call it a few times a second from the polling thread,
+ * with a monotonic time in seconds. A memif client whose server went away
+ * (its relay restarted) never reconnects by itself: while such a port's link
+ * is down it is stopped and started again every SHIM_PORT_RECONNECT_S
+ * seconds, which reconnects once a server listens on the socket again.
+ * Other ports are only watched. */
+#define SHIM_PORT_RECONNECT_S 2.0
+shim_link_event shim_port_watch(shim_port *p, double now);
+
+/* Whether shim_port_watch() restarts this port while its link is down. */
+int shim_port_reconnects(const shim_port *p);
 
 /* Stop and close the port (removing it if shim_port_open probed it), free
  * its mempool and the handle. NULL is a no-op. */

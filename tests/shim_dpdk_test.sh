@@ -9,6 +9,7 @@
 #    its veth with net_af_packet, then with net_af_xdp (where this kernel
 #    and DPDK build allow XDP; else said and skipped); only control
 #    messages use a kernel socket. Needs root; skipped without.
+# 4. A memif port that reconnects after its server restarts (below).
 # Every buffer is compared with the trainer's checkpoint by sha256.
 set -u
 BFP=$1
@@ -51,6 +52,64 @@ grep -q "NACKs [1-9]" "$T/dma.log" || fail "no NACK for the lost frame"
 python3 "$HERE/check_buffers.py" "$T/traj/step-0003.safetensors" "$SHM.2" || fail "dma buffer"
 grep "dma:" "$T/dma.log" | sed 's/^bfpatch-shim: /  /'
 
+# 4. A memif port whose server (standing for a relay) restarts: testpmd
+#    replays patch 0->1 into a memif server; it stops forwarding and exits,
+#    and a new one replays patch 1->2 on the same socket. The shim must
+#    reconnect by itself and commit version 2. (The servers stop forwarding
+#    before they exit, as bfpatch-relay does: DPDK 22.11's memif client
+#    faults if its server disconnects while it copies from the ring.)
+TESTPMD=$(command -v dpdk-testpmd || true)
+memif=""
+if [ -n "$TESTPMD" ]; then
+	"$BFP" diff -q -b 1 "$T/traj/step-0001.safetensors" "$T/traj/step-0002.safetensors" \
+		-o "$T/p12" || fail diff
+	"$BFP" pcap "$T/p12" -o "$T/f12.pcap" --dst 198.18.0.21:7500 || fail pcap
+	mkfifo "$T/tp.in"
+	exec 7<>"$T/tp.in" # testpmd's commands
+	sock="$T/memif.sock"
+	server() { # server N PCAP: a memif server forwarding PCAP's frames, again and again
+		"$TESTPMD" --no-huge -m 256 --no-pci --file-prefix "bfpshimtp$$$1" -l 0-1 \
+			--log-level=lib.eal:error --vdev "net_pcap0,rx_pcap=$2,infinite_rx=1" \
+			--vdev "net_memif0,role=server,socket=$sock,socket-abstract=no" -- -i \
+			--forward-mode=io --no-flush-rx --total-num-mbufs=2048 \
+			< "$T/tp.in" > "$T/testpmd$1.log" 2>&1 &
+		TP=$!
+		PIDS="$PIDS $TP"
+		echo start >&7
+		for n in $(seq 100); do [ -S "$sock" ] && return 0; sleep 0.1; done
+		fail "testpmd: no memif socket"
+	}
+	server_exit() {
+		echo stop >&7
+		sleep 0.5
+		echo quit >&7
+		wait $TP || fail "testpmd did not exit cleanly"
+	}
+	server 1 "$T/frames.pcap"
+	"$SHIM" --buffer "$SHM.m" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+		--listen 198.18.0.21:7500 --port "net_memif0,role=client,socket=$sock,socket-abstract=no" \
+		--exit-after 60 > "$T/memif.log" 2>&1 &
+	SH=$!
+	PIDS="$PIDS $SH"
+	wait_line "committed version 0 -> 1" "$T/memif.log" 200 || fail "memif: version 1 not committed"
+	server_exit
+	wait_line "port: link down" "$T/memif.log" 50 || fail "memif: the server's exit went unseen"
+	server 2 "$T/f12.pcap"
+	wait_line "committed version 1 -> 2" "$T/memif.log" 300 ||
+		fail "memif: no commit after the server restarted (not reconnected)"
+	wait_line "link up again" "$T/memif.log" 50 || fail "memif: reconnection not said"
+	server_exit
+	kill -TERM $SH
+	wait $SH || fail "memif: the shim did not exit cleanly"
+	PIDS=""
+	exec 7>&-
+	python3 "$HERE/check_buffers.py" "$T/traj/step-0002.safetensors" "$SHM.m" || fail "memif buffer"
+	grep "port:" "$T/memif.log" | sed 's/^bfpatch-shim: /  memif /'
+	memif=", a memif port that reconnected after its server restarted"
+else
+	echo "  memif restart: skipped (no dpdk-testpmd)"
+fi
+
 live=""
 if [ "$(id -u)" = 0 ] && ip netns add "bfpsd$$" 2>/dev/null; then
 	NS="ip netns exec bfpsd$$"
@@ -92,4 +151,4 @@ if [ "$(id -u)" = 0 ] && ip netns add "bfpsd$$" 2>/dev/null; then
 else
 	echo "  live ports: skipped (needs root and ip netns)"
 fi
-echo "ok - shim: net_pcap replay ($nbad malformed packets mixed in) and 3 published steps, committed through dmadev, bit-exact; live frames from a veth through DPDK ports${live:-: none here}"
+echo "ok - shim: net_pcap replay ($nbad malformed packets mixed in) and 3 published steps, committed through dmadev, bit-exact${memif}; live frames from a veth through DPDK ports${live:-: none here}"
