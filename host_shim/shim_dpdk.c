@@ -5,14 +5,21 @@
  * running the decoder ahead of the engine; the port source is one RX queue
  * whose packets go through the relay's classifier.
  */
+#define _GNU_SOURCE /* RTLD_NEXT */
 #include "shim_dpdk.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <rte_common.h>
 #include <rte_cycles.h>
@@ -548,6 +555,55 @@ int shim_dma_apply(shim_dma *d, bfp_decoder *dec, const bfp_apply_opts *o,
 	return rc;
 }
 
+/* ---- RX bursts against unmapping ------------------------------------------
+ * DPDK 22.11's memif PMD handles its peer's disconnect on the EAL interrupt
+ * thread and unmaps the shared rings there, without waiting for an RX burst
+ * in progress on another thread; that burst then faults (a shim died this
+ * way when its memif server exited under load). This executable defines
+ * munmap(), so the PMD's calls, like every call through the PLT, come here:
+ * an unmapping waits until no burst is in progress, and a burst that would
+ * start meanwhile is skipped. Each side raises its own count and then reads
+ * the other's, both sequentially consistent, so at least one of them sees
+ * the other. */
+static atomic_uint rx_bursts, unmaps;
+static _Thread_local int rx_here; /* this thread is in a burst: never wait */
+
+int shim_rx_guard_enter(void)
+{
+	atomic_fetch_add(&rx_bursts, 1);
+	if (atomic_load(&unmaps)) {
+		atomic_fetch_sub(&rx_bursts, 1);
+		return 0;
+	}
+	rx_here++;
+	return 1;
+}
+
+void shim_rx_guard_leave(void)
+{
+	rx_here--;
+	atomic_fetch_sub(&rx_bursts, 1);
+}
+
+int munmap(void *addr, size_t len)
+{
+	static int (*_Atomic next)(void *, size_t);
+	int (*f)(void *, size_t) = atomic_load(&next);
+	if (!f) {
+		/* the C library's, or a sanitizer's in front of it */
+		f = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
+		atomic_store(&next, f);
+	}
+	if (rx_here)
+		return f ? f(addr, len) : (int)syscall(SYS_munmap, addr, len);
+	atomic_fetch_add(&unmaps, 1);
+	while (atomic_load(&rx_bursts))
+		sched_yield();
+	int r = f ? f(addr, len) : (int)syscall(SYS_munmap, addr, len);
+	atomic_fetch_sub(&unmaps, 1);
+	return r;
+}
+
 /* ---- DPDK port frame source ---------------------------------------------- */
 
 struct shim_port {
@@ -673,9 +729,10 @@ fail:
 unsigned shim_port_poll(shim_port *p, shim_frame_cb cb, void *ctx)
 {
 	struct rte_mbuf *m[SHIM_PORT_BURST];
-	if (p->stopped)
+	if (p->stopped || !shim_rx_guard_enter())
 		return 0;
 	uint16_t n = rte_eth_rx_burst(p->port, 0, m, SHIM_PORT_BURST);
+	shim_rx_guard_leave(); /* the mbufs are ours */
 	unsigned delivered = 0;
 	for (uint16_t i = 0; i < n; i++) {
 		const uint32_t len = rte_pktmbuf_pkt_len(m[i]);

@@ -262,6 +262,14 @@ shim_link_event shim_port_watch(shim_port *p, double now);
 /* Whether shim_port_watch() restarts this port while its link is down. */
 int shim_port_reconnects(const shim_port *p);
 
+/* Around an RX burst on a port whose rings another thread may unmap (memif:
+ * the EAL interrupt thread, when the peer disconnects). Enter returns 0 when
+ * an unmapping is under way: skip the burst then, and do not call leave.
+ * While any thread is between enter and leave, munmap() (which this library
+ * defines; the executable exports it) waits. shim_port_poll() uses them. */
+int shim_rx_guard_enter(void);
+void shim_rx_guard_leave(void);
+
 /* Stop and close the port (removing it if shim_port_open probed it), free
  * its mempool and the handle. NULL is a no-op. */
 void shim_port_close(shim_port *p);

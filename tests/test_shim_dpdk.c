@@ -7,6 +7,9 @@
  */
 #include "bfp_test.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -578,6 +581,52 @@ static void test_pcap_port_delivers_every_frame_byte_identical_and_counts_the_re
 	free(tgt);
 }
 
+struct unmap_job {
+	void *addr;
+	size_t len;
+	int rc;
+	atomic_int done;
+};
+
+static void *unmap_thread(void *arg)
+{
+	struct unmap_job *j = arg;
+	j->rc = munmap(j->addr, j->len);
+	atomic_store(&j->done, 1);
+	return NULL;
+}
+
+/* An unmapping on another thread (as memif's disconnect handler does on the
+ * EAL interrupt thread) waits while an RX burst is in progress, and a burst
+ * that would start meanwhile is refused; then the unmapping goes ahead. */
+static void test_munmap_waits_for_an_rx_burst_in_progress(void **state)
+{
+	(void)state;
+	const size_t len = (size_t)sysconf(_SC_PAGESIZE);
+	volatile uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(m != MAP_FAILED);
+	m[0] = 7;
+	assert_true(shim_rx_guard_enter());
+	struct unmap_job j = {.addr = (void *)m, .len = len};
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, unmap_thread, &j), 0);
+	usleep(200000);
+	assert_int_equal(atomic_load(&j.done), 0);
+	assert_int_equal(m[0], 7); /* still mapped */
+	assert_false(shim_rx_guard_enter()); /* an unmapping waits: no new burst */
+	shim_rx_guard_leave();
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(atomic_load(&j.done), 1);
+	assert_int_equal(j.rc, 0);
+	unsigned char vec;
+	assert_int_equal(mincore((void *)m, len, &vec), -1); /* gone now */
+	assert_int_equal(errno, ENOMEM);
+	/* and bursts go on */
+	assert_true(shim_rx_guard_enter());
+	shim_rx_guard_leave();
+}
+
 struct intr_barrier {
 	int fd;
 	volatile int done;
@@ -741,6 +790,7 @@ int main(void)
 		cmocka_unit_test(test_dma_map_registers_a_mapping_and_copies_into_it),
 		cmocka_unit_test(test_pcap_port_delivers_every_frame_byte_identical_and_counts_the_rest),
 		cmocka_unit_test(test_memif_port_receives_frames_from_a_local_sender),
+		cmocka_unit_test(test_munmap_waits_for_an_rx_burst_in_progress),
 	};
 	return cmocka_run_group_tests(tests, eal_up, eal_down);
 }
