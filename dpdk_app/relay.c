@@ -91,6 +91,8 @@ typedef struct relay_conf {
 	uint32_t cache_versions;
 	uint64_t default_rate_bps;
 	uint32_t queue_len;
+	uint32_t nack_rate;           /* frames a subscriber's NACKs may ask for
+				       * per second; 0: unlimited */
 	uint32_t heartbeat_timeout_s;
 	int check_crc;
 	int copy_fanout;              /* measurement only: copy payloads */
@@ -112,6 +114,7 @@ typedef struct sub {
 	uint8_t mac[6];
 	uint64_t model_id;            /* 0: every model */
 	rp_bucket bucket;
+	rp_bucket nack_bucket;        /* frames its NACKs may still ask for */
 	struct rte_ring *q;
 	struct rte_mbuf *held;        /* dequeued, waiting for tokens */
 	uint64_t last_seen;
@@ -124,7 +127,7 @@ enum {
 	C_RX, C_TX, C_FANOUT, C_RING_FULL, C_INBOUND_FULL, C_NO_MBUF, C_NO_MAC,
 	C_CACHE_HIT, C_CACHE_MISS, C_NACK_RX, C_NACK_FWD, C_NACK_REFUSED,
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
-	C_NACK_SUPPRESSED, C_AUTH_FAIL,
+	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED,
 	C_COUNT
 };
 static const char *const cnames[C_COUNT] = {
@@ -132,6 +135,7 @@ static const char *const cnames[C_COUNT] = {
 	"drop_no_mbuf", "drop_no_mac", "cache_hits", "cache_misses", "nacks",
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
 	"drop_control", "cache_stored", "tx_failed", "nack_suppressed", "drop_auth",
+	"nack_frames_limited",
 };
 
 typedef struct lcore_stats {
@@ -348,6 +352,10 @@ static sub *sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port
 		s->ip = ip;
 		s->data_port = data_port;
 		s->eth_port = eth_port;
+		/* a full NACK answer at once, then --nack-rate frames a second */
+		rp_bucket_init(&s->nack_bucket, r->cf.nack_rate, RP_NACK_ANSWER_MAX,
+			       rte_get_tsc_cycles());
+		s->nack_bucket.tokens = s->nack_bucket.burst * rte_get_tsc_hz();
 		arp_request(r, eth_port, ip, st);
 		char a[INET_ADDRSTRLEN];
 		events_emit(&r->ev, "subscriber", "\"peer\":\"%s:%u\",\"rate_bps\":%" PRIu64,
@@ -625,12 +633,18 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		miss.version = c.version;
 		miss.flags = c.flags;
 		uint64_t cmodel = cache_model(c.model_id, c.flags & RP_NACK_KEY);
-		uint64_t now = rte_get_tsc_cycles();
+		uint64_t now = rte_get_tsc_cycles(), hz = rte_get_tsc_hz();
 		unsigned budget = RP_NACK_ANSWER_MAX;
 		r->rx_short = -1;
 		for (unsigned i = 0; i < c.n_ranges; i++) {
 			for (uint32_t j = 0; j < c.ranges[i].count && budget; j++, budget--) {
 				uint32_t idx = c.ranges[i].first + j;
+				/* one subscriber's NACKs cannot take the relay (or,
+				 * through misses, upstream) from the others */
+				if (!rp_bucket_take(&s->nack_bucket, 1, now, hz)) {
+					st->c[C_NACK_LIMITED]++;
+					continue;
+				}
 				struct rte_mbuf *f = rp_cache_get(&r->cache, cmodel, c.version, idx);
 				if (f) {
 					st->c[C_CACHE_HIT]++;
@@ -957,6 +971,8 @@ static const char usage_text[] =
 	"  -r, --rate BITS             default per-subscriber rate, e.g. 1g, 100m;\n"
 	"                              0 = unlimited (default)\n"
 	"  -q, --queue N               per-subscriber queue, packets (1024)\n"
+	"      --nack-rate N           frames one subscriber's NACKs may ask for per\n"
+	"                              second, after a first 4096 (65536; 0 = no limit)\n"
 	"  -t, --heartbeat-timeout S   drop silent subscribers after S s (10)\n"
 	"  -k, --check-crc             verify each frame's CRC32C before relaying\n"
 	"  -m, --mbuf-size N           mbuf data room (default 10240: 9000 B frames)\n"
@@ -1028,6 +1044,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		{"mbufs", required_argument, 0, 'n'}, {"run-time", required_argument, 0, 'T'},
 		{"copy-fanout", no_argument, 0, 'P'}, {"events", required_argument, 0, 'E'},
 		{"name", required_argument, 0, 'N'}, {"key", required_argument, 0, 'A'},
+		{"nack-rate", required_argument, 0, 'L'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	uint64_t v;
 	int c;
@@ -1037,6 +1054,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 	cf->cache_bytes = 64u << 20;
 	cf->cache_versions = 2;
 	cf->queue_len = 1024;
+	cf->nack_rate = 65536;
 	cf->heartbeat_timeout_s = 10;
 	cf->mbuf_size = 10240;
 	cf->n_mbufs = 8191;
@@ -1090,6 +1108,11 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			if (rp_parse_num(optarg, 16, 65536, &v) || (v & (v - 1)))
 				return bad("--queue (a power of two, 16..65536)", optarg);
 			cf->queue_len = (uint32_t)v;
+			break;
+		case 'L':
+			if (rp_parse_num(optarg, 0, 1000000000, &v))
+				return bad("--nack-rate", optarg);
+			cf->nack_rate = (uint32_t)v;
 			break;
 		case 't':
 			if (rp_parse_num(optarg, 1, 86400, &v))

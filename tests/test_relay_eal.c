@@ -247,7 +247,16 @@ static void test_slow_subscriber_leaves_the_rx_reserve(void **state)
 	assert_int_equal(rte_ring_count(slow->q), 1);
 }
 
+static void ctl_send_range(uint8_t type, uint16_t src_port, uint32_t first, uint32_t count,
+			   uint16_t flags);
+
 static void ctl_send_flags(uint8_t type, uint16_t src_port, uint32_t index, uint16_t flags)
+{
+	ctl_send_range(type, src_port, index, 1, flags);
+}
+
+static void ctl_send_range(uint8_t type, uint16_t src_port, uint32_t first, uint32_t count,
+			   uint16_t flags)
 {
 	rp_ctl c;
 	uint8_t msg[256];
@@ -256,11 +265,11 @@ static void ctl_send_flags(uint8_t type, uint16_t src_port, uint32_t index, uint
 	c.flags = flags;
 	c.model_id = 99;
 	c.version = 2;
-	if (type == RP_JOIN)
-		c.data_port = 7600;
+	if (type == RP_JOIN) /* 7600 from 9001; one subscriber per source port */
+		c.data_port = (uint16_t)(src_port - 1401);
 	if (type == RP_NACK) {
 		c.n_ranges = 1;
-		c.ranges[0] = (rp_range){index, 1};
+		c.ranges[0] = (rp_range){first, count};
 	}
 	size_t n = rp_ctl_build(msg, sizeof(msg), &c);
 	struct rte_mbuf *m = datagram(T->cf.control_port, msg, n);
@@ -344,6 +353,44 @@ static void test_nack_is_answered_from_the_cache_to_joined_subscribers_only(void
 	assert_null(sub_by_control(T, 0xC6120063u, 9001));
 }
 
+/* One subscriber's NACKs ask for at most a full answer at once, then
+ * --nack-rate frames a second; what is over is counted, not answered, and
+ * other subscribers keep their own budget. */
+static void test_nack_budget_is_per_subscriber(void **state)
+{
+	(void)state;
+	uint8_t fr[1200];
+	lcore_stats *st = &T->stats[rte_lcore_id()];
+	const uint32_t rate = T->cf.nack_rate;
+	T->cf.nack_rate = 10; /* frames per second */
+	receive(datagram(T->cf.data_port, fr, frame(fr, 7, 2)));
+	ctl_send(RP_JOIN, 9003, 0);
+	ctl_send(RP_JOIN, 9004, 0);
+	uint64_t hits = st->c[C_CACHE_HIT], limited = st->c[C_NACK_LIMITED];
+	/* a whole answer's worth: what is cached (frame 7, and what earlier
+	 * tests left) is answered, the others are misses */
+	ctl_send_range(RP_NACK, 9003, 0, RP_NACK_ANSWER_MAX, 0);
+	assert_true(st->c[C_CACHE_HIT] >= hits + 1);
+	assert_int_equal(st->c[C_NACK_LIMITED], limited);
+	hits = st->c[C_CACHE_HIT] - 1;
+	/* its budget is spent: at once, frame 7 again is refused */
+	ctl_send(RP_NACK, 9003, 7);
+	assert_int_equal(st->c[C_CACHE_HIT], hits + 1);
+	assert_int_equal(st->c[C_NACK_LIMITED], limited + 1);
+	/* another subscriber is answered */
+	ctl_send(RP_NACK, 9004, 7);
+	assert_int_equal(st->c[C_CACHE_HIT], hits + 2);
+	/* 250 ms later the first may ask for 2 frames again (3 if slow) */
+	usleep(250000);
+	ctl_send_range(RP_NACK, 9003, 7, 30, 0);
+	assert_int_equal(st->c[C_CACHE_HIT], hits + 3);
+	uint64_t over = st->c[C_NACK_LIMITED] - (limited + 1);
+	assert_true(over >= 24 && over <= 28);
+	ctl_send(RP_LEAVE, 9003, 0);
+	ctl_send(RP_LEAVE, 9004, 0);
+	T->cf.nack_rate = rate;
+}
+
 /* The cache holds frames within its budget and releases every mbuf: after
  * clearing it, the pools hold no more than before. */
 static void test_cache_releases_every_mbuf(void **state)
@@ -420,6 +467,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_slow_subscriber_leaves_the_rx_reserve, drop_subs),
 		cmocka_unit_test_teardown(test_join_keeps_pacing_and_static_settings, drop_subs),
 		cmocka_unit_test_teardown(test_nack_is_answered_from_the_cache_to_joined_subscribers_only, drop_subs),
+		cmocka_unit_test_teardown(test_nack_budget_is_per_subscriber, drop_subs),
 		cmocka_unit_test_teardown(test_cache_keeps_keyframes_apart_from_patch_frames, drop_subs),
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
 		cmocka_unit_test_teardown(test_pacing_holds_a_subscriber_to_its_rate, drop_subs),
