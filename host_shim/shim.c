@@ -1247,6 +1247,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "bfpatch-shim: --port %s: %s\n", port_args, err);
 			return 1;
 		}
+		if (shim_port_waiting(s.port))
+			printf("bfpatch-shim: port: no memif server listening yet; trying every "
+			       "%.0f s\n", SHIM_PORT_RECONNECT_S);
 	}
 #endif
 	s.upstream.sin_family = AF_INET;

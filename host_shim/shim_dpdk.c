@@ -705,7 +705,9 @@ int shim_port_open(const shim_port_conf *c, shim_port **out, char *err, size_t e
 	}
 	rte_eth_promiscuous_enable(port); /* not all PMDs can; harmless then */
 	r = rte_eth_dev_start(port);
-	if (r != 0) {
+	if (r != 0 && p->reconnects) {
+		p->stopped = 1; /* no memif server yet: shim_port_watch() retries */
+	} else if (r != 0) {
 		fail(err, errlen, "port %s: start: %s", name, rte_strerror(-r));
 		goto fail;
 	}
@@ -803,6 +805,11 @@ shim_link_event shim_port_watch(shim_port *p, double now)
 int shim_port_reconnects(const shim_port *p)
 {
 	return p->reconnects;
+}
+
+int shim_port_waiting(const shim_port *p)
+{
+	return p->stopped;
 }
 
 void shim_port_close(shim_port *p)

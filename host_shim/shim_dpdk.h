@@ -229,8 +229,10 @@ typedef void (*shim_frame_cb)(void *ctx, const uint8_t *payload, size_t len);
 /* Open the port: probe c->devargs if no port has its name yet, one RX and
  * one TX queue (TX unused), an RX mempool on the port's socket, MTU up to
  * 9000 where the port allows, promiscuous mode, start. Does not wait for
- * the link (a memif client takes seconds to connect; poll meanwhile). On
- * error *out is NULL and what was taken is released. */
+ * the link (a memif client takes seconds to connect; poll meanwhile). A
+ * memif client with no server listening yet is opened stopped
+ * (shim_port_waiting()); shim_port_watch() retries. On error *out is NULL
+ * and what was taken is released. */
 int shim_port_open(const shim_port_conf *c, shim_port **out, char *err, size_t errlen);
 
 /* Receive one burst (at most SHIM_PORT_BURST packets), classify each with
@@ -261,6 +263,10 @@ shim_link_event shim_port_watch(shim_port *p, double now);
 
 /* Whether shim_port_watch() restarts this port while its link is down. */
 int shim_port_reconnects(const shim_port *p);
+
+/* A memif client port that could not connect (no server listening yet, at
+ * open or at the last restart): stopped until shim_port_watch() restarts it. */
+int shim_port_waiting(const shim_port *p);
 
 /* Around an RX burst on a port whose rings another thread may unmap (memif:
  * the EAL interrupt thread, when the peer disconnects). Enter returns 0 when

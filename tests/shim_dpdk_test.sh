@@ -9,7 +9,8 @@
 #    its veth with net_af_packet, then with net_af_xdp (where this kernel
 #    and DPDK build allow XDP; else said and skipped); only control
 #    messages use a kernel socket. Needs root; skipped without.
-# 4. A memif port that reconnects after its server restarts (below).
+# 4. A memif port that waits for its server and reconnects after it
+#    restarts (below).
 # Every buffer is compared with the trainer's checkpoint by sha256.
 set -u
 BFP=$1
@@ -52,10 +53,11 @@ grep -q "NACKs [1-9]" "$T/dma.log" || fail "no NACK for the lost frame"
 python3 "$HERE/check_buffers.py" "$T/traj/step-0003.safetensors" "$SHM.2" || fail "dma buffer"
 grep "dma:" "$T/dma.log" | sed 's/^bfpatch-shim: /  /'
 
-# 4. A memif port whose server (standing for a relay) restarts: testpmd
-#    replays patch 0->1 into a memif server; it stops forwarding and exits,
-#    and a new one replays patch 1->2 on the same socket. The shim must
-#    reconnect by itself and commit version 2. (The servers stop forwarding
+# 4. A memif port whose server (standing for a relay) starts after the
+#    shim and then restarts: testpmd replays patch 0->1 into a memif
+#    server; it stops forwarding and exits, and a new one replays patch
+#    1->2 on the same socket. The shim must connect and reconnect by itself
+#    and commit both versions. (The servers stop forwarding
 #    before they exit, as bfpatch-relay does: DPDK 22.11's memif client
 #    faults if its server disconnects while it copies from the ring.)
 TESTPMD=$(command -v dpdk-testpmd || true)
@@ -85,12 +87,15 @@ if [ -n "$TESTPMD" ]; then
 		echo quit >&7
 		wait $TP || fail "testpmd did not exit cleanly"
 	}
-	server 1 "$T/frames.pcap"
+	# the shim starts first: it waits for a server
 	"$SHIM" --buffer "$SHM.m" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 		--listen 198.18.0.21:7500 --port "net_memif0,role=client,socket=$sock,socket-abstract=no" \
 		--exit-after 60 > "$T/memif.log" 2>&1 &
 	SH=$!
 	PIDS="$PIDS $SH"
+	wait_line "no memif server listening yet" "$T/memif.log" 100 ||
+		fail "memif: the shim did not wait for a server"
+	server 1 "$T/frames.pcap"
 	wait_line "committed version 0 -> 1" "$T/memif.log" 200 || fail "memif: version 1 not committed"
 	server_exit
 	wait_line "port: link down" "$T/memif.log" 50 || fail "memif: the server's exit went unseen"
@@ -105,7 +110,7 @@ if [ -n "$TESTPMD" ]; then
 	exec 7>&-
 	python3 "$HERE/check_buffers.py" "$T/traj/step-0002.safetensors" "$SHM.m" || fail "memif buffer"
 	grep "port:" "$T/memif.log" | sed 's/^bfpatch-shim: /  memif /'
-	memif=", a memif port that reconnected after its server restarted"
+	memif=", a memif port that waited for its server and reconnected after it restarted"
 else
 	echo "  memif restart: skipped (no dpdk-testpmd)"
 fi
