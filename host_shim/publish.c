@@ -60,6 +60,8 @@ static const char publish_usage[] =
 	"  -r, --rate BITS           send rate, e.g. 1g (default 1g; 0: unlimited)\n"
 	"  -s, --frame-size N        frame size (default 1200)\n"
 	"  -k, --keep N              patches kept for NACKs and catch-up (default 4)\n"
+	"      --nack-rate N         frames one subscriber's NACKs may ask for per\n"
+	"                            second, after a first 4096 (65536; 0: no limit)\n"
 	"  -H, --history DIR         also keep the last --keep patches on disk there\n"
 	"                            (vBASE-vTARGET.bfp, atomic writes)\n"
 	"  -R, --resume              start at the latest checkpoint in --dir (a\n"
@@ -89,6 +91,7 @@ typedef struct pub_sub {
 	uint32_t version;       /* from its JOINs */
 	double version_since;   /* when it first reported that version */
 	int catchup;            /* behind: needs patches or a keyframe */
+	rp_bucket nack;         /* frames its NACKs may still ask for */
 } pub_sub;
 
 typedef struct pub {
@@ -96,6 +99,8 @@ typedef struct pub {
 	rp_bucket bucket;
 	pub_sub subs[MAX_SUBS];
 	unsigned n_subs;
+	uint32_t nack_rate;     /* --nack-rate: frames/s per subscriber; 0: no limit */
+	uint64_t nack_limited;  /* NACKed frames over a subscriber's budget */
 	patch hist[MAX_KEEP];
 	uint32_t hist_base[MAX_KEEP], hist_ver[MAX_KEEP];
 	unsigned keep, n_hist;
@@ -288,6 +293,10 @@ static void pub_control(pub *P)
 			s->data = from;
 			s->data.sin_port = htons(c.data_port);
 			s->version = c.version;
+			/* a full NACK answer at once, then --nack-rate frames a second */
+			rp_bucket_init(&s->nack, P->nack_rate, RP_NACK_ANSWER_MAX,
+				       (uint64_t)(t * 1e6));
+			s->nack.tokens = s->nack.burst * 1000000u;
 			char peer[64];
 			peer_str(&s->data, peer, sizeof(peer));
 			fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n", peer,
@@ -326,6 +335,13 @@ static void pub_control(pub *P)
 				cnt = (uint32_t)(p->n - c.ranges[r].first);
 			if (cnt > RP_NACK_ANSWER_MAX - resent)
 				cnt = (uint32_t)(RP_NACK_ANSWER_MAX - resent);
+			/* one subscriber cannot take the link from the others */
+			uint32_t ok = 0;
+			while (ok < cnt && rp_bucket_take(&s->nack, 1, (uint64_t)(t * 1e6), 1000000))
+				ok++;
+			P->nack_limited += cnt - ok;
+			if (!(cnt = ok))
+				continue;
 			pub_send_one(P, s, p, c.ranges[r].first, cnt);
 			resent += cnt;
 			bytes += p->off[c.ranges[r].first + cnt] - p->off[c.ranges[r].first];
@@ -753,7 +769,8 @@ int cmd_publish(int argc, char **argv)
 		{"wait-subscribers", required_argument, 0, 'w'},
 		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
 		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
-		{"key", required_argument, 0, 'A'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"key", required_argument, 0, 'A'}, {"nack-rate", required_argument, 0, 'Q'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *dir = NULL, *buffer = NULL, *events_path = NULL, *name = "publish";
 	uint32_t lip = 0, keep = 4, waitn = 0, steps = UINT32_MAX, linger = 5;
 	uint16_t lport = 0;
@@ -763,6 +780,7 @@ int cmd_publish(int argc, char **argv)
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT, .any_header = 1};
 	static pub P;
 	memset(&P, 0, sizeof(P));
+	P.nack_rate = 65536;
 	int c;
 	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KR1w:n:L:E:N:A:h", lo, NULL)) != -1) {
 		switch (c) {
@@ -783,6 +801,10 @@ int cmd_publish(int argc, char **argv)
 		case 'k':
 			if (parse_u32(optarg, 1, MAX_KEEP, &keep))
 				return bad_value("publish", "--keep", optarg);
+			break;
+		case 'Q':
+			if (parse_u32(optarg, 0, 1000000000, &P.nack_rate))
+				return bad_value("publish", "--nack-rate", optarg);
 			break;
 		case 'H': P.history = optarg; break;
 		case 'K': keyframes = 1; break;
@@ -976,8 +998,9 @@ int cmd_publish(int argc, char **argv)
 	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
 		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
 		" keyframe streams, %" PRIu64 " history write errors, %" PRIu64 " control messages "
-		"refused (authentication)\n", ver, P.sent_frames, P.sent_bytes, P.nacks, P.resent,
-		P.keyframes, P.history_errors, P.auth_fail);
+		"refused (authentication), %" PRIu64 " NACKed frames over a subscriber's budget\n",
+		ver, P.sent_frames, P.sent_bytes, P.nacks, P.resent, P.keyframes, P.history_errors,
+		P.auth_fail, P.nack_limited);
 	events_emit(&P.ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"resent\":%" PRIu64 ",\"version\":%u,\"auth_fail\":%" PRIu64, P.sent_frames,
 		    P.sent_bytes, P.nacks, P.resent, ver, P.auth_fail);

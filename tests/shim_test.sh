@@ -277,18 +277,23 @@ kill -TERM $PIDS; wait; PIDS=""
 check_buffers "$T/traj/step-0001.safetensors" "$SHM.j" || fail "jumbo keyframes"
 
 # a NACK of 128 overlapping ranges (each the whole patch) is answered with
-# at most 4096 frames (PROTOCOL.md 2.4), not 128 copies of the patch
+# at most 4096 frames (PROTOCOL.md 2.4), not 128 copies of the patch; the
+# same NACK again at once gets what the subscriber's budget refilled
+# (--nack-rate 100 frames/s), and another subscriber its own 4096
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
-	--linger 4 > "$T/publish12.log" 2>&1 &
+	--linger 6 --nack-rate 100 > "$T/publish12.log" 2>&1 &
 PUB=$!
 python3 - $port "$HERE" <<'PY' || fail "NACK amplification"
 import socket, struct, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
 from tap_peers import ctl
 port = int(sys.argv[1])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 0))
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+def sub():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+    return s
+s = sub()
 me = s.getsockname()[1]
 def frames_for(seconds, quiet):
     got, end, last = [], time.monotonic() + seconds, time.monotonic()
@@ -313,9 +318,25 @@ again = frames_for(10, 1.0)
 want = min(4096, 128 * n)
 assert 128 * n > 4096, "patch too small for this check (%d frames)" % n
 assert len(again) == want, "one NACK got %d frames back, want %d" % (len(again), want)
-print("one NACK of 128 x %d frames: %d frames resent" % (n, len(again)))
+t0 = time.monotonic()
+s.sendto(ctl(3, model, target, ranges=[(0, n)] * 128), ("127.0.0.1", port))
+third = frames_for(10, 1.0)
+# 100 frames a second since the budget was spent; the answer was a few
+# seconds ago at most
+assert 20 <= len(third) <= 600, "a NACK over budget got %d frames" % len(third)
+other = sub()
+s, first_s = other, s
+s.sendto(ctl(1, 0, 0, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+caught = frames_for(20, 1.0) # the patch, as a catch-up
+s.sendto(ctl(3, model, target, ranges=[(0, n)] * 128), ("127.0.0.1", port))
+fourth = frames_for(10, 1.0)
+assert len(fourth) == want, "another subscriber got %d frames, want %d" % (len(fourth), want)
+print("one NACK of 128 x %d frames: %d frames resent; again: %d (budget); another "
+      "subscriber: %d" % (n, len(again), len(third), len(fourth)))
 PY
 wait $PUB || fail "publish (NACK amplification)"
+grep -q "[1-9][0-9]* NACKed frames over a subscriber's budget" "$T/publish12.log" ||
+	fail "publish: frames over the NACK budget not counted"
 
 # a buffer awaiting a keyframe resync at version 3 never goes back: the
 # keyframe stream of version 0 (a publisher that has only step 0) is not
