@@ -124,6 +124,7 @@ typedef struct shim {
 	int port_rc;            /* on_frame's result for frames from --port */
 	double port_next_watch; /* when to look at the port's link again */
 	double port_down_since; /* the link went down then; 0: up */
+	unsigned port_failed;   /* restarts in a row that found no server */
 	uint32_t latest;        /* newest version upstream has (HEARTBEAT) */
 	/* a keyframe stream too big to stage, written into the buffer as its
 	 * frames come (the buffer holds no version meanwhile) */
@@ -966,6 +967,13 @@ static void port_watch(shim *s, double t)
 		events_emit(&s->ev, "port_up", "\"down_s\":%.3f",
 			    s->port_down_since > 0 ? t - s->port_down_since : 0.0);
 		s->port_down_since = 0;
+		s->port_failed = 0;
+		break;
+	case SHIM_LINK_RESTART_FAILED:
+		/* the PMD logs each try; say how long it has been now and then */
+		if (++s->port_failed % 30 == 0)
+			printf("bfpatch-shim: port: still no memif server after %u tries\n",
+			       s->port_failed);
 		break;
 	case SHIM_LINK_DOWN:
 		s->port_down_since = t;

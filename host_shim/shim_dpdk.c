@@ -24,10 +24,12 @@
 #include <rte_common.h>
 #include <rte_cycles.h>
 #include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_dmadev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_kvargs.h>
 #include <rte_malloc.h>
 #include <rte_mbuf.h>
 #include <rte_memory.h>
@@ -570,30 +572,34 @@ static _Thread_local int rx_here; /* this thread is in a burst: never wait */
 
 int shim_rx_guard_enter(void)
 {
+	rx_here++; /* first: a signal handler's munmap here must not wait on us */
 	atomic_fetch_add(&rx_bursts, 1);
 	if (atomic_load(&unmaps)) {
 		atomic_fetch_sub(&rx_bursts, 1);
+		rx_here--;
 		return 0;
 	}
-	rx_here++;
 	return 1;
 }
 
 void shim_rx_guard_leave(void)
 {
-	rx_here--;
 	atomic_fetch_sub(&rx_bursts, 1);
+	rx_here--;
+}
+
+/* the C library's munmap, or a sanitizer's in front of it; looked up before
+ * main (dlsym takes the loader's lock: not from inside another munmap) */
+static int (*next_munmap)(void *, size_t);
+
+__attribute__((constructor)) static void find_next_munmap(void)
+{
+	next_munmap = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
 }
 
 int munmap(void *addr, size_t len)
 {
-	static int (*_Atomic next)(void *, size_t);
-	int (*f)(void *, size_t) = atomic_load(&next);
-	if (!f) {
-		/* the C library's, or a sanitizer's in front of it */
-		f = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
-		atomic_store(&next, f);
-	}
+	int (*f)(void *, size_t) = next_munmap;
 	if (rx_here)
 		return f ? f(addr, len) : (int)syscall(SYS_munmap, addr, len);
 	atomic_fetch_add(&unmaps, 1);
@@ -615,11 +621,30 @@ struct shim_port {
 	int reconnects;        /* a memif client: restarted while the link is down */
 	int link_up;           /* as last seen by shim_port_watch() */
 	int stopped;           /* a restart failed: not polled until one succeeds */
+	int start_ok;          /* our last (re)start connected, no link since */
+	double interval;       /* seconds between restarts */
 	uint64_t rx_watched;   /* rx_packets at the last shim_port_watch() */
 	double started;        /* when shim_port_watch() last (re)started it; 0: not yet */
 	shim_port_stats st;
 	uint8_t bounce[SHIM_PORT_PKT_MAX]; /* chained packets, made contiguous */
 };
+
+/* A memif port in the client role (the PMD's default), which connects
+ * only when started. The role is read from the device's own arguments, so
+ * a port the EAL arguments created (--vdev) is judged the same way. */
+static int memif_client(const struct rte_eth_dev_info *info)
+{
+	if (strcmp(info->driver_name, "net_memif") != 0)
+		return 0;
+	const struct rte_devargs *da = rte_dev_devargs(info->device);
+	struct rte_kvargs *kv = rte_kvargs_parse(da && da->args ? da->args : "", NULL);
+	if (!kv)
+		return 0; /* unreadable: leave it alone */
+	const char *role = rte_kvargs_get(kv, "role");
+	int client = !role || !strcmp(role, "client") || !strcmp(role, "slave");
+	rte_kvargs_free(kv);
+	return client;
+}
 
 int shim_port_open(const shim_port_conf *c, shim_port **out, char *err, size_t errlen)
 {
@@ -667,8 +692,7 @@ int shim_port_open(const shim_port_conf *c, shim_port **out, char *err, size_t e
 	p->addrs.data_port = c->udp_port;
 	p->addrs.control_port = 0; /* control stays on the kernel socket */
 	p->addrs.check_crc = c->check_crc;
-	p->reconnects = strcmp(info.driver_name, "net_memif") == 0 &&
-			strstr(c->devargs, "role=server") == NULL;
+	p->reconnects = memif_client(&info);
 
 	char pool_name[RTE_MEMPOOL_NAMESIZE];
 	snprintf(pool_name, sizeof(pool_name), "shim_rx%u", port);
@@ -773,32 +797,42 @@ void shim_port_stats_get(const shim_port *p, shim_port_stats *st)
 shim_link_event shim_port_watch(shim_port *p, double now)
 {
 	struct rte_eth_link lk;
-	if (rte_eth_link_get_nowait(p->port, &lk) != 0)
+	if (p->stopped || rte_eth_link_get_nowait(p->port, &lk) != 0)
 		lk.link_status = RTE_ETH_LINK_DOWN;
-	if (p->started == 0)
-		p->started = now; /* opened just before the first call */
-	/* packets since the last look: it was up meanwhile, if only briefly */
-	const int was_up = p->link_up || p->st.rx_packets != p->rx_watched;
+	if (p->started == 0) { /* opened just before the first call */
+		p->started = now;
+		p->interval = SHIM_PORT_RECONNECT_S;
+	}
+	/* packets since the last look while down: it was up meanwhile, if only
+	 * briefly; said as up now, and as down at the next call */
+	const int blip = !p->link_up && p->st.rx_packets != p->rx_watched;
 	p->rx_watched = p->st.rx_packets;
-	if (lk.link_status == RTE_ETH_LINK_UP) {
+	if (lk.link_status == RTE_ETH_LINK_UP || blip) {
+		p->interval = SHIM_PORT_RECONNECT_S;
+		p->start_ok = 0;
 		if (p->link_up)
 			return SHIM_LINK_SAME;
 		p->link_up = 1;
 		return SHIM_LINK_UP;
 	}
-	if (was_up) {
+	if (p->link_up) {
 		p->link_up = 0;
 		p->started = now; /* a server may come back at once: give it time */
 		p->st.link_downs++;
 		return SHIM_LINK_DOWN;
 	}
-	if (!p->reconnects || now - p->started < SHIM_PORT_RECONNECT_S)
+	if (!p->reconnects || now - p->started < p->interval)
 		return SHIM_LINK_SAME;
+	/* our last start connected to a server, yet no link came: it may still
+	 * be shaking hands; wait twice as long before breaking in again */
+	if (p->start_ok && p->interval < 8 * SHIM_PORT_RECONNECT_S)
+		p->interval *= 2;
 	p->started = now;
 	p->st.restarts++;
 	if (!p->stopped)
 		rte_eth_dev_stop(p->port);
 	p->stopped = rte_eth_dev_start(p->port) != 0;
+	p->start_ok = !p->stopped;
 	return p->stopped ? SHIM_LINK_RESTART_FAILED : SHIM_LINK_RESTART;
 }
 

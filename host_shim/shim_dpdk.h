@@ -256,8 +256,11 @@ typedef enum {
  * with a monotonic time in seconds. A memif client whose server went away
  * (its relay restarted) never reconnects by itself: while such a port's link
  * is down it is stopped and started again every SHIM_PORT_RECONNECT_S
- * seconds, which reconnects once a server listens on the socket again.
- * Other ports are only watched. */
+ * seconds, which reconnects once a server listens on the socket again (if a
+ * start connects but no link follows, the wait doubles, up to 8 times).
+ * Packets between two calls while the link looked down count as a link
+ * that was up: UP is said, then DOWN at the next call. Other ports are only
+ * watched. */
 #define SHIM_PORT_RECONNECT_S 2.0
 shim_link_event shim_port_watch(shim_port *p, double now);
 

@@ -611,10 +611,20 @@ static void test_munmap_waits_for_an_rx_burst_in_progress(void **state)
 	struct unmap_job j = {.addr = (void *)m, .len = len};
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, unmap_thread, &j), 0);
-	usleep(200000);
+	/* once the thread is in munmap, no new burst may start */
+	int waiting = 0;
+	for (int i = 0; i < 5000 && !waiting; i++) {
+		if (shim_rx_guard_enter())
+			shim_rx_guard_leave();
+		else
+			waiting = 1;
+		if (!waiting)
+			usleep(1000);
+	}
+	assert_true(waiting);
+	usleep(100000); /* it waits for the burst still in progress */
 	assert_int_equal(atomic_load(&j.done), 0);
 	assert_int_equal(m[0], 7); /* still mapped */
-	assert_false(shim_rx_guard_enter()); /* an unmapping waits: no new burst */
 	shim_rx_guard_leave();
 	assert_int_equal(pthread_join(th, NULL), 0);
 	assert_int_equal(atomic_load(&j.done), 1);
