@@ -110,9 +110,12 @@ typedef struct shim {
 	shim_dma *dma;          /* --dma: commits move ranges by dmadev */
 	shim_port *port;        /* --port: frames from a DPDK port */
 	bfp_decoder *dma_dec;
-	void *zws;
 #endif
-	bfp_decoder *prep_dec;  /* prepares frames while they are staged */
+	/* the main thread's decoder (preparing staged frames, keyframes
+	 * written in place: one at a time) and zstd workspace (those, and the
+	 * DMA commit), made when first needed */
+	bfp_decoder *dec;
+	void *zws;
 	int no_prep;            /* --no-prepare, or no memory for the decoder */
 	slot slots[SLOTS];
 	uint64_t staged_bytes;  /* frames and prepared changes */
@@ -135,8 +138,6 @@ typedef struct shim {
 		uint32_t *len;
 		uint64_t bytes, verified;
 		double t0;
-		bfp_decoder *dec;   /* and its zstd workspace, kept between streams */
-		void *zws;
 	} ip;
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
@@ -303,6 +304,26 @@ static void drop_preps(shim *s)
 	}
 }
 
+/* The main thread's decoder, made when first needed; NULL: no memory. */
+static bfp_decoder *main_decoder(shim *s)
+{
+	if (!s->dec && (s->dec = malloc(sizeof(*s->dec))) && bfp_decoder_init(s->dec, 0) != BFP_OK) {
+		free(s->dec);
+		s->dec = NULL;
+	}
+	return s->dec;
+}
+
+/* The main thread's zstd workspace, made when first needed; 0: no memory
+ * (a build without zstd needs none). */
+static int main_zws(shim *s)
+{
+	size_t n = bfp_zstd_workspace_size();
+	if (n && !s->zws)
+		s->zws = malloc(n);
+	return !n || s->zws;
+}
+
 /* Prepare frames of the patch that commits next while the actor still
  * runs on the buffer's version: decode and verify each against the
  * buffer (it stays at the base until this patch commits), keeping the
@@ -323,14 +344,9 @@ static int prepare_some(shim *s, double budget_s)
 	if (!sl || sl->key || sl->base != version(s) || sl->prepped == sl->have ||
 	    sl->refused >= PREP_REFUSALS)
 		return 0;
-	if (!s->prep_dec) {
-		s->prep_dec = malloc(sizeof(*s->prep_dec));
-		if (!s->prep_dec || bfp_decoder_init(s->prep_dec, 0) != BFP_OK) {
-			free(s->prep_dec);
-			s->prep_dec = NULL;
-			s->no_prep = 1;
-			return 0;
-		}
+	if (!main_decoder(s)) {
+		s->no_prep = 1;
+		return 0;
 	}
 	bfp_apply_opts o;
 	memset(&o, 0, sizeof(o));
@@ -358,7 +374,7 @@ static int prepare_some(shim *s, double budget_s)
 			return 0; /* over budget: the commit decodes the rest */
 		done++;
 		bfp_frame_header h;
-		bfp_decoder *d = s->prep_dec;
+		bfp_decoder *d = s->dec;
 		bfp_status st = bfp_decode_verify(d, &o, sl->frames[i], sl->flen[i], s->w.params,
 						  s->w.h->n_params, &h);
 		if (st != BFP_OK) {
@@ -706,11 +722,7 @@ static void inplace_reset(shim *s)
 	free(s->ip.done);
 	free(s->ip.begin);
 	free(s->ip.len);
-	bfp_decoder *dec = s->ip.dec;
-	void *zws = s->ip.zws;
 	memset(&s->ip, 0, sizeof(s->ip));
-	s->ip.dec = dec;
-	s->ip.zws = zws;
 }
 
 /* A keyframe stream goes into the buffer in place when staging it would
@@ -770,15 +782,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 		ip->done = calloc(h->frame_count, 1);
 		ip->begin = calloc(h->frame_count, sizeof(*ip->begin));
 		ip->len = calloc(h->frame_count, sizeof(*ip->len));
-		size_t zsz = bfp_zstd_workspace_size();
-		if (!ip->dec && (ip->dec = malloc(sizeof(*ip->dec))) &&
-		    bfp_decoder_init(ip->dec, 0) != BFP_OK) {
-			free(ip->dec);
-			ip->dec = NULL;
-		}
-		if (zsz && !ip->zws)
-			ip->zws = malloc(zsz);
-		if (!ip->done || !ip->begin || !ip->len || !ip->dec || (zsz && !ip->zws)) {
+		if (!ip->done || !ip->begin || !ip->len || !main_decoder(s) || !main_zws(s)) {
 			inplace_reset(s);
 			return -1;
 		}
@@ -798,9 +802,9 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 	bfp_apply_opts o;
 	memset(&o, 0, sizeof(o));
 	o.model_id = s->w.h->model_id;
-	o.zstd_workspace = ip->zws;
-	o.zstd_workspace_size = ip->zws ? bfp_zstd_workspace_size() : 0;
-	bfp_status st = bfp_decode_apply(ip->dec, &o, p, len, s->w.params, s->w.h->n_params, NULL);
+	o.zstd_workspace = s->zws;
+	o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
+	bfp_status st = bfp_decode_apply(s->dec, &o, p, len, s->w.params, s->w.h->n_params, NULL);
 	if (st != BFP_OK) { /* checked before anything is written */
 		if (s->prep_fail++ < 10)
 			fprintf(stderr, "bfpatch-shim: keyframe %u of version %u refused: %s\n",
@@ -1237,9 +1241,7 @@ int main(int argc, char **argv)
 	if (dma_dev) {
 		shim_dma_conf dc = {.name = dma_dev};
 		s.dma_dec = malloc(sizeof(*s.dma_dec));
-		if (bfp_zstd_workspace_size())
-			s.zws = malloc(bfp_zstd_workspace_size());
-		if (!s.dma_dec || bfp_decoder_init(s.dma_dec, 0) != BFP_OK ||
+		if (!s.dma_dec || bfp_decoder_init(s.dma_dec, 0) != BFP_OK || !main_zws(&s) ||
 		    shim_dma_open(&dc, &s.dma, err, sizeof(err))) {
 			fprintf(stderr, "bfpatch-shim: --dma %s: %s\n", dma_dev,
 				s.dma_dec ? err : "out of memory");
@@ -1360,8 +1362,6 @@ int main(int argc, char **argv)
 	}
 	print_stats(&s);
 	inplace_reset(&s);
-	free(s.ip.dec);
-	free(s.ip.zws);
 	wbuf_undo_close(&s.undo);
 	events_emit(&s.ev, "stats", "\"frames\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"dup\":%"
 		    PRIu64 ",\"old\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"nacks\":%" PRIu64
@@ -1389,9 +1389,9 @@ int main(int argc, char **argv)
 	if (s.dma || s.port)
 		shim_eal_fini();
 	free(s.dma_dec);
-	free(s.zws);
 #endif
-	free(s.prep_dec);
+	free(s.dec);
+	free(s.zws);
 	events_close(&s.ev);
 	close(s.sock);
 	wbuf_close(&s.w);
