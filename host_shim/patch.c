@@ -628,14 +628,28 @@ typedef struct apply_job {
 	int status;
 } apply_job;
 
-/* Decode and verify delta frame f (nothing written), journal what it
- * will overwrite, write it, and close the journal entry: the journalled
- * version of bfp_decode_apply. */
+/* Write n verified changes of the range at begin, journalled around the
+ * writes when the commit keeps an undo journal. */
+static void write_changes(const apply_job *j, unsigned worker, uint64_t begin,
+			  const uint32_t *pos, const uint16_t *val, uint32_t n)
+{
+	const apply_ctl *c = j->ctl;
+	const int journal = c && c->undo_note;
+	uint16_t *w = j->params + begin;
+	if (journal)
+		c->undo_note(c->undo, worker, begin, pos, n);
+	for (uint32_t k = 0; k < n; k++)
+		w[pos[k]] = val[k];
+	if (journal)
+		c->undo_done(c->undo, worker);
+}
+
+/* Decode and verify delta frame f (nothing written), then write it
+ * journalled: the journalled version of bfp_decode_apply. */
 static bfp_status apply_journalled(apply_job *j, unsigned worker, bfp_decoder *dec,
 				   const bfp_apply_opts *ao, const uint8_t *f, uint32_t len,
 				   bfp_frame_header *h)
 {
-	const apply_ctl *c = j->ctl;
 	/* a keyframe needs no journal: it applies to whatever its range
 	 * holds, so one cut short is simply applied again (the encoding byte
 	 * only picks the path: both calls check the whole frame) */
@@ -644,11 +658,7 @@ static bfp_status apply_journalled(apply_job *j, unsigned worker, bfp_decoder *d
 	bfp_status st = bfp_decode_verify(dec, ao, f, len, j->params, j->n, h);
 	if (st != BFP_OK)
 		return st;
-	c->undo_note(c->undo, worker, h->range_begin, dec->chg_pos, dec->n_changes);
-	uint16_t *w = j->params + h->range_begin;
-	for (uint32_t k = 0; k < dec->n_changes; k++)
-		w[dec->chg_pos[k]] = dec->chg_val[k];
-	c->undo_done(c->undo, worker);
+	write_changes(j, worker, h->range_begin, dec->chg_pos, dec->chg_val, dec->n_changes);
 	return BFP_OK;
 }
 
@@ -681,13 +691,7 @@ static void *apply_worker(void *arg)
 		bfp_status st;
 		const frame_changes *fc = j->changes ? j->changes[i] : NULL;
 		if (fc) {
-			uint16_t *w = j->params + fc->range_begin;
-			if (journal)
-				j->ctl->undo_note(j->ctl->undo, worker, fc->range_begin, fc->pos, fc->n);
-			for (uint32_t k = 0; k < fc->n; k++)
-				w[fc->pos[k]] = fc->val[k];
-			if (journal)
-				j->ctl->undo_done(j->ctl->undo, worker);
+			write_changes(j, worker, fc->range_begin, fc->pos, fc->val, fc->n);
 			int at = 0;
 			st = bfp_frame_check_target(j->frames[i], j->lens[i], j->params, j->n, &at);
 			if (st == BFP_OK && !at)

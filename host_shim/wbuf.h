@@ -78,8 +78,8 @@ void wbuf_invalid(wbuf *w);
 int wbuf_snapshot(const wbuf *w, uint16_t *dst, uint32_t *version);
 
 /* The commit's undo journal, PATH.undo beside the buffer: one slot per
- * apply thread holds the values a frame is about to overwrite (at its
- * changed positions, or its whole range) until they are written. A
+ * apply thread holds the values a delta frame is about to overwrite (at
+ * its changed positions) until they are written. A
  * SIGKILL inside a frame's writes leaves its range neither at the base
  * nor at the target; on restart the journal puts it back at the base,
  * and the interrupted commit can be finished. */
