@@ -424,11 +424,9 @@ void rp_bucket_init(rp_bucket *b, uint64_t rate, uint64_t burst, uint64_t now)
 	b->last = now;
 }
 
-int rp_bucket_take(rp_bucket *b, uint64_t len, uint64_t now, uint64_t hz)
+/* tokens are kept in byte*hz units so integer refill is exact */
+static void bucket_refill(rp_bucket *b, uint64_t now, uint64_t hz)
 {
-	if (b->rate == 0)
-		return 1;
-	/* tokens are kept in byte*hz units so integer refill is exact */
 	uint64_t cap = b->burst * hz;
 	if (now > b->last) {
 		uint64_t dt = now - b->last;
@@ -438,10 +436,32 @@ int rp_bucket_take(rp_bucket *b, uint64_t len, uint64_t now, uint64_t hz)
 			b->tokens += dt * b->rate;
 		b->last = now;
 	}
+}
+
+int rp_bucket_take(rp_bucket *b, uint64_t len, uint64_t now, uint64_t hz)
+{
+	if (b->rate == 0)
+		return 1;
+	bucket_refill(b, now, hz);
 	if (b->tokens < len * hz)
 		return 0;
 	b->tokens -= len * hz;
 	return 1;
+}
+
+void rp_bucket_fill(rp_bucket *b, uint64_t hz)
+{
+	b->tokens = b->burst * hz;
+}
+
+uint64_t rp_bucket_take_upto(rp_bucket *b, uint64_t n, uint64_t now, uint64_t hz)
+{
+	if (b->rate == 0)
+		return n;
+	bucket_refill(b, now, hz);
+	uint64_t k = b->tokens / hz < n ? b->tokens / hz : n;
+	b->tokens -= k * hz;
+	return k;
 }
 
 /* ---- repair cache index ----

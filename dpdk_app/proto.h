@@ -158,6 +158,10 @@ void rp_bucket_init(rp_bucket *b, uint64_t rate_bytes, uint64_t burst_bytes,
 		    uint64_t now);
 /* Take len bytes at time now (ticks of a clock at hz); 1 if allowed. */
 int rp_bucket_take(rp_bucket *b, uint64_t len, uint64_t now, uint64_t hz);
+/* Fill the bucket to its burst (it starts empty). */
+void rp_bucket_fill(rp_bucket *b, uint64_t hz);
+/* Take as many of n units as the bucket holds at time now: how many. */
+uint64_t rp_bucket_take_upto(rp_bucket *b, uint64_t n, uint64_t now, uint64_t hz);
 
 /* ---- repair cache index ---- */
 

@@ -355,7 +355,7 @@ static sub *sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port
 		/* a full NACK answer at once, then --nack-rate frames a second */
 		rp_bucket_init(&s->nack_bucket, r->cf.nack_rate, RP_NACK_ANSWER_MAX,
 			       rte_get_tsc_cycles());
-		s->nack_bucket.tokens = s->nack_bucket.burst * rte_get_tsc_hz();
+		rp_bucket_fill(&s->nack_bucket, r->hz);
 		arp_request(r, eth_port, ip, st);
 		char a[INET_ADDRSTRLEN];
 		events_emit(&r->ev, "subscriber", "\"peer\":\"%s:%u\",\"rate_bps\":%" PRIu64,
@@ -633,7 +633,7 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		miss.version = c.version;
 		miss.flags = c.flags;
 		uint64_t cmodel = cache_model(c.model_id, c.flags & RP_NACK_KEY);
-		uint64_t now = rte_get_tsc_cycles(), hz = rte_get_tsc_hz();
+		uint64_t now = rte_get_tsc_cycles();
 		unsigned budget = RP_NACK_ANSWER_MAX;
 		r->rx_short = -1;
 		for (unsigned i = 0; i < c.n_ranges; i++) {
@@ -641,7 +641,7 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 				uint32_t idx = c.ranges[i].first + j;
 				/* one subscriber's NACKs cannot take the relay (or,
 				 * through misses, upstream) from the others */
-				if (!rp_bucket_take(&s->nack_bucket, 1, now, hz)) {
+				if (!rp_bucket_take(&s->nack_bucket, 1, now, r->hz)) {
 					st->c[C_NACK_LIMITED]++;
 					continue;
 				}

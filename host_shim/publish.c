@@ -296,7 +296,7 @@ static void pub_control(pub *P)
 			/* a full NACK answer at once, then --nack-rate frames a second */
 			rp_bucket_init(&s->nack, P->nack_rate, RP_NACK_ANSWER_MAX,
 				       (uint64_t)(t * 1e6));
-			s->nack.tokens = s->nack.burst * 1000000u;
+			rp_bucket_fill(&s->nack, 1000000);
 			char peer[64];
 			peer_str(&s->data, peer, sizeof(peer));
 			fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n", peer,
@@ -336,9 +336,8 @@ static void pub_control(pub *P)
 			if (cnt > RP_NACK_ANSWER_MAX - resent)
 				cnt = (uint32_t)(RP_NACK_ANSWER_MAX - resent);
 			/* one subscriber cannot take the link from the others */
-			uint32_t ok = 0;
-			while (ok < cnt && rp_bucket_take(&s->nack, 1, (uint64_t)(t * 1e6), 1000000))
-				ok++;
+			uint32_t ok = (uint32_t)rp_bucket_take_upto(&s->nack, cnt, (uint64_t)(t * 1e6),
+								    1000000);
 			P->nack_limited += cnt - ok;
 			if (!(cnt = ok))
 				continue;

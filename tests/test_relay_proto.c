@@ -283,6 +283,16 @@ static void test_token_bucket_paces_to_rate(void **state)
 	assert_true(ok >= 99 && ok <= 101);
 	rp_bucket_init(&b, 0, 0, 0); /* unlimited */
 	assert_int_equal(rp_bucket_take(&b, 1u << 30, 0, hz), 1);
+	assert_int_equal(rp_bucket_take_upto(&b, 1u << 30, 0, hz), 1u << 30);
+	/* filled: the whole burst at once, then what the rate refills */
+	rp_bucket_init(&b, 10, 4096, 0);
+	rp_bucket_fill(&b, hz);
+	assert_int_equal(rp_bucket_take_upto(&b, 5000, 0, hz), 4096);
+	assert_int_equal(rp_bucket_take_upto(&b, 5000, 0, hz), 0);
+	assert_int_equal(rp_bucket_take_upto(&b, 5000, 2500000, hz), 25); /* 2.5 s at 10/s */
+	assert_int_equal(rp_bucket_take_upto(&b, 3, 3000000, hz), 3);
+	assert_int_equal(rp_bucket_take(&b, 3, 3000000, hz), 0); /* 2 left */
+	assert_int_equal(rp_bucket_take(&b, 2, 3000000, hz), 1);
 }
 
 static unsigned dropped[4096];
