@@ -1259,15 +1259,15 @@ static int relay_setup(relay *r)
 		r->n_ports = 0;
 		return -1;
 	}
-	/* a port without --ip of its own uses the first port's that has one */
+	/* a port without --ip of its own uses the first address given */
 	uint32_t ip_any = 0;
 	for (unsigned i = 0; i < r->cf.n_ip && !ip_any; i++)
 		ip_any = r->cf.ip[i];
-	for (unsigned i = 0; i < r->cf.n_ip; i++) {
-		if (!r->cf.ip[i])
+	for (unsigned i = 0; i < RTE_MAX((unsigned)r->n_ports, r->cf.n_ip); i++)
+		if (i >= r->cf.n_ip || !r->cf.ip[i])
 			r->cf.ip[i] = ip_any;
+	for (unsigned i = 0; i < r->cf.n_ip; i++)
 		r->addrs.ip[r->addrs.n_ip++] = r->cf.ip[i];
-	}
 	r->addrs.data_port = r->cf.data_port;
 	r->addrs.control_port = r->cf.control_port;
 	r->addrs.check_crc = r->cf.check_crc;
@@ -1326,8 +1326,6 @@ static int relay_setup(relay *r)
 	r->rx_reserve = RTE_MIN((unsigned)r->n_ports * nq * 1024u + 4 * BURST * (n_workers + 1),
 				r->cf.n_mbufs / 4);
 	for (uint16_t p = 0; p < r->n_ports; p++) {
-		if (p >= r->cf.n_ip || r->cf.ip[p] == 0)
-			r->cf.ip[p] = r->cf.ip[0];
 		int rc = port_init(r, p, (uint16_t)nq);
 		if (rc) {
 			fprintf(stderr, "bfpatch-relay: port %u: %s\n", p, rte_strerror(-rc));
