@@ -14,6 +14,19 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/test_lib.sh"
 test_setup test
 port=$((20000 + $$ % 20000))
+# buffer_set FILE VERSION STATE: write a weight buffer's header version
+# (offset 64) and state (offset 68, host_shim/wbuf.h); - leaves one as is
+buffer_set() {
+	python3 - "$@" <<'PY' || fail "buffer_set $*"
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    for off, v in ((64, sys.argv[2]), (68, sys.argv[3])):
+        if v != "-":
+            f.seek(off)
+            f.write(struct.pack("<I", int(v)))
+PY
+}
+
 # start_shim NAME ARGS...: bfpatch-shim on the weight buffer $SHM.NAME with
 # ARGS, logging to $T/shimNAME.log, added to $PIDS; returns once it listens
 start_shim() {
@@ -342,10 +355,7 @@ grep -q "[1-9][0-9]* NACKed frames over a subscriber's budget" "$T/publish12.log
 # keyframe stream of version 0 (a publisher that has only step 0) is not
 # committed
 cp "$SHM.1" "$SHM.rs"
-python3 -c "
-import struct, sys
-with open(sys.argv[1], 'r+b') as f:
-    f.seek(68); f.write(struct.pack('<I', 2))  # state RESYNC, version 3" "$SHM.rs"
+buffer_set "$SHM.rs" - 2 # RESYNC, at version 3
 mkdir "$T/only0"
 cp "$T/traj/step-0000.safetensors" "$T/only0/"
 start_shim rs --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 16)) \
@@ -395,10 +405,7 @@ check_buffers "$T/traj/step-0001.safetensors" "$SHM.w" ||
 # 4.4 MB of keyframes, --max-stage 4 MiB; a 7B model at the default 1 GiB):
 # written into the buffer as it arrives, a lost frame NACKed, verified
 cp "$SHM.1" "$SHM.ip"
-python3 -c "
-import struct, sys
-with open(sys.argv[1], 'r+b') as f:
-    f.seek(64); f.write(struct.pack('<II', 0, 2))  # version 0, RESYNC" "$SHM.ip"
+buffer_set "$SHM.ip" 0 2 # version 0, RESYNC
 mkdir "$T/at2"
 cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" \
 	"$T/traj/step-0002.safetensors" "$T/at2/"
@@ -462,10 +469,7 @@ grep -q "no checkpoint" "$T/publish20.log" || fail "no clear error for an empty 
 "$BFP" diff -q -k --target-version 1 "$T/traj/step-0000.safetensors" \
 	"$T/traj/step-0001.safetensors" -o "$T/k1" || fail "keyframes of version 1"
 cp "$SHM.1" "$SHM.ip2"
-python3 -c "
-import struct, sys
-with open(sys.argv[1], 'r+b') as f:
-    f.seek(64); f.write(struct.pack('<II', 0, 2))  # version 0, RESYNC" "$SHM.ip2"
+buffer_set "$SHM.ip2" 0 2 # version 0, RESYNC
 start_shim ip2 --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 21)) \
 	--max-stage 4194304 --exit-after 30
 python3 - "$T/k2" "$T/k1" $((port + 21)) "$HERE" <<'PY' || fail "sending keyframe streams"
@@ -564,10 +568,7 @@ check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish
 # weight of one range one step up
 start_shim c2 --init "$T/traj/step-0003.safetensors" \
 	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 20)) --exit-after 60
-python3 -c "
-import struct, sys
-with open(sys.argv[1], 'r+b') as f:
-    f.seek(64); f.write(struct.pack('<I', 3))  # the --init buffer is at 0: call it 3" "$SHM.c2"
+buffer_set "$SHM.c2" 3 - # the --init buffer is at 0: call it 3
 "$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
 	--steps 4 --linger 2 > "$T/publish22.log" 2>&1 &
 PUB=$!
