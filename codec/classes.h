@@ -10,12 +10,6 @@
 
 #include "internal.h"
 
-#define BFP_CPU_AVX2 1u
-#define BFP_CPU_AVX512BW 2u
-
-/* CPU features usable by the codec (0 on other architectures). */
-uint32_t bfp_cpu_features(void);
-
 /* Gather the changes ahead of e->pos up to end into e->chg_* (offset,
  * class, gap in the class's rank space, step); stop once the running
  * size estimate exceeds limit_bits or the scratch is full. Returns the

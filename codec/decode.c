@@ -128,7 +128,7 @@ static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *f
 				     h->range_len);
 	if (st != BFP_OK)
 		return st;
-	BFP_CHECK(bfp_hash_with_changes(d->chunk, sizeof(d->chunk) / sizeof(d->chunk[0]), w,
+	BFP_CHECK(bfp_hash_with_changes(d->cpu, d->chunk, sizeof(d->chunk) / sizeof(d->chunk[0]), w,
 					h->range_len, d->chg_pos, d->chg_val, d->n_changes) ==
 			  h->target_hash,
 		  BFP_E_HASH);
@@ -165,7 +165,7 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 	case BFP_ENC_KEY_RAW:
 		BFP_CHECK((uint64_t)h.payload_len == 2ull * h.range_len,
 			  BFP_E_CORRUPT);
-		BFP_CHECK(bfp_hash_bytes(pl, h.payload_len) == h.target_hash,
+		BFP_CHECK(bfp_hash_cpu(d->cpu, pl, h.payload_len) == h.target_hash,
 			  BFP_E_HASH);
 		for (uint32_t i = 0; i < h.range_len; i++)
 			w[i] = bfp_ld16(pl + 2 * i);
@@ -179,7 +179,7 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 					    (uint8_t *)d->grp_val, d->chunk);
 		if (st != BFP_OK)
 			return st;
-		BFP_CHECK(bfp_hash_params(d->chunk, h.range_len) == h.target_hash,
+		BFP_CHECK(bfp_hash_cpu(d->cpu, d->chunk, (size_t)h.range_len * 2) == h.target_hash,
 			  BFP_E_HASH);
 		BFP_MEMCPY(w, d->chunk, (size_t)h.range_len * 2);
 		break;

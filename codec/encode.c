@@ -272,7 +272,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 	h.range_begin = e->pos;
 	h.range_len = (uint32_t)len;
 	h.payload_len = (uint32_t)pl_len;
-	h.target_hash = bfp_hash_params(e->target + e->pos, (size_t)len);
+	h.target_hash = bfp_hash_cpu(e->cpu, e->target + e->pos, (size_t)len * 2);
 	bfp_header_write(p, &h);
 	bfp_frame_seal(p, BFP_HEADER_SIZE + pl_len);
 	e->pos += len;

@@ -7,6 +7,18 @@
 
 #define XXH_INLINE_ALL
 #define XXH_STATIC_LINKING_ONLY
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* XXH3's AVX2 and AVX-512 inner loops as well as the build's default one,
+ * picked at run time (bfp_hash_cpu); their accumulators need 64-byte
+ * alignment. Every loop computes the same hash. */
+#define BFP_XXH_X86 1
+#include <immintrin.h>
+#define XXH_ACC_ALIGN 64
+#define XXH_DISPATCH_AVX2 1
+#define XXH_DISPATCH_AVX512 1
+#define XXH_TARGET_AVX2 __attribute__((target("avx2")))
+#define XXH_TARGET_AVX512 __attribute__((target("avx512f")))
+#endif
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpedantic"
@@ -74,12 +86,65 @@ uint64_t bfp_hash_params(const uint16_t *params, size_t n)
 	return XXH3_64bits(params, n * sizeof(uint16_t));
 }
 
-uint64_t bfp_hash_bytes(const void *p, size_t n)
+#ifdef BFP_XXH_X86
+__attribute__((target("avx512f"))) static uint64_t hash_long_avx512(const void *p, size_t n)
 {
+	return XXH3_hashLong_64b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret),
+					  XXH3_accumulate_512_avx512, XXH3_scrambleAcc_avx512);
+}
+
+__attribute__((target("avx2"))) static uint64_t hash_long_avx2(const void *p, size_t n)
+{
+	return XXH3_hashLong_64b_internal(p, n, XXH3_kSecret, sizeof(XXH3_kSecret),
+					  XXH3_accumulate_512_avx2, XXH3_scrambleAcc_avx2);
+}
+
+__attribute__((target("avx512f"))) static void update_avx512(XXH3_state_t *st, const void *p,
+							     size_t n)
+{
+	(void)XXH3_update(st, (const xxh_u8 *)p, n, XXH3_accumulate_512_avx512,
+			  XXH3_scrambleAcc_avx512);
+}
+
+__attribute__((target("avx2"))) static void update_avx2(XXH3_state_t *st, const void *p,
+							size_t n)
+{
+	(void)XXH3_update(st, (const xxh_u8 *)p, n, XXH3_accumulate_512_avx2,
+			  XXH3_scrambleAcc_avx2);
+}
+#endif
+
+uint64_t bfp_hash_cpu(uint32_t cpu, const void *p, size_t n)
+{
+	(void)cpu;
+#ifdef BFP_XXH_X86
+	/* inputs up to XXH3_MIDSIZE_MAX take XXH3's short paths, which have
+	 * no inner loop to pick */
+	if (n > XXH3_MIDSIZE_MAX && (cpu & BFP_CPU_AVX512BW))
+		return hash_long_avx512(p, n);
+	if (n > XXH3_MIDSIZE_MAX && (cpu & BFP_CPU_AVX2))
+		return hash_long_avx2(p, n);
+#endif
 	return XXH3_64bits(p, n);
 }
 
-uint64_t bfp_hash_with_changes(uint16_t *chunk, size_t chunk_len,
+static void hash_update(uint32_t cpu, XXH3_state_t *st, const void *p, size_t n)
+{
+	(void)cpu;
+#ifdef BFP_XXH_X86
+	if (cpu & BFP_CPU_AVX512BW) {
+		update_avx512(st, p, n);
+		return;
+	}
+	if (cpu & BFP_CPU_AVX2) {
+		update_avx2(st, p, n);
+		return;
+	}
+#endif
+	XXH3_64bits_update(st, p, n);
+}
+
+uint64_t bfp_hash_with_changes(uint32_t cpu, uint16_t *chunk, size_t chunk_len,
 			       const uint16_t *base, uint64_t n,
 			       const uint32_t *pos, const uint16_t *val,
 			       uint32_t n_changes)
@@ -94,7 +159,7 @@ uint64_t bfp_hash_with_changes(uint16_t *chunk, size_t chunk_len,
 		uint64_t next = c < n_changes ? pos[c] : n;
 		if (next - off >= chunk_len) {
 			uint64_t run = (next - off) / chunk_len * chunk_len;
-			XXH3_64bits_update(&st, base + off, (size_t)run * 2);
+			hash_update(cpu, &st, base + off, (size_t)run * 2);
 			off += run;
 			continue;
 		}
@@ -104,7 +169,7 @@ uint64_t bfp_hash_with_changes(uint16_t *chunk, size_t chunk_len,
 			chunk[pos[c] - off] = val[c];
 			c++;
 		}
-		XXH3_64bits_update(&st, chunk, len * 2);
+		hash_update(cpu, &st, chunk, len * 2);
 		off += len;
 	}
 	return XXH3_64bits_digest(&st);

@@ -280,14 +280,23 @@ static inline uint32_t bfp_get_eg0(bfp_br *r)
 	return (uint32_t)(x - 1);
 }
 
+/* ---- CPU features (classes.c) ---- */
+#define BFP_CPU_AVX2 1u
+#define BFP_CPU_AVX512BW 2u
+
+/* CPU features usable by the codec (0 on other architectures). */
+uint32_t bfp_cpu_features(void);
+
 /* ---- shared helpers implemented in frame.c ---- */
 void bfp_header_write(uint8_t *p, const bfp_frame_header *h);
 /* Compute and store a written frame's CRC (FORMAT.md 2.1). */
 void bfp_frame_seal(uint8_t *p, size_t len);
-uint64_t bfp_hash_bytes(const void *p, size_t n);
+/* XXH3-64 (seed 0) of n bytes, through the widest vector loop that cpu
+ * (bfp_cpu_features()) allows; every loop gives the same hash. */
+uint64_t bfp_hash_cpu(uint32_t cpu, const void *p, size_t n);
 /* Range hash of base[0..n) with val[i] at pos[i]: changes must be ordered
  * by chunk_len-aligned chunk (any order within a chunk). */
-uint64_t bfp_hash_with_changes(uint16_t *chunk, size_t chunk_len,
+uint64_t bfp_hash_with_changes(uint32_t cpu, uint16_t *chunk, size_t chunk_len,
 			       const uint16_t *base, uint64_t n,
 			       const uint32_t *pos, const uint16_t *val,
 			       uint32_t n_changes);

@@ -356,6 +356,67 @@ static void test_encoder_is_canonical_and_simd_matches_scalar(void **state)
 	free(w2);
 }
 
+/* The codec's internal hash entry points (codec/internal.h), so that each
+ * vector loop is exercised whatever this machine picks by default. */
+uint32_t bfp_cpu_features(void);
+uint64_t bfp_hash_cpu(uint32_t cpu, const void *p, size_t n);
+uint64_t bfp_hash_with_changes(uint32_t cpu, uint16_t *chunk, size_t chunk_len,
+			       const uint16_t *base, uint64_t n, const uint32_t *pos,
+			       const uint16_t *val, uint32_t n_changes);
+
+/* Every XXH3 loop the codec may pick (AVX-512, AVX2 where the CPU has
+ * them) gives the hash of the build's default loop, whole and streamed
+ * with changes, at lengths around XXH3's block and stripe sizes and at
+ * unaligned addresses; the default loop is the public bfp_hash_params. */
+static void test_hash_loops_agree(void **state)
+{
+	(void)state;
+	const uint32_t feats = bfp_cpu_features();
+	const uint32_t cpus[] = {0, feats & 1u /* AVX2 */, feats & 2u /* AVX-512BW */};
+	const size_t lens[] = {0, 1, 8, 120, 121, 128, 1023, 1024, 1025, 4096, 32769, 262147};
+	enum { MAXN = 262147 + 8 };
+	uint16_t *buf = malloc(MAXN * 2), *tgt = malloc(MAXN * 2), *chunk = malloc(8192 * 2);
+	uint32_t *pos = malloc(MAXN * 4);
+	uint16_t *val = malloc(MAXN * 2);
+	uint64_t s = 77;
+	for (size_t i = 0; i < MAXN; i++)
+		buf[i] = (uint16_t)t_rand(&s);
+	for (size_t c = 0; c < sizeof(cpus) / sizeof(cpus[0]); c++) {
+		if (c && !cpus[c]) {
+			print_message("hash loop %zu: not on this CPU\n", c);
+			continue;
+		}
+		for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+			for (size_t off = 0; off < 3; off++) {
+				const uint16_t *p = buf + off;
+				const size_t n = lens[l];
+				uint64_t ref = bfp_hash_params(p, n);
+				assert_true(bfp_hash_cpu(cpus[c], p, n * 2) == ref);
+				/* odd byte counts from an odd address */
+				assert_true(bfp_hash_cpu(cpus[c], (const uint8_t *)p + 1, n) ==
+					    bfp_hash_cpu(0, (const uint8_t *)p + 1, n));
+				/* base with changes at every 37th word, against the
+				 * changed words written out */
+				memcpy(tgt, p, n * 2);
+				uint32_t k = 0;
+				for (size_t i = 5; i < n; i += 37 + (i & 1) * 4000) {
+					pos[k] = (uint32_t)i;
+					val[k] = (uint16_t)(p[i] ^ 0x0101u);
+					tgt[i] = val[k];
+					k++;
+				}
+				assert_true(bfp_hash_with_changes(cpus[c], chunk, 8192, p, n, pos, val,
+								  k) == bfp_hash_params(tgt, n));
+			}
+		}
+	}
+	free(buf);
+	free(tgt);
+	free(chunk);
+	free(pos);
+	free(val);
+}
+
 /* zstd keyframes (byte planes) round-trip, cover more parameters than raw
  * keyframes on weight-like data, and reject damaged or ambiguous zstd
  * payloads without touching the weights. */
@@ -983,6 +1044,7 @@ int main(void)
 		cmocka_unit_test(test_sparse_frames_are_full),
 		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
+		cmocka_unit_test(test_hash_loops_agree),
 		cmocka_unit_test(test_zstd_keyframes_round_trip_and_reject_damage),
 	};
 	const struct CMUnitTest rejects[] = {
