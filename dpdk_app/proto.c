@@ -71,7 +71,9 @@ int rp_parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 	errno = 0;
 	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
 		return -1;
-	unsigned long long v = strtoull(s, &end, 0);
+	/* decimal unless 0x: zero-padded versions (step-0012) are not octal */
+	const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+	unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
 	uint64_t mul = 1;
 	switch (*end) {
 	case 'k': case 'K': mul = 1000; end++; break;

@@ -447,7 +447,12 @@ static void test_address_and_mac_parsing_refuses_malformed_input(void **state)
 	assert_int_equal(v, 2000000000ull);
 	assert_int_equal(rp_parse_num("0x10", 0, 100, &v), 0);
 	assert_int_equal(v, 16);
-	static const char *const badnum[] = {"", "-1", "+1", "k", "12q", "5g", "99999999999999999999"};
+	assert_int_equal(rp_parse_num("0012", 0, 100, &v), 0); /* decimal, not octal */
+	assert_int_equal(v, 12);
+	assert_int_equal(rp_parse_num("0009", 0, 100, &v), 0);
+	assert_int_equal(v, 9);
+	static const char *const badnum[] = {"", "-1", "+1", "k", "12q", "5g", "99999999999999999999",
+					     "0x", "0xg"};
 	for (size_t i = 0; i < sizeof(badnum) / sizeof(badnum[0]); i++)
 		assert_int_equal(rp_parse_num(badnum[i], 1, 1000000000, &v), -1);
 	assert_int_equal(rp_parse_num("1", 2, 10, &v), -1); /* below the range */
