@@ -43,6 +43,13 @@ int die(const char *cmd, const char *msg)
 	return 1;
 }
 
+/* a and b exist and are the same file (through links too) */
+static int same_file(const char *a, const char *b)
+{
+	struct stat x, y;
+	return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
 	return rp_parse_num(s, 0, max, out);
@@ -70,7 +77,7 @@ static const char diff_usage[] =
 	"usage: bfpatch diff OLD NEW -o PATCH [options]\n"
 	"Encode the change from OLD to NEW (safetensors or raw BF16 files with the\n"
 	"same tensor layout) as a patch: self-contained frames (docs/FORMAT.md).\n"
-	"  -o, --output PATCH      patch file to write (atomically)\n"
+	"  -o, --output PATCH      patch file to write (atomically; not OLD or NEW)\n"
 	"  -s, --frame-size BYTES  max frame size, 128..9000 (default 1200)\n"
 	"  -b, --base-version N    version of OLD (default 0)\n"
 	"  -t, --target-version N  version of NEW (default base + 1)\n"
@@ -131,6 +138,12 @@ static int cmd_diff(int argc, char **argv)
 		fputs(diff_usage, stderr);
 		return 2;
 	}
+	for (int i = 0; i < 2; i++)
+		if (same_file(out, argv[optind + i])) {
+			fprintf(stderr, "bfpatch diff: -o %s is the input %s: the patch would replace "
+				"that model\n", out, argv[optind + i]);
+			return 2;
+		}
 	if (!have_target)
 		po.target_version = po.base_version + 1;
 	if (po.enc_flags & BFP_ENC_F_KEYFRAME)
@@ -182,6 +195,8 @@ static const char apply_usage[] =
 	"Apply PATCH to BASE and write the result to OUT (atomically). Every frame\n"
 	"is checked (CRC, model, base version, range) and every range's target\n"
 	"hash verified before OUT is written; on any error OUT is not created.\n"
+	"OUT may be BASE (replaced only once the new version is verified and\n"
+	"written), not PATCH.\n"
 	"  -o, --output OUT   file to write\n"
 	"  -j, --threads N    decoder threads (default: all CPUs)\n"
 	"  -q, --quiet\n"
@@ -209,6 +224,10 @@ static int cmd_apply(int argc, char **argv)
 	}
 	if (argc - optind != 2 || !out) {
 		fputs(apply_usage, stderr);
+		return 2;
+	}
+	if (same_file(out, argv[optind + 1])) {
+		fprintf(stderr, "bfpatch apply: -o %s is the patch: the model would replace it\n", out);
 		return 2;
 	}
 	char err[ERRLEN] = "";
@@ -562,15 +581,8 @@ static const char usage[] =
 	"  version\n\n"
 	"Run 'bfpatch COMMAND --help' for a command's options.\n";
 
-int main(int argc, char **argv)
+static int run(const char *cmd, int argc, char **argv)
 {
-	if (argc < 2) {
-		fputs(usage, stderr);
-		return 2;
-	}
-	const char *cmd = argv[1];
-	argv++;
-	argc--;
 	if (!strcmp(cmd, "diff"))
 		return cmd_diff(argc, argv);
 	if (!strcmp(cmd, "apply"))
@@ -588,6 +600,15 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "report"))
 		return report_main(argc, argv);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+		if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+			fputs("usage: bfpatch version\nPrints the tool's version and the frame "
+			      "format version it writes.\n", stdout);
+			return 0;
+		}
+		if (argc > 1) {
+			fprintf(stderr, "bfpatch version: unexpected argument '%s'\n", argv[1]);
+			return 2;
+		}
 		printf("bfpatch %s (frame format %u)\n", BFP_VERSION_STRING, BFP_FORMAT_VERSION);
 		return 0;
 	}
@@ -597,4 +618,25 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr, "bfpatch: unknown command '%s'\n%s", cmd, usage);
 	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fputs(usage, stderr);
+		return 2;
+	}
+	static const char *const writers[] = {"diff", "apply", "synth", "pcap", "report"};
+	for (size_t i = 0; i < sizeof(writers) / sizeof(writers[0]); i++)
+		if (!strcmp(argv[1], writers[i]))
+			atomic_cleanup_on_signals(); /* no temporaries left by ^C */
+	int rc = run(argv[1], argc - 1, argv + 1);
+	/* what a command printed (info, --help, tables) must have reached
+	 * stdout: a full disk or a closed stdout is an error, not exit 0 */
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "bfpatch %s: writing standard output: %s\n", argv[1],
+			errno ? strerror(errno) : "write error");
+		return rc ? rc : 1;
+	}
+	return rc;
 }

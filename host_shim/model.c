@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,11 +352,111 @@ int model_load(model *m, const char *path, char *err, size_t errlen)
 	return 0;
 }
 
+/* ---- temporary files removed when a signal ends the process ----
+ * write_file_atomic() lists the temporary it is writing here; the handler
+ * of atomic_cleanup_on_signals() unlinks what is listed (unlink() is
+ * async-signal-safe) and dies of the signal as it would have. A slot is
+ * 0 free, 2 being filled, 1 listed. */
+#define TMP_SLOTS 16
+static char tmp_paths[TMP_SLOTS][4096];
+static atomic_int tmp_state[TMP_SLOTS];
+
+static int tmp_list(const char *path)
+{
+	if (strlen(path) >= sizeof(tmp_paths[0]))
+		return -1; /* not listed: the write itself still works */
+	for (int i = 0; i < TMP_SLOTS; i++) {
+		int free_slot = 0;
+		if (atomic_compare_exchange_strong(&tmp_state[i], &free_slot, 2)) {
+			strcpy(tmp_paths[i], path);
+			atomic_store(&tmp_state[i], 1);
+			return i;
+		}
+	}
+	return -1;
+}
+
+static void tmp_unlist(int slot)
+{
+	if (slot >= 0)
+		atomic_store(&tmp_state[slot], 0);
+}
+
+static void on_fatal_signal(int sig)
+{
+	for (int i = 0; i < TMP_SLOTS; i++)
+		if (atomic_load(&tmp_state[i]) == 1)
+			unlink(tmp_paths[i]);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void atomic_cleanup_on_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction old, sa;
+		/* a signal ignored by whoever started us stays ignored */
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_fatal_signal;
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+	/* over a file size limit, write() then fails with EFBIG and the
+	 * error path removes the temporary, instead of the process dying */
+	signal(SIGXFSZ, SIG_IGN);
+}
+
+static int write_all(int fd, const void *const *bufs, const size_t *lens, size_t nbufs,
+		     const char *path, char *err, size_t errlen)
+{
+	for (size_t b = 0; b < nbufs; b++) {
+		const uint8_t *p = bufs[b];
+		size_t n = lens[b];
+		while (n > 0) {
+			ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				return set_err(err, errlen, "%s: write failed: %s", path,
+					       w < 0 ? strerror(errno) : "short write");
+			p += w;
+			n -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen)
 {
 	char *tmp = NULL, *dcopy = NULL;
-	int fd = -1;
+	int fd = -1, slot = -1;
+	struct stat sb;
+	if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+		/* a symbolic link: replace the file it names, keep the link */
+		char *real = realpath(path, NULL);
+		if (real) {
+			int rc = write_file_atomic(real, bufs, lens, nbufs, err, errlen);
+			free(real);
+			return rc;
+		}
+	}
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+		return set_err(err, errlen, "%s: is a directory", path);
+	if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+		/* a device, FIFO or socket (-o /dev/stdout): written in place;
+		 * renaming a file over it would replace the device node */
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			return set_err(err, errlen, "%s: %s", path, strerror(errno));
+		int rc = write_all(fd, bufs, lens, nbufs, path, err, errlen);
+		if (close(fd) != 0 && rc == 0)
+			rc = set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
+		return rc;
+	}
 	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
 		return set_err(err, errlen, "out of memory");
 	fd = mkstemp(tmp);
@@ -363,22 +465,9 @@ int write_file_atomic(const char *path, const void *const *bufs,
 		free(tmp);
 		return -1;
 	}
-	for (size_t b = 0; b < nbufs; b++) {
-		const uint8_t *p = bufs[b];
-		size_t n = lens[b];
-		while (n > 0) {
-			ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0) {
-				set_err(err, errlen, "%s: write failed: %s", path,
-				     w < 0 ? strerror(errno) : "short write");
-				goto bad;
-			}
-			p += w;
-			n -= (size_t)w;
-		}
-	}
+	slot = tmp_list(tmp);
+	if (write_all(fd, bufs, lens, nbufs, path, err, errlen))
+		goto bad;
 	if (fsync(fd) != 0) {
 		set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
 		goto bad;
@@ -409,12 +498,14 @@ int write_file_atomic(const char *path, const void *const *bufs,
 		}
 	}
 	free(dcopy);
+	tmp_unlist(slot);
 	free(tmp);
 	return 0;
 bad:
 	if (fd >= 0)
 		close(fd);
 	unlink(tmp);
+	tmp_unlist(slot);
 	free(tmp);
 	return -1;
 }

@@ -46,9 +46,16 @@ void model_manifest(const model *m, bfp_manifest *mf);
 
 void model_free(model *m);
 
-/* Shared helper: write buf to path atomically (tmp + fsync + rename). */
+/* Write bufs to path atomically: PATH.tmp.XXXXXX, fsync, rename. A symbolic
+ * link stays and the file it names is replaced; an existing device, FIFO
+ * or socket (-o /dev/stdout) is written in place. */
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen);
+
+/* For the tools: SIGINT, SIGTERM and SIGHUP (unless ignored) first remove
+ * the temporaries write_file_atomic() is writing, then end the process as
+ * before; SIGXFSZ is ignored, so a file size limit is a write error. */
+void atomic_cleanup_on_signals(void);
 
 /* Format an error message into err (errlen bytes); returns -1. */
 int set_err(char *err, size_t errlen, const char *fmt, ...)

@@ -466,6 +466,7 @@ int patch_parse(patch *p, char *err, size_t errlen)
 	bfp_frame_header first, h;
 	const uint8_t *buf = p->buf;
 	const size_t len = p->len;
+	uint64_t end = 0; /* where the frames so far end */
 	/* (re)build the frame index over the bytes in p->buf */
 	memset(&first, 0, sizeof(first));
 	p->n = 0;
@@ -490,6 +491,14 @@ int patch_parse(patch *p, char *err, size_t errlen)
 		if (h.frame_index != p->n || h.frame_count != first.frame_count)
 			return set_err(err, errlen, "frame %zu: index %u of %u out of sequence",
 				    p->n, h.frame_index, h.frame_count);
+		/* FORMAT.md 2.5: frame 0 begins at parameter 0 and each next
+		 * frame where the one before ended */
+		if (h.range_begin != end)
+			return set_err(err, errlen, "frame %zu: range begins at parameter %llu, not "
+				    "at %llu where the frame before ended: the frames do not tile "
+				    "the model", p->n, (unsigned long long)h.range_begin,
+				    (unsigned long long)end);
+		end = h.range_begin + h.range_len;
 		if (p->n + 1 >= p->off_cap) {
 			size_t nc = p->off_cap * 2 + 64;
 			size_t *no = realloc(p->off, nc * sizeof(size_t));

@@ -127,6 +127,75 @@ expect_fail "write error (disk full) leaves no output" "$T/full.safetensors" \
 expect_fail "diff into a full disk leaves no patch" "$T/fullpatch" \
 	sh -c "trap '' XFSZ; ulimit -f 1; exec '$BFP' diff '$S0' '$T/../$(basename $T)/traj/step-0001.safetensors' -o '$T/fullpatch'"
 
+# without the trap: a process killed by SIGXFSZ left its temporary behind
+expect_fail "over a file size limit: a write error, no output" "$T/fsz.safetensors" \
+	sh -c "ulimit -f 4; exec '$BFP' apply '$S0' '$T/p01' -o '$T/fsz.safetensors'"
+check "... and a message that says so" \
+	"sh -c \"ulimit -f 4; exec '$BFP' apply '$S0' '$T/p01' -o '$T/fsz2.safetensors'\" 2>&1 | grep -q 'File too large'"
+check "no temporary files are left behind (file size limit)" "! ls '$T'/*.tmp.* >/dev/null 2>&1"
+# SIGTERM while a file is being written: the temporary goes, exit as killed
+"$BFP" synth -o "$T/sig" -p 8M -n 20 >/dev/null 2>&1 &
+spid=$!
+for n in $(seq 2000); do ls "$T"/sig/*.tmp.* >/dev/null 2>&1 && break; sleep 0.005; done
+seen=$(ls "$T"/sig/*.tmp.* 2>/dev/null | wc -l)
+kill -TERM $spid
+wait $spid
+src=$?
+check "SIGTERM during a write removes the temporary (one was being written: $seen)" \
+	"[ $seen -ge 1 ] && [ $src -eq 143 ] && ! ls '$T'/sig/*.tmp.* >/dev/null 2>&1"
+
+# an output that is an input is refused, the input stays as it was
+cp "$S0" "$T/in.safetensors"
+expect_fail "diff -o OLD is refused" "" "$BFP" diff -q "$T/in.safetensors" "$S1" -o "$T/in.safetensors"
+check "... and OLD is intact" "cmp -s '$T/in.safetensors' '$S0'"
+cp "$T/p01" "$T/pin"
+expect_fail "apply -o PATCH is refused" "" "$BFP" apply -q "$S0" "$T/pin" -o "$T/pin"
+check "... and the patch is intact" "cmp -s '$T/pin' '$T/p01'"
+"$BFP" apply -q "$T/in.safetensors" "$T/p01" -o "$T/in.safetensors"
+check "apply -o BASE replaces BASE with the new version" "cmp -s '$T/in.safetensors' '$S1'"
+# a symbolic link stays a link to the replaced file; a device is written to
+ln -s "$T/lt.safetensors" "$T/link.safetensors"
+cp "$S0" "$T/lt.safetensors"
+"$BFP" apply -q "$S0" "$T/p01" -o "$T/link.safetensors"
+check "-o through a symbolic link replaces the file it names" \
+	"[ -L '$T/link.safetensors' ] && cmp -s '$T/lt.safetensors' '$S1'"
+if mknod "$T/null" c 1 3 2>/dev/null; then
+	"$BFP" diff -q "$S0" "$S1" -o "$T/null"
+	check "-o to a device writes to it and leaves the device node" "[ -c '$T/null' ]"
+fi
+# (a link of our own to /proc/self/fd/1: a build without the fix renames
+# a file over the link, never over the system's /dev/stdout)
+ln -s /proc/self/fd/1 "$T/stdout-link"
+check "diff -o /dev/stdout writes the patch there" \
+	"'$BFP' diff -q '$S0' '$S1' -o '$T/stdout-link' | cmp -s - '$T/p01'"
+
+# info: frames that do not tile the model (frame 0 twice, re-indexed and
+# resealed) are refused; output that cannot be written is an error
+python3 - "$T/p01" "$T/dup" <<'EOF'
+import struct, sys
+def crc32c(data, crc=0xFFFFFFFF):
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+p = open(sys.argv[1], 'rb').read()
+plen = struct.unpack_from('<I', p, 44)[0]
+f0 = bytearray(p[:60 + plen])
+out = b''
+for i in range(2):
+    f = bytearray(f0)
+    struct.pack_into('<II', f, 24, i, 2)
+    struct.pack_into('<I', f, 56, crc32c(bytes(f[:56]) + bytes(f[60:])))
+    out += bytes(f)
+open(sys.argv[2], 'wb').write(out)
+EOF
+expect_fail "info refuses frames that do not tile the model" "" "$BFP" info "$T/dup"
+"$BFP" info "$T/p01" > /dev/full 2>/dev/null
+check "info into a full disk exits non-zero" "[ $? -ne 0 ]"
+"$BFP" diff -q -b 0012 "$S0" "$S1" -o "$T/v12"
+check "a zero-padded version is decimal (-b 0012: 12 -> 13)" "'$BFP' info '$T/v12' | grep -q 'versions  *12 -> 13'"
+
 # a model with no parameters: a clear error, no (empty) patch
 python3 -c "
 import struct
@@ -138,7 +207,7 @@ expect_fail "diff of models with no parameters" "$T/empty.bfp" \
 check "outputs follow the umask" "[ \"\$(stat -c %a '$T/um.bfp')\" = 600 ]"
 
 # usage errors exit 2; --help exits 0
-for c in diff apply info synth demo; do
+for c in diff apply info synth demo version; do
 	"$BFP" $c --help >/dev/null 2>&1
 	check "bfpatch $c --help exits 0" "[ $? -eq 0 ]"
 	"$BFP" $c --no-such-option >/dev/null 2>&1
