@@ -81,6 +81,7 @@ typedef struct slot {
 	uint32_t refused;       /* frames preparation refused (and dropped) */
 	uint64_t bytes;         /* of the frames */
 	uint64_t prep_bytes;
+	uint64_t idx_bytes;     /* of frames[], flen[] and preps[] */
 } slot;
 
 /* A delta frame decoded and verified against the buffer's version while
@@ -141,6 +142,10 @@ typedef struct shim {
 	} ip;
 	/* counters */
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
+	uint64_t in_resync;     /* patch frames while only a keyframe stream helps */
+	uint64_t foreign_hb;    /* HEARTBEATs not from --upstream, ignored */
+	uint64_t recount;       /* staged patches dropped for another frame count */
+	uint64_t evicted;       /* later versions dropped for the next one's frames */
 	uint8_t told_encoding[32]; /* bit e: "encoding e unknown" was logged */
 	uint64_t resyncs, key_commits, dropped_test, verified_bytes, auth_fail;
 	uint64_t prepared, prep_fail, prep_dropped;
@@ -194,7 +199,7 @@ static void slot_free(shim *s, slot *sl)
 	free(sl->frames);
 	free(sl->flen);
 	free(sl->preps);
-	s->staged_bytes -= sl->bytes + sl->prep_bytes;
+	s->staged_bytes -= sl->bytes + sl->prep_bytes + sl->idx_bytes;
 	s->prep_bytes -= sl->prep_bytes;
 	memset(sl, 0, sizeof(*sl));
 }
@@ -244,6 +249,22 @@ static void send_nack(shim *s)
 	rp_ctl c;
 	const struct inplace *ip = s->ip.done ? &s->ip : NULL; /* a stream written in place */
 	slot *sl = ip ? NULL : next_slot(s, 0);
+	int later = 0;
+	if (sl && slot_complete(sl)) {
+		/* the next version only waits (for the actor's safe point): repair
+		 * the first incomplete one after it while caches still hold it */
+		slot *l = NULL;
+		for (unsigned i = 0; i < SLOTS; i++) {
+			slot *k = &s->slots[i];
+			if (k->used && !slot_complete(k) && k->target > sl->target &&
+			    (!l || k->target < l->target))
+				l = k;
+		}
+		if (!l)
+			return;
+		sl = l;
+		later = 1;
+	}
 	memset(&c, 0, sizeof(c));
 	c.type = RP_NACK;
 	c.flags = ip || (sl && sl->key) ? RP_NACK_KEY : 0;
@@ -274,7 +295,8 @@ static void send_nack(shim *s)
 	ctl_send(s, &c);
 	s->nacks++;
 	events_emit(&s->ev, "nack", "\"version\":%u,\"frames\":%u", c.version, asked);
-	if (!ip && ++s->nack_rounds == NACK_GIVE_UP && !s->want_key) {
+	/* only the version that commits next gives up on patches */
+	if (!ip && !later && ++s->nack_rounds == NACK_GIVE_UP && !s->want_key) {
 		/* nobody holds that patch any more: start over from keyframes */
 		s->want_key = 1;
 		s->resyncs++;
@@ -610,7 +632,10 @@ static uint32_t max_frames(const shim *s)
 	return m < (1u << 24) ? (uint32_t)m : (1u << 24);
 }
 
-/* Make room for index i in sl's arrays. */
+#define IDX_BYTES (sizeof(uint8_t *) + sizeof(uint32_t) + sizeof(struct prep *))
+
+/* Make room for index i in sl's arrays; they count against --max-stage
+ * (a hostile frame_count must not buy 20 bytes per frame it names). */
 static int slot_reserve(shim *s, slot *sl, uint32_t i)
 {
 	if (i < sl->cap)
@@ -624,6 +649,11 @@ static int slot_reserve(shim *s, slot *sl, uint32_t i)
 		nc = 64;
 	if (nc > max_frames(s))
 		nc = max_frames(s);
+	const uint64_t add = (nc - sl->cap) * IDX_BYTES;
+	if (s->staged_bytes + add > s->max_stage && s->prep_bytes)
+		drop_preps(s);
+	if (s->staged_bytes + add > s->max_stage)
+		return -1;
 	uint8_t **f = realloc(sl->frames, nc * sizeof(*f));
 	if (!f)
 		return -1;
@@ -640,6 +670,8 @@ static int slot_reserve(shim *s, slot *sl, uint32_t i)
 	memset(l + sl->cap, 0, (nc - sl->cap) * sizeof(*l));
 	memset(pp + sl->cap, 0, (nc - sl->cap) * sizeof(*pp));
 	sl->cap = (uint32_t)nc;
+	sl->idx_bytes += add;
+	s->staged_bytes += add;
 	return 0;
 }
 
@@ -672,7 +704,13 @@ static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
 				}
 				return k;
 			}
-			slot_free(s, k); /* a different patch to the same version */
+			/* a different patch to the same version (a forged frame or
+			 * a broken sender: patches are canonical): start over */
+			if (s->recount++ < 3)
+				fprintf(stderr, "bfpatch-shim: a frame of version %u tells %u frames, "
+					"the %u staged told %u: dropping those\n", h->target_version,
+					told, k->have, k->count ? k->count : k->hi);
+			slot_free(s, k);
 			break;
 		}
 	}
@@ -681,11 +719,15 @@ static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
 	for (unsigned i = 0; i < SLOTS && !sl; i++)
 		if (!s->slots[i].used || s->slots[i].target < fl)
 			sl = &s->slots[i];
-	/* all slots busy: a keyframe stream replaces the furthest patch */
-	if (key && !sl)
+	/* all slots busy: a keyframe stream replaces the furthest patch, if
+	 * it leads further (else those patches reach its version anyway) */
+	if (key && !sl) {
 		for (unsigned i = 0; i < SLOTS; i++)
 			if (!s->slots[i].key && (!sl || s->slots[i].target > sl->target))
 				sl = &s->slots[i];
+		if (sl && sl->target >= h->target_version)
+			sl = NULL;
+	}
 	if (!sl || told > max_frames(s))
 		return NULL;
 	if (sl->used)
@@ -704,13 +746,22 @@ static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
 	return sl;
 }
 
-/* A HEARTBEAT from upstream names the newest version (PROTOCOL.md 2.3). */
-static void on_control(shim *s, const uint8_t *p, size_t len)
+/* A HEARTBEAT from upstream names the newest version (PROTOCOL.md 2.3);
+ * one from any other address is ignored, as a relay does: believed, it
+ * would make the shim ask for versions nobody has, and then for keyframe
+ * streams, for ever. */
+static void on_control(shim *s, const uint8_t *p, size_t len, int from_upstream)
 {
 	rp_ctl c;
 	if (rp_ctl_parse(p, len, &c) || c.type != RP_HEARTBEAT ||
 	    (c.model_id && c.model_id != s->w.h->model_id)) {
 		s->bad++;
+		return;
+	}
+	if (!from_upstream) {
+		if (s->foreign_hb++ < 3)
+			fprintf(stderr, "bfpatch-shim: HEARTBEAT (version %u) from an address other "
+				"than --upstream ignored\n", c.version);
 		return;
 	}
 	if (c.version > s->latest && c.version != RP_VERSION_RELAY && c.version != RP_VERSION_NONE)
@@ -725,12 +776,16 @@ static void inplace_reset(shim *s)
 	memset(&s->ip, 0, sizeof(s->ip));
 }
 
+static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_header *h);
+
 /* A keyframe stream goes into the buffer in place when staging it would
  * take more than half of --max-stage (a large model: about 2.1 bytes per
  * parameter), and the buffer holds no version to keep serving: after a
  * failed verification (RESYNC), or when the shim asked for keyframes
- * because its patches cannot be repaired (then the buffer is invalidated
- * first: actors see no version until the stream is complete). */
+ * because its patches cannot be repaired, also after a restart in the
+ * middle of a commit (then the buffer is invalidated first: actors see no
+ * version until the stream is complete). Frames of the stream staged
+ * before are written in place then: staged, it could never complete. */
 static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
 {
 	if (!h->frame_count)
@@ -740,19 +795,36 @@ static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
 			return 1;
 		inplace_reset(s); /* a version was committed meanwhile: never write into it */
 	}
-	for (unsigned i = 0; i < SLOTS; i++) /* a stream already being staged stays so */
+	slot *staged = NULL;
+	for (unsigned i = 0; i < SLOTS; i++)
 		if (s->slots[i].used && s->slots[i].key && s->slots[i].target == h->target_version)
-			return 0;
-	if ((uint64_t)h->frame_count * len <= s->max_stage / 2)
+			staged = &s->slots[i];
+	/* the stream's size by the frame at hand; once staging began, by the
+	 * frames staged so far too (a first frame shorter than the rest) */
+	uint64_t size = (uint64_t)h->frame_count * len;
+	if (staged && staged->have &&
+	    (uint64_t)h->frame_count * (staged->bytes / staged->have) > size)
+		size = (uint64_t)h->frame_count * (staged->bytes / staged->have);
+	if (size <= s->max_stage / 2)
 		return 0;
-	if (state(s) == WBUF_RESYNC)
-		return 1;
-	if (state(s) != WBUF_READY || !s->want_key)
-		return 0;
-	fprintf(stderr, "bfpatch-shim: the keyframe stream of version %u (%u frames) is larger "
-		"than half of --max-stage: the buffer is invalid until it is written in place\n",
-		h->target_version, h->frame_count);
-	wbuf_invalid(&s->w);
+	if (state(s) != WBUF_RESYNC) {
+		if (!s->want_key)
+			return 0; /* the buffer's version stays, or the commit waits */
+		fprintf(stderr, "bfpatch-shim: the keyframe stream of version %u (%u frames) is "
+			"larger than half of --max-stage: the buffer is invalid until it is written "
+			"in place\n", h->target_version, h->frame_count);
+		wbuf_invalid(&s->w);
+	}
+	if (staged) {
+		for (uint32_t i = 0; i < staged->cap; i++) {
+			bfp_frame_header fh;
+			if (staged->frames[i] &&
+			    bfp_frame_parse(staged->frames[i], staged->flen[i], &fh) == BFP_OK &&
+			    inplace_frame(s, staged->frames[i], staged->flen[i], &fh))
+				break; /* out of memory: the rest comes again */
+		}
+		slot_free(s, staged);
+	}
 	return 1;
 }
 
@@ -839,6 +911,9 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 	double ms = (now_s() - ip->t0) * 1e3;
 	s->commits++;
 	s->key_commits++;
+	s->commit_ms_total += ms;
+	if (ms > s->commit_ms_max)
+		s->commit_ms_max = ms;
 	s->verified_bytes += ip->verified;
 	events_emit(&s->ev, "apply_end", "\"version\":%u,\"verified_bytes\":%" PRIu64
 		    ",\"backend\":\"cpu\"", target, ip->verified);
@@ -852,7 +927,31 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 	return 0;
 }
 
-static int on_frame(shim *s, const uint8_t *p, size_t len)
+/* A datagram; from_upstream: it came from --upstream's address and port. */
+/* A frame of the version that commits next does not fit --max-stage:
+ * drop the furthest later versions staged (they come again by NACK)
+ * rather than wait on them for ever. */
+static void make_room_for_next(shim *s, const slot *next, size_t len)
+{
+	while (s->staged_bytes + len > s->max_stage) {
+		slot *far = NULL;
+		for (unsigned i = 0; i < SLOTS; i++) {
+			slot *k = &s->slots[i];
+			if (k->used && k != next && k->target > next->target &&
+			    (!far || k->target > far->target))
+				far = k;
+		}
+		if (!far)
+			return;
+		if (s->evicted++ < 3)
+			fprintf(stderr, "bfpatch-shim: --max-stage is full: version %u staged is "
+				"dropped to make room for version %u, which commits first\n",
+				far->target, next->target);
+		slot_free(s, far);
+	}
+}
+
+static int on_frame(shim *s, const uint8_t *p, size_t len, int from_upstream)
 {
 	bfp_frame_header h;
 	int control = len >= 4 && p[0] == 'B' && p[1] == 'F' && p[2] == 'P' && p[3] == 'C';
@@ -869,7 +968,7 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		return 0;
 	}
 	if (control) {
-		on_control(s, p, len); /* control magic (PROTOCOL.md 2) */
+		on_control(s, p, len, from_upstream); /* control magic (PROTOCOL.md 2) */
 		return 0;
 	}
 	bfp_status ps = bfp_frame_parse(p, len, &h);
@@ -889,8 +988,16 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 		s->other_model++;
 		return 0;
 	}
+	if (h.target_version >= RP_VERSION_NONE) {
+		s->bad++; /* the control protocol's reserved values: never a version */
+		return 0;
+	}
 	int key = !bfp_frame_in_patch(&h); /* a frame of a keyframe stream */
 	uint32_t fl = floor_version(s);
+	if (!key && state(s) == WBUF_RESYNC && h.target_version >= fl) {
+		s->in_resync++; /* of use only after the resync: fetched again then */
+		return 0;
+	}
 	if (h.target_version < fl || (!key && state(s) == WBUF_RESYNC) ||
 	    (!key && h.base_version < version(s))) {
 		s->old++;
@@ -921,6 +1028,8 @@ static int on_frame(shim *s, const uint8_t *p, size_t len)
 	}
 	if (s->staged_bytes + len > s->max_stage && s->prep_bytes)
 		drop_preps(s); /* frames come first: the commit decodes instead */
+	if (s->staged_bytes + len > s->max_stage && sl == next_slot(s, 0))
+		make_room_for_next(s, sl, len);
 	if (s->staged_bytes + len > s->max_stage) {
 		s->over_budget++;
 		return 0;
@@ -950,7 +1059,7 @@ static void port_frame(void *ctx, const uint8_t *payload, size_t len)
 {
 	shim *s = ctx;
 	if (!s->port_rc)
-		s->port_rc = on_frame(s, payload, len);
+		s->port_rc = on_frame(s, payload, len, 0); /* control comes on the socket */
 }
 #endif
 
@@ -998,18 +1107,22 @@ static void port_watch(shim *s, double t)
 static void print_stats(const shim *s)
 {
 	printf("bfpatch-shim: version %u (%s); frames %" PRIu64 " (%" PRIu64 " bytes; duplicates %"
-	       PRIu64 ", old %" PRIu64 ", ahead %" PRIu64 ", bad %" PRIu64 ", other model %" PRIu64
+	       PRIu64 ", old %" PRIu64 ", ahead %" PRIu64 ", patches during a resync %" PRIu64
+	       ", bad %" PRIu64 ", other model %" PRIu64
 	       ", over budget %" PRIu64 "), staged %" PRIu64 " bytes, NACKs %" PRIu64
 	       ", commits %" PRIu64 " (%" PRIu64 " keyframe), resyncs %" PRIu64
 	       ", verified %" PRIu64 " bytes, commit ms mean %.1f max %.1f, frames prepared "
 	       "while staged %" PRIu64 " (refused %" PRIu64 ", dropped for room %" PRIu64 "), "
-	       "refused by authentication %" PRIu64 "\n",
+	       "refused by authentication %" PRIu64 ", HEARTBEATs not from --upstream %" PRIu64
+	       ", staged patches dropped for another frame count %" PRIu64
+	       ", later versions dropped for room %" PRIu64 "\n",
 	       version(s), state(s) == WBUF_READY ? "ready" : state(s) == WBUF_COMMITTING ?
-	       "committing" : "resync", s->rx, s->rx_bytes, s->dup, s->old, s->ahead, s->bad,
+	       "committing" : "resync", s->rx, s->rx_bytes, s->dup, s->old, s->ahead, s->in_resync,
+	       s->bad,
 	       s->other_model, s->over_budget, s->staged_bytes, s->nacks, s->commits,
 	       s->key_commits, s->resyncs, s->verified_bytes,
 	       s->commits ? s->commit_ms_total / (double)s->commits : 0.0, s->commit_ms_max,
-	       s->prepared, s->prep_fail, s->prep_dropped, s->auth_fail);
+	       s->prepared, s->prep_fail, s->prep_dropped, s->auth_fail, s->foreign_hb, s->recount, s->evicted);
 	fflush(stdout);
 }
 
@@ -1190,6 +1303,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	wbuf_prefault_write(&s.w);
+	if (wbuf_seq_repair(&s.w))
+		printf("bfpatch-shim: version %u was published by a run that died before it "
+		       "told readers so; they see it now\n", version(&s));
 	if (wbuf_undo_open(&s.undo, &s.w, buffer, (unsigned)s.threads, err, sizeof(err))) {
 		fprintf(stderr, "bfpatch-shim: undo journal: %s\n", err);
 		return 1;
@@ -1292,6 +1408,7 @@ int main(int argc, char **argv)
 	static uint8_t bufs[VLEN][BFP_FRAME_SIZE_MAX + 64];
 	struct mmsghdr msgs[VLEN];
 	struct iovec iov[VLEN];
+	struct sockaddr_in srcs[VLEN];
 	double start = now_s(), next_join = 0, behind_since = 0;
 	int rc = 0;
 	while (!quit && rc == 0) {
@@ -1353,10 +1470,16 @@ int main(int argc, char **argv)
 			memset(&msgs[i], 0, sizeof(msgs[i]));
 			msgs[i].msg_hdr.msg_iov = &iov[i];
 			msgs[i].msg_hdr.msg_iovlen = 1;
+			msgs[i].msg_hdr.msg_name = &srcs[i];
+			msgs[i].msg_hdr.msg_namelen = sizeof(srcs[i]);
 		}
 		int n = recvmmsg(s.sock, msgs, VLEN, MSG_DONTWAIT, NULL);
-		for (int i = 0; i < n && rc == 0; i++)
-			rc = on_frame(&s, bufs[i], msgs[i].msg_len);
+		for (int i = 0; i < n && rc == 0; i++) {
+			const int up = msgs[i].msg_hdr.msg_namelen == sizeof(srcs[i]) &&
+				       srcs[i].sin_addr.s_addr == s.upstream.sin_addr.s_addr &&
+				       srcs[i].sin_port == s.upstream.sin_port;
+			rc = on_frame(&s, bufs[i], msgs[i].msg_len, up);
+		}
 		if (rc == 0)
 			rc = try_commit(&s);
 	}
@@ -1366,8 +1489,11 @@ int main(int argc, char **argv)
 	events_emit(&s.ev, "stats", "\"frames\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"dup\":%"
 		    PRIu64 ",\"old\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"commits\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"verified_bytes\":%" PRIu64
-		    ",\"version\":%u,\"auth_fail\":%" PRIu64, s.rx, s.rx_bytes, s.dup, s.old, s.bad,
-		    s.nacks, s.commits, s.resyncs, s.verified_bytes, version(&s), s.auth_fail);
+		    ",\"version\":%u,\"auth_fail\":%" PRIu64 ",\"ahead\":%" PRIu64
+		    ",\"in_resync\":%" PRIu64 ",\"over_budget\":%" PRIu64 ",\"foreign_heartbeats\":%"
+		    PRIu64, s.rx, s.rx_bytes, s.dup, s.old, s.bad, s.nacks, s.commits, s.resyncs,
+		    s.verified_bytes, version(&s), s.auth_fail, s.ahead, s.in_resync, s.over_budget,
+		    s.foreign_hb);
 	for (unsigned i = 0; i < SLOTS; i++)
 		slot_free(&s, &s.slots[i]);
 #ifdef BFP_SHIM_DPDK

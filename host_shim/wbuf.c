@@ -252,6 +252,15 @@ void wbuf_end(wbuf *w)
 	msync(w->map, WBUF_HDR, MS_SYNC);
 }
 
+int wbuf_seq_repair(wbuf *w)
+{
+	if (atomic_load(&w->h->state) != WBUF_READY || !(atomic_load(&w->h->seq) & 1))
+		return 0;
+	atomic_fetch_add(&w->h->seq, 1);
+	msync(w->map, WBUF_HDR, MS_SYNC);
+	return 1;
+}
+
 void wbuf_invalid(wbuf *w)
 {
 	atomic_store(&w->h->state, WBUF_RESYNC);

@@ -71,6 +71,10 @@ void wbuf_begin(wbuf *w, uint32_t target);
 void wbuf_end(wbuf *w);
 /* Mark the contents invalid (state RESYNC, sequence odd). */
 void wbuf_invalid(wbuf *w);
+/* The writer, on start: a crash inside wbuf_end() after the version was
+ * published but before the sequence counter went even left readers
+ * waiting for ever; make it even. Returns 1 if it did. */
+int wbuf_seq_repair(wbuf *w);
 
 /* Copy the parameters of one whole committed version into dst (n_params
  * words) under the sequence counter; returns 0 and its version, or -1 if

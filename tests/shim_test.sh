@@ -599,4 +599,172 @@ def data(p):
     return hashlib.sha256(b[off:off + 2 * n]).digest()
 sys.exit(0 if data(sys.argv[1]) == data(sys.argv[2]) else 1)" "$SHM.t" "$SHM.c2" ||
 	fail "the actor's buffer differs from the replaced trainer buffer"
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version"
+# a keyframe stream larger than --max-stage (2.3 MB, 2 MiB) reaches a shim whose
+# buffer holds a version (READY, at 0; the publisher resumed at 2 with no
+# patch), or one restarted in the middle of a commit whose patch nobody
+# holds any more (COMMITTING 0 -> 1): staged, it could never complete;
+# once the shim gives up on patches it is written in place
+cp "$SHM.1" "$SHM.kr"
+buffer_set "$SHM.kr" 0 0 # READY at version 0
+cp "$SHM.1" "$SHM.kc"
+buffer_set "$SHM.kc" 0 1 # COMMITTING, from 0 ...
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(72); f.write(struct.pack('<I', 1))  # ... to 1" "$SHM.kc"
+start_shim kr --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 22)) \
+	--max-stage 2097152 --nack-ms 50 --exit-after 60
+start_shim kc --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 23)) \
+	--max-stage 2097152 --nack-ms 50 --exit-after 60
+"$BFP" publish --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish23.log" 2>&1 &
+PIDS="$PIDS $!"
+for sn in kr kc; do
+	wait_line "committed version 0 -> 2 (keyframe resync, written in place)" "$T/shim$sn.log" 300 ||
+		fail "shim $sn: a keyframe stream larger than --max-stage never completed: $(tail -n 3 "$T/shim$sn.log")"
+done
+kill -TERM $PIDS; wait; PIDS=""
+check_buffers "$T/traj/step-0002.safetensors" "$SHM.kr" "$SHM.kc" ||
+	fail "large keyframe streams written in place after giving up on patches"
+
+# a HEARTBEAT from an address other than --upstream (version 5, which
+# nobody has) is ignored: believed, the shim asked for version 1 in vain,
+# then for keyframe streams after every commit
+start_shim hb --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 24)) --nack-ms 50 --exit-after 30
+"$BFP" publish --dir "$T/only0" --listen 127.0.0.1:$port > "$T/publish24.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_line "joined" "$T/publish24.log" || fail "the shim did not join"
+python3 - $((port + 24)) "$HERE" <<'PY' || fail "sending a foreign HEARTBEAT"
+import socket, sys
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import ctl
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.sendto(ctl(4, 0, 5), ("127.0.0.1", int(sys.argv[1])))  # model 0: any
+PY
+wait_line "HEARTBEAT (version 5) from an address other than --upstream ignored" "$T/shimhb.log" ||
+	fail "a foreign HEARTBEAT was not reported"
+sleep 2
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "asking for a keyframe stream" "$T/shimhb.log" &&
+	fail "a foreign HEARTBEAT made the shim give up on patches"
+grep -q "NACKs 0," "$T/shimhb.log" || fail "a foreign HEARTBEAT made the shim NACK: $(tail -n 1 "$T/shimhb.log")"
+grep -q "HEARTBEATs not from --upstream 1" "$T/shimhb.log" || fail "the foreign HEARTBEAT was not counted"
+
+# safe-point commits with four complete patches staged (0 -> 4, every
+# slot busy): a keyframe stream of version 1 arriving then is dropped, not
+# put in place of the patch 3 -> 4
+"$BFP" synth -o "$T/traj5" -p 300k -n 4 -S 9 2>/dev/null || fail "synth (5 steps)"
+for i in 0 1 2 3; do
+	"$BFP" diff -q -b $i "$T/traj5/step-000$i.safetensors" \
+		"$T/traj5/step-000$((i + 1)).safetensors" -o "$T/q$i" || fail "patch $i"
+done
+"$BFP" diff -q -k --target-version 1 "$T/traj5/step-0000.safetensors" \
+	"$T/traj5/step-0001.safetensors" -o "$T/qk1" || fail "keyframes of version 1"
+start_shim sp --init "$T/traj5/step-0000.safetensors" --commit safe-point \
+	--upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 25)) --exit-after 30
+python3 - $((port + 25)) "$HERE" "$T" <<'PY' || fail "sending four patches and keyframes"
+import socket, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import frames
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def send(path):
+    for f in frames(path):
+        s.sendto(f, ("127.0.0.1", int(sys.argv[1])))
+        time.sleep(0.0002)
+for i in range(4):
+    send(sys.argv[3] + "/q%d" % i)
+time.sleep(0.5)
+send(sys.argv[3] + "/qk1")
+time.sleep(0.5)
+PY
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(92); f.write(struct.pack('<I', 4))  # the actor allows version 4" "$SHM.sp"
+wait_line "committed version .* -> 4" "$T/shimsp.log" ||
+	fail "a redundant keyframe stream replaced a staged patch: $(grep committed "$T/shimsp.log")"
+kill -TERM $PIDS; wait; PIDS=""
+check_buffers "$T/traj5/step-0004.safetensors" "$SHM.sp" || fail "four staged patches"
+
+# safe-point commits: while version 1 is complete and waits for the actor,
+# a frame lost from the patch 1 -> 2 is NACKed at once, not only once the
+# actor allows version 1 (by then caches may have let it go)
+python3 - "$T" "$HERE" "$SHIM" "$SHM.nl" $((port + 27)) $((port + 28)) <<'PY' || fail "NACKs while waiting at a safe point"
+import os, socket, struct, subprocess, sys, time
+T, here, shim, buf, up, me = sys.argv[1:7]
+sys.path.insert(0, here + "/relay")
+from tap_peers import frames
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("127.0.0.1", int(up)))
+log = open(T + "/shimnl.log", "w")
+p = subprocess.Popen([shim, "--buffer", buf, "--init", T + "/traj5/step-0000.safetensors",
+                      "--commit", "safe-point", "--upstream", "127.0.0.1:" + up,
+                      "--listen", "127.0.0.1:" + me, "--nack-ms", "50", "--exit-after", "20"],
+                     stdout=log, stderr=subprocess.STDOUT)
+try:
+    u.settimeout(10)
+    u.recvfrom(2048)  # its first JOIN: it listens
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    f1 = frames(T + "/q1")
+    for f in frames(T + "/q0") + f1[:10] + f1[11:]:
+        s.sendto(f, ("127.0.0.1", int(me)))
+        time.sleep(0.0002)
+    u.settimeout(0.2)
+    end, nacked = time.monotonic() + 3, False
+    while time.monotonic() < end and not nacked:
+        try:
+            d = u.recv(2048)
+        except socket.timeout:
+            continue
+        nacked = d[5] == 3 and struct.unpack_from("<I", d, 16)[0] == 2
+    assert nacked, "no NACK of version 2 while version 1 waited for the actor"
+finally:
+    p.terminate()
+    p.wait()
+PY
+
+# hostile frame counts: four keyframes, each naming a stream of two
+# million frames of another version, reserve index arrays of 40 MB each;
+# they count against --max-stage (128 MiB), so the fourth is refused
+start_shim hs --init "$T/traj5/step-0000.safetensors" --upstream 127.0.0.1:1 \
+	--listen 127.0.0.1:$((port + 29)) --max-stage 134217728 --exit-after 30
+python3 - "$T/qk1" $((port + 29)) "$HERE" <<'PY' || fail "index arrays beyond --max-stage"
+import socket, struct, sys, time
+sys.path[:0] = [sys.argv[3], sys.argv[3] + "/relay"]
+from kat_check import crc32c
+from tap_peers import frames
+f0 = frames(sys.argv[1])[0]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for v in (5, 6, 7, 8):
+    f = bytearray(f0)
+    struct.pack_into("<II", f, 20, v, 0)          # target version v, index 0
+    struct.pack_into("<I", f, 28, 2000000)        # of 2,000,000 frames
+    struct.pack_into("<I", f, 56, crc32c(bytes(f[60:]), crc32c(bytes(f[:56]))))
+    s.sendto(bytes(f), ("127.0.0.1", int(sys.argv[2])))
+    time.sleep(0.3)
+PY
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "ahead 1," "$T/shimhs.log" || fail "a hostile frame count was not refused: $(tail -n 1 "$T/shimhs.log")"
+staged=$(sed -n 's/.*staged \([0-9]*\) bytes.*/\1/p' "$T/shimhs.log" | tail -n 1)
+[ "$staged" -le 134217728 ] || fail "staged $staged bytes, more than --max-stage"
+
+# a crash inside wbuf_end, after the version was published and before
+# the sequence counter went even (READY with an odd count): readers would
+# wait for ever; the restarted shim makes it even
+cp "$SHM.sp" "$SHM.sq"
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(80); n = struct.unpack('<Q', f.read(8))[0]
+    f.seek(80); f.write(struct.pack('<Q', n | 1))" "$SHM.sq"
+"$SHIM" --buffer "$SHM.sq" --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 26)) \
+	--exit-after 0.5 > "$T/shimsq.log" 2>&1 || fail "shim on a buffer with an odd sequence count"
+python3 -c "
+import struct, sys
+b = open(sys.argv[1], 'rb').read(88)
+st, seq = struct.unpack_from('<I', b, 68)[0], struct.unpack_from('<Q', b, 80)[0]
+sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
+	fail "the sequence count of a published version stayed odd"
+grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
+
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, an odd sequence count repaired"
