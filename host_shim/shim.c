@@ -146,6 +146,7 @@ typedef struct shim {
 	uint64_t foreign_hb;    /* HEARTBEATs not from --upstream, ignored */
 	uint64_t recount;       /* staged patches dropped for another frame count */
 	uint64_t evicted;       /* later versions dropped for the next one's frames */
+	uint32_t sock_drops;    /* datagrams the kernel dropped, socket full (SO_RXQ_OVFL) */
 	uint8_t told_encoding[32]; /* bit e: "encoding e unknown" was logged */
 	uint64_t resyncs, key_commits, dropped_test, verified_bytes, auth_fail;
 	uint64_t prepared, prep_fail, prep_dropped;
@@ -1104,6 +1105,30 @@ static void port_watch(shim *s, double t)
 }
 #endif
 
+/* The kernel's running count of datagrams it dropped because the socket
+ * was full (SO_RXQ_OVFL, on the newest datagram): said when it grows,
+ * at most once a second (lost frames come again by NACK, at a cost). */
+static void note_sock_drops(shim *s, struct msghdr *m)
+{
+	static double said;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_RXQ_OVFL)
+			continue;
+		uint32_t d;
+		memcpy(&d, CMSG_DATA(c), sizeof(d));
+		if (d == s->sock_drops)
+			continue;
+		double t = now_s();
+		if (t - said >= 1.0) {
+			said = t;
+			fprintf(stderr, "bfpatch-shim: the kernel dropped %u datagrams for a full "
+				"receive buffer (%u in all); raise net.core.rmem_max or pace the "
+				"sender\n", d - s->sock_drops, d);
+		}
+		s->sock_drops = d;
+	}
+}
+
 static void print_stats(const shim *s)
 {
 	printf("bfpatch-shim: version %u (%s); frames %" PRIu64 " (%" PRIu64 " bytes; duplicates %"
@@ -1115,14 +1140,15 @@ static void print_stats(const shim *s)
 	       "while staged %" PRIu64 " (refused %" PRIu64 ", dropped for room %" PRIu64 "), "
 	       "refused by authentication %" PRIu64 ", HEARTBEATs not from --upstream %" PRIu64
 	       ", staged patches dropped for another frame count %" PRIu64
-	       ", later versions dropped for room %" PRIu64 "\n",
+	       ", later versions dropped for room %" PRIu64 ", dropped by the kernel (socket "
+	       "full) %u\n",
 	       version(s), state(s) == WBUF_READY ? "ready" : state(s) == WBUF_COMMITTING ?
 	       "committing" : "resync", s->rx, s->rx_bytes, s->dup, s->old, s->ahead, s->in_resync,
 	       s->bad,
 	       s->other_model, s->over_budget, s->staged_bytes, s->nacks, s->commits,
 	       s->key_commits, s->resyncs, s->verified_bytes,
 	       s->commits ? s->commit_ms_total / (double)s->commits : 0.0, s->commit_ms_max,
-	       s->prepared, s->prep_fail, s->prep_dropped, s->auth_fail, s->foreign_hb, s->recount, s->evicted);
+	       s->prepared, s->prep_fail, s->prep_dropped, s->auth_fail, s->foreign_hb, s->recount, s->evicted, s->sock_drops);
 	fflush(stdout);
 }
 
@@ -1324,6 +1350,8 @@ int main(int argc, char **argv)
 	int big = 16 << 20;
 	setsockopt(s.sock, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
 	setsockopt(s.sock, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
+	int one = 1; /* the kernel's count of datagrams dropped for a full socket */
+	setsockopt(s.sock, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
 	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
 				 .sin_addr.s_addr = htonl(lip)};
 	if (port_args) { /* frames come from the DPDK port; this socket is control only */
@@ -1409,6 +1437,7 @@ int main(int argc, char **argv)
 	struct mmsghdr msgs[VLEN];
 	struct iovec iov[VLEN];
 	struct sockaddr_in srcs[VLEN];
+	static uint64_t cms[VLEN][(CMSG_SPACE(sizeof(uint32_t)) + 7) / 8]; /* aligned */
 	double start = now_s(), next_join = 0, behind_since = 0;
 	int rc = 0;
 	while (!quit && rc == 0) {
@@ -1472,8 +1501,12 @@ int main(int argc, char **argv)
 			msgs[i].msg_hdr.msg_iovlen = 1;
 			msgs[i].msg_hdr.msg_name = &srcs[i];
 			msgs[i].msg_hdr.msg_namelen = sizeof(srcs[i]);
+			msgs[i].msg_hdr.msg_control = cms[i];
+			msgs[i].msg_hdr.msg_controllen = sizeof(cms[i]);
 		}
 		int n = recvmmsg(s.sock, msgs, VLEN, MSG_DONTWAIT, NULL);
+		if (n > 0)
+			note_sock_drops(&s, &msgs[n - 1].msg_hdr);
 		for (int i = 0; i < n && rc == 0; i++) {
 			const int up = msgs[i].msg_hdr.msg_namelen == sizeof(srcs[i]) &&
 				       srcs[i].sin_addr.s_addr == s.upstream.sin_addr.s_addr &&
@@ -1491,9 +1524,9 @@ int main(int argc, char **argv)
 		    ",\"commits\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"verified_bytes\":%" PRIu64
 		    ",\"version\":%u,\"auth_fail\":%" PRIu64 ",\"ahead\":%" PRIu64
 		    ",\"in_resync\":%" PRIu64 ",\"over_budget\":%" PRIu64 ",\"foreign_heartbeats\":%"
-		    PRIu64, s.rx, s.rx_bytes, s.dup, s.old, s.bad, s.nacks, s.commits, s.resyncs,
-		    s.verified_bytes, version(&s), s.auth_fail, s.ahead, s.in_resync, s.over_budget,
-		    s.foreign_hb);
+		    PRIu64 ",\"socket_drops\":%u", s.rx, s.rx_bytes, s.dup, s.old, s.bad, s.nacks,
+		    s.commits, s.resyncs, s.verified_bytes, version(&s), s.auth_fail, s.ahead,
+		    s.in_resync, s.over_budget, s.foreign_hb, s.sock_drops);
 	for (unsigned i = 0; i < SLOTS; i++)
 		slot_free(&s, &s.slots[i]);
 #ifdef BFP_SHIM_DPDK

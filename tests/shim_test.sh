@@ -748,6 +748,37 @@ grep -q "ahead 1," "$T/shimhs.log" || fail "a hostile frame count was not refuse
 staged=$(sed -n 's/.*staged \([0-9]*\) bytes.*/\1/p' "$T/shimhs.log" | tail -n 1)
 [ "$staged" -le 134217728 ] || fail "staged $staged bytes, more than --max-stage"
 
+# datagrams the kernel drops for a full receive buffer (the shim stopped
+# while 60,000 arrive) are counted and said (SO_RXQ_OVFL)
+start_shim kd --init "$T/traj5/step-0000.safetensors" --upstream 127.0.0.1:1 \
+	--listen 127.0.0.1:$((port + 30)) --exit-after 30
+kd=$(echo $PIDS | awk '{print $NF}')
+kill -STOP $kd
+python3 - "$T/q0" $((port + 30)) "$HERE" <<'PY' || fail "flooding a stopped shim"
+import socket, sys
+sys.path.insert(0, sys.argv[3] + "/relay")
+from tap_peers import frames
+fs = frames(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(60000):
+    s.sendto(fs[i % len(fs)], ("127.0.0.1", int(sys.argv[2])))
+PY
+kill -CONT $kd
+sleep 1
+# the kernel tells the count with the next datagram it queues
+python3 - "$T/q0" $((port + 30)) "$HERE" <<'PY'
+import socket, sys
+sys.path.insert(0, sys.argv[3] + "/relay")
+from tap_peers import frames
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for f in frames(sys.argv[1])[:3]:
+    s.sendto(f, ("127.0.0.1", int(sys.argv[2])))
+PY
+wait_line "the kernel dropped" "$T/shimkd.log" || fail "kernel drops were not said"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "dropped by the kernel (socket full) [1-9]" "$T/shimkd.log" ||
+	fail "kernel drops were not counted: $(tail -n 1 "$T/shimkd.log")"
+
 # a crash inside wbuf_end, after the version was published and before
 # the sequence counter went even (READY with an odd count): readers would
 # wait for ever; the restarted shim makes it even
@@ -767,4 +798,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, an odd sequence count repaired"
