@@ -17,6 +17,7 @@
 #include "patch.h"
 #include "proto.h"
 #include "shim_dpdk.h"
+#include "wbuf.h"
 
 #ifndef BENCH_BUILD
 #define BENCH_BUILD "unknown"
@@ -96,12 +97,23 @@ typedef struct bench {
 	uint32_t *lens;
 	const frame_changes **fc;  /* WAY_PREPARED: every frame's changes */
 	shim_dma *dma;             /* WAY_DMA */
+	const shim_dma_journal *jn; /* WAY_DMA: the shim's crash journal, or NULL */
 	bfp_decoder *dec;
 	bfp_apply_opts ao;
 	const uint16_t *base, *tgt;
 	uint16_t *w;
 	uint64_t n, reps;
 } bench;
+
+static int dlog_note(void *arg, uint64_t begin, const uint32_t *pos, uint32_t n)
+{
+	return wbuf_dlog_note(arg, begin, pos, n);
+}
+
+static void dlog_retire(void *arg)
+{
+	wbuf_dlog_retire(arg);
+}
 
 /* Best of reps runs of one way, each from a fresh copy of the base and
  * checked bit-exact against the target; printed as `what`. Exits on an
@@ -124,7 +136,7 @@ static void measure(const bench *b, enum way way, int threads, const char *what)
 		} else {
 			shim_dma_result res;
 			rc = shim_dma_apply(b->dma, b->dec, &b->ao, b->fr, b->lens, (uint32_t)b->p->n,
-					    b->w, b->n, &res, err, sizeof(err));
+					    b->w, b->n, b->jn, &res, err, sizeof(err));
 		}
 		double t = now_s() - t0;
 		if (rc) {
@@ -296,6 +308,22 @@ int main(int argc, char **argv)
 	       "in the weights after its copy)\n", dma_name,
 	       (unsigned long long)(ds.copies / reps), (double)ds.bytes / (double)reps * 1e-6,
 	       (unsigned long long)(arena >> 20));
+	/* as the shim commits: each frame's old values journalled first */
+	char jpath[64];
+	snprintf(jpath, sizeof(jpath), "/tmp/bench_apply.%d", (int)getpid());
+	wbuf_dlog dl;
+	if (wbuf_dlog_open(&dl, b.w, b.n, jpath, err, sizeof(err))) {
+		fprintf(stderr, "bench_apply: %s\n", err);
+		return 1;
+	}
+	const shim_dma_journal jn = {.note = dlog_note, .retire = dlog_retire, .arg = &dl};
+	b.jn = &jn;
+	snprintf(what, sizeof(what), "dmadev %s, journalled", dma_name);
+	measure(&b, WAY_DMA, 1, what);
+	b.jn = NULL;
+	wbuf_dlog_close(&dl);
+	snprintf(jpath, sizeof(jpath), "/tmp/bench_apply.%d.dmalog", (int)getpid());
+	unlink(jpath);
 	if (!strncmp(dma_name, "dma_skeleton", 12))
 		printf("note: dma_skeleton is a software copy engine (a DPDK thread doing memcpy on "
 		       "a core), so its figure is the overhead of the DMA path, not a hardware DMA "

@@ -109,6 +109,7 @@ typedef struct shim {
 	rp_auth auth;           /* --key: frames and HEARTBEATs must verify */
 #ifdef BFP_SHIM_DPDK
 	shim_dma *dma;          /* --dma: commits move ranges by dmadev */
+	wbuf_dlog dlog;         /* their journal, BUFFER.dmalog (map NULL: none) */
 	shim_port *port;        /* --port: frames from a DPDK port */
 	bfp_decoder *dma_dec;
 #endif
@@ -308,6 +309,19 @@ static void send_nack(shim *s)
 	}
 }
 
+#ifdef BFP_SHIM_DPDK
+/* shim_dma_apply()'s journal hooks over the DMA log */
+static int dlog_note(void *arg, uint64_t begin, const uint32_t *pos, uint32_t n)
+{
+	return wbuf_dlog_note(arg, begin, pos, n);
+}
+
+static void dlog_retire(void *arg)
+{
+	wbuf_dlog_retire(arg);
+}
+#endif
+
 /* Free every prepared change, to make room for frames. */
 static void drop_preps(shim *s)
 {
@@ -495,7 +509,14 @@ static int commit(shim *s, slot *sl)
 	apply_ctl ctl = {.threads = s->threads, .resume = resume, .undo_note = wbuf_undo_note,
 			 .undo_done = wbuf_undo_done, .undo = &s->undo};
 	apply_result res;
-	if (s->crash_after && s->commits + 1 >= s->crash_after) {
+	int crash = s->crash_after && s->commits + 1 >= s->crash_after;
+#ifdef BFP_SHIM_DPDK
+	if (crash && s->dma && !resume) {
+		shim_dma_tear_test(s->dma); /* testing: dies in the middle of a copy */
+		crash = 0;
+	}
+#endif
+	if (crash) {
 		/* testing: die after half of the frames, like a SIGKILL would */
 		apply_ctl half = ctl;
 		patch_apply_frames((const uint8_t *const *)sl->frames, sl->flen, sl->count / 2,
@@ -517,9 +538,11 @@ static int commit(shim *s, slot *sl)
 		o.zstd_workspace = s->zws;
 		o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
 		shim_dma_result dr;
+		const shim_dma_journal jn = {.note = dlog_note, .retire = dlog_retire,
+					     .arg = &s->dlog};
 		failed = shim_dma_apply(s->dma, s->dma_dec, &o, (const uint8_t *const *)sl->frames,
-					sl->flen, sl->count, s->w.params, s->w.h->n_params, &dr, err,
-					sizeof(err));
+					sl->flen, sl->count, s->w.params, s->w.h->n_params,
+					s->dlog.map ? &jn : NULL, &dr, err, sizeof(err));
 		if (!failed) {
 			backend = "dma";
 			memset(&res, 0, sizeof(res));
@@ -542,6 +565,8 @@ static int commit(shim *s, slot *sl)
 					    s->w.params, s->w.h->n_params, s->w.h->model_id, base,
 					    &ctl, &res, err, sizeof(err));
 	}
+	if (s->dlog.map) /* records a failed DMA pass left: at target or redone now */
+		wbuf_dlog_rollback(&s->dlog, 1);
 	if (failed) {
 		/* that frame wrote nothing, others did: the buffer is no version */
 		wbuf_invalid(&s->w);
@@ -1339,6 +1364,17 @@ int main(int argc, char **argv)
 	/* frames whose writes a crash cut short go back to the base, so the
 	 * interrupted commit can be finished (with RESYNC nothing is kept) */
 	unsigned undone = wbuf_undo_rollback(&s.undo, state(&s) != WBUF_COMMITTING);
+	/* the DMA commit's journal: with --dma, or left by a run that had it */
+	char dlp[4096];
+	snprintf(dlp, sizeof(dlp), "%s.dmalog", buffer);
+	s.dlog.fd = -1;
+	if ((dma_dev || access(dlp, F_OK) == 0) &&
+	    wbuf_dlog_open(&s.dlog, s.w.params, s.w.h->n_params, buffer, err, sizeof(err))) {
+		fprintf(stderr, "bfpatch-shim: DMA journal: %s\n", err);
+		return 1;
+	}
+	if (s.dlog.map)
+		undone += wbuf_dlog_rollback(&s.dlog, state(&s) != WBUF_COMMITTING);
 	if (undone)
 		printf("bfpatch-shim: %u frame(s) cut short by the crash put back at the base\n",
 		       undone);
@@ -1519,6 +1555,8 @@ int main(int argc, char **argv)
 	print_stats(&s);
 	inplace_reset(&s);
 	wbuf_undo_close(&s.undo);
+	if (s.dlog.map)
+		wbuf_dlog_close(&s.dlog);
 	events_emit(&s.ev, "stats", "\"frames\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"dup\":%"
 		    PRIu64 ",\"old\":%" PRIu64 ",\"bad\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"commits\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"verified_bytes\":%" PRIu64

@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,7 @@ typedef struct pend {
 	uint64_t begin;
 	uint64_t job_end;  /* copies issued up to and including this frame's;
 			      UINT64_MAX while its copy is not enqueued */
+	int noted;         /* in the journal: retire once verified */
 } pend;
 
 struct shim_dma {
@@ -117,8 +119,14 @@ struct shim_dma {
 	uint8_t *arena;
 	size_t arena_bytes;
 	pend *q;
+	int tear;            /* testing: shim_dma_tear_test() */
 	uint8_t fbuf[BFP_FRAME_SIZE_MAX]; /* private, rebased copy of a frame */
 };
+
+void shim_dma_tear_test(shim_dma *d)
+{
+	d->tear = 1;
+}
 
 int shim_dma_open(const shim_dma_conf *c, shim_dma **out, char *err, size_t errlen)
 {
@@ -351,6 +359,7 @@ typedef struct apply_run {
 	const uint32_t *lens;
 	uint16_t *params;
 	uint64_t n_params;
+	const shim_dma_journal *jn;
 	shim_dma_result *res;
 	char *err;
 	size_t errlen;
@@ -391,6 +400,12 @@ static int run_emit(apply_run *a)
 		return 0;
 	shim_dma *d = a->d;
 	char msg[160];
+	if (d->tear) {
+		/* testing: what a crash while the engine copies leaves */
+		memcpy(a->run_dst, a->run_src, a->run_len / 4 * 2);
+		fprintf(stderr, "bfpatch-shim: testing: killing myself halfway through a DMA copy\n");
+		raise(SIGKILL);
+	}
 	int rc = dma_copy_split(d, a->run_dst, a->run_src, a->run_len, msg, sizeof(msg));
 	/* after a failure too: whatever was enqueued is waited for */
 	for (uint32_t i = a->run_first; i < a->tail; i++)
@@ -442,6 +457,8 @@ static int reap(apply_run *a, int wait)
 					st != BFP_OK ? bfp_status_str(st) : "hash mismatch");
 			continue;
 		}
+		if (p->noted)
+			a->jn->retire(a->jn->arg);
 		a->res->applied++;
 		a->res->verified_params += p->len;
 	}
@@ -455,7 +472,8 @@ static int reap(apply_run *a, int wait)
 }
 
 /* Apply frame i through the arena (steps 1-4 of shim_dma_apply()). */
-static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, uint32_t i)
+static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, uint32_t i,
+		     int retried)
 {
 	shim_dma *d = a->d;
 	const uint8_t *f = a->frames[i];
@@ -471,12 +489,24 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 	const size_t bytes = (size_t)h.range_len * 2;
 	const int overlaps = a->head < a->tail && e > a->lo && b < a->hi;
 
+	const int journal = a->jn && bfp_encoding_is_delta(h.encoding);
 	if (bytes > d->arena_bytes) {
 		/* too large to stage: the decoder verifies before it writes,
-		 * so applying in place keeps the guarantee */
-		if (overlaps && reap(a, 1))
+		 * so applying in place keeps the guarantee (journalled: after
+		 * the copies in flight, so records retire in order) */
+		if ((overlaps || journal) && reap(a, 1))
 			return -1;
-		st = bfp_decode_apply(dec, o, f, flen, a->params, a->n_params, NULL);
+		if (!journal) {
+			st = bfp_decode_apply(dec, o, f, flen, a->params, a->n_params, NULL);
+		} else if ((st = bfp_decode_verify(dec, o, f, flen, a->params, a->n_params,
+						   NULL)) == BFP_OK) {
+			if (a->jn->note(a->jn->arg, b, dec->chg_pos, dec->n_changes))
+				return frame_fail(a, i, 0, "range [%" PRIu64 ", %" PRIu64 "): no room "
+						  "in the journal", b, e);
+			for (uint32_t k = 0; k < dec->n_changes; k++)
+				a->params[b + dec->chg_pos[k]] = dec->chg_val[k];
+			a->jn->retire(a->jn->arg);
+		}
 		if (st != BFP_OK)
 			return frame_fail(a, i, st, "range [%" PRIu64 ", %" PRIu64 "): %s", b, e,
 					  bfp_status_str(st));
@@ -504,6 +534,15 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 		return frame_fail(a, i, st, "range [%" PRIu64 ", %" PRIu64 "): %s; nothing written",
 				  b, e, bfp_status_str(st));
 	}
+	/* the values the copy will overwrite, kept before it can start; a
+	 * full journal empties as the copies in flight complete, then this
+	 * frame is done again (reaping them all resets the arena) */
+	if (journal && a->jn->note(a->jn->arg, b, dec->chg_pos, dec->n_changes)) {
+		if (retried)
+			return frame_fail(a, i, 0, "range [%" PRIu64 ", %" PRIu64 "): no room in "
+					  "the journal", b, e);
+		return reap(a, 1) ? -1 : apply_one(a, dec, o, i, 1);
+	}
 	/* extend the open run when both sides are adjacent, else enqueue it
 	 * (before this frame joins the queue: the run does not cover it) */
 	uint8_t *dst = (uint8_t *)(a->params + b);
@@ -517,7 +556,8 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 		a->run_first = a->tail;
 	}
 	a->run_len += bytes;
-	d->q[a->tail++] = (pend){.idx = i, .len = h.range_len, .begin = b, .job_end = UINT64_MAX};
+	d->q[a->tail++] = (pend){.idx = i, .len = h.range_len, .begin = b, .job_end = UINT64_MAX,
+				 .noted = journal};
 	a->used += bytes;
 	if (b < a->lo)
 		a->lo = b;
@@ -530,8 +570,8 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 
 int shim_dma_apply(shim_dma *d, bfp_decoder *dec, const bfp_apply_opts *o,
 		   const uint8_t *const *frames, const uint32_t *lens, uint32_t n_frames,
-		   uint16_t *params, uint64_t n_params, shim_dma_result *res, char *err,
-		   size_t errlen)
+		   uint16_t *params, uint64_t n_params, const shim_dma_journal *jn,
+		   shim_dma_result *res, char *err, size_t errlen)
 {
 	shim_dma_result local;
 	if (!res)
@@ -545,11 +585,11 @@ int shim_dma_apply(shim_dma *d, bfp_decoder *dec, const bfp_apply_opts *o,
 		return -1;
 	const shim_dma_stats before = d->st;
 	apply_run a = {.d = d, .frames = frames, .lens = lens, .params = params,
-		       .n_params = n_params, .res = res, .err = err, .errlen = errlen,
+		       .n_params = n_params, .jn = jn, .res = res, .err = err, .errlen = errlen,
 		       .lo = UINT64_MAX};
 	int rc = 0;
 	for (uint32_t i = 0; i < n_frames && rc == 0; i++)
-		rc = apply_one(&a, dec, o, i);
+		rc = apply_one(&a, dec, o, i, 0);
 	if (reap(&a, 1))
 		rc = -1;
 	d->has_err = 0;

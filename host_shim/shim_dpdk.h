@@ -135,6 +135,19 @@ typedef struct shim_dma_result {
 	uint64_t dma_bytes;     /* bytes moved by the engine */
 } shim_dma_result;
 
+/* Crash safety for shim_dma_apply() (e.g. wbuf_dlog): note() keeps the
+ * values at a delta frame's changed positions (pos relative to begin)
+ * before the engine or the CPU may write its range, and returns -1 when
+ * it has no room (shim_dma_apply then waits for the copies in flight and
+ * tries once more); retire() forgets the oldest noted frame once its
+ * range is verified at the target. Keyframe-coded frames are not noted:
+ * they apply over whatever their range holds. */
+typedef struct shim_dma_journal {
+	int (*note)(void *arg, uint64_t begin, const uint32_t *pos, uint32_t n);
+	void (*retire)(void *arg);
+	void *arg;
+} shim_dma_journal;
+
 /* Apply frames[0 .. n_frames) (lens[i] bytes each, one frame per entry, as
  * staged) to params[0 .. n_params) through the DMA engine:
  *   1. the frame is parsed and checked (header, CRC, range within
@@ -167,13 +180,22 @@ typedef struct shim_dma_result {
  * neither base nor target; the per-range hashes used for crash recovery
  * tell).
  *
+ * With jn, every delta frame is noted before its range may be written
+ * and retired once it is verified there (a frame larger than the arena:
+ * after the copies in flight are done).
+ *
  * res may be NULL. dec is scratch. The frames are read only. Duplicates
  * of an already-applied frame fail with BFP_E_HASH (the caller drops
  * duplicates when staging). */
 int shim_dma_apply(shim_dma *d, bfp_decoder *dec, const bfp_apply_opts *o,
 		   const uint8_t *const *frames, const uint32_t *lens, uint32_t n_frames,
-		   uint16_t *params, uint64_t n_params, shim_dma_result *res, char *err,
-		   size_t errlen);
+		   uint16_t *params, uint64_t n_params, const shim_dma_journal *jn,
+		   shim_dma_result *res, char *err, size_t errlen);
+
+/* Testing: the next shim_dma_apply() writes the first half of its first
+ * copy with the CPU and then raises SIGKILL, as a crash while the engine
+ * copies would leave the buffer. */
+void shim_dma_tear_test(shim_dma *d);
 
 /* ---- DPDK port frame source -------------------------------------------- */
 

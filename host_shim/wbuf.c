@@ -224,6 +224,163 @@ unsigned wbuf_undo_rollback(wbuf_undo *u, int discard)
 	return restored;
 }
 
+/* ---- the DMA commit's journal ---- */
+
+#define DLOG_MAGIC "BFPDLOG1"
+#define DLOG_HDR 4096u
+
+typedef struct dlog_hdr {
+	char magic[8];
+	uint64_t ring;             /* bytes of records after the header page */
+	uint64_t n_params;         /* of the buffer it was made for */
+	_Atomic uint64_t head;     /* bytes retired, ever */
+	_Atomic uint64_t tail;     /* bytes noted, ever */
+} dlog_hdr;
+
+/* A record at byte (offset % ring): begin, n, then pos[n] and old[n],
+ * padded to 16 bytes; skip 1: the rest of the ring is padding. */
+typedef struct dlog_rec {
+	uint64_t begin;
+	uint32_t n;
+	uint32_t skip;
+} dlog_rec;
+
+static dlog_hdr *dlog_h(const wbuf_dlog *l)
+{
+	return (dlog_hdr *)(void *)l->map;
+}
+
+/* 16-byte multiples: what is left before the ring's end holds a marker */
+static uint64_t dlog_size(uint32_t n)
+{
+	return (sizeof(dlog_rec) + (uint64_t)n * 6 + 15) & ~15ull;
+}
+
+int wbuf_dlog_open(wbuf_dlog *l, uint16_t *params, uint64_t n_params, const char *path,
+		   char *err, size_t errlen)
+{
+	char jp[4096];
+	memset(l, 0, sizeof(*l));
+	l->fd = -1;
+	snprintf(jp, sizeof(jp), "%s.dmalog", path);
+	int fd = open(jp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return set_err(err, errlen, "%s: %s", jp, strerror(errno));
+	}
+	const size_t want = DLOG_HDR + WBUF_DLOG_BYTES;
+	if ((size_t)sb.st_size != want && ftruncate(fd, (off_t)want) != 0) {
+		close(fd);
+		return set_err(err, errlen, "%s: %s", jp, strerror(errno));
+	}
+	l->map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (l->map == MAP_FAILED) {
+		close(fd);
+		l->map = NULL;
+		return set_err(err, errlen, "%s: mmap: %s", jp, strerror(errno));
+	}
+	l->fd = fd;
+	l->map_len = want;
+	l->ring = WBUF_DLOG_BYTES;
+	l->params = params;
+	l->n_params = n_params;
+	dlog_hdr *h = dlog_h(l);
+	if (memcmp(h->magic, DLOG_MAGIC, 8) || h->ring != l->ring || h->n_params != l->n_params ||
+	    atomic_load(&h->tail) - atomic_load(&h->head) > l->ring) {
+		/* new, or not this buffer's: nothing in it is ours to restore */
+		memset(h, 0, sizeof(*h));
+		h->ring = l->ring;
+		h->n_params = l->n_params;
+		memcpy(h->magic, DLOG_MAGIC, 8);
+	}
+	return 0;
+}
+
+void wbuf_dlog_close(wbuf_dlog *l)
+{
+	if (l->map)
+		munmap(l->map, l->map_len);
+	if (l->fd >= 0)
+		close(l->fd);
+	memset(l, 0, sizeof(*l));
+	l->fd = -1;
+}
+
+static dlog_rec *dlog_at(const wbuf_dlog *l, uint64_t at)
+{
+	return (dlog_rec *)(void *)(l->map + DLOG_HDR + at % l->ring);
+}
+
+int wbuf_dlog_note(wbuf_dlog *l, uint64_t begin, const uint32_t *pos, uint32_t n)
+{
+	dlog_hdr *h = dlog_h(l);
+	const uint64_t head = atomic_load(&h->head), tail = atomic_load(&h->tail);
+	const uint64_t size = dlog_size(n), off = tail % l->ring;
+	const uint64_t pad = l->ring - off < size ? l->ring - off : 0; /* wrap first */
+	if (tail + pad + size - head > l->ring)
+		return -1;
+	if (pad) /* records are 16-byte multiples: the rest has room for a marker */
+		*dlog_at(l, tail) = (dlog_rec){.skip = 1};
+	dlog_rec *r = dlog_at(l, tail + pad);
+	uint32_t *rp = (uint32_t *)(void *)(r + 1);
+	uint16_t *ro = (uint16_t *)(void *)(rp + n);
+	const uint16_t *p = l->params + begin;
+	*r = (dlog_rec){.begin = begin, .n = n};
+	for (uint32_t k = 0; k < n; k++) {
+		rp[k] = pos[k];
+		ro[k] = p[pos[k]];
+	}
+	/* the record is whole before the tail covers it */
+	atomic_store_explicit(&h->tail, tail + pad + size, memory_order_release);
+	return 0;
+}
+
+void wbuf_dlog_retire(wbuf_dlog *l)
+{
+	dlog_hdr *h = dlog_h(l);
+	uint64_t head = atomic_load(&h->head);
+	const uint64_t tail = atomic_load(&h->tail);
+	if (head == tail)
+		return;
+	if (dlog_at(l, head)->skip)
+		head += l->ring - head % l->ring;
+	if (head < tail)
+		head += dlog_size(dlog_at(l, head)->n);
+	atomic_store_explicit(&h->head, head, memory_order_release);
+}
+
+unsigned wbuf_dlog_rollback(wbuf_dlog *l, int discard)
+{
+	dlog_hdr *h = dlog_h(l);
+	uint64_t at = atomic_load(&h->head);
+	const uint64_t tail = atomic_load(&h->tail);
+	unsigned restored = 0;
+	while (!discard && at < tail) {
+		const dlog_rec *r = dlog_at(l, at);
+		if (r->skip) {
+			at += l->ring - at % l->ring;
+			continue;
+		}
+		const uint64_t size = dlog_size(r->n);
+		/* a record that does not fit the ring or the buffer is not ours */
+		if (r->n > BFP_CHANGES_MAX || size > tail - at || l->ring - at % l->ring < size ||
+		    r->begin >= l->n_params)
+			break;
+		const uint32_t *rp = (const uint32_t *)(const void *)(r + 1);
+		const uint16_t *ro = (const uint16_t *)(const void *)(rp + r->n);
+		uint16_t *p = l->params + r->begin;
+		for (uint32_t k = 0; k < r->n; k++)
+			if (rp[k] < l->n_params - r->begin)
+				p[rp[k]] = ro[k];
+		restored++;
+		at += size;
+	}
+	atomic_store(&h->head, tail);
+	return restored;
+}
+
 void wbuf_begin(wbuf *w, uint32_t target)
 {
 	atomic_store(&w->h->target, target);

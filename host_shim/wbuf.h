@@ -109,4 +109,37 @@ void wbuf_undo_done(void *u, unsigned slot);
  * how many frames' values were restored. */
 unsigned wbuf_undo_rollback(wbuf_undo *u, int discard);
 
+/* The DMA commit's journal, PATH.dmalog beside the buffer: a ring of
+ * records, one per delta frame whose range a DMA engine may be writing
+ * (several at once, in the order they were noted), each holding the
+ * values at the frame's changed positions before it. A record is noted
+ * before the engine is given the copy and retired, oldest first, once
+ * the range is verified at the target. On restart after a crash mid-copy
+ * the records left put those ranges back at the base, and the commit can
+ * be finished like any other. */
+typedef struct wbuf_dlog {
+	int fd;
+	uint8_t *map;
+	size_t map_len;
+	uint64_t ring;          /* bytes of records */
+	uint16_t *params;
+	uint64_t n_params;
+} wbuf_dlog;
+
+#define WBUF_DLOG_BYTES (8u << 20) /* of records: 1.3 M changed weights */
+
+/* Open (or create) PATH.dmalog for the n_params weights at params (the
+ * buffer at PATH); a log made for another buffer size is emptied. */
+int wbuf_dlog_open(wbuf_dlog *l, uint16_t *params, uint64_t n_params, const char *path,
+		   char *err, size_t errlen);
+void wbuf_dlog_close(wbuf_dlog *l);
+/* Keep params[begin + pos[k]] for k < n (n <= BFP_CHANGES_MAX); 0, or -1
+ * when the ring has no room for it (retire records first). */
+int wbuf_dlog_note(wbuf_dlog *l, uint64_t begin, const uint32_t *pos, uint32_t n);
+/* The oldest record's range is at the target: forget it. */
+void wbuf_dlog_retire(wbuf_dlog *l);
+/* Put back what the records hold (only while a commit is in progress), or
+ * with discard just forget them; returns how many records were restored. */
+unsigned wbuf_dlog_rollback(wbuf_dlog *l, int discard);
+
 #endif

@@ -158,4 +158,30 @@ if [ "$(id -u)" = 0 ] && ip netns add "bfpsd$$" 2>/dev/null; then
 else
 	echo "  live ports: skipped (needs root and ip netns)"
 fi
-echo "ok - shim: net_pcap replay ($nbad malformed packets mixed in) and 3 published steps, committed through dmadev, bit-exact${memif}; live frames from a veth through DPDK ports${live:-: none here}"
+# 5. A crash while the engine copies (--crash-after: the shim writes half
+#    of its first DMA copy itself, then SIGKILLs itself): some ranges are at
+#    the target, one torn, the rest at the base. The DMA journal
+#    (BUFFER.dmalog) puts the ranges it noted back at the base on restart,
+#    and the commit is finished from frames NACKed again, with no resync.
+"$SHIM" --buffer "$SHM.5" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$((port + 5)) \
+	--listen 127.0.0.1:$((port + 6)) --dma dma_skeleton0 --crash-after 1 --exit-after 60 \
+	> "$T/crash.log" 2>&1 &
+cpid=$!
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$((port + 5)) --wait-subscribers 1 --steps 1 \
+	--linger 40 > "$T/publish5.log" 2>&1 &
+PIDS="$PIDS $!"
+wait $cpid
+grep -q "halfway through a DMA copy" "$T/crash.log" || fail "the shim did not die in a DMA copy: $(tail -n 3 "$T/crash.log")"
+rm -rf /var/run/dpdk/bfpshim$cpid
+"$SHIM" --buffer "$SHM.5" --upstream 127.0.0.1:$((port + 5)) --listen 127.0.0.1:$((port + 6)) \
+	--dma dma_skeleton0 --exit-after 40 > "$T/resume.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_line "committed version 0 -> 1" "$T/resume.log" 300 || fail "the commit cut short in a DMA copy was not finished: $(tail -n 3 "$T/resume.log")"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "frame(s) cut short by the crash put back at the base" "$T/resume.log" ||
+	fail "nothing was put back from the DMA journal"
+grep -q "resyncs 0," "$T/resume.log" || fail "the torn range cost a keyframe resync: $(tail -n 1 "$T/resume.log")"
+python3 "$HERE/check_buffers.py" "$T/traj/step-0001.safetensors" "$SHM.5" || fail "buffer after a crash in a DMA copy"
+grep "put back" "$T/resume.log" | sed 's/^bfpatch-shim: /  /'
+
+echo "ok - shim: net_pcap replay ($nbad malformed packets mixed in) and 3 published steps, committed through dmadev, bit-exact${memif}; a crash in a DMA copy finished from the DMA journal without a resync; live frames from a veth through DPDK ports${live:-: none here}"

@@ -17,6 +17,7 @@
 
 #include "patch.h"
 #include "shim_dpdk.h"
+#include "wbuf.h"
 
 #include <rte_dev.h>
 #include <rte_ethdev.h>
@@ -204,7 +205,7 @@ static void test_dma_apply_of_a_patch_equals_the_independent_target(void **state
 		shim_dma *d = dma_open(cf[k].copy_max, cf[k].arena);
 		shim_dma_result r;
 		char err[256] = "";
-		if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, &r, err,
+		if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, NULL, &r, err,
 				   sizeof(err)))
 			fail_msg("config %zu: %s", k, err);
 		assert_words_equal(w, tgt, n);
@@ -221,6 +222,167 @@ static void test_dma_apply_of_a_patch_equals_the_independent_target(void **state
 	free(base);
 	free(tgt);
 	free(w);
+}
+
+/* A journal that checks shim_dma_apply()'s promises: a frame is noted
+ * while its range still holds the base values (nothing written yet), is
+ * retired oldest first, only once its range holds the target, and every
+ * noted frame is retired by the end. full_every: refuse every such note
+ * the first time (a full journal), which the apply must ride out. */
+typedef struct mock_journal {
+	const uint16_t *base, *tgt;
+	const uint16_t *w;
+	uint64_t begin[4096];
+	uint32_t n[4096];
+	uint32_t head, tail, notes, refusals, full_every;
+	int bad;
+} mock_journal;
+
+static int mock_note(void *arg, uint64_t begin, const uint32_t *pos, uint32_t n)
+{
+	mock_journal *m = arg;
+	if (m->full_every && (m->notes + m->refusals) % m->full_every == m->full_every - 1) {
+		m->refusals++;
+		return -1;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		if (m->w[begin + pos[k]] != m->base[begin + pos[k]] ||
+		    m->base[begin + pos[k]] == m->tgt[begin + pos[k]])
+			m->bad |= 1; /* written before it was noted, or not a change */
+	if (m->tail - m->head == 4096)
+		m->bad |= 2;
+	m->begin[m->tail % 4096] = begin;
+	m->n[m->tail % 4096] = n;
+	m->tail++;
+	m->notes++;
+	return 0;
+}
+
+static void mock_retire(void *arg)
+{
+	mock_journal *m = arg;
+	if (m->head == m->tail) {
+		m->bad |= 4;
+		return;
+	}
+	m->head++;
+}
+
+static void test_dma_journal_notes_before_writes_and_retires_in_order(void **state)
+{
+	(void)state;
+	const size_t n = 3u << 20;
+	uint16_t *base = malloc(n * 2), *tgt = malloc(n * 2), *w = malloc(n * 2);
+	assert_non_null(w);
+	make_pair(base, tgt, n, 5);
+	patch p;
+	encode(base, tgt, n, 1200, 0, &p);
+	const uint8_t **fr;
+	uint32_t *ln;
+	frame_list(&p, &fr, &ln);
+	/* a small arena (drained often), frames larger than the arena (the
+	 * CPU path), and a journal that is full now and then */
+	static const struct {
+		size_t arena;
+		uint32_t full_every;
+	} cf[] = {{1u << 20, 0}, {1u << 20, 7}, {64u << 10, 0}, {0, 3}};
+	for (size_t k = 0; k < sizeof(cf) / sizeof(cf[0]); k++) {
+		static mock_journal m;
+		memset(&m, 0, sizeof(m));
+		m.base = base;
+		m.tgt = tgt;
+		m.w = w;
+		m.full_every = cf[k].full_every;
+		const shim_dma_journal jn = {.note = mock_note, .retire = mock_retire, .arg = &m};
+		memcpy(w, base, n * 2);
+		shim_dma *d = dma_open(0, cf[k].arena);
+		shim_dma_result r;
+		char err[256] = "";
+		if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, &jn, &r, err,
+				   sizeof(err)))
+			fail_msg("config %zu: %s", k, err);
+		assert_words_equal(w, tgt, n);
+		assert_int_equal(m.bad, 0);
+		assert_int_equal(m.notes, p.n); /* every frame is a delta frame here */
+		assert_int_equal(m.head, m.tail);
+		if (cf[k].full_every)
+			assert_true(m.refusals > 0);
+		if (cf[k].arena == (64u << 10))
+			assert_true(r.by_cpu > 0);
+		shim_dma_close(d);
+	}
+	patch_free(&p);
+	free(fr);
+	free(ln);
+	free(base);
+	free(tgt);
+	free(w);
+}
+
+/* The DMA log (wbuf_dlog): records outlive the process in PATH.dmalog, the
+ * ring wraps, and rollback restores exactly the values noted by records
+ * not yet retired, then forgets them; a log for another buffer size is
+ * emptied on open. */
+static void test_dma_log_rolls_back_what_was_not_retired(void **state)
+{
+	(void)state;
+	const uint64_t n = 1u << 22;
+	uint16_t *w = malloc(n * 2), *orig = malloc(n * 2);
+	uint32_t *pos = malloc(BFP_CHANGES_MAX * 4);
+	assert_non_null(pos);
+	uint64_t s = 11;
+	for (uint64_t i = 0; i < n; i++)
+		w[i] = (uint16_t)t_rand(&s);
+	char path[64];
+	snprintf(path, sizeof(path), "/tmp/bfp_dlog_test.%d", (int)getpid());
+	char err[256] = "";
+	wbuf_dlog l;
+	assert_int_equal(wbuf_dlog_open(&l, w, n, path, err, sizeof(err)), 0);
+	/* 60 frames of up to 35760 changes (about 2.5 ring lengths), each
+	 * written after it is noted; all but the last 5 retired */
+	uint32_t *all_pos[60];
+	for (int f = 0; f < 60; f++) {
+		uint32_t cnt = BFP_CHANGES_MAX - (uint32_t)(t_rand(&s) % 1000);
+		/* the last five, in flight together, do not overlap (frames in
+		 * flight never do); the others fall anywhere */
+		uint64_t b = f >= 55 ? (uint64_t)(f - 55) * 200000 : t_rand(&s) % (n - 100000);
+		uint32_t at = 0;
+		for (uint32_t k = 0; k < cnt; k++) {
+			at += 1 + (uint32_t)(t_rand(&s) % 2);
+			pos[k] = at;
+		}
+		all_pos[f] = malloc(cnt * 4);
+		memcpy(all_pos[f], pos, cnt * 4);
+		if (f == 55)
+			memcpy(orig, w, n * 2); /* the values before the last five */
+		assert_int_equal(wbuf_dlog_note(&l, b, pos, cnt), 0);
+		for (uint32_t k = 0; k < cnt; k++)
+			w[b + pos[k]] ^= 0x5555;
+		if (f >= 3 && f < 58)
+			wbuf_dlog_retire(&l); /* keeps 3 in flight, then 5 left */
+	}
+	wbuf_dlog_close(&l);
+	/* "restart": reopen and roll back */
+	assert_int_equal(wbuf_dlog_open(&l, w, n, path, err, sizeof(err)), 0);
+	assert_int_equal(wbuf_dlog_rollback(&l, 0), 5);
+	assert_memory_equal(w, orig, n * 2); /* as before the last 5 frames */
+	assert_int_equal(wbuf_dlog_rollback(&l, 0), 0); /* forgotten */
+	wbuf_dlog_close(&l);
+	/* the same file for a buffer of another size: nothing to restore */
+	assert_int_equal(wbuf_dlog_open(&l, w, n / 2, path, err, sizeof(err)), 0);
+	assert_int_equal(wbuf_dlog_note(&l, 0, pos, 10), 0);
+	wbuf_dlog_close(&l);
+	assert_int_equal(wbuf_dlog_open(&l, w, n, path, err, sizeof(err)), 0);
+	assert_int_equal(wbuf_dlog_rollback(&l, 0), 0);
+	wbuf_dlog_close(&l);
+	char jp[80];
+	snprintf(jp, sizeof(jp), "%s.dmalog", path);
+	unlink(jp);
+	for (int f = 0; f < 60; f++)
+		free(all_pos[f]);
+	free(w);
+	free(orig);
+	free(pos);
 }
 
 /* Keyframes (thousands of small adjacent ranges, merged into few copies)
@@ -243,7 +405,7 @@ static void test_dma_apply_handles_keyframes_and_ranges_larger_than_the_arena(vo
 	frame_list(&p, &fr, &ln);
 	memcpy(w, base, n * 2);
 	shim_dma *d = dma_open(0, 0);
-	if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, &r, err, sizeof(err)))
+	if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, NULL, &r, err, sizeof(err)))
 		fail_msg("%s", err);
 	assert_words_equal(w, tgt, n);
 	assert_int_equal(r.applied, p.n);
@@ -269,7 +431,7 @@ static void test_dma_apply_handles_keyframes_and_ranges_larger_than_the_arena(vo
 	assert_true(lo < hi);
 	memcpy(w, base, n * 2);
 	d = dma_open(0, (size_t)(lo + hi)); /* bytes: the mean range length */
-	if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, &r, err, sizeof(err)))
+	if (shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, NULL, &r, err, sizeof(err)))
 		fail_msg("%s", err);
 	assert_words_equal(w, tgt, n);
 	assert_int_equal(r.applied, p.n);
@@ -327,7 +489,7 @@ static void test_dma_apply_rejects_a_bad_frame_and_writes_nothing_to_its_range(v
 		memcpy(w, base, n * 2);
 		shim_dma_result r;
 		char err[256] = "", want[32];
-		assert_int_equal(shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, &r,
+		assert_int_equal(shim_dma_apply(d, &dec, &APPLY, fr, ln, (uint32_t)p.n, w, n, NULL, &r,
 						err, sizeof(err)), -1);
 		fr[k] = saved;
 		assert_int_equal(r.failed_frame, k);
@@ -796,6 +958,8 @@ int main(void)
 		cmocka_unit_test(test_dma_copies_to_unrelated_offsets_are_exact),
 		cmocka_unit_test(test_dma_apply_of_a_patch_equals_the_independent_target),
 		cmocka_unit_test(test_dma_apply_handles_keyframes_and_ranges_larger_than_the_arena),
+		cmocka_unit_test(test_dma_journal_notes_before_writes_and_retires_in_order),
+		cmocka_unit_test(test_dma_log_rolls_back_what_was_not_retired),
 		cmocka_unit_test(test_dma_apply_rejects_a_bad_frame_and_writes_nothing_to_its_range),
 		cmocka_unit_test(test_dma_map_registers_a_mapping_and_copies_into_it),
 		cmocka_unit_test(test_pcap_port_delivers_every_frame_byte_identical_and_counts_the_rest),
