@@ -59,6 +59,7 @@
 #define NACK_MEMO (1u << NACK_MEMO_BITS)
 #define MAX_LCORES 64
 #define HDR_ROOM 128
+#define OUT_POOL_N 16383u /* header and clone mbufs: one of each per output queued */
 
 static volatile sig_atomic_t force_quit;
 
@@ -127,7 +128,8 @@ enum {
 	C_RX, C_TX, C_FANOUT, C_RING_FULL, C_INBOUND_FULL, C_NO_MBUF, C_NO_MAC,
 	C_CACHE_HIT, C_CACHE_MISS, C_NACK_RX, C_NACK_FWD, C_NACK_REFUSED,
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
-	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED,
+	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED, C_BAD_VERSION, C_NACK_UNASKED,
+	C_SHARE_FULL,
 	C_COUNT
 };
 static const char *const cnames[C_COUNT] = {
@@ -135,7 +137,7 @@ static const char *const cnames[C_COUNT] = {
 	"drop_no_mbuf", "drop_no_mac", "cache_hits", "cache_misses", "nacks",
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
 	"drop_control", "cache_stored", "tx_failed", "nack_suppressed", "drop_auth",
-	"nack_frames_limited",
+	"nack_frames_limited", "drop_bad_version", "nack_frames_unasked", "drop_share_full",
 };
 
 typedef struct lcore_stats {
@@ -156,6 +158,8 @@ typedef struct relay {
 	unsigned worker_q[MAX_LCORES];  /* RX queue of each worker lcore */
 	uint16_t n_rxq;
 	unsigned rx_reserve;     /* RX mbufs paced queues leave free */
+	unsigned q_share;        /* outputs one subscriber may hold queued (0: not
+				  * counted yet; recounted like rx_short) */
 	int rx_short;            /* fewer free than that (-1: not counted yet):
 				  * counted at most once per frame fanned out
 				  * or NACK answered, and only if an output is
@@ -410,6 +414,22 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 	 * stop the relay for everyone (JOINs and ARP included) */
 	if (r->rx_short < 0)
 		r->rx_short = rte_mempool_avail_count(r->pool) < r->rx_reserve;
+	/* each queued output also holds a header mbuf and a clone: a
+	 * subscriber may hold its share of those pools, two shares staying
+	 * for the unpaced ones and NACK answers, or a few slow subscribers
+	 * would take them all and starve the rest (PROTOCOL.md 3) */
+	if (!r->q_share) {
+		unsigned n = 0;
+		for (unsigned i = 0; i < MAX_SUBS; i++)
+			n += r->subs[i].used != 0;
+		r->q_share = OUT_POOL_N / (n + 2);
+	}
+	if (rte_ring_count(s->q) >= r->q_share) {
+		rte_pktmbuf_free(out);
+		st->c[C_SHARE_FULL]++;
+		s->drops++;
+		return;
+	}
 	if (r->rx_short || rte_ring_enqueue(s->q, out) != 0) {
 		rte_pktmbuf_free(out);
 		st->c[C_RING_FULL]++;
@@ -509,13 +529,23 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		version = (version << 8) | f[20 + b];
 		index = (index << 8) | f[24 + b];
 	}
+	if (version >= RP_VERSION_NONE) {
+		/* the control protocol's reserved values are never a version:
+		 * believed, HEARTBEATs would name them and the cache window
+		 * would turn away every real frame */
+		st->c[C_BAD_VERSION]++;
+		rte_pktmbuf_free(m);
+		return;
+	}
 	uint32_t sum = m->hash.fdir.hi;
-	latest_note(r, model, version, 0);
+	if (model) /* 0 stands for every model in latest_note() */
+		latest_note(r, model, version, 0);
 	if (version > r->ev_version) {
 		r->ev_version = version;
 		events_emit(&r->ev, "first_frame", "\"version\":%u", version);
 	}
 	r->rx_short = -1;
+	r->q_share = 0;
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && (s->model_id == 0 || s->model_id == model))
@@ -583,6 +613,13 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 	sub *s;
 	switch (c.type) {
 	case RP_JOIN:
+		if ((r->cf.upstream_ip && k->src_ip == r->cf.upstream_ip) ||
+		    k->src_ip == r->cf.ip[m->port]) {
+			/* frames sent to the relay's own source would come back
+			 * round (a forged JOIN naming the upstream: a loop) */
+			st->c[C_CTL_BAD]++;
+			return;
+		}
 		s = sub_add(r, k->src_ip, c.data_port, m->port, (uint64_t)c.rate_kbps * 1000, st);
 		if (!s) {
 			st->c[C_CTL_BAD]++;
@@ -593,7 +630,9 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 			s->model_id = c.model_id;
 		if (c.version == RP_VERSION_NONE) /* ask upstream for keyframes */
 			r->want_key = 1;
-		if (!s->has_mac) { /* until ARP answers: the JOIN's sender */
+		if (!s->is_static || !s->has_mac) {
+			/* the JOIN's sender: an actor restarted on another NIC
+			 * (same address and ports) is followed */
 			memcpy(s->mac, k->src_mac, 6);
 			s->has_mac = 1;
 		}
@@ -636,6 +675,7 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		uint64_t now = rte_get_tsc_cycles();
 		unsigned budget = RP_NACK_ANSWER_MAX;
 		r->rx_short = -1;
+		r->q_share = 0;
 		for (unsigned i = 0; i < c.n_ranges; i++) {
 			for (uint32_t j = 0; j < c.ranges[i].count && budget; j++, budget--) {
 				uint32_t idx = c.ranges[i].first + j;
@@ -652,14 +692,21 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 					continue;
 				}
 				st->c[C_CACHE_MISS]++;
+				rp_range *last = miss.n_ranges ? &miss.ranges[miss.n_ranges - 1] : NULL;
+				const int extends = last && last->first + last->count == idx;
+				if (!extends && miss.n_ranges == RP_NACK_MAX) {
+					/* no room in this NACK upstream: not marked as
+					 * asked, so the subscriber's next NACK asks */
+					st->c[C_NACK_UNASKED]++;
+					continue;
+				}
 				if (nack_recent(r, cmodel, c.version, idx, now)) {
 					st->c[C_NACK_SUPPRESSED]++;
 					continue;
 				}
-				rp_range *last = miss.n_ranges ? &miss.ranges[miss.n_ranges - 1] : NULL;
-				if (last && last->first + last->count == idx)
+				if (extends)
 					last->count++;
-				else if (miss.n_ranges < RP_NACK_MAX)
+				else
 					miss.ranges[miss.n_ranges++] = (rp_range){idx, 1};
 			}
 		}
@@ -768,6 +815,11 @@ static void housekeeping(relay *r, lcore_stats *st)
 			st->c[C_EXPIRED]++;
 		}
 	}
+	/* a subscriber still without a MAC (its first ARP lost, its host not
+	 * up yet): ask again every second */
+	for (unsigned i = 0; i < MAX_SUBS; i++)
+		if (r->subs[i].used && !r->subs[i].has_mac)
+			arp_request(r, r->subs[i].eth_port, r->subs[i].ip, st);
 	/* announce our addresses (gratuitous ARP) for the first 3 s: a relay
 	 * restarted on another NIC or tap has another MAC, and neighbours
 	 * would keep sending to the old one until their entries expire */
@@ -1248,8 +1300,12 @@ static int relay_setup(relay *r)
 			strerror(errno));
 		return -1;
 	}
-	if (rte_get_main_lcore() >= MAX_LCORES || rte_lcore_count() > MAX_LCORES) {
-		fprintf(stderr, "bfpatch-relay: lcore ids must be below %d\n", MAX_LCORES);
+	unsigned top = rte_get_main_lcore(), wl;
+	RTE_LCORE_FOREACH_WORKER(wl)
+		top = wl > top ? wl : top; /* per-lcore arrays are indexed by id */
+	if (top >= MAX_LCORES) {
+		fprintf(stderr, "bfpatch-relay: lcore ids must be below %d (got %u; map them, e.g. "
+			"--lcores 0@0,1@1)\n", MAX_LCORES, top);
 		return -1;
 	}
 	r->n_ports = rte_eth_dev_count_avail();
@@ -1278,9 +1334,10 @@ static int relay_setup(relay *r)
 	r->pool = rte_pktmbuf_pool_create("rx", r->cf.n_mbufs, 256, 0,
 					  (uint16_t)(r->cf.mbuf_size + RTE_PKTMBUF_HEADROOM),
 					  (int)rte_socket_id());
-	r->hdr_pool = rte_pktmbuf_pool_create("hdr", 16383, 256, 0, HDR_ROOM + RTE_PKTMBUF_HEADROOM,
-					      (int)rte_socket_id());
-	r->clone_pool = rte_pktmbuf_pool_create("clone", 16383, 256, 0, 0, (int)rte_socket_id());
+	r->hdr_pool = rte_pktmbuf_pool_create("hdr", OUT_POOL_N, 256, 0,
+					      HDR_ROOM + RTE_PKTMBUF_HEADROOM, (int)rte_socket_id());
+	r->clone_pool = rte_pktmbuf_pool_create("clone", OUT_POOL_N, 256, 0, 0,
+						(int)rte_socket_id());
 	r->inbound = rte_ring_create("inbound", 4096, (int)rte_socket_id(), RING_F_SC_DEQ);
 	if (!r->pool || !r->hdr_pool || !r->clone_pool || !r->inbound) {
 		fprintf(stderr, "bfpatch-relay: cannot create pools: %s\n", rte_strerror(rte_errno));

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""cases.py: input pcaps and output checks for relay_cases_test.sh.
+
+  gen CASE FRAMES.pcap IN.pcap    write IN.pcap for CASE from the frames of
+                                  a real patch (FRAMES.pcap, `bfpatch pcap`)
+  check CASE OUT.pcap             check what the relay sent in CASE
+Packets are built from the Ethernet, ARP, IPv4 and UDP specifications
+(pcaptool.py reads and writes the files); control messages as in
+PROTOCOL.md (tap_peers.ctl).
+"""
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+from kat_check import crc32c  # noqa: E402
+from pcaptool import csum, read_pcap, udp_parts, write_pcap  # noqa: E402
+from tap_peers import ctl  # noqa: E402
+
+RELAY = "198.18.0.1"
+RELAY_MAC = bytes.fromhex("020000000001")
+
+
+def ip4(s):
+    return bytes(int(x) for x in s.split("."))
+
+
+def udp(src, sport, dst, dport, payload, smac):
+    ulen = 8 + len(payload)
+    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + ulen, 1, 0, 64, 17, 0,
+                               ip4(src), ip4(dst)))
+    ip[10:12] = struct.pack("!H", 0xFFFF - csum(bytes(ip)))
+    u = bytearray(struct.pack("!HHHH", sport, dport, ulen, 0) + payload)
+    c = 0xFFFF - csum(ip4(src) + ip4(dst) + b"\0\x11" + struct.pack("!H", ulen) + bytes(u))
+    u[6:8] = struct.pack("!H", c or 0xFFFF)
+    return RELAY_MAC + smac + b"\x08\x00" + bytes(ip) + bytes(u)
+
+
+def mac(last):
+    return bytes.fromhex("0200000000%02x" % last)
+
+
+def sub(msg, ip="198.18.0.11", smac=mac(0x11)):
+    """a control message from a subscriber's control port 7501"""
+    return udp(ip, 7501, RELAY, 7401, msg, smac)
+
+
+def data(frame):
+    return udp("198.18.0.10", 7399, RELAY, 7400, frame, mac(0x10))
+
+
+def reseal(f, **fields):
+    offs = {"target": 20, "index": 24, "count": 28}
+    f = bytearray(f)
+    for k, v in fields.items():
+        struct.pack_into("<I", f, offs[k], v)
+    struct.pack_into("<I", f, 56, crc32c(bytes(f[60:]), crc32c(bytes(f[:56]))))
+    return bytes(f)
+
+
+def gen(case, frames_pcap, out):
+    fr = [udp_parts(p)[4] for p in read_pcap(frames_pcap)]
+    model = struct.unpack_from("<Q", fr[0], 8)[0]
+    target = struct.unpack_from("<I", fr[0], 20)[0]
+    n = len(fr)
+    p = []
+    if case == "reserved":
+        # a frame naming version 0xFFFFFFFF, then the real patch and a NACK
+        # for its last 10 frames, which the cache must answer
+        p = [sub(ctl(1, model, 0, data_port=7500)), data(reseal(fr[0], target=0xFFFFFFFF))]
+        p += [data(f) for f in fr] + [sub(ctl(3, model, target, ranges=[(n - 10, 10)]))]
+    elif case == "nack-ranges":
+        # every other frame only: a NACK of all of them misses in n/2
+        # ranges, more than one NACK upstream holds (128); asked again at
+        # once, the frames left out must be asked, not suppressed
+        assert n // 2 > 140, n
+        p = [data(f) for f in fr[::2]] + [sub(ctl(1, model, 0, data_port=7500))]
+        p += [sub(ctl(3, model, target, ranges=[(0, n)]))] * 2
+    elif case == "new-mac":
+        # an actor restarted on another NIC: same address, JOINs from a new MAC
+        p = [sub(ctl(1, model, 0, data_port=7500), ip="198.18.0.12", smac=mac(0x12))]
+        p += [sub(ctl(1, model, 0, data_port=7500), ip="198.18.0.12", smac=mac(0x77))]
+        p += [data(f) for f in fr[:10]]
+    elif case == "upstream-join":
+        # a JOIN from the upstream's own address (forged: frames to it
+        # would come back round), then frames
+        p = [sub(ctl(1, model, 0, data_port=7400), ip="198.18.0.2", smac=mac(0x02))]
+        p += [data(f) for f in fr[:10]]
+    elif case in ("no-arp", "slow"):
+        p = [data(f) for f in fr]
+    else:
+        sys.exit("unknown case " + case)
+    write_pcap(out, p)
+
+
+def check(case, out_pcap):
+    pk = read_pcap(out_pcap)
+    to = {}
+    arp = 0
+    for x in pk:
+        if x[12:14] == b"\x08\x06" and struct.unpack("!H", x[20:22])[0] == 1 and \
+                x[38:42] == ip4("198.18.0.11"):
+            arp += 1
+        u = udp_parts(x)
+        if isinstance(u, tuple) and u[4][:4] == b"BFPT":
+            to.setdefault((".".join(map(str, u[1])), u[3]), []).append(x[0:6])
+    if case == "new-mac":
+        macs = {m for m in to.get(("198.18.0.12", 7500), [])}
+        assert macs == {mac(0x77)}, "frames went to %s" % [m.hex() for m in macs]
+    elif case == "upstream-join":
+        assert ("198.18.0.2", 7400) not in to, "frames were sent to the upstream"
+    elif case == "no-arp":
+        assert arp >= 2, "%d ARP requests for a static subscriber without a MAC" % arp
+    elif case == "slow":
+        got = len(to.get(("198.18.0.11", 7500), []))
+        want = int(sys.argv[4])
+        assert got == want, "the unpaced subscriber got %d of %d frames" % (got, want)
+    print("ok - %s" % case)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "gen":
+        gen(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "check":
+        check(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,78 @@
+#!/bin/sh
+# cases_test.sh BFPATCH RELAY: bfpatch-relay on net_pcap against inputs of
+# tests/relay/cases.py, each a case the relay once got wrong: a frame of a
+# reserved version poisoning the cache and the versions told; NACK misses
+# beyond what one NACK upstream holds, never asked; an actor's new MAC not
+# followed; a forged JOIN from the upstream's address (frames would loop);
+# a static subscriber whose one ARP went unanswered; slow subscribers
+# taking every header mbuf from an unpaced one; worker lcore ids past the
+# relay's per-lcore arrays.
+set -u
+BFP=$1
+RELAY=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+T=$(mktemp -d)
+P=bfprc$$
+trap 'rm -rf "$T" /var/run/dpdk/$P' EXIT
+fail() { echo "FAIL: $*"; [ -f "$T/log" ] && cat "$T/log"; exit 1; }
+
+"$BFP" synth -o "$T/traj" -p 8M -n 1 -S 5 2>/dev/null || fail synth
+# small frames: about 2000, more than 17 slow subscribers may hold queued
+"$BFP" diff -q -s 160 "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p" || fail diff
+"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
+nframes=$("$BFP" info --json "$T/p" | python3 -c 'import json, sys; print(json.load(sys.stdin)["frames"])')
+
+# run CASE [EAL...] -- RELAY-OPTIONS...: the case's input through the relay;
+# its counters in $T/log, its output in $T/out.pcap
+run() {
+	c=$1
+	shift
+	eal=""
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do eal="$eal $1"; shift; done
+	shift
+	python3 "$HERE/cases.py" gen "$c" "$T/frames.pcap" "$T/in.pcap" || fail "gen $c"
+	# shellcheck disable=SC2086 # eal is a list of options
+	"$RELAY" --no-huge -m 1024 --no-pci --file-prefix $P ${eal:--l 0} --log-level=lib.eal:error \
+		--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" -- --ip 0:198.18.0.1 \
+		"$@" > "$T/log" 2>&1
+	rc=$?
+	rm -rf /var/run/dpdk/$P
+	return $rc
+}
+counter() { awk -v k="$1" '$1 == k {print $2}' "$T/log"; }
+
+run reserved -- --run-time 1.5 --check-crc || fail "relay (reserved)"
+[ "$(counter drop_bad_version)" = 1 ] || fail "a frame of version 0xFFFFFFFF was not dropped"
+[ "$(counter cache_hits)" = 10 ] || fail "the NACK after a reserved version was not answered from the cache"
+echo "ok - a frame of a reserved version dropped; the real patch cached and served"
+
+run nack-ranges -- --run-time 1.5 --upstream 198.18.0.2:7401 || fail "relay (nack-ranges)"
+unasked=$(counter nack_frames_unasked)
+supp=$(counter nack_suppressed)
+[ "${unasked:-0}" -gt 0 ] || fail "no NACK misses beyond one NACK upstream"
+# the second NACK: only what the first asked is suppressed
+[ "${supp:-0}" -lt $((nframes / 2)) ] || fail "the misses left out were suppressed too ($supp)"
+echo "ok - NACK misses beyond one NACK upstream left to be asked again ($unasked; suppressed $supp)"
+
+run new-mac -- --run-time 1 || fail "relay (new-mac)"
+python3 "$HERE/cases.py" check new-mac "$T/out.pcap" || fail "a subscriber's new MAC was not followed"
+
+run upstream-join -- --run-time 1 --upstream 198.18.0.2:7401 || fail "relay (upstream-join)"
+python3 "$HERE/cases.py" check upstream-join "$T/out.pcap" || fail "a JOIN from the upstream was taken"
+[ "$(counter joins)" = 0 ] || fail "a JOIN from the upstream's address was counted as a subscriber"
+
+run no-arp -- --run-time 3 --subscriber 198.18.0.11:7500 || fail "relay (no-arp)"
+python3 "$HERE/cases.py" check no-arp "$T/out.pcap" || fail "a static subscriber's lost ARP was not asked again"
+
+slow=""
+for i in $(seq 20 36); do slow="$slow --subscriber 198.18.0.$i:7500,mac=02:00:00:00:00:$i,rate=1m"; done
+# shellcheck disable=SC2086 # slow is a list of options
+run slow -- --run-time 3 --subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11 $slow || fail "relay (slow)"
+python3 "$HERE/cases.py" check slow "$T/out.pcap" "$nframes" || fail "slow subscribers starved an unpaced one"
+[ "$(counter drop_no_mbuf)" = 0 ] || fail "mbufs ran out: $(counter drop_no_mbuf)"
+
+if run slow --lcores 0@0,120@0 -- --run-time 1 --subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11; then
+	fail "a worker lcore id of 120 was taken"
+fi
+grep -q "lcore ids must be below" "$T/log" || fail "no clear error for lcore 120"
+echo "ok - lcore id 120 refused"
