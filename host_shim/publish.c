@@ -105,6 +105,7 @@ typedef struct pub {
 	uint32_t hist_base[MAX_KEEP], hist_ver[MAX_KEEP];
 	unsigned keep, n_hist;
 	const char *history;    /* directory, or NULL */
+	const char *dir;        /* --dir, or NULL (--buffer) */
 	patch key;              /* keyframe stream of key_ver, made on demand */
 	uint32_t key_ver;
 	double published_at;    /* when the current version went out */
@@ -523,7 +524,41 @@ static unsigned hist_slot(const pub *P)
  * those of this model that end at or before version ver, each read and
  * checked frame by frame. Temporaries a killed publisher left behind
  * (write_file_atomic's NAME.tmp.XXXXXX) are removed. */
-static void history_load(pub *P, uint64_t model_id, uint32_t ver)
+/* Whether every frame of p (a patch to version t) holds what checkpoint t
+ * holds now: cur for t == ver, else DIR/step-t, if there is one. A patch
+ * kept from before a rollback (the trainer went back and wrote another
+ * step t) must not answer for the new version t. */
+static int history_matches(const pub *P, const patch *p, uint32_t t, const model *cur,
+			   uint32_t ver)
+{
+	model m;
+	const model *at = cur;
+	char path[PATH_MAX], err[ERRLEN] = "";
+	if (t != ver) {
+		if (!P->dir) /* --buffer: only version ver is at hand */
+			goto stale;
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, t);
+		if (model_load(&m, path, err, sizeof(err)))
+			goto stale;
+		at = &m;
+	}
+	int ok = at->n_params == cur->n_params;
+	for (size_t i = 0; ok && i < p->n; i++) {
+		int hit = 0;
+		ok = bfp_frame_check_target(p->buf + p->off[i], p->off[i + 1] - p->off[i], at->params,
+					    at->n_params, &hit) == BFP_OK && hit;
+	}
+	if (at != cur)
+		model_free(&m);
+	if (ok)
+		return 1;
+stale:
+	fprintf(stderr, "bfpatch publish: history: the patch to version %u does not end at "
+		"checkpoint %u%s; ignored\n", t, t, err[0] ? " (none to check against)" : "");
+	return 0;
+}
+
+static void history_load(pub *P, uint64_t model_id, uint32_t ver, const model *cur)
 {
 	if (!P->history)
 		return;
@@ -559,6 +594,10 @@ static void history_load(pub *P, uint64_t model_id, uint32_t ver)
 			patch_free(&p);
 			continue;
 		}
+		if (!history_matches(P, &p, t, cur, ver)) {
+			patch_free(&p);
+			continue;
+		}
 		if (slot == P->n_hist)
 			P->n_hist++;
 		patch_free(&P->hist[slot]);
@@ -582,7 +621,9 @@ typedef struct source {
 	ino_t ino;
 	model proto;            /* the buffer's layout (no params) */
 	uint32_t failing;       /* --dir: the version whose file fails to load */
-	double failing_since;
+	double failing_since;   /* ... since it was last said */
+	double failing_first;   /* ... since it first failed */
+	double last_scan;       /* --dir: for a step after a missing one */
 } source;
 
 /* Whether a process has path open for writing: a checkpoint written in
@@ -628,29 +669,48 @@ static void source_follow_buffer(source *S)
 	S->w = nw;
 }
 
+static int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi);
+
 /* The version after ver, if there is one yet: 1 and *nw loaded, 0 if
- * not yet, -1 on error. */
+ * not yet, -1 on error. With --dir that is step ver+1; if it is missing
+ * and a later step is there (a trainer that keeps every k-th step, or
+ * one pruned before it was published), or it failed to load for a minute
+ * while a later one is there, the lowest later step: a patch may skip
+ * versions. */
 static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char *err,
 		       size_t errlen)
 {
 	if (!S->is_buffer) {
 		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, ver + 1);
+		uint32_t next = ver + 1, lo, hi;
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, next);
+		const double t = now_s();
+		const int missing = access(path, R_OK) != 0;
+		const int stuck = S->failing == next && t - S->failing_first > 60;
+		if ((missing || stuck) && t - S->last_scan >= 1.0) {
+			S->last_scan = t;
+			if (steps_scan(S->dir, ver + 2, &lo, &hi)) {
+				fprintf(stderr, "bfpatch publish: step %u %s; going on with step %u\n",
+					next, missing ? "is not there" : "still fails to load", lo);
+				next = lo;
+				snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, next);
+			}
+		}
 		if (access(path, R_OK) != 0 || being_written(path))
 			return 0;
 		/* a file still being written fails its size check: try again,
 		 * and say so if it stays broken */
 		if (model_load(nw, path, err, errlen)) {
-			if (S->failing != ver + 1) {
-				S->failing = ver + 1;
-				S->failing_since = now_s();
-			} else if (now_s() - S->failing_since > 10) {
+			if (S->failing != next) {
+				S->failing = next;
+				S->failing_since = S->failing_first = t;
+			} else if (t - S->failing_since > 10) {
 				fprintf(stderr, "bfpatch publish: waiting for %s: %s\n", path, err);
-				S->failing_since = now_s();
+				S->failing_since = t;
 			}
 			return 0;
 		}
-		*nver = ver + 1;
+		*nver = next;
 		return 1;
 	}
 	source_follow_buffer(S);
@@ -668,9 +728,9 @@ static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char 
 	return 1;
 }
 
-/* The lowest and highest N of the DIR/step-N.safetensors files (N of at
- * least 4 digits, as written with %04u). 0 if there is none. */
-static int steps_scan(const char *dir, uint32_t *lo, uint32_t *hi)
+/* The lowest and highest N >= from of the DIR/step-N.safetensors files (N
+ * of at least 4 digits, as written with %04u). 0 if there is none. */
+static int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -688,7 +748,7 @@ static int steps_scan(const char *dir, uint32_t *lo, uint32_t *hi)
 		uint32_t v = (uint32_t)strtoul(n + 5, NULL, 10);
 		char canon[32]; /* only the name the publisher reads: step-%04u */
 		snprintf(canon, sizeof(canon), "step-%04u.safetensors", v);
-		if (strcmp(canon, n) != 0)
+		if (strcmp(canon, n) != 0 || v < from)
 			continue;
 		if (!found || v < *lo)
 			*lo = v;
@@ -885,18 +945,38 @@ int cmd_publish(int argc, char **argv)
 		/* the first checkpoint there (old ones may have been pruned), or
 		 * with --resume the latest */
 		uint32_t first = 0, last = 0;
-		if (!steps_scan(dir, &first, &last)) {
+		if (!steps_scan(dir, 0, &first, &last)) {
 			fprintf(stderr, "bfpatch publish: no checkpoint DIR/step-NNNN.safetensors in "
 				"%s\n", dir);
 			return 1;
 		}
 		ver = resume ? last : first;
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver);
-		if (model_load(&cur, path, err, sizeof(err)))
-			return die("publish", err);
+		/* with the checks later steps get: not while a writer has it
+		 * open (a preallocated file of zeros looks whole), not before
+		 * it loads; --resume starts at the latest step that does */
+		double said = 0;
+		for (;;) {
+			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver);
+			int busy = access(path, R_OK) == 0 && being_written(path);
+			if (!busy && model_load(&cur, path, err, sizeof(err)) == 0)
+				break;
+			if (resume && ver > first) {
+				fprintf(stderr, "bfpatch publish: %s is not whole yet (%s); starting "
+					"at the step before\n", path, busy ? "still being written" : err);
+				ver--;
+				continue;
+			}
+			if (now_s() - said > 10) {
+				fprintf(stderr, "bfpatch publish: waiting for %s (%s)\n", path,
+					busy ? "still being written" : err);
+				said = now_s();
+			}
+			usleep(100000);
+		}
 	}
 	P.model_id = cur.model_id;
-	history_load(&P, cur.model_id, ver);
+	P.dir = buffer ? NULL : dir;
+	history_load(&P, cur.model_id, ver, &cur);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	/* being_written's lease probe: a writer opening the file meanwhile

@@ -779,6 +779,81 @@ kill -TERM $PIDS; wait; PIDS=""
 grep -q "dropped by the kernel (socket full) [1-9]" "$T/shimkd.log" ||
 	fail "kernel drops were not counted: $(tail -n 1 "$T/shimkd.log")"
 
+# publish --resume while the latest checkpoint is being written in place
+# (preallocated: zeros, the right size): it starts at the step before,
+# and publishes the latest once it is whole, never its zeros
+mkdir "$T/rpre"
+cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" "$T/rpre/"
+python3 - "$T/traj/step-0002.safetensors" "$T/rpre/step-0002.safetensors" "$T/rpre.go" <<'PY' &
+import os, struct, sys, time
+src = open(sys.argv[1], "rb").read()
+n = struct.unpack_from("<Q", src)[0]
+with open(sys.argv[2], "wb") as f:
+    f.write(src[:8 + n])
+    f.write(bytes(len(src) - 8 - n))  # preallocated: the right size, zeros
+    f.flush()
+    open(sys.argv[3], "w").close()
+    time.sleep(3)
+    f.seek(8 + n)
+    f.write(src[8 + n:])
+PY
+WR=$!
+while [ ! -e "$T/rpre.go" ]; do sleep 0.05; done
+start_shim rp --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 31)) --exit-after 40
+"$BFP" publish --dir "$T/rpre" --resume --listen 127.0.0.1:$port > "$T/publish31.log" 2>&1 &
+PIDS="$PIDS $!"
+wait $WR || fail "writing a checkpoint in place"
+wait_line "committed version .* -> 2" "$T/shimrp.log" 200 || fail "the latest checkpoint was not published once whole"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "not whole yet (still being written); starting at the step before" "$T/publish31.log" ||
+	fail "publish --resume did not say it started before a checkpoint being written: $(head -n 3 "$T/publish31.log")"
+check_buffers "$T/traj/step-0002.safetensors" "$SHM.rp" ||
+	fail "publish --resume published a checkpoint while it was being written"
+
+# a checkpoint directory with a step missing (a trainer that keeps every
+# k-th step): the publisher goes on with the next step there (1 -> 3)
+mkdir "$T/gap"
+cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" \
+	"$T/traj/step-0003.safetensors" "$T/gap/"
+start_shim gp --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 32)) --exit-after 40
+"$BFP" publish --dir "$T/gap" --listen 127.0.0.1:$port --wait-subscribers 1 > "$T/publish32.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_line "committed version 1 -> 3" "$T/shimgp.log" 200 || fail "a missing step stopped the publisher: $(tail -n 2 "$T/publish32.log")"
+kill -TERM $PIDS; wait; PIDS=""
+check_buffers "$T/traj/step-0003.safetensors" "$SHM.gp" || fail "a patch over a missing step"
+
+# a history kept before the trainer rolled back: step 2 is now another
+# run's (traj2), the kept patch 1 -> 2 is not; publish --resume --history
+# must not serve it, and a shim at 1 ends at the new step 2
+"$BFP" synth -o "$T/trajb" -p 2M -n 2 -S 18 2>/dev/null || fail "synth (another run)"
+mkdir "$T/rb" "$T/rbh"
+cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" "$T/rb/"
+"$BFP" diff -q -b 1 "$T/traj/step-0001.safetensors" "$T/traj/step-0002.safetensors" \
+	-o "$T/rbh/v00000001-v00000002.bfp" || fail "the kept patch"
+python3 - "$T/traj/step-0001.safetensors" "$T/trajb/step-0002.safetensors" "$T/rb/step-0002.safetensors" <<'PY' || fail "another step 2"
+import struct, sys
+a = open(sys.argv[1], "rb").read()
+b = open(sys.argv[2], "rb").read()
+n = struct.unpack_from("<Q", a)[0]
+# run A's layout, other weights: step 1 with a block of run B's values
+d = bytearray(a)
+d[8 + n + 4096:8 + n + 4096 + 200000] = b[8 + n + 4096:8 + n + 4096 + 200000]
+open(sys.argv[3], "wb").write(bytes(d))
+PY
+start_shim rh --init "$T/traj/step-0001.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 33)) --exit-after 40
+buffer_set "$SHM.rh" 1 - # the --init buffer is at 0: call it 1
+"$BFP" publish --dir "$T/rb" --resume --history "$T/rbh" --listen 127.0.0.1:$port \
+	> "$T/publish33.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_line "committed version 1 -> 2" "$T/shimrh.log" 200 || fail "no version 2 after a rollback: $(tail -n 2 "$T/publish33.log")"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "the patch to version 2 does not end at checkpoint 2" "$T/publish33.log" ||
+	fail "a patch kept from before a rollback was not refused: $(head -n 4 "$T/publish33.log")"
+check_buffers "$T/rb/step-0002.safetensors" "$SHM.rh" || fail "a patch kept from before a rollback was served"
+
 # a crash inside wbuf_end, after the version was published and before
 # the sequence counter went even (READY with an odd count): readers would
 # wait for ever; the restarted shim makes it even
@@ -798,4 +873,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, an odd sequence count repaired"
