@@ -113,6 +113,7 @@ typedef struct pub {
 	rp_auth auth;           /* --key: frames and heartbeats signed, JOIN/NACK verified */
 	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors, auth_fail;
 	int told_full;          /* "subscriber table full" was said */
+	uint64_t ctl_bad, other_model; /* control messages malformed, of another model */
 	uint64_t model_id;      /* of every version published */
 } pub;
 
@@ -275,8 +276,22 @@ static void pub_control(pub *P)
 			}
 			continue;
 		}
-		if (rp_ctl_parse(buf, len, &c) != 0)
+		if (rp_ctl_parse(buf, len, &c) != 0) {
+			P->ctl_bad++;
 			continue;
+		}
+		if (c.type == RP_JOIN && c.model_id && c.model_id != P->model_id) {
+			/* another model's subscriber: it would be sent every frame
+			 * and caught up for ever, all dropped at its end */
+			if (P->other_model++ < 3) {
+				char peer[64];
+				peer_str(&from, peer, sizeof(peer));
+				fprintf(stderr, "bfpatch publish: JOIN from %s for model %016" PRIx64
+					", not this one (%016" PRIx64 "); ignored\n", peer, c.model_id,
+					P->model_id);
+			}
+			continue;
+		}
 		pub_sub *s = NULL;
 		for (unsigned i = 0; i < P->n_subs; i++)
 			if (P->subs[i].ctl.sin_addr.s_addr == from.sin_addr.s_addr &&
@@ -309,6 +324,8 @@ static void pub_control(pub *P)
 			continue; /* NACKs only from JOINed subscribers, to their own address */
 		s->last_seen = t;
 		if (c.type == RP_JOIN) {
+			/* a repeated JOIN updates the subscription (PROTOCOL.md 2.1) */
+			s->data.sin_port = htons(c.data_port);
 			if (c.version != s->version || s->version_since == 0)
 				s->version_since = t;
 			s->version = c.version;
@@ -1077,9 +1094,10 @@ int cmd_publish(int argc, char **argv)
 	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
 		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
 		" keyframe streams, %" PRIu64 " history write errors, %" PRIu64 " control messages "
-		"refused (authentication), %" PRIu64 " NACKed frames over a subscriber's budget\n",
+		"refused (authentication), %" PRIu64 " NACKed frames over a subscriber's budget, %"
+		PRIu64 " malformed control messages, %" PRIu64 " JOINs for another model\n",
 		ver, P.sent_frames, P.sent_bytes, P.nacks, P.resent, P.keyframes, P.history_errors,
-		P.auth_fail, P.nack_limited);
+		P.auth_fail, P.nack_limited, P.ctl_bad, P.other_model);
 	events_emit(&P.ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"resent\":%" PRIu64 ",\"version\":%u,\"auth_fail\":%" PRIu64, P.sent_frames,
 		    P.sent_bytes, P.nacks, P.resent, ver, P.auth_fail);

@@ -854,6 +854,46 @@ grep -q "the patch to version 2 does not end at checkpoint 2" "$T/publish33.log"
 	fail "a patch kept from before a rollback was not refused: $(head -n 4 "$T/publish33.log")"
 check_buffers "$T/rb/step-0002.safetensors" "$SHM.rh" || fail "a patch kept from before a rollback was served"
 
+# JOINs: one for another model is ignored (said once), and a repeated JOIN
+# from the same control port with another data port moves the frames there
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 8 > "$T/publish34.log" 2>&1 &
+PUB=$!
+python3 - $port "$HERE" "$T/traj/step-0000.safetensors" <<'PY' || fail "JOINs of another model, JOINs that move"
+import socket, struct, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import ctl
+port = int(sys.argv[1])
+def sock():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(0.2)
+    return s
+def count(s, seconds):
+    n, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            n += s.recv(65536)[:4] == b"BFPT"
+        except socket.timeout:
+            pass
+    return n
+other = sock()
+other.sendto(ctl(1, 0x0123456789ABCDEF, 0, data_port=other.getsockname()[1]), ("127.0.0.1", port))
+c, a, b = sock(), sock(), sock()
+c.sendto(ctl(1, 0, 0, data_port=a.getsockname()[1]), ("127.0.0.1", port))
+assert count(a, 3) > 0, "no frames at the first data port"
+c.sendto(ctl(1, 0, 1, data_port=b.getsockname()[1]), ("127.0.0.1", port))
+time.sleep(0.3)
+count(a, 0.3)  # what was under way
+c.sendto(ctl(3, 0, 1, ranges=[(0, 20)]), ("127.0.0.1", port))
+got_b, got_a = count(b, 2), count(a, 0.5)
+assert got_b > 0 and got_a == 0, "after the second JOIN: %d frames at its port, %d at the first" % (got_b, got_a)
+assert count(other, 0.5) == 0, "frames for another model's subscriber"
+PY
+wait $PUB
+grep -q "for model 0123456789abcdef, not this one" "$T/publish34.log" || fail "a JOIN for another model was not said"
+grep -q " 1 JOINs for another model" "$T/publish34.log" || fail "a JOIN for another model was not counted"
+
 # a crash inside wbuf_end, after the version was published and before
 # the sequence counter went even (READY with an odd count): readers would
 # wait for ever; the restarted shim makes it even
@@ -873,4 +913,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, an odd sequence count repaired"
