@@ -134,13 +134,25 @@ rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int contro
 		uint64_t ts = le64(t + 8), w = (uint64_t)RP_AUTH_WINDOW_S * 1000000u;
 		if (ts + w < now_us || ts > now_us + w || ts <= a->forgotten_ts)
 			return RP_AUTH_STALE;
+		for (unsigned i = 0; i < a->n_future; i++)
+			if (a->future_ts[i] == ts)
+				return RP_AUTH_STALE;
 		for (unsigned i = 0; i < RP_AUTH_SEEN; i++)
 			if (!memcmp(a->seen[i], tag, 16))
 				return RP_AUTH_REPLAY;
 		/* the slot's old tag is forgotten: nothing as old is accepted
-		 * any more, since it might be that message again */
-		if (a->seen_ts[a->seen_next] > a->forgotten_ts)
-			a->forgotten_ts = a->seen_ts[a->seen_next];
+		 * any more, since it might be that message again; a time still
+		 * ahead of ours is kept as it is (the window drops it later) */
+		const uint64_t f = a->seen_ts[a->seen_next];
+		unsigned keep = 0;
+		for (unsigned i = 0; i < a->n_future; i++)
+			if (a->future_ts[i] + w >= now_us)
+				a->future_ts[keep++] = a->future_ts[i];
+		a->n_future = keep;
+		if (f > now_us && a->n_future < RP_AUTH_FUTURE)
+			a->future_ts[a->n_future++] = f;
+		else if (f > a->forgotten_ts)
+			a->forgotten_ts = f;
 		memcpy(a->seen[a->seen_next], tag, 16);
 		a->seen_ts[a->seen_next] = ts;
 		a->seen_next = (a->seen_next + 1) % RP_AUTH_SEEN;

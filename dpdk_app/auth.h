@@ -28,6 +28,7 @@
  * tag left the table (at more than RP_AUTH_SEEN messages per window,
  * fresh ones sent with a late clock are refused too) */
 #define RP_AUTH_SEEN 4096u
+#define RP_AUTH_FUTURE 64u
 
 typedef struct rp_key {
 	uint32_t id;
@@ -41,6 +42,12 @@ typedef struct rp_auth {
 	uint64_t seen_ts[RP_AUTH_SEEN];  /* their times */
 	unsigned seen_next;
 	uint64_t forgotten_ts;           /* newest time of a tag forgotten */
+	/* times of tags forgotten while still ahead of our clock (a sender
+	 * whose clock is fast): refused exactly, until they leave the
+	 * window, rather than raising forgotten_ts into the future and
+	 * refusing every sender with a right clock meanwhile */
+	uint64_t future_ts[RP_AUTH_FUTURE];
+	unsigned n_future;
 } rp_auth;
 
 typedef enum rp_auth_result {

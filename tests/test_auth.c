@@ -156,6 +156,27 @@ static void test_control_messages_are_fresh_and_accepted_once(void **state)
 	/* newer messages still pass */
 	rp_auth_seal(&a, d, 32, now + 15000000, d + 32);
 	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now + 15000000, &ml), RP_AUTH_OK);
+
+	/* a sender whose clock is 25 s fast: once its message is forgotten,
+	 * senders with a right clock still pass, and its message replayed is
+	 * still refused */
+	static rp_auth b;
+	memset(&b, 0, sizeof(b));
+	load(&b, "k1", K1);
+	const uint64_t t0 = now + 60000000;
+	uint8_t fast[32 + RP_AUTH_LEN];
+	memset(fast, 9, 32);
+	rp_auth_seal(&b, fast, 32, t0 + 25000000, fast + 32);
+	assert_int_equal(rp_auth_open(&b, fast, sizeof(fast), 1, t0, &ml), RP_AUTH_OK);
+	for (uint32_t i = 0; i < RP_AUTH_SEEN; i++) {
+		memcpy(d, &i, sizeof(i));
+		rp_auth_seal(&b, d, 32, t0 + 1000 + i, d + 32);
+		assert_int_equal(rp_auth_open(&b, d, sizeof(d), 1, t0 + 10000, &ml), RP_AUTH_OK);
+	}
+	memset(d, 5, 32);
+	rp_auth_seal(&b, d, 32, t0 + 20000, d + 32);
+	assert_int_equal(rp_auth_open(&b, d, sizeof(d), 1, t0 + 20000, &ml), RP_AUTH_OK);
+	assert_int_equal(rp_auth_open(&b, fast, sizeof(fast), 1, t0 + 30000, &ml), RP_AUTH_STALE);
 }
 
 static void test_key_files_are_checked(void **state)
