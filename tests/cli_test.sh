@@ -133,16 +133,29 @@ expect_fail "over a file size limit: a write error, no output" "$T/fsz.safetenso
 check "... and a message that says so" \
 	"sh -c \"ulimit -f 4; exec '$BFP' apply '$S0' '$T/p01' -o '$T/fsz2.safetensors'\" 2>&1 | grep -q 'File too large'"
 check "no temporary files are left behind (file size limit)" "! ls '$T'/*.tmp.* >/dev/null 2>&1"
-# SIGTERM while a file is being written: the temporary goes, exit as killed
-"$BFP" synth -o "$T/sig" -p 8M -n 20 >/dev/null 2>&1 &
-spid=$!
-for n in $(seq 2000); do ls "$T"/sig/*.tmp.* >/dev/null 2>&1 && break; sleep 0.005; done
-seen=$(ls "$T"/sig/*.tmp.* 2>/dev/null | wc -l)
-kill -TERM $spid
-wait $spid
-src=$?
-check "SIGTERM during a write removes the temporary (one was being written: $seen)" \
-	"[ $seen -ge 1 ] && [ $src -eq 143 ] && ! ls '$T'/sig/*.tmp.* >/dev/null 2>&1"
+# SIGTERM while a file is being written (sent the moment the temporary is
+# created, seen through inotify): the temporary goes, exit as killed
+mkdir "$T/sig"
+check "SIGTERM during a write removes the temporary" "python3 - '$BFP' '$T/sig' <<'EOF'
+import ctypes, os, signal, struct, subprocess, sys
+bfp, d = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init()
+assert fd >= 0 and libc.inotify_add_watch(fd, d.encode(), 0x100) >= 0  # IN_CREATE
+p = subprocess.Popen([bfp, 'synth', '-o', d, '-p', '8M', '-n', '20'],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+seen = None
+while seen is None:
+    buf, at = os.read(fd, 4096), 0
+    while at < len(buf) and seen is None:
+        ln = struct.unpack_from('iIII', buf, at)[3]
+        name = buf[at + 16:at + 16 + ln].rstrip(bytes(1)).decode()
+        at += 16 + ln
+        seen = name if '.tmp.' in name else None
+p.send_signal(signal.SIGTERM)
+assert p.wait() == -signal.SIGTERM
+assert not [n for n in os.listdir(d) if '.tmp.' in n], 'a temporary was left'
+EOF"
 
 # an output that is an input is refused, the input stays as it was
 cp "$S0" "$T/in.safetensors"
