@@ -629,6 +629,39 @@ static void history_load(pub *P, uint64_t model_id, uint32_t ver, const model *c
 			P->hist_ver[h], P->history);
 }
 
+/* A restart (--resume) that holds no patch to its version ver (none kept,
+ * or a publisher killed while it published ver): make it from step ver-1,
+ * if that is there, so subscribers at ver-1 catch up with a patch rather
+ * than a keyframe stream of the whole model. */
+static void history_make(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
+{
+	char path[PATH_MAX], err[ERRLEN];
+	model prev;
+	snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, ver - 1);
+	if (access(path, R_OK) != 0 || model_load(&prev, path, err, sizeof(err)))
+		return;
+	patch_opts so = *po;
+	so.base_version = ver - 1;
+	so.target_version = ver;
+	unsigned slot = hist_slot(P);
+	patch p;
+	if (patch_encode(&prev, cur, &so, &p, err, sizeof(err)) == 0) {
+		if (slot == P->n_hist)
+			P->n_hist++;
+		uint32_t old_base = P->hist_base[slot], old_ver = P->hist_ver[slot];
+		patch_free(&P->hist[slot]);
+		P->hist[slot] = p;
+		P->hist_base[slot] = ver - 1;
+		P->hist_ver[slot] = ver;
+		fprintf(stderr, "bfpatch publish: holds patch %u -> %u, made from the checkpoints "
+			"(none was kept)\n", ver - 1, ver);
+		history_put(P, &P->hist[slot], ver - 1, ver, old_base, old_ver);
+	} else {
+		fprintf(stderr, "bfpatch publish: patch %u -> %u: %s\n", ver - 1, ver, err);
+	}
+	model_free(&prev);
+}
+
 typedef struct source {
 	const char *dir;
 	wbuf w;                 /* --buffer */
@@ -994,6 +1027,8 @@ int cmd_publish(int argc, char **argv)
 	P.model_id = cur.model_id;
 	P.dir = buffer ? NULL : dir;
 	history_load(&P, cur.model_id, ver, &cur);
+	if (resume && !buffer && !keyframes && ver > 0 && !hist_find(&P, ver))
+		history_make(&P, &cur, ver, &po);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	/* being_written's lease probe: a writer opening the file meanwhile

@@ -894,6 +894,21 @@ wait $PUB
 grep -q "for model 0123456789abcdef, not this one" "$T/publish34.log" || fail "a JOIN for another model was not said"
 grep -q " 1 JOINs for another model" "$T/publish34.log" || fail "a JOIN for another model was not counted"
 
+# publish --resume holding no patch to its version (a publisher killed
+# while it published it): it makes the patch from the step before, and a
+# subscriber at that step catches up with it, not with a keyframe stream
+start_shim mk --init "$T/traj/step-0001.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 35)) --exit-after 30
+buffer_set "$SHM.mk" 1 - # the --init buffer is at 0: call it 1
+"$BFP" publish --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish35.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_line "committed version 1 -> 2" "$T/shimmk.log" 200 || fail "no catch-up after a restart: $(tail -n 2 "$T/publish35.log")"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "holds patch 1 -> 2, made from the checkpoints" "$T/publish35.log" || fail "the patch to the resumed version was not made"
+grep "committed version 1 -> 2" "$T/shimmk.log" | grep -q "keyframe" &&
+	fail "a restarted publisher caught a subscriber one step behind up with keyframes"
+check_buffers "$T/traj/step-0002.safetensors" "$SHM.mk" || fail "catch-up with a patch made at restart"
+
 # a crash inside wbuf_end, after the version was published and before
 # the sequence counter went even (READY with an odd count): readers would
 # wait for ever; the restarted shim makes it even
@@ -913,4 +928,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, an odd sequence count repaired"
