@@ -620,6 +620,15 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 			st->c[C_CTL_BAD]++;
 			return;
 		}
+		/* a repeated JOIN from the same control port updates that
+		 * subscription, its data port too (PROTOCOL.md 2.1): one
+		 * subscriber, not one more per data port it has used */
+		s = sub_by_control(r, k->src_ip, k->src_port);
+		if (s && !s->is_static && s->data_port != c.data_port &&
+		    !sub_find(r, k->src_ip, c.data_port)) {
+			sub_flush(s); /* queued for the old port */
+			s->data_port = c.data_port;
+		}
 		s = sub_add(r, k->src_ip, c.data_port, m->port, (uint64_t)c.rate_kbps * 1000, st);
 		if (!s) {
 			st->c[C_CTL_BAD]++;

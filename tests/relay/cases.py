@@ -82,6 +82,11 @@ def gen(case, frames_pcap, out):
         p = [sub(ctl(1, model, 0, data_port=7500), ip="198.18.0.12", smac=mac(0x12))]
         p += [sub(ctl(1, model, 0, data_port=7500), ip="198.18.0.12", smac=mac(0x77))]
         p += [data(f) for f in fr[:10]]
+    elif case == "moved":
+        # JOINs from one control port with data port 7500, then 7600: one
+        # subscription, at 7600; then LEAVE: none
+        p = [sub(ctl(1, model, 0, data_port=7500)), sub(ctl(1, model, 0, data_port=7600))]
+        p += [data(f) for f in fr[:10]] + [sub(ctl(2, model, 0))] + [data(f) for f in fr[10:20]]
     elif case == "upstream-join":
         # a JOIN from the upstream's own address (forged: frames to it
         # would come back round), then frames
@@ -108,6 +113,9 @@ def check(case, out_pcap):
     if case == "new-mac":
         macs = {m for m in to.get(("198.18.0.12", 7500), [])}
         assert macs == {mac(0x77)}, "frames went to %s" % [m.hex() for m in macs]
+    elif case == "moved":
+        got = {k: len(v) for k, v in to.items()}
+        assert got == {("198.18.0.11", 7600): 10}, "frames went to %s" % got
     elif case == "upstream-join":
         assert ("198.18.0.2", 7400) not in to, "frames were sent to the upstream"
     elif case == "no-arp":

@@ -3,7 +3,7 @@
 # tests/relay/cases.py, each a case the relay once got wrong: a frame of a
 # reserved version poisoning the cache and the versions told; NACK misses
 # beyond what one NACK upstream holds, never asked; an actor's new MAC not
-# followed; a forged JOIN from the upstream's address (frames would loop);
+# followed; a JOIN with another data port taken as a second subscriber; a forged JOIN from the upstream's address (frames would loop);
 # a static subscriber whose one ARP went unanswered; slow subscribers
 # taking every header mbuf from an unpaced one; worker lcore ids past the
 # relay's per-lcore arrays.
@@ -56,6 +56,9 @@ echo "ok - NACK misses beyond one NACK upstream left to be asked again ($unasked
 
 run new-mac -- --run-time 1 || fail "relay (new-mac)"
 python3 "$HERE/cases.py" check new-mac "$T/out.pcap" || fail "a subscriber's new MAC was not followed"
+
+run moved -- --run-time 1 || fail "relay (moved)"
+python3 "$HERE/cases.py" check moved "$T/out.pcap" || fail "a JOIN with another data port made a second subscription"
 
 run upstream-join -- --run-time 1 --upstream 198.18.0.2:7401 || fail "relay (upstream-join)"
 python3 "$HERE/cases.py" check upstream-join "$T/out.pcap" || fail "a JOIN from the upstream was taken"
