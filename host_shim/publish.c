@@ -106,6 +106,11 @@ typedef struct pub {
 	unsigned keep, n_hist;
 	const char *history;    /* directory, or NULL */
 	const char *dir;        /* --dir, or NULL (--buffer) */
+	/* frames of the version being encoded, as streamed so far (frame_count
+	 * 0): NACKs that come meanwhile are answered from them */
+	patch streamed;
+	uint32_t streamed_ver;
+	int streaming;
 	patch key;              /* keyframe stream of key_ver, made on demand */
 	uint32_t key_ver;
 	double published_at;    /* when the current version went out */
@@ -340,6 +345,8 @@ static void pub_control(pub *P)
 		P->nacks++;
 		const patch *p = (c.flags & RP_NACK_KEY) ? key_find(P, c.version)
 						       : hist_find(P, c.version);
+		if (!p && P->streaming && c.version == P->streamed_ver && P->streamed.n)
+			p = &P->streamed; /* being encoded: what has been sent of it */
 		if (!p || (c.model_id && c.model_id != P->model_id))
 			continue; /* not held any more (catch-up handles it), or not ours */
 		/* at most RP_NACK_ANSWER_MAX frames per NACK, however its ranges
@@ -426,6 +433,8 @@ static void pub_stream(void *arg, uint8_t *const *fr, const size_t *lens, size_t
 	for (unsigned s = 0; s < P->n_subs; s++)
 		to[s] = &P->subs[s];
 	pub_send_frames(P, fr, lens, n, to, P->n_subs);
+	for (size_t i = 0; i < n; i++) /* no memory: those are not answered early */
+		(void)patch_push(&P->streamed, fr[i], lens[i]);
 	pub_control(P); /* may move subscribers: to[] is rebuilt each time */
 }
 
@@ -1092,6 +1101,9 @@ int cmd_publish(int argc, char **argv)
 		events_emit(&P.ev, "encode_begin", "\"version\":%u", nver);
 		/* frames leave while the rest is encoded (FORMAT.md 2.5) */
 		stream_ctx sc = {.P = &P, .version = nver, .params = nw.n_params, .key = keyframes};
+		patch_free(&P.streamed);
+		P.streamed_ver = nver;
+		P.streaming = 1;
 		patch_opts so = po;
 		so.stream = pub_stream;
 		so.encoded = pub_encoded;
@@ -1099,6 +1111,8 @@ int cmd_publish(int argc, char **argv)
 		sc.t0 = now_s();
 		int erc = keyframes ? make_keyframes(&nw, nver, &so, &P.hist[slot], err, sizeof(err))
 				    : patch_encode(&cur, &nw, &so, &P.hist[slot], err, sizeof(err));
+		P.streaming = 0;
+		patch_free(&P.streamed);
 		if (erc) {
 			source_free_model(&S, &nw);
 			rc = die("publish", err);

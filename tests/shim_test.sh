@@ -909,6 +909,48 @@ grep "committed version 1 -> 2" "$T/shimmk.log" | grep -q "keyframe" &&
 	fail "a restarted publisher caught a subscriber one step behind up with keyframes"
 check_buffers "$T/traj/step-0002.safetensors" "$SHM.mk" || fail "catch-up with a patch made at restart"
 
+# a NACK that comes while its version is still being sent (paced at
+# 20 kB/s here) is answered from the frames already sent, not dropped
+mkdir "$T/midst"
+cp "$T/traj/step-0000.safetensors" "$T/midst/"
+"$BFP" publish --dir "$T/midst" --listen 127.0.0.1:$port --rate 160k --linger 2 \
+	> "$T/publish36.log" 2>&1 &
+PUB=$!
+python3 - $port "$HERE" "$T/traj/step-0001.safetensors" "$T/midst" <<'PY' || fail "a NACK during the stream"
+import os, shutil, socket, struct, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import ctl
+port = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+s.settimeout(0.1)
+s.sendto(ctl(1, 0, 0, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+time.sleep(0.5)
+shutil.copy(sys.argv[3], sys.argv[4] + "/.t")
+os.rename(sys.argv[4] + "/.t", sys.argv[4] + "/step-0001.safetensors")
+seen, again, nacked, last = set(), 0, False, time.monotonic() + 30
+while time.monotonic() < last:
+    try:
+        d = s.recv(65536)
+    except socket.timeout:
+        continue
+    if d[:4] != b"BFPT" or struct.unpack_from("<I", d, 20)[0] != 1:
+        continue
+    i = struct.unpack_from("<I", d, 24)[0]
+    if i in seen:
+        again += i < 10
+    seen.add(i)
+    if len(seen) == 12 and not nacked:
+        s.sendto(ctl(3, 0, 1, ranges=[(0, 10)]), ("127.0.0.1", port))
+        nacked = True
+    if again >= 10:
+        break
+assert nacked, "the stream was too short to NACK during it (%d frames)" % len(seen)
+assert again >= 10, "%d of the 10 frames NACKed during the stream came again" % again
+PY
+kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
+
 # a crash inside wbuf_end, after the version was published and before
 # the sequence counter went even (READY with an odd count): readers would
 # wait for ever; the restarted shim makes it even
@@ -928,4 +970,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, an odd sequence count repaired"
