@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -459,13 +460,25 @@ int write_file_atomic(const char *path, const void *const *bufs,
 	}
 	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
 		return set_err(err, errlen, "out of memory");
+	/* the fatal signals wait while the temporary is made and listed: one
+	 * arriving in between would leave it behind unlisted */
+	sigset_t fatal, was;
+	sigemptyset(&fatal);
+	sigaddset(&fatal, SIGINT);
+	sigaddset(&fatal, SIGTERM);
+	sigaddset(&fatal, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &fatal, &was);
 	fd = mkstemp(tmp);
+	int mk_errno = errno;
+	if (fd >= 0)
+		slot = tmp_list(tmp);
+	pthread_sigmask(SIG_SETMASK, &was, NULL);
 	if (fd < 0) {
-		set_err(err, errlen, "%s: cannot create temporary file: %s", path, strerror(errno));
+		set_err(err, errlen, "%s: cannot create temporary file: %s", path,
+			strerror(mk_errno));
 		free(tmp);
 		return -1;
 	}
-	slot = tmp_list(tmp);
 	if (write_all(fd, bufs, lens, nbufs, path, err, errlen))
 		goto bad;
 	if (fsync(fd) != 0) {
