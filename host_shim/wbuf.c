@@ -133,38 +133,63 @@ static undo_slot *undo_at(const wbuf_undo *u, unsigned i)
 	return (undo_slot *)(void *)(u->map + (size_t)i * UNDO_SLOT_BYTES);
 }
 
-int wbuf_undo_open(wbuf_undo *u, const wbuf *w, const char *path, unsigned slots, char *err,
-		   size_t errlen)
+/* A journal file beside the buffer, PATH.SUFFIX, opened (or created) and
+ * mapped shared at *len bytes; with unit, a larger file keeps its size,
+ * cut to a multiple of unit (it is never shrunk), else it is made exactly
+ * *len. Returns the mapping (*fd, *len set) or NULL with err. */
+static uint8_t *journal_map(const char *path, const char *suffix, size_t unit, size_t *len,
+			    int *fd_out, char *err, size_t errlen)
 {
 	char jp[4096];
-	memset(u, 0, sizeof(*u));
-	u->fd = -1;
-	snprintf(jp, sizeof(jp), "%s.undo", path);
+	snprintf(jp, sizeof(jp), "%s.%s", path, suffix);
 	int fd = open(jp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	struct stat sb;
 	if (fd < 0 || fstat(fd, &sb) != 0) {
 		if (fd >= 0)
 			close(fd);
-		return set_err(err, errlen, "%s: %s", jp, strerror(errno));
+		set_err(err, errlen, "%s: %s", jp, strerror(errno));
+		return NULL;
 	}
+	size_t want = *len;
+	if (unit && (size_t)sb.st_size > want)
+		want = (size_t)sb.st_size / unit * unit;
+	const int resize = unit ? (size_t)sb.st_size < want : (size_t)sb.st_size != want;
+	if (resize && ftruncate(fd, (off_t)want) != 0) {
+		close(fd);
+		set_err(err, errlen, "%s: %s", jp, strerror(errno));
+		return NULL;
+	}
+	uint8_t *map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		close(fd);
+		set_err(err, errlen, "%s: mmap: %s", jp, strerror(errno));
+		return NULL;
+	}
+	*fd_out = fd;
+	*len = want;
+	return map;
+}
+
+static void journal_unmap(uint8_t *map, size_t len, int fd)
+{
+	if (map)
+		munmap(map, len);
+	if (fd >= 0)
+		close(fd);
+}
+
+int wbuf_undo_open(wbuf_undo *u, const wbuf *w, const char *path, unsigned slots, char *err,
+		   size_t errlen)
+{
+	memset(u, 0, sizeof(*u));
+	u->fd = -1;
 	/* a journal of fewer slots (an earlier run with fewer threads) keeps
 	 * its slots: grow it, never shrink it */
-	size_t want = (size_t)slots * UNDO_SLOT_BYTES;
-	if ((size_t)sb.st_size > want)
-		want = (size_t)sb.st_size / UNDO_SLOT_BYTES * UNDO_SLOT_BYTES;
-	if ((size_t)sb.st_size < want && ftruncate(fd, (off_t)want) != 0) {
-		close(fd);
-		return set_err(err, errlen, "%s: %s", jp, strerror(errno));
-	}
-	u->map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (u->map == MAP_FAILED) {
-		close(fd);
-		u->map = NULL;
-		return set_err(err, errlen, "%s: mmap: %s", jp, strerror(errno));
-	}
-	u->fd = fd;
-	u->map_len = want;
-	u->slots = (unsigned)(want / UNDO_SLOT_BYTES);
+	u->map_len = (size_t)slots * UNDO_SLOT_BYTES;
+	u->map = journal_map(path, "undo", UNDO_SLOT_BYTES, &u->map_len, &u->fd, err, errlen);
+	if (!u->map)
+		return -1;
+	u->slots = (unsigned)(u->map_len / UNDO_SLOT_BYTES);
 	u->params = w->params;
 	u->n_params = w->h->n_params;
 	return 0;
@@ -172,10 +197,7 @@ int wbuf_undo_open(wbuf_undo *u, const wbuf *w, const char *path, unsigned slots
 
 void wbuf_undo_close(wbuf_undo *u)
 {
-	if (u->map)
-		munmap(u->map, u->map_len);
-	if (u->fd >= 0)
-		close(u->fd);
+	journal_unmap(u->map, u->map_len, u->fd);
 	memset(u, 0, sizeof(*u));
 	u->fd = -1;
 }
@@ -259,30 +281,12 @@ static uint64_t dlog_size(uint32_t n)
 int wbuf_dlog_open(wbuf_dlog *l, uint16_t *params, uint64_t n_params, const char *path,
 		   char *err, size_t errlen)
 {
-	char jp[4096];
 	memset(l, 0, sizeof(*l));
 	l->fd = -1;
-	snprintf(jp, sizeof(jp), "%s.dmalog", path);
-	int fd = open(jp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	struct stat sb;
-	if (fd < 0 || fstat(fd, &sb) != 0) {
-		if (fd >= 0)
-			close(fd);
-		return set_err(err, errlen, "%s: %s", jp, strerror(errno));
-	}
-	const size_t want = DLOG_HDR + WBUF_DLOG_BYTES;
-	if ((size_t)sb.st_size != want && ftruncate(fd, (off_t)want) != 0) {
-		close(fd);
-		return set_err(err, errlen, "%s: %s", jp, strerror(errno));
-	}
-	l->map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (l->map == MAP_FAILED) {
-		close(fd);
-		l->map = NULL;
-		return set_err(err, errlen, "%s: mmap: %s", jp, strerror(errno));
-	}
-	l->fd = fd;
-	l->map_len = want;
+	l->map_len = DLOG_HDR + WBUF_DLOG_BYTES;
+	l->map = journal_map(path, "dmalog", 0, &l->map_len, &l->fd, err, errlen);
+	if (!l->map)
+		return -1;
 	l->ring = WBUF_DLOG_BYTES;
 	l->params = params;
 	l->n_params = n_params;
@@ -300,10 +304,7 @@ int wbuf_dlog_open(wbuf_dlog *l, uint16_t *params, uint64_t n_params, const char
 
 void wbuf_dlog_close(wbuf_dlog *l)
 {
-	if (l->map)
-		munmap(l->map, l->map_len);
-	if (l->fd >= 0)
-		close(l->fd);
+	journal_unmap(l->map, l->map_len, l->fd);
 	memset(l, 0, sizeof(*l));
 	l->fd = -1;
 }
