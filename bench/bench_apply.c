@@ -17,7 +17,6 @@
 #include "patch.h"
 #include "proto.h"
 #include "shim_dpdk.h"
-#include "wbuf.h"
 
 #ifndef BENCH_BUILD
 #define BENCH_BUILD "unknown"
@@ -104,16 +103,6 @@ typedef struct bench {
 	uint16_t *w;
 	uint64_t n, reps;
 } bench;
-
-static int dlog_note(void *arg, uint64_t begin, const uint32_t *pos, uint32_t n)
-{
-	return wbuf_dlog_note(arg, begin, pos, n);
-}
-
-static void dlog_retire(void *arg)
-{
-	wbuf_dlog_retire(arg);
-}
 
 /* Best of reps runs of one way, each from a fresh copy of the base and
  * checked bit-exact against the target; printed as `what`. Exits on an
@@ -316,7 +305,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_apply: %s\n", err);
 		return 1;
 	}
-	const shim_dma_journal jn = {.note = dlog_note, .retire = dlog_retire, .arg = &dl};
+	const shim_dma_journal jn = shim_dma_journal_of(&dl);
 	b.jn = &jn;
 	snprintf(what, sizeof(what), "dmadev %s, journalled", dma_name);
 	measure(&b, WAY_DMA, 1, what);

@@ -309,19 +309,6 @@ static void send_nack(shim *s)
 	}
 }
 
-#ifdef BFP_SHIM_DPDK
-/* shim_dma_apply()'s journal hooks over the DMA log */
-static int dlog_note(void *arg, uint64_t begin, const uint32_t *pos, uint32_t n)
-{
-	return wbuf_dlog_note(arg, begin, pos, n);
-}
-
-static void dlog_retire(void *arg)
-{
-	wbuf_dlog_retire(arg);
-}
-#endif
-
 /* Free every prepared change, to make room for frames. */
 static void drop_preps(shim *s)
 {
@@ -538,8 +525,7 @@ static int commit(shim *s, slot *sl)
 		o.zstd_workspace = s->zws;
 		o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
 		shim_dma_result dr;
-		const shim_dma_journal jn = {.note = dlog_note, .retire = dlog_retire,
-					     .arg = &s->dlog};
+		const shim_dma_journal jn = shim_dma_journal_of(&s->dlog);
 		failed = shim_dma_apply(s->dma, s->dma_dec, &o, (const uint8_t *const *)sl->frames,
 					sl->flen, sl->count, s->w.params, s->w.h->n_params,
 					s->dlog.map ? &jn : NULL, &dr, err, sizeof(err));

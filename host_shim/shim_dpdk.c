@@ -123,6 +123,21 @@ struct shim_dma {
 	uint8_t fbuf[BFP_FRAME_SIZE_MAX]; /* private, rebased copy of a frame */
 };
 
+static int dlog_note(void *arg, uint64_t begin, const uint32_t *pos, uint32_t n)
+{
+	return wbuf_dlog_note(arg, begin, pos, n);
+}
+
+static void dlog_retire(void *arg)
+{
+	wbuf_dlog_retire(arg);
+}
+
+shim_dma_journal shim_dma_journal_of(wbuf_dlog *l)
+{
+	return (shim_dma_journal){.note = dlog_note, .retire = dlog_retire, .arg = l};
+}
+
 void shim_dma_tear_test(shim_dma *d)
 {
 	d->tear = 1;

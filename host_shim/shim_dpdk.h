@@ -36,6 +36,7 @@
 
 #include "bfpatch.h"
 #include "proto.h"
+#include "wbuf.h"
 
 /* ---- EAL --------------------------------------------------------------- */
 
@@ -147,6 +148,9 @@ typedef struct shim_dma_journal {
 	void (*retire)(void *arg);
 	void *arg;
 } shim_dma_journal;
+
+/* The journal hooks over a DMA log (wbuf_dlog), as the shim commits. */
+shim_dma_journal shim_dma_journal_of(wbuf_dlog *l);
 
 /* Apply frames[0 .. n_frames) (lens[i] bytes each, one frame per entry, as
  * staged) to params[0 .. n_params) through the DMA engine:
