@@ -382,19 +382,8 @@ start_shim w --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--linger 1 > "$T/publish16.log" 2>&1 &
 PUB=$!
 sleep 1
-python3 - "$T/traj/step-0001.safetensors" "$T/inplace/step-0001.safetensors" <<'PY' ||
-import struct, sys, time
-src = open(sys.argv[1], "rb").read()
-n = struct.unpack_from("<Q", src)[0]
-with open(sys.argv[2], "wb") as f:
-    f.write(src[:8 + n])
-    f.write(bytes(len(src) - 8 - n))  # preallocated: the right size, zeros
-    f.flush()
-    time.sleep(1.5)
-    f.seek(8 + n)
-    f.write(src[8 + n:])
-PY
-	fail "writing a checkpoint in place"
+python3 "$HERE/write_in_place.py" "$T/traj/step-0001.safetensors" \
+	"$T/inplace/step-0001.safetensors" 1.5 || fail "writing a checkpoint in place"
 wait $PUB || fail "publish (a checkpoint written in place)"
 wait_line "committed version 0 -> 1" "$T/shimw.log" || fail "the checkpoint written in place was not committed"
 kill -TERM $PIDS; wait; PIDS=""
@@ -784,19 +773,8 @@ grep -q "dropped by the kernel (socket full) [1-9]" "$T/shimkd.log" ||
 # and publishes the latest once it is whole, never its zeros
 mkdir "$T/rpre"
 cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" "$T/rpre/"
-python3 - "$T/traj/step-0002.safetensors" "$T/rpre/step-0002.safetensors" "$T/rpre.go" <<'PY' &
-import os, struct, sys, time
-src = open(sys.argv[1], "rb").read()
-n = struct.unpack_from("<Q", src)[0]
-with open(sys.argv[2], "wb") as f:
-    f.write(src[:8 + n])
-    f.write(bytes(len(src) - 8 - n))  # preallocated: the right size, zeros
-    f.flush()
-    open(sys.argv[3], "w").close()
-    time.sleep(3)
-    f.seek(8 + n)
-    f.write(src[8 + n:])
-PY
+python3 "$HERE/write_in_place.py" "$T/traj/step-0002.safetensors" \
+	"$T/rpre/step-0002.safetensors" 3 "$T/rpre.go" &
 WR=$!
 while [ ! -e "$T/rpre.go" ]; do sleep 0.05; done
 start_shim rp --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
