@@ -25,8 +25,11 @@ uint32_t bfp_cpu_features(void)
 		return 0;
 	if ((xlo & 0x6) == 0x6 && (b & (1u << 5)))
 		f |= BFP_CPU_AVX2;
-	if ((xlo & 0xE6) == 0xE6 && (b & (1u << 16)) && (b & (1u << 30)))
+	if ((xlo & 0xE6) == 0xE6 && (b & (1u << 16)) && (b & (1u << 30))) {
 		f |= BFP_CPU_AVX512BW;
+		if ((c & (1u << 8)) && (c & (1u << 12))) /* GFNI, AVX512-BITALG */
+			f |= BFP_CPU_GFNI;
+	}
 	return f;
 }
 
@@ -101,12 +104,40 @@ static inline cls_generic classes_generic(const uint16_t *b, unsigned n)
 	return k;
 }
 
-static inline uint64_t cmask_generic(const cls_generic *k, unsigned c)
+/* A row of 16 per-class counts (scan_tmpl.h), kept in memory. */
+typedef struct run16 {
+	uint16_t v[BFP_CLASSES];
+} run16;
+
+static inline run16 run_zero_generic(void)
 {
-	uint64_t m = 0;
+	run16 r;
+	BFP_MEMSET(&r, 0, sizeof(r));
+	return r;
+}
+
+static inline void run_store_generic(run16 r, uint16_t *dst)
+{
+	BFP_MEMCPY(dst, r.v, sizeof(r.v));
+}
+
+/* Store the counts before this block in row, return them with its
+ * elements added. */
+static inline run16 count_row_generic(const cls_generic *k, run16 r, uint16_t *row)
+{
+	BFP_MEMCPY(row, r.v, sizeof(r.v));
 	for (unsigned l = 0; l < k->n; l++)
-		m |= (uint64_t)(k->v[l] == c) << l;
-	return m;
+		r.v[k->v[l]]++;
+	return r;
+}
+
+/* Rows of counts per block to one line per class (scan_tmpl.h). */
+static inline void transpose_generic(uint16_t rows[][BFP_CLASSES],
+				     uint16_t cols[][BFP_SCAN_CHUNK / 64])
+{
+	for (unsigned k = 0; k < BFP_SCAN_CHUNK / 64; k++)
+		for (unsigned c = 0; c < BFP_CLASSES; c++)
+			cols[c][k] = rows[k][c];
 }
 
 static inline void cls_store_generic(uint8_t *dst, cls_generic k)
@@ -145,8 +176,12 @@ static inline unsigned blocks_upto_generic(const uint16_t *before, unsigned r)
 #define T_NAME(x) x##_generic
 #define t_blocks_upto blocks_upto_generic
 #define T_CLS cls_generic
+#define T_RUN run16
 #define t_classes classes_generic
-#define t_cmask(k, c) cmask_generic(&(k), (c))
+#define t_run_zero run_zero_generic
+#define t_run_store run_store_generic
+#define t_count_row(k, r, row) count_row_generic(&(k), (r), (row))
+#define t_transpose transpose_generic
 #define t_cls_store cls_store_generic
 #define t_cmask_mem cmask_mem_generic
 #define t_neq neq_generic
@@ -156,8 +191,12 @@ static inline unsigned blocks_upto_generic(const uint16_t *before, unsigned r)
 #undef T_ATTR
 #undef T_NAME
 #undef T_CLS
+#undef T_RUN
 #undef t_classes
-#undef t_cmask
+#undef t_run_zero
+#undef t_run_store
+#undef t_count_row
+#undef t_transpose
 #undef t_cls_store
 #undef t_cmask_mem
 #undef t_neq
@@ -248,11 +287,72 @@ AVX512_INLINE uint64_t select_avx512(uint64_t m, unsigned r)
 	return _pdep_u64(1ull << r, m);
 }
 
+/* Rows of counts (block k: 16 classes) to lines (class c: 64 blocks), 16
+ * blocks at a time: eight registers of two rows each go through three
+ * rounds of two-register word permutes; each round splits the classes of
+ * a pair by one class bit (8, then 4, then 2) and joins their rows, so
+ * register j ends with two classes (bit-reversed j) over 16 blocks. */
+static const uint16_t transpose_idx[3][2][32] __attribute__((aligned(64))) = {
+	{{0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51,
+	  4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55},
+	 {8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
+	  12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63}},
+	{{0, 1, 2, 3, 32, 33, 34, 35, 4, 5, 6, 7, 36, 37, 38, 39,
+	  8, 9, 10, 11, 40, 41, 42, 43, 12, 13, 14, 15, 44, 45, 46, 47},
+	 {16, 17, 18, 19, 48, 49, 50, 51, 20, 21, 22, 23, 52, 53, 54, 55,
+	  24, 25, 26, 27, 56, 57, 58, 59, 28, 29, 30, 31, 60, 61, 62, 63}},
+	{{0, 1, 2, 3, 4, 5, 6, 7, 32, 33, 34, 35, 36, 37, 38, 39,
+	  8, 9, 10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47},
+	 {16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,
+	  24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63}},
+};
+
+AVX512_INLINE void transpose_avx512(uint16_t rows[][BFP_CLASSES],
+				    uint16_t cols[][BFP_SCAN_CHUNK / 64])
+{
+	_Static_assert(BFP_CLASSES == 16, "transpose_avx512 moves 16 classes");
+	for (unsigned g = 0; g < BFP_SCAN_CHUNK / 64; g += 16) {
+		__m512i z[8];
+		for (unsigned j = 0; j < 8; j++)
+			z[j] = _mm512_load_si512((const void *)rows[g + 2 * j]);
+		for (unsigned round = 0, bit = 1; round < 3; round++, bit <<= 1) {
+			const __m512i ia = _mm512_load_si512((const void *)transpose_idx[round][0]);
+			const __m512i ib = _mm512_load_si512((const void *)transpose_idx[round][1]);
+			for (unsigned j = 0; j < 8; j++) {
+				if (j & bit)
+					continue;
+				__m512i x = z[j], y = z[j | bit];
+				z[j] = _mm512_permutex2var_epi16(x, ia, y);
+				z[j | bit] = _mm512_permutex2var_epi16(x, ib, y);
+			}
+		}
+		for (unsigned j = 0; j < 8; j++) {
+			unsigned c = 2 * (((j & 1) << 2) | (j & 2) | (j >> 2));
+			_mm256_store_si256((__m256i *)(cols[c] + g), _mm512_castsi512_si256(z[j]));
+			_mm256_store_si256((__m256i *)(cols[c + 1] + g),
+					   _mm512_extracti64x4_epi64(z[j], 1));
+		}
+	}
+}
+
+/* AVX-512BW: counts of a block one class at a time. */
+AVX512_INLINE run16 count_row_avx512(__m512i k, run16 r, uint16_t *row)
+{
+	BFP_MEMCPY(row, r.v, sizeof(r.v));
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		r.v[c] = (uint16_t)(r.v[c] + __builtin_popcountll(cmask_avx512(k, c)));
+	return r;
+}
+
 #define T_ATTR AVX512_ATTR
 #define T_NAME(x) x##_avx512
 #define T_CLS __m512i
+#define T_RUN run16
 #define t_classes classes_avx512
-#define t_cmask cmask_avx512
+#define t_run_zero run_zero_generic
+#define t_run_store run_store_generic
+#define t_count_row count_row_avx512
+#define t_transpose transpose_avx512
 #define t_cls_store cls_store_avx512
 #define t_cmask_mem cmask_mem_avx512
 #define t_neq neq_avx512
@@ -260,13 +360,68 @@ AVX512_INLINE uint64_t select_avx512(uint64_t m, unsigned r)
 #define t_select select_avx512
 #define t_blocks_upto blocks_upto_avx512
 #include "scan_tmpl.h"
+#undef T_ATTR
+#undef T_NAME
+#undef T_RUN
+#undef t_run_zero
+#undef t_run_store
+#undef t_count_row
+
+/* With GFNI and AVX512-BITALG, all 16 counts of a block at once: each
+ * class byte becomes one bit (classes 0-7 in one register, 8-15 in
+ * another), an affine transform transposes the 8x8 bit matrix of each
+ * 8-byte group so that byte c holds the group's bits of class c, and a
+ * byte popcount and three adds across groups leave 16 byte counts. */
+#define AVX512G_ATTR __attribute__((target("avx512f,avx512bw,gfni,avx512bitalg,bmi2,popcnt")))
+#define AVX512G_INLINE AVX512G_ATTR static inline __attribute__((always_inline))
+
+AVX512G_INLINE __m128i count16_avx512g(__m512i k)
+{
+	const __m512i lut_lo = _mm512_broadcast_i32x4(
+		_mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0));
+	const __m512i lut_hi = _mm512_broadcast_i32x4(
+		_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 4, 8, 16, 32, 64, -128));
+	const __m512i unit = _mm512_set1_epi64(0x8040201008040201ll);
+	/* class bytes 0xFF (lanes past the end) select nothing */
+	__m512i lo = _mm512_shuffle_epi8(lut_lo, k), hi = _mm512_shuffle_epi8(lut_hi, k);
+	__m512i p = _mm512_popcnt_epi8(_mm512_gf2p8affine_epi64_epi8(unit, lo, 0));
+	__m512i q = _mm512_popcnt_epi8(_mm512_gf2p8affine_epi64_epi8(unit, hi, 0));
+	__m512i s = _mm512_add_epi8(_mm512_unpacklo_epi64(p, q), _mm512_unpackhi_epi64(p, q));
+	__m256i t = _mm256_add_epi8(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+	return _mm_add_epi8(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+AVX512G_INLINE __m256i run_zero_avx512g(void)
+{
+	return _mm256_setzero_si256();
+}
+
+AVX512G_INLINE void run_store_avx512g(__m256i r, uint16_t *dst)
+{
+	_mm256_store_si256((__m256i *)dst, r);
+}
+
+AVX512G_INLINE __m256i count_row_avx512g(__m512i k, __m256i r, uint16_t *row)
+{
+	_mm256_store_si256((__m256i *)row, r);
+	return _mm256_add_epi16(r, _mm256_cvtepu8_epi16(count16_avx512g(k)));
+}
+
+#define T_ATTR AVX512G_ATTR
+#define T_NAME(x) x##_avx512g
+#define T_RUN __m256i
+#define t_run_zero run_zero_avx512g
+#define t_run_store run_store_avx512g
+#define t_count_row count_row_avx512g
+#include "scan_tmpl.h"
 #endif
 
 uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
 {
 #ifdef BFP_X86
 	if (e->cpu & BFP_CPU_AVX512BW)
-		return gather_avx512(e, end, limit_bits);
+		return (e->cpu & BFP_CPU_GFNI) ? gather_avx512g(e, end, limit_bits)
+					       : gather_avx512(e, end, limit_bits);
 #endif
 	return gather_generic(e, end, limit_bits);
 }
@@ -279,7 +434,9 @@ bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,
 	(void)cpu;
 #ifdef BFP_X86
 	if (cpu & BFP_CPU_AVX512BW)
-		return positions_avx512(base, len, start, gaps, steps, pos, val);
+		return (cpu & BFP_CPU_GFNI)
+			       ? positions_avx512g(base, len, start, gaps, steps, pos, val)
+			       : positions_avx512(base, len, start, gaps, steps, pos, val);
 #endif
 	return positions_generic(base, len, start, gaps, steps, pos, val);
 }

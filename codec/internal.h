@@ -283,6 +283,7 @@ static inline uint32_t bfp_get_eg0(bfp_br *r)
 /* ---- CPU features (classes.c) ---- */
 #define BFP_CPU_AVX2 1u
 #define BFP_CPU_AVX512BW 2u
+#define BFP_CPU_GFNI 4u /* with AVX512BW: GFNI and AVX512-BITALG too */
 
 /* CPU features usable by the codec (0 on other architectures). */
 uint32_t bfp_cpu_features(void);

@@ -1,9 +1,11 @@
 /*
  * scan_tmpl.h: the block scans of sparse encode and decode, written once
  * and compiled per instruction set by classes.c (which defines T_ATTR,
- * T_NAME, t_masks, t_neq, t_popcnt and t_select before including this).
- * Each 32-element block yields one lane mask per base-exponent class; a
- * change's rank in its class is a popcount of its class mask below it.
+ * T_NAME, T_CLS, T_RUN and the t_* helpers before including this). Each
+ * 64-element block yields its class bytes and one row of 16 counts: how
+ * many elements of each base-exponent class come before the block in its
+ * chunk. A change's rank in its class is that count plus a popcount of
+ * its class mask below it.
  */
 
 /* Gather the changes from e->pos up to end (FORMAT.md 3.4): offset, class,
@@ -27,11 +29,12 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 	uint64_t i0 = s;
 	uint8_t cb[GATHER_CHUNK] __attribute__((aligned(64)));
 	uint16_t idx[GATHER_CHUNK + 4];
-	uint32_t pre[GATHER_CHUNK / 64][BFP_CLASSES];
+	uint16_t rows[GATHER_CHUNK / 64][BFP_CLASSES] __attribute__((aligned(64)));
+	uint16_t tot[BFP_CLASSES] __attribute__((aligned(64)));
 
 	while (i0 < end) {
 		uint32_t cn = end - i0 < GATHER_CHUNK ? (uint32_t)(end - i0) : GATHER_CHUNK;
-		uint32_t run[BFP_CLASSES] = {0};
+		T_RUN run = t_run_zero();
 		uint32_t ni = 0;
 		for (uint32_t off = 0; off < cn; off += 64) {
 			unsigned len = cn - off < 64 ? cn - off : 64u;
@@ -41,11 +44,7 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 			uint64_t neq = t_neq(b, e->target + i0 + off, len);
 			T_CLS k = t_classes(b, len);
 			t_cls_store(cb + off, k);
-			uint32_t *pb = pre[off / 64];
-			for (unsigned c = 0; c < BFP_CLASSES; c++) {
-				pb[c] = run[c];
-				run[c] += t_popcnt(t_cmask(k, c));
-			}
+			run = t_count_row(k, run, rows[off / 64]);
 			/* list the changes: four without branches (slots past the
 			 * block's count are overwritten later), the rest in a loop */
 			const uint64_t top = 1ull << 63;
@@ -61,12 +60,13 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 			}
 			ni += pc;
 		}
+		t_run_store(run, tot);
 		const uint16_t *b = e->base + i0;
 		const uint16_t *t = e->target + i0;
 		for (uint32_t q = 0; q < ni; q++) {
 			unsigned p = idx[q], blk = p / 64, l = p % 64;
 			unsigned c = cb[p];
-			uint64_t rank = cnt[c] + pre[blk][c] +
+			uint64_t rank = cnt[c] + rows[blk][c] +
 					t_popcnt(t_cmask_mem(cb + blk * 64, c) & ((1ull << l) - 1));
 			uint32_t gap = (uint32_t)(rank - next[c]);
 			uint16_t d = (uint16_t)(bfp_key(t[p]) - bfp_key(b[p]));
@@ -87,7 +87,7 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 			}
 		}
 		for (unsigned c = 0; c < BFP_CLASSES; c++)
-			cnt[c] += run[c];
+			cnt[c] += tot[c];
 		i0 += cn;
 	}
 	e->n_changes = n;
@@ -97,12 +97,13 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 /* Turn per-class gaps into positions (FORMAT.md 3.4). gaps and steps are
  * grouped by class (start[c] .. start[c+1]); writes pos/val of every
  * change, ordered by BFP_SCAN_CHUNK-element chunk (within a chunk, by
- * class). Per chunk, a first pass stores the class bytes and, per class,
- * how many of its elements precede each 64-element block; then each
- * change finds its block by counting the blocks whose count is at most
- * its rank (a vector compare, no branch) and its lane by a select in
- * that block's class mask. Returns BFP_E_CORRUPT when a gap runs past
- * the last element of its class. */
+ * class). Per chunk, a first pass stores the class bytes and the rows of
+ * counts, turned into one line per class (how many of its elements
+ * precede each 64-element block); then each change finds its block by
+ * counting the blocks whose count is at most its rank (a vector compare,
+ * no branch) and its lane by a select in that block's class mask.
+ * Returns BFP_E_CORRUPT when a gap runs past the last element of its
+ * class. */
 T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 					   const uint32_t start[BFP_CLASSES + 1],
 					   const uint32_t *gaps, const uint16_t *steps,
@@ -113,6 +114,8 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 	uint32_t idx[BFP_CLASSES];
 	uint32_t active = 0, o = 0;
 	uint8_t cb[BFP_SCAN_CHUNK] __attribute__((aligned(64)));
+	uint16_t rows[NB][BFP_CLASSES] __attribute__((aligned(64)));
+	uint16_t run[BFP_CLASSES] __attribute__((aligned(64)));
 	/* before[c][k]: elements of class c in blocks 0..k-1 of the chunk;
 	 * 0xFFFF past the chunk's last block (never at most a rank) */
 	uint16_t before[BFP_CLASSES][NB] __attribute__((aligned(64)));
@@ -127,36 +130,18 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 	for (uint32_t i0 = 0; i0 < len && active; i0 += BFP_SCAN_CHUNK) {
 		uint32_t cn = len - i0 < BFP_SCAN_CHUNK ? len - i0 : BFP_SCAN_CHUNK;
 		uint32_t nb = (cn + 63) / 64;
-		uint32_t run[BFP_CLASSES] = {0};
 		const uint16_t *b = base + i0;
-		/* counts for every class (a loop of constants), or only for the
-		 * classes with changes still to place when they are few */
-		if (t_popcnt(active) > 10) {
-			for (uint32_t k = 0; k < nb; k++) {
-				uint32_t off = k * 64;
-				T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
-				t_cls_store(cb + off, cls);
-				for (unsigned c = 0; c < BFP_CLASSES; c++) {
-					before[c][k] = (uint16_t)run[c];
-					run[c] += t_popcnt(t_cmask(cls, c));
-				}
-			}
-		} else {
-			for (uint32_t k = 0; k < nb; k++) {
-				uint32_t off = k * 64;
-				T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
-				t_cls_store(cb + off, cls);
-				for (uint32_t a = active; a; a &= a - 1) {
-					unsigned c = (unsigned)__builtin_ctz(a);
-					before[c][k] = (uint16_t)run[c];
-					run[c] += t_popcnt(t_cmask(cls, c));
-				}
-			}
+		T_RUN counts = t_run_zero();
+		for (uint32_t k = 0; k < nb; k++) {
+			uint32_t off = k * 64;
+			T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
+			t_cls_store(cb + off, cls);
+			counts = t_count_row(cls, counts, rows[k]);
 		}
+		t_run_store(counts, run);
 		if (nb < NB)
-			for (uint32_t a = active; a; a &= a - 1)
-				for (uint32_t k = nb; k < NB; k++)
-					before[__builtin_ctz(a)][k] = 0xFFFF;
+			BFP_MEMSET(rows[nb], 0xFF, sizeof(rows[0]) * (NB - nb));
+		t_transpose(rows, before);
 		for (uint32_t a = active; a; a &= a - 1) {
 			unsigned c = (unsigned)__builtin_ctz(a);
 			uint64_t cc = cnt[c], tg = target[c];
