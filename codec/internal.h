@@ -242,8 +242,27 @@ static inline unsigned bfp_rice_bits(uint32_t v, unsigned k)
 	uint32_t q = v >> k;
 	return q < BFP_RICE_ESC ? q + 1 + k : BFP_RICE_ESC + 32;
 }
+/* Fast path of the readers below: with at least 32 bits pending, the
+ * first set bit of the accumulator (bits past n are zero) ends the unary
+ * part; when it and the bits after it are all pending, one shift takes
+ * the whole code. Anything else (escapes, codes across a refill, the
+ * end of the payload) goes the general way, with the same result. */
+static inline unsigned bfp_br_lead(bfp_br *r)
+{
+	if (r->n < 32)
+		bfp_br_refill(r);
+	return (unsigned)__builtin_ctzll(r->acc | (1ull << 63));
+}
+
 static inline uint32_t bfp_get_rice(bfp_br *r, unsigned k)
 {
+	unsigned z = bfp_br_lead(r);
+	if (BFP_LIKELY(z < BFP_RICE_ESC && z + 1 + k <= r->n)) {
+		uint64_t a = r->acc >> (z + 1);
+		r->acc = a >> k; /* z + 1 + k <= 55: no shift by 64 */
+		r->n -= z + 1 + k;
+		return ((uint32_t)z << k) | (uint32_t)(a & ((1ull << k) - 1));
+	}
 	unsigned q = bfp_br_unary(r, BFP_RICE_ESC);
 	if (q == BFP_RICE_ESC)
 		return bfp_br_get(r, 32);
@@ -267,7 +286,14 @@ static inline unsigned bfp_eg0_bits(uint32_t v)
 }
 static inline uint32_t bfp_get_eg0(bfp_br *r)
 {
-	unsigned z = bfp_br_unary(r, 33);
+	unsigned z = bfp_br_lead(r);
+	if (BFP_LIKELY(2 * z + 1 <= r->n)) { /* z <= 31: x - 1 < 2^32 */
+		uint64_t a = r->acc >> (z + 1);
+		r->acc = a >> z;
+		r->n -= 2 * z + 1;
+		return (uint32_t)(((1ull << z) | (a & ((1ull << z) - 1))) - 1);
+	}
+	z = bfp_br_unary(r, 33);
 	if (z > 32) {
 		r->err = 1;
 		return 0;

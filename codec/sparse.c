@@ -633,10 +633,98 @@ static int parse_class_v1(bfp_br *r, bfp_seq *gs, bfp_seq *ms)
 	return !r->err;
 }
 
-bfp_status bfp_sparse_parse(bfp_br *r, int v2, uint32_t len,
+/* The gaps of a class with n changes (FORMAT.md 3.4, 3.8); 0 if corrupt.
+ * Separate functions with a local reader, so that the reader's fields
+ * stay in registers. */
+static __attribute__((noinline)) int read_gaps(bfp_br *rd, const bfp_seq *gs, uint32_t n,
+					       uint32_t len, uint32_t *gap)
+{
+	bfp_br rl = *rd, *r = &rl;
+	uint32_t run = 0;
+	int due = 1;
+	for (uint32_t j = 0; j < n; j++) {
+		uint64_t g;
+		if (!gs->runs) {
+			g = bfp_get_rice(r, gs->k);
+		} else {
+			if (due) {
+				run = bfp_get_rice(r, gs->kr);
+				if (r->err || run > n - j)
+					return 0;
+				due = 0;
+			}
+			if (run > 0) {
+				run--;
+				g = 0;
+			} else {
+				g = (uint64_t)bfp_get_rice(r, gs->k) + 1;
+				due = 1;
+			}
+		}
+		/* a gap can never reach past the range (FORMAT.md 3.4) */
+		if (r->err || g >= len)
+			return 0;
+		gap[j] = (uint32_t)g;
+	}
+	*rd = rl;
+	return 1;
+}
+
+/* The steps of a class with n changes; 0 if corrupt. */
+static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_seq *ms,
+						uint32_t n, uint16_t *step)
+{
+	bfp_br rl = *rd, *r = &rl;
+	const int all = ms->all, runs = ms->runs && !all;
+	uint32_t run = 0;
+	int due = 1;
+	for (uint32_t j = 0; j < n; j++) {
+		uint32_t m;
+		if (runs && due) {
+			run = bfp_get_rice(r, ms->kr);
+			if (r->err || run > n - j)
+				return 0;
+			due = 0;
+		}
+		unsigned sign = bfp_br_get(r, 1);
+		if (all) {
+			m = ms->common;
+		} else if (runs && run > 0) {
+			run--;
+			m = ms->common;
+		} else {
+			uint32_t v = get_eg(r, ms->k);
+			if (r->err)
+				return 0;
+			if (v2) {
+				m = mag_unfold((uint64_t)v + ms->runs, ms->common, ms->down);
+				if (m == 0)
+					return 0;
+			} else {
+				if (v >= 32768u)
+					return 0;
+				m = (!ms->runs || v + 1 < ms->common) ? v + 1 : v + 2;
+				if (m > 32768u)
+					return 0;
+			}
+			due = 1;
+		}
+		/* FORMAT.md 3.2: +32768 is written as -32768 */
+		if (m >= 32768u && !sign)
+			return 0;
+		step[j] = (uint16_t)(sign ? 0x10000u - m : m);
+	}
+	*rd = rl;
+	return 1;
+}
+
+bfp_status bfp_sparse_parse(bfp_br *rd, int v2, uint32_t len,
 			    uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
 			    uint16_t *steps, bfp_frame_stats *st)
 {
+	/* a local reader: its fields stay in registers (the stores to gaps
+	 * and steps could alias the caller's) */
+	bfp_br rl = *rd, *r = &rl;
 	uint32_t n[BFP_CLASSES];
 	bfp_seq gs[BFP_CLASSES], ms[BFP_CLASSES], mdef;
 	uint64_t total = 0, t0;
@@ -670,73 +758,17 @@ bfp_status bfp_sparse_parse(bfp_br *r, int v2, uint32_t len,
 		start[c + 1] = start[c] + n[c];
 
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		uint32_t *gap = gaps + start[c];
-		uint16_t *step = steps + start[c];
-		uint32_t run = 0;
-		int due = 1;
 		t0 = bfp_br_tell(r);
-		for (uint32_t j = 0; j < n[c]; j++) {
-			uint64_t g;
-			if (!gs[c].runs) {
-				g = bfp_get_rice(r, gs[c].k);
-			} else {
-				if (due) {
-					run = bfp_get_rice(r, gs[c].kr);
-					BFP_CHECK(!r->err && run <= n[c] - j, BFP_E_CORRUPT);
-					due = 0;
-				}
-				if (run > 0) {
-					run--;
-					g = 0;
-				} else {
-					g = (uint64_t)bfp_get_rice(r, gs[c].k) + 1;
-					due = 1;
-				}
-			}
-			/* a gap can never reach past the range (FORMAT.md 3.4) */
-			BFP_CHECK(!r->err && g < len, BFP_E_CORRUPT);
-			gap[j] = (uint32_t)g;
-		}
+		BFP_CHECK(read_gaps(r, &gs[c], n[c], len, gaps + start[c]), BFP_E_CORRUPT);
 		if (st)
 			st->position_bits += (uint32_t)(bfp_br_tell(r) - t0);
 		t0 = bfp_br_tell(r);
-		due = 1;
-		const int all = ms[c].all, runs = ms[c].runs && !all;
-		for (uint32_t j = 0; j < n[c]; j++) {
-			uint32_t m;
-			if (runs && due) {
-				run = bfp_get_rice(r, ms[c].kr);
-				BFP_CHECK(!r->err && run <= n[c] - j, BFP_E_CORRUPT);
-				due = 0;
-			}
-			unsigned sign = bfp_br_get(r, 1);
-			if (all) {
-				m = ms[c].common;
-			} else if (runs && run > 0) {
-				run--;
-				m = ms[c].common;
-			} else {
-				uint32_t v = get_eg(r, ms[c].k);
-				BFP_CHECK(!r->err, BFP_E_CORRUPT);
-				if (v2) {
-					m = mag_unfold((uint64_t)v + ms[c].runs, ms[c].common,
-						       ms[c].down);
-					BFP_CHECK(m != 0, BFP_E_CORRUPT);
-				} else {
-					BFP_CHECK(v < 32768u, BFP_E_CORRUPT);
-					m = (!ms[c].runs || v + 1 < ms[c].common) ? v + 1 : v + 2;
-					BFP_CHECK(m <= 32768u, BFP_E_CORRUPT);
-				}
-				due = 1;
-			}
-			/* FORMAT.md 3.2: +32768 is written as -32768 */
-			BFP_CHECK(m < 32768u || sign, BFP_E_CORRUPT);
-			step[j] = (uint16_t)(sign ? 0x10000u - m : m);
-		}
+		BFP_CHECK(read_steps(r, v2, &ms[c], n[c], steps + start[c]), BFP_E_CORRUPT);
 		if (st)
 			st->value_bits += (uint32_t)(bfp_br_tell(r) - t0);
 	}
 	if (st)
 		st->n_changes = (uint32_t)total;
+	*rd = rl;
 	return BFP_OK;
 }

@@ -4,6 +4,7 @@
  * per reject rule of FORMAT.md 2.4 and 3 (exact status, buffer untouched).
  */
 #include "bfp_test.h"
+#include "../codec/internal.h" /* bit reader and writer (test_bit_codes_*) */
 
 #define MODEL 0x1122334455667788ull
 
@@ -494,6 +495,106 @@ static void test_scan_paths_agree(void **state)
 	free(b);
 	free(t);
 	free(w);
+}
+
+/* Reference reader for test_bit_codes_read_back: one bit at a time,
+ * LSB first (FORMAT.md 3.1); -1 past the end. */
+typedef struct ref_br {
+	const uint8_t *p;
+	size_t nbits, at;
+} ref_br;
+
+static int ref_bit(ref_br *r)
+{
+	if (r->at >= r->nbits)
+		return -1;
+	int b = (r->p[r->at / 8] >> (r->at % 8)) & 1;
+	r->at++;
+	return b;
+}
+
+/* Rice (escape after 24 zeros: a 32-bit literal) or Exp-Golomb order 0;
+ * 0 when the code runs past the end. */
+static int ref_code(ref_br *r, int rice, unsigned k, uint64_t *v)
+{
+	unsigned z = 0;
+	int b;
+	while ((b = ref_bit(r)) == 0 && !(rice && z + 1 == BFP_RICE_ESC))
+		z++;
+	if (b < 0)
+		return 0;
+	unsigned nlow = k;
+	uint64_t x = 0;
+	if (rice && b == 0) { /* the 24th zero: escape */
+		nlow = 32;
+	} else if (!rice) {
+		nlow = z;
+	}
+	for (unsigned i = 0; i < nlow; i++) {
+		if ((b = ref_bit(r)) < 0)
+			return 0;
+		x |= (uint64_t)b << i;
+	}
+	if (rice)
+		*v = nlow == 32 ? x : ((uint64_t)z << k) | x;
+	else
+		*v = ((1ull << z) | x) - 1;
+	return 1;
+}
+
+/* Rice and Exp-Golomb codes of every size, escapes included, written by
+ * the codec's writer read back by its reader (whose fast path takes a
+ * code at once when it is all buffered) exactly as a bit-by-bit reader
+ * reads them, also when the payload is cut anywhere: the codes before
+ * the cut read the same, and the first code across it sets the error. */
+static void test_bit_codes_read_back(void **state)
+{
+	(void)state;
+	enum { N = 4000 };
+	static uint8_t buf[N * 8 + 64];
+	static uint32_t val[N];
+	static uint8_t kind[N], kk[N];
+	uint64_t s = 1234;
+	for (int round = 0; round < 20; round++) {
+		bfp_bw w;
+		bfp_bw_init(&w, buf, sizeof(buf));
+		for (int i = 0; i < N; i++) {
+			uint64_t r = t_rand(&s);
+			kind[i] = (uint8_t)(r & 1);
+			kk[i] = (uint8_t)((r >> 1) % 20);
+			unsigned bits = (unsigned)((r >> 8) % 33); /* magnitude of the value */
+			uint32_t v = (uint32_t)((r >> 16) & (bits ? 0xFFFFFFFFu >> (32 - bits) : 0));
+			if (kind[i] == 0 && v == 0xFFFFFFFFu)
+				v--; /* Exp-Golomb codes up to 2^32 - 2 */
+			val[i] = v;
+			if (kind[i])
+				bfp_put_rice(&w, v, kk[i]);
+			else
+				bfp_put_eg0(&w, v);
+		}
+		size_t len = bfp_bw_finish(&w);
+		assert_false(w.overflow);
+		/* whole, and cut at a few byte lengths */
+		for (int cut = 0; cut < 4; cut++) {
+			size_t l = cut == 0 ? len : (size_t)(t_rand(&s) % (len + 1));
+			bfp_br r;
+			ref_br ref = {buf, l * 8, 0};
+			bfp_br_init(&r, buf, l);
+			for (int i = 0; i < N; i++) {
+				uint64_t want;
+				int ok = ref_code(&ref, kind[i], kk[i], &want);
+				uint32_t got = kind[i] ? bfp_get_rice(&r, kk[i]) : bfp_get_eg0(&r);
+				if (!ok) {
+					assert_true(r.err);
+					break;
+				}
+				assert_false(r.err);
+				assert_true(want == val[i]);
+				assert_int_equal(got, val[i]);
+				assert_true(bfp_br_tell(&r) == ref.at);
+			}
+		}
+	}
 }
 
 /* zstd keyframes (byte planes) round-trip, cover more parameters than raw
@@ -1125,6 +1226,7 @@ int main(void)
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
 		cmocka_unit_test(test_hash_loops_agree),
 		cmocka_unit_test(test_scan_paths_agree),
+		cmocka_unit_test(test_bit_codes_read_back),
 		cmocka_unit_test(test_zstd_keyframes_round_trip_and_reject_damage),
 	};
 	const struct CMUnitTest rejects[] = {
