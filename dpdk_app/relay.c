@@ -82,6 +82,9 @@ typedef struct sub_conf {
 
 typedef struct relay_conf {
 	uint32_t ip[MAX_PORTS];       /* per DPDK port, host order */
+	uint8_t prefix[MAX_PORTS];    /* its subnet's prefix length; 0: every
+				       * address is on the link */
+	uint32_t gateway[MAX_PORTS];  /* next hop off the subnet; 0: none */
 	unsigned n_ip;
 	uint16_t data_port, control_port;
 	sub_conf subs[MAX_SUBS];
@@ -298,8 +301,22 @@ static void send_now(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *s
 	rte_eth_tx_buffer(port, 0, r->txb[port], m);
 }
 
+/* The address whose MAC frames to ip leave port with: ip itself on the
+ * port's subnet (or with no gateway), else the port's gateway. */
+static uint32_t next_hop(const relay *r, uint16_t port, uint32_t ip)
+{
+	unsigned len = r->cf.prefix[port];
+	uint32_t mask = len ? ~0u << (32 - len) : 0;
+	if (!r->cf.gateway[port] || ((ip ^ r->cf.ip[port]) & mask) == 0)
+		return ip;
+	return r->cf.gateway[port];
+}
+
+/* Ask for the MAC of the next hop towards ip (on_arp_reply keeps it). */
 static void arp_request(relay *r, uint16_t port, uint32_t ip, lcore_stats *st)
 {
+	ip = next_hop(r, port, ip);
+
 	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool);
 	if (!m) {
 		st->c[C_NO_MBUF]++;
@@ -729,12 +746,13 @@ static void on_arp_reply(relay *r, const rp_pkt *k)
 {
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
-		if (s->used && s->ip == k->src_ip && !(s->is_static && s->has_mac)) {
+		if (s->used && next_hop(r, s->eth_port, s->ip) == k->src_ip &&
+		    !(s->is_static && s->has_mac)) {
 			memcpy(s->mac, k->src_mac, 6);
 			s->has_mac = 1;
 		}
 	}
-	if (r->cf.upstream_ip == k->src_ip) {
+	if (r->cf.upstream_ip && next_hop(r, 0, r->cf.upstream_ip) == k->src_ip) {
 		memcpy(r->upstream_mac, k->src_mac, 6);
 		r->upstream_has_mac = 1;
 	}
@@ -861,10 +879,11 @@ static void housekeeping(relay *r, lcore_stats *st)
 		c.data_port = r->cf.data_port;
 		/* a relay: no catch-up stream, unless a subscriber asked for one */
 		c.version = r->want_key ? RP_VERSION_NONE : RP_VERSION_RELAY;
-		r->want_key = 0;
-		if (r->upstream_has_mac)
+		if (r->upstream_has_mac) {
 			send_now(r, 0, ctl_packet(r, 0, r->upstream_mac, r->cf.upstream_ip,
 						  r->cf.upstream_port, &c, st), st);
+			r->want_key = 0; /* asked (kept until a JOIN can go) */
+		}
 		/* resolve the upstream again: every second for the first 10 s
 		 * (while links come up, an early answer can be stale), then
 		 * every 10 s, as next hops change */
@@ -1019,8 +1038,12 @@ static void print_stats(const relay *r, FILE *f)
 static const char usage_text[] =
 	"usage: bfpatch-relay [EAL options] -- [options]\n"
 	"Receives bfpatch frames (UDP/IPv4) and fans them out to subscribers.\n"
-	"  -i, --ip PORT:ADDR          IPv4 address of DPDK port PORT (repeatable;\n"
-	"                              default 0:198.18.0.1)\n"
+	"  -i, --ip PORT:ADDR[/LEN]    IPv4 address of DPDK port PORT, with its\n"
+	"                              subnet's prefix length for --gateway\n"
+	"                              (repeatable; default 0:198.18.0.1)\n"
+	"  -g, --gateway PORT:ADDR     next hop of port PORT towards addresses off\n"
+	"                              its subnet (subscribers, --upstream behind a\n"
+	"                              router); default: every address is ARPed\n"
 	"  -d, --data-port N           UDP port of frames (default 7400)\n"
 	"  -c, --control-port N        UDP port of JOIN/LEAVE/NACK/heartbeat (7401)\n"
 	"  -s, --subscriber ADDR:PORT[,mac=MAC][,rate=BITS][,eth=N]\n"
@@ -1094,7 +1117,8 @@ static int bad(const char *opt, const char *val)
 static int parse_args(int argc, char **argv, relay_conf *cf)
 {
 	static const struct option lo[] = {
-		{"ip", required_argument, 0, 'i'}, {"data-port", required_argument, 0, 'd'},
+		{"ip", required_argument, 0, 'i'}, {"gateway", required_argument, 0, 'g'},
+		{"data-port", required_argument, 0, 'd'},
 		{"control-port", required_argument, 0, 'c'},
 		{"subscriber", required_argument, 0, 's'}, {"upstream", required_argument, 0, 'u'},
 		{"cache-bytes", required_argument, 0, 'C'},
@@ -1120,15 +1144,26 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 	cf->mbuf_size = 10240;
 	cf->n_mbufs = 8191;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "i:d:c:s:u:C:K:r:q:t:km:n:T:E:N:A:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "i:g:d:c:s:u:C:K:r:q:t:km:n:T:E:N:A:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'i': {
-			char *colon = strchr(optarg, ':');
+		case 'i':
+		case 'g': {
+			char *colon = strchr(optarg, ':'), *slash = strchr(optarg, '/');
+			uint64_t len = 0;
 			uint32_t ip;
+			if (slash && (c == 'g' || rp_parse_num(slash + 1, 1, 32, &len)))
+				return bad(c == 'i' ? "--ip (prefix length 1..32)" : "--gateway", optarg);
+			if (slash)
+				*slash = 0;
 			if (!colon || rp_parse_num((*colon = 0, optarg), 0, MAX_PORTS - 1, &v) ||
-			    ip_parse(colon + 1, &ip))
-				return bad("--ip", optarg);
+			    ip_parse(colon + 1, &ip) || !ip)
+				return bad(c == 'i' ? "--ip" : "--gateway", optarg);
+			if (c == 'g') {
+				cf->gateway[v] = ip;
+				break;
+			}
 			cf->ip[v] = ip;
+			cf->prefix[v] = (uint8_t)len;
 			if (v + 1 > cf->n_ip)
 				cf->n_ip = (unsigned)v + 1;
 			break;
@@ -1225,6 +1260,20 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 	}
 	if (cf->data_port == cf->control_port)
 		return bad("--control-port (must differ from the data port)", "");
+	for (unsigned p = 0; p < MAX_PORTS; p++) {
+		if (!cf->gateway[p])
+			continue;
+		unsigned len = cf->prefix[p];
+		uint32_t mask = len ? ~0u << (32 - len) : 0;
+		if (!len || len == 32 || ((cf->gateway[p] ^ cf->ip[p]) & mask) ||
+		    cf->gateway[p] == cf->ip[p]) {
+			fprintf(stderr,
+				"bfpatch-relay: --gateway for port %u needs --ip %u:ADDR/LEN with the "
+				"gateway on that subnet (and not the relay's own address)\n",
+				p, p);
+			return -1;
+		}
+	}
 	return 0;
 }
 

@@ -46,6 +46,15 @@ def sub(msg, ip="198.18.0.11", smac=mac(0x11)):
     return udp(ip, 7501, RELAY, 7401, msg, smac)
 
 
+GW_MAC = bytes.fromhex("0200000000fe")
+
+
+def arp_reply(ip, smac):
+    """an ARP reply (RFC 826) telling the relay ip is at smac"""
+    a = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 2, smac, ip4(ip), RELAY_MAC, ip4(RELAY))
+    return RELAY_MAC + smac + b"\x08\x06" + a + bytes(18)
+
+
 def data(frame):
     return udp("198.18.0.10", 7399, RELAY, 7400, frame, mac(0x10))
 
@@ -92,6 +101,10 @@ def gen(case, frames_pcap, out):
         # would come back round), then frames
         p = [sub(ctl(1, model, 0, data_port=7400), ip="198.18.0.2", smac=mac(0x02))]
         p += [data(f) for f in fr[:10]]
+    elif case == "gateway":
+        # the upstream and a static subscriber live behind a router: the
+        # gateway answers its ARP; frames and JOINs must go to its MAC
+        p = [arp_reply("198.18.0.254", GW_MAC)] + [data(f) for f in fr[:10]]
     elif case in ("no-arp", "slow"):
         p = [data(f) for f in fr]
     else:
@@ -102,14 +115,19 @@ def gen(case, frames_pcap, out):
 def check(case, out_pcap):
     pk = read_pcap(out_pcap)
     to = {}
+    ctl_to = {}
     arp = 0
+    asked = set()
     for x in pk:
-        if x[12:14] == b"\x08\x06" and struct.unpack("!H", x[20:22])[0] == 1 and \
-                x[38:42] == ip4("198.18.0.11"):
-            arp += 1
+        if x[12:14] == b"\x08\x06" and struct.unpack("!H", x[20:22])[0] == 1:
+            asked.add(".".join(map(str, x[38:42])))
+            if x[38:42] == ip4("198.18.0.11"):
+                arp += 1
         u = udp_parts(x)
         if isinstance(u, tuple) and u[4][:4] == b"BFPT":
             to.setdefault((".".join(map(str, u[1])), u[3]), []).append(x[0:6])
+        elif isinstance(u, tuple):
+            ctl_to.setdefault((".".join(map(str, u[1])), u[3]), []).append(x[0:6])
     if case == "new-mac":
         macs = {m for m in to.get(("198.18.0.12", 7500), [])}
         assert macs == {mac(0x77)}, "frames went to %s" % [m.hex() for m in macs]
@@ -118,6 +136,15 @@ def check(case, out_pcap):
         assert got == {("198.18.0.11", 7600): 10}, "frames went to %s" % got
     elif case == "upstream-join":
         assert ("198.18.0.2", 7400) not in to, "frames were sent to the upstream"
+    elif case == "gateway":
+        assert asked <= {"198.18.0.254", RELAY}, "ARP requests for %s" % sorted(asked)
+        assert "198.18.0.254" in asked, "the gateway was never ARPed"
+        macs = to.get(("198.19.6.6", 7500), [])
+        assert len(macs) == 10 and set(macs) == {GW_MAC}, \
+            "frames to the subscriber behind the gateway: %s" % [m.hex() for m in macs]
+        joins = ctl_to.get(("198.19.5.5", 7401), [])
+        assert joins and set(joins) == {GW_MAC}, \
+            "JOINs to the upstream behind the gateway: %s" % [m.hex() for m in joins]
     elif case == "no-arp":
         assert arp >= 2, "%d ARP requests for a static subscriber without a MAC" % arp
     elif case == "slow":

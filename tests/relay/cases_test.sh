@@ -4,7 +4,8 @@
 # reserved version poisoning the cache and the versions told; NACK misses
 # beyond what one NACK upstream holds, never asked; an actor's new MAC not
 # followed; a JOIN with another data port taken as a second subscriber; a forged JOIN from the upstream's address (frames would loop);
-# a static subscriber whose one ARP went unanswered; slow subscribers
+# a static subscriber whose one ARP went unanswered; subscribers and an
+# upstream behind a router (--gateway); slow subscribers
 # taking every header mbuf from an unpaced one; worker lcore ids past the
 # relay's per-lcore arrays.
 set -u
@@ -63,6 +64,19 @@ python3 "$HERE/cases.py" check moved "$T/out.pcap" || fail "a JOIN with another 
 run upstream-join -- --run-time 1 --upstream 198.18.0.2:7401 || fail "relay (upstream-join)"
 python3 "$HERE/cases.py" check upstream-join "$T/out.pcap" || fail "a JOIN from the upstream was taken"
 [ "$(counter joins)" = 0 ] || fail "a JOIN from the upstream's address was counted as a subscriber"
+
+run gateway -- --run-time 2.5 --ip 0:198.18.0.1/24 --gateway 0:198.18.0.254 \
+	--upstream 198.19.5.5:7401 --subscriber 198.19.6.6:7500 || fail "relay (gateway)"
+python3 "$HERE/cases.py" check gateway "$T/out.pcap" || fail "addresses off the subnet did not go through --gateway"
+for bad in "--ip 0:198.18.0.1 --gateway 0:198.18.0.254" "--ip 0:198.18.0.1/24 --gateway 0:10.0.0.1" \
+	"--ip 0:198.18.0.1/33" "--ip 0:198.18.0.1/24 --gateway 0:198.18.0.1"; do
+	# shellcheck disable=SC2086 # bad is a list of options
+	if run gateway -- --run-time 1 $bad; then
+		fail "relay started with $bad"
+	fi
+	grep -q "bfpatch-relay: .*\(gateway\|prefix\)" "$T/log" || fail "no clear error for $bad"
+done
+echo "ok - a gateway refused without a subnet, off it, or at the relay's address"
 
 run no-arp -- --run-time 3 --subscriber 198.18.0.11:7500 || fail "relay (no-arp)"
 python3 "$HERE/cases.py" check no-arp "$T/out.pcap" || fail "a static subscriber's lost ARP was not asked again"
