@@ -537,9 +537,10 @@ static rp_cache_model *model_of(rp_cache *c, uint64_t m)
 	return NULL;
 }
 
-static void evict_oldest(rp_cache *c, void (*drop)(void *, void *), void *ctx)
+/* Take a live entry out of the index and the accounts; its ring slot
+ * stays until eviction reaches it. */
+static void retire(rp_cache *c, rp_cache_entry *e, void (*drop)(void *, void *), void *ctx)
 {
-	rp_cache_entry *e = &c->ring[c->head];
 	int64_t k = find(c, e->model_id, e->version, e->index);
 	if (k >= 0)
 		unhash(c, (uint32_t)k);
@@ -548,8 +549,31 @@ static void evict_oldest(rp_cache *c, void (*drop)(void *, void *), void *ctx)
 	if (drop)
 		drop(ctx, e->obj);
 	e->obj = NULL;
+	e->bytes = 0;
+	e->dead = 1;
+}
+
+static void evict_oldest(rp_cache *c, void (*drop)(void *, void *), void *ctx)
+{
+	rp_cache_entry *e = &c->ring[c->head];
+	if (!e->dead)
+		retire(c, e, drop, ctx);
 	c->head = (c->head + 1) & (c->cap - 1);
 	c->len--;
+}
+
+uint32_t rp_cache_drop_version(rp_cache *c, uint64_t m, uint32_t v,
+			       void (*drop)(void *, void *), void *ctx)
+{
+	uint32_t n = 0;
+	for (uint32_t q = 0; q < c->len; q++) {
+		rp_cache_entry *e = &c->ring[(c->head + q) & (c->cap - 1)];
+		if (!e->dead && e->model_id == m && e->version == v) {
+			retire(c, e, drop, ctx);
+			n++;
+		}
+	}
+	return n;
 }
 
 int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes,
@@ -588,6 +612,10 @@ int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes
 	 * newest is of a run that started over: evicted too. */
 	for (;;) {
 		const rp_cache_entry *h = &c->ring[c->head];
+		if (c->len && h->dead) { /* a dropped entry: its slot goes */
+			evict_oldest(c, drop, ctx);
+			continue;
+		}
 		const rp_cache_model *hm = c->len ? model_of(c, h->model_id) : NULL;
 		if (!hm || (hm->newest - h->version < c->keep_versions &&
 			    c->bytes + bytes <= c->budget && c->len < c->cap))
@@ -600,6 +628,7 @@ int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes
 	e->version = v;
 	e->index = i;
 	e->bytes = bytes;
+	e->dead = 0;
 	e->obj = obj;
 	uint32_t mask = 2 * c->cap - 1, k = hkey(m, v, i) & mask;
 	while (c->hash[k])

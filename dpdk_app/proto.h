@@ -174,6 +174,8 @@ typedef struct rp_cache_entry {
 	uint32_t version;
 	uint32_t index;
 	uint32_t bytes;
+	uint32_t dead;  /* dropped by rp_cache_drop_version(), still in the
+			 * ring until eviction reaches it */
 	void *obj;      /* the cached packet (an mbuf in the relay) */
 } rp_cache_entry;
 
@@ -213,5 +215,10 @@ int rp_cache_put(rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
 void *rp_cache_get(const rp_cache *c, uint64_t model, uint32_t version,
 		   uint32_t index);
 void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx);
+/* Drop every entry of (model, version), passing each object to drop:
+ * the frames of a version that its publisher made again with other
+ * content. Returns how many. */
+uint32_t rp_cache_drop_version(rp_cache *c, uint64_t model, uint32_t version,
+			       void (*drop)(void *, void *), void *ctx);
 
 #endif

@@ -132,7 +132,7 @@ enum {
 	C_CACHE_HIT, C_CACHE_MISS, C_NACK_RX, C_NACK_FWD, C_NACK_REFUSED,
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
 	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED, C_BAD_VERSION, C_NACK_UNASKED,
-	C_SHARE_FULL,
+	C_SHARE_FULL, C_CACHE_REPLACED,
 	C_COUNT
 };
 static const char *const cnames[C_COUNT] = {
@@ -141,6 +141,7 @@ static const char *const cnames[C_COUNT] = {
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
 	"drop_control", "cache_stored", "tx_failed", "nack_suppressed", "drop_auth",
 	"nack_frames_limited", "drop_bad_version", "nack_frames_unasked", "drop_share_full",
+	"cache_replaced",
 };
 
 typedef struct lcore_stats {
@@ -525,6 +526,26 @@ static uint64_t cache_model(uint64_t model, int key)
 	return key ? model ^ 0x8000000000000000ull : model;
 }
 
+/* A frame whose (model, version, index) is cached with other content
+ * (target hash and CRC, FORMAT.md 2.1) and whose own CRC holds: its
+ * publisher started over and made this version again (a trainer resumed
+ * from an earlier checkpoint), so every cached frame of the version is of
+ * the old run and would answer NACKs with frames that fail their hash
+ * checks. They are dropped; the new frames are cached as they come. */
+static void cache_check_remade(relay *r, uint64_t cm, uint32_t version, uint32_t index,
+			       const uint8_t *f, size_t len, lcore_stats *st)
+{
+	struct rte_mbuf *old = rp_cache_get(&r->cache, cm, version, index);
+	bfp_frame_header h;
+	size_t flen;
+	if (!old || !memcmp(rte_pktmbuf_mtod(old, const uint8_t *) + 48, f + 48, 12) ||
+	    bfp_frame_length(f, len, &flen) != BFP_OK || bfp_frame_parse(f, flen, &h) != BFP_OK)
+		return;
+	uint32_t n = rp_cache_drop_version(&r->cache, cm, version, mbuf_drop, NULL);
+	st->c[C_CACHE_REPLACED] += n;
+	events_emit(&r->ev, "cache_replaced", "\"version\":%u,\"frames\":%u", version, n);
+}
+
 static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *st)
 {
 	/* keep only the frame: strip headers and any Ethernet padding */
@@ -572,8 +593,9 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	rte_mbuf_refcnt_update(m, 1);
 	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1) */
 	int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
-	int put = rp_cache_put(&r->cache, cache_model(model, key), version, index, l4_len, m,
-			       mbuf_drop, NULL);
+	uint64_t cm = cache_model(model, key);
+	cache_check_remade(r, cm, version, index, f, l4_len, st);
+	int put = rp_cache_put(&r->cache, cm, version, index, l4_len, m, mbuf_drop, NULL);
 	if (put == 1)
 		st->c[C_CACHE_STORED]++;
 	else

@@ -423,6 +423,119 @@ static void test_repair_cache_keeps_a_version_window_per_model(void **state)
 
 /* Option parsing: addresses, ports and MACs, with every malformed form
  * refused. */
+/* rp_cache_drop_version() drops exactly the entries of one (model,
+ * version), each object once, and the cache stays consistent afterwards:
+ * lookups, byte accounts and evictions through the dropped slots, checked
+ * against a reference list over random puts and drops. */
+static void test_repair_cache_drops_one_version(void **state)
+{
+	(void)state;
+	enum { CAP = 64, KEYS = 200 };
+	rp_cache_entry ring[CAP];
+	uint32_t hash[2 * CAP];
+	rp_cache c;
+	memset(dropped, 0, sizeof(dropped));
+	assert_int_equal(rp_cache_init(&c, ring, hash, CAP, 1u << 20, 3), 0);
+	for (uintptr_t i = 0; i < 5; i++) {
+		assert_int_equal(rp_cache_put(&c, 0xA, 1, (uint32_t)i, 10, (void *)(1 + i), drop_cb, NULL), 1);
+		assert_int_equal(rp_cache_put(&c, 0xA, 2, (uint32_t)i, 10, (void *)(11 + i), drop_cb, NULL), 1);
+		assert_int_equal(rp_cache_put(&c, 0xB, 1, (uint32_t)i, 10, (void *)(21 + i), drop_cb, NULL), 1);
+	}
+	assert_int_equal(rp_cache_drop_version(&c, 0xA, 1, drop_cb, NULL), 5);
+	assert_int_equal(rp_cache_drop_version(&c, 0xA, 1, drop_cb, NULL), 0);
+	for (uintptr_t i = 0; i < 5; i++) {
+		assert_int_equal(dropped[1 + i], 1);
+		assert_null(rp_cache_get(&c, 0xA, 1, (uint32_t)i));
+		assert_ptr_equal(rp_cache_get(&c, 0xA, 2, (uint32_t)i), (void *)(11 + i));
+		assert_ptr_equal(rp_cache_get(&c, 0xB, 1, (uint32_t)i), (void *)(21 + i));
+	}
+	assert_true(c.bytes == 100);
+	/* made again: cached anew */
+	assert_int_equal(rp_cache_put(&c, 0xA, 1, 0, 10, (void *)31, drop_cb, NULL), 1);
+	assert_ptr_equal(rp_cache_get(&c, 0xA, 1, 0), (void *)31);
+	rp_cache_clear(&c, drop_cb, NULL);
+	assert_int_equal(c.len, 0);
+	assert_true(c.bytes == 0);
+	/* a full ring of one model's version, dropped: the model has nothing
+	 * cached, every slot is a dropped one, and new entries take them */
+	for (uintptr_t i = 0; i < CAP; i++)
+		assert_int_equal(rp_cache_put(&c, 0xC, 1, (uint32_t)i, 1, (void *)(100 + i), drop_cb, NULL), 1);
+	assert_int_equal(rp_cache_drop_version(&c, 0xC, 1, drop_cb, NULL), CAP);
+	for (uintptr_t i = 0; i < CAP + 6; i++)
+		assert_int_equal(rp_cache_put(&c, 0xD, 1, (uint32_t)i, 1, (void *)(200 + i), drop_cb, NULL), 1);
+	assert_int_equal(c.len, CAP);
+	for (uintptr_t i = 0; i < CAP + 6; i++)
+		assert_ptr_equal(rp_cache_get(&c, 0xD, 1, (uint32_t)i), i < 6 ? NULL : (void *)(200 + i));
+	for (uintptr_t i = 0; i < CAP; i++)
+		assert_int_equal(dropped[100 + i], 1);
+	rp_cache_clear(&c, drop_cb, NULL);
+	/* objects 1-5, 11-15, 21-25 and 31 were cached: each dropped once */
+	for (uintptr_t i = 1; i < 40; i++)
+		assert_int_equal(dropped[i], (i % 10 >= 1 && i % 10 <= 5 && i < 26) || i == 31);
+
+	/* random puts (versions 1..4, K = 3 windows) and drops of a version,
+	 * against a reference of what must be findable */
+	struct {
+		uint32_t v, i;
+		int live;
+	} ref[CAP];
+	uint32_t head = 0, len = 0;
+	uint64_t s = 7, bytes = 0;
+	memset(dropped, 0, sizeof(dropped));
+	assert_int_equal(rp_cache_init(&c, ring, hash, CAP, 1u << 30, 1000), 0);
+	for (uint32_t step = 0; step < 20000; step++) {
+		s = s * 6364136223846793005ull + 1;
+		uint32_t v = 1 + (uint32_t)(s >> 40) % 4, i = (uint32_t)(s >> 20) % (KEYS / 4);
+		if ((s >> 60) == 0) { /* 1 in 16: drop a version */
+			uint32_t want = 0;
+			for (uint32_t q = 0; q < len; q++) {
+				uint32_t x = (head + q) % CAP;
+				if (ref[x].live && ref[x].v == v) {
+					ref[x].live = 0;
+					want++;
+					bytes -= 1;
+				}
+			}
+			assert_int_equal(rp_cache_drop_version(&c, 9, v, drop_cb, NULL), want);
+		} else {
+			int present = 0;
+			for (uint32_t q = 0; q < len; q++) {
+				uint32_t x = (head + q) % CAP;
+				present |= ref[x].live && ref[x].v == v && ref[x].i == i;
+			}
+			uintptr_t obj = 1 + v * (KEYS / 4) + i;
+			int r = rp_cache_put(&c, 9, v, i, 1, (void *)obj, drop_cb, NULL);
+			assert_int_equal(r, present ? 0 : 1);
+			if (!present) {
+				if (len == CAP) { /* the oldest slot goes, live or not */
+					bytes -= ref[head].live;
+					head = (head + 1) % CAP;
+					len--;
+				}
+				uint32_t x = (head + len) % CAP;
+				ref[x].v = v;
+				ref[x].i = i;
+				ref[x].live = 1;
+				len++;
+				bytes++;
+			}
+		}
+		assert_true(c.bytes == bytes);
+		for (uint32_t vv = 1; vv <= 4; vv++)
+			for (uint32_t ii = 0; ii < KEYS / 4; ii += 5) {
+				int in = 0;
+				for (uint32_t q = 0; q < len; q++) {
+					uint32_t x = (head + q) % CAP;
+					in |= ref[x].live && ref[x].v == vv && ref[x].i == ii;
+				}
+				void *g = rp_cache_get(&c, 9, vv, ii);
+				assert_true(in ? g == (void *)(uintptr_t)(1 + vv * (KEYS / 4) + ii) : g == NULL);
+			}
+	}
+	rp_cache_clear(&c, drop_cb, NULL);
+	assert_true(c.bytes == 0);
+}
+
 static void test_address_and_mac_parsing_refuses_malformed_input(void **state)
 {
 	(void)state;
@@ -474,6 +587,7 @@ int main(void)
 		cmocka_unit_test(test_token_bucket_paces_to_rate),
 		cmocka_unit_test(test_repair_cache_evicts_oldest_and_stays_consistent),
 		cmocka_unit_test(test_repair_cache_keeps_a_version_window_per_model),
+		cmocka_unit_test(test_repair_cache_drops_one_version),
 		cmocka_unit_test(test_address_and_mac_parsing_refuses_malformed_input),
 	};
 	return cmocka_run_group_tests_name("relay_proto", tests, NULL, NULL);

@@ -63,6 +63,9 @@ def reseal(f, **fields):
     offs = {"target": 20, "index": 24, "count": 28}
     f = bytearray(f)
     for k, v in fields.items():
+        if k == "hash_xor":  # other content: another target hash
+            struct.pack_into("<Q", f, 48, struct.unpack_from("<Q", f, 48)[0] ^ v)
+            continue
         struct.pack_into("<I", f, offs[k], v)
     struct.pack_into("<I", f, 56, crc32c(bytes(f[60:]), crc32c(bytes(f[:56]))))
     return bytes(f)
@@ -101,6 +104,14 @@ def gen(case, frames_pcap, out):
         # would come back round), then frames
         p = [sub(ctl(1, model, 0, data_port=7400), ip="198.18.0.2", smac=mac(0x02))]
         p += [data(f) for f in fr[:10]]
+    elif case == "remade":
+        # version N cached, then its publisher makes version N again with
+        # other content (frames 0-9 of the new run), then a NACK of 0-19:
+        # 0-9 must be answered with the new run's frames, 10-19 not with
+        # the old run's
+        p = [sub(ctl(1, model, 0, data_port=7500))] + [data(f) for f in fr[:100]]
+        p += [data(reseal(f, hash_xor=0x5A5A)) for f in fr[:10]]
+        p += [sub(ctl(3, model, target, ranges=[(0, 20)]))]
     elif case == "gateway":
         # the upstream and a static subscriber live behind a router: the
         # gateway answers its ARP; frames and JOINs must go to its MAC
@@ -118,6 +129,7 @@ def check(case, out_pcap):
     ctl_to = {}
     arp = 0
     asked = set()
+    sent = []
     for x in pk:
         if x[12:14] == b"\x08\x06" and struct.unpack("!H", x[20:22])[0] == 1:
             asked.add(".".join(map(str, x[38:42])))
@@ -126,6 +138,7 @@ def check(case, out_pcap):
         u = udp_parts(x)
         if isinstance(u, tuple) and u[4][:4] == b"BFPT":
             to.setdefault((".".join(map(str, u[1])), u[3]), []).append(x[0:6])
+            sent.append(u[4])
         elif isinstance(u, tuple):
             ctl_to.setdefault((".".join(map(str, u[1])), u[3]), []).append(x[0:6])
     if case == "new-mac":
@@ -136,6 +149,16 @@ def check(case, out_pcap):
         assert got == {("198.18.0.11", 7600): 10}, "frames went to %s" % got
     elif case == "upstream-join":
         assert ("198.18.0.2", 7400) not in to, "frames were sent to the upstream"
+    elif case == "remade":
+        fr = [udp_parts(q)[4] for q in read_pcap(sys.argv[4])]
+        old = {struct.unpack_from("<I", f, 24)[0]: f[48:56] for f in fr[:20]}
+        got = {}  # index -> [old-run copies, new-run copies]
+        for f in sent:
+            i = struct.unpack_from("<I", f, 24)[0]
+            if i < 20:
+                got.setdefault(i, [0, 0])[0 if f[48:56] == old[i] else 1] += 1
+        want = {i: [1, 2] if i < 10 else [1, 0] for i in range(20)}
+        assert got == want, "index: [old run, new run] frames sent %s" % got
     elif case == "gateway":
         assert asked <= {"198.18.0.254", RELAY}, "ARP requests for %s" % sorted(asked)
         assert "198.18.0.254" in asked, "the gateway was never ARPed"

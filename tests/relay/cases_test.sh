@@ -5,7 +5,8 @@
 # beyond what one NACK upstream holds, never asked; an actor's new MAC not
 # followed; a JOIN with another data port taken as a second subscriber; a forged JOIN from the upstream's address (frames would loop);
 # a static subscriber whose one ARP went unanswered; subscribers and an
-# upstream behind a router (--gateway); slow subscribers
+# upstream behind a router (--gateway); a version made again with other
+# content after a publisher restart, its old frames answering NACKs; slow subscribers
 # taking every header mbuf from an unpaced one; worker lcore ids past the
 # relay's per-lcore arrays.
 set -u
@@ -64,6 +65,10 @@ python3 "$HERE/cases.py" check moved "$T/out.pcap" || fail "a JOIN with another 
 run upstream-join -- --run-time 1 --upstream 198.18.0.2:7401 || fail "relay (upstream-join)"
 python3 "$HERE/cases.py" check upstream-join "$T/out.pcap" || fail "a JOIN from the upstream was taken"
 [ "$(counter joins)" = 0 ] || fail "a JOIN from the upstream's address was counted as a subscriber"
+
+run remade -- --run-time 1.5 || fail "relay (remade)"
+python3 "$HERE/cases.py" check remade "$T/out.pcap" "$T/frames.pcap" || fail "NACKs answered with a version's frames of before its publisher made it again"
+[ "$(counter cache_replaced)" = 100 ] || fail "cache_replaced $(counter cache_replaced), not the 100 old frames"
 
 run gateway -- --run-time 2.5 --ip 0:198.18.0.1/24 --gateway 0:198.18.0.254 \
 	--upstream 198.19.5.5:7401 --subscriber 198.19.6.6:7500 || fail "relay (gateway)"
