@@ -732,11 +732,19 @@ static slot *slot_get(shim *s, const bfp_frame_header *h, int key)
 		if (!s->slots[i].used || s->slots[i].target < fl)
 			sl = &s->slots[i];
 	/* all slots busy: a keyframe stream replaces the furthest patch, if
-	 * it leads further (else those patches reach its version anyway) */
+	 * it leads further (else those patches reach its version anyway);
+	 * with keyframe streams in every slot, the incomplete one leading
+	 * least far, if this one leads further (parts of streams nobody
+	 * repairs would otherwise keep every newer stream out for good) */
 	if (key && !sl) {
 		for (unsigned i = 0; i < SLOTS; i++)
 			if (!s->slots[i].key && (!sl || s->slots[i].target > sl->target))
 				sl = &s->slots[i];
+		if (!sl)
+			for (unsigned i = 0; i < SLOTS; i++)
+				if (!slot_complete(&s->slots[i]) &&
+				    (!sl || s->slots[i].target < sl->target))
+					sl = &s->slots[i];
 		if (sl && sl->target >= h->target_version)
 			sl = NULL;
 	}

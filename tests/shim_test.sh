@@ -929,6 +929,38 @@ assert again >= 10, "%d of the 10 frames NACKed during the stream came again" % 
 PY
 kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
 
+# every slot holds part of a keyframe stream (versions 1-4, the first half
+# of each, never repaired): a whole keyframe stream of version 5 must
+# still get a slot, in place of the one leading least far, and commit
+for v in 1 2 3 4; do
+	"$BFP" diff -q -k --target-version $v "$T/traj5/step-0000.safetensors" \
+		"$T/traj5/step-000$v.safetensors" -o "$T/qk$v" || fail "keyframes of version $v"
+done
+"$BFP" diff -q -k --target-version 5 "$T/traj5/step-0000.safetensors" \
+	"$T/traj5/step-0004.safetensors" -o "$T/qk5" || fail "keyframes of version 5"
+start_shim pk --init "$T/traj5/step-0000.safetensors" --upstream 127.0.0.1:1 \
+	--listen 127.0.0.1:$((port + 36)) --exit-after 30
+python3 - $((port + 36)) "$HERE" "$T" <<'PY' || fail "sending parts of keyframe streams"
+import socket, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import frames
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def send(fr):
+    for f in fr:
+        s.sendto(f, ("127.0.0.1", int(sys.argv[1])))
+        time.sleep(0.0002)
+for v in range(1, 5):
+    fr = frames(sys.argv[3] + "/qk%d" % v)
+    send(fr[:len(fr) // 2])
+time.sleep(0.3)
+send(frames(sys.argv[3] + "/qk5"))
+PY
+wait_line "committed version 0 -> 5" "$T/shimpk.log" ||
+	fail "four parts of keyframe streams kept a whole one out: $(tail -n 3 "$T/shimpk.log")"
+kill -TERM $PIDS; wait; PIDS=""
+cp "$T/traj5/step-0004.safetensors" "$T/step-0005.safetensors" # its data, version 5
+check_buffers "$T/step-0005.safetensors" "$SHM.pk" || fail "the keyframe stream of version 5"
+
 # a crash inside wbuf_end, after the version was published and before
 # the sequence counter went even (READY with an odd count): readers would
 # wait for ever; the restarted shim makes it even
@@ -948,4 +980,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, an odd sequence count repaired"
