@@ -887,6 +887,49 @@ grep "committed version 1 -> 2" "$T/shimmk.log" | grep -q "keyframe" &&
 	fail "a restarted publisher caught a subscriber one step behind up with keyframes"
 check_buffers "$T/traj/step-0002.safetensors" "$SHM.mk" || fail "catch-up with a patch made at restart"
 
+# a keyframe stream to a late joiner (paced at 4 Mbit/s here: seconds)
+# does not hold the next version back: its first frames leave while the
+# stream goes on, and the stream still arrives whole
+mkdir "$T/kcu"
+cp "$T/traj/step-0000.safetensors" "$T/kcu/"
+"$BFP" publish --dir "$T/kcu" --listen 127.0.0.1:$port --rate 4m --linger 1 \
+	> "$T/publish37.log" 2>&1 &
+PUB=$!
+python3 - $port "$HERE" "$T/traj/step-0001.safetensors" "$T/kcu" <<'PY' || fail "a keyframe stream holding a new version back"
+import os, shutil, socket, struct, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import ctl
+port = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+s.settimeout(0.1)
+s.sendto(ctl(1, 0, 0xFFFFFFFE, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+key, count, patch_at, key_after, end = set(), 0, None, 0, time.monotonic() + 40
+while time.monotonic() < end and not (count and len(key) == count and patch_at is not None):
+    try:
+        d = s.recv(65536)
+    except socket.timeout:
+        continue
+    if d[:4] != b"BFPT":
+        continue
+    base, target, index, n = struct.unpack_from("<IIII", d, 16)
+    if target == 0:  # the keyframe stream of version 0
+        if not key:  # it started: the trainer writes step 1
+            shutil.copy(sys.argv[3], sys.argv[4] + "/.t")
+            os.rename(sys.argv[4] + "/.t", sys.argv[4] + "/step-0001.safetensors")
+        key.add(index)
+        count = n
+        key_after += patch_at is not None
+    elif target == 1 and patch_at is None:
+        patch_at = len(key)
+assert count and len(key) == count, "keyframe stream: %d of %d frames" % (len(key), count)
+assert patch_at is not None, "no frame of version 1"
+assert key_after > 0, "version 1 left only after the whole keyframe stream (%d frames)" % count
+print("version 1 began after %d of the %d keyframes" % (patch_at, count))
+PY
+kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
+
 # a NACK that comes while its version is still being sent (paced at
 # 20 kB/s here) is answered from the frames already sent, not dropped
 mkdir "$T/midst"
@@ -980,4 +1023,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, a keyframe stream not holding a new version back, an odd sequence count repaired"
