@@ -144,10 +144,21 @@ static void peer_str(const struct sockaddr_in *a, char *out, size_t n)
 }
 
 enum { SEND_BATCH = 32 };
-/* token bucket burst: 256 KiB, and at least one batch of the largest
- * frames with trailers and Ethernet, IPv4 and UDP headers */
-#define PUB_BURST_MIN (SEND_BATCH * (BFP_FRAME_SIZE_MAX + RP_AUTH_LEN + 42))
-#define PUB_BURST (PUB_BURST_MIN > 256 * 1024 ? PUB_BURST_MIN : 256 * 1024)
+/* Bytes a frame takes on the wire: its trailer and Ethernet, IPv4 and
+ * UDP headers too. */
+#define WIRE(len) ((len) + RP_AUTH_LEN + 42)
+
+/* Token bucket burst: a sendmmsg batch of frames of the configured size,
+ * or 2 ms at the rate if more, and never less than one largest frame (a
+ * kept patch may have larger frames; batches are cut to fit the burst).
+ * After an idle spell this much leaves at line rate: keep it small, as a
+ * bottleneck queue on the path has to hold it. */
+static uint64_t pub_burst(uint64_t rate_bps, uint32_t frame_size)
+{
+	uint64_t b = SEND_BATCH * (uint64_t)WIRE(frame_size), ms2 = rate_bps / 8 / 500;
+	b = b > ms2 ? b : ms2;
+	return b > WIRE(BFP_FRAME_SIZE_MAX) ? b : WIRE(BFP_FRAME_SIZE_MAX);
+}
 
 /* Send n frames to the subscribers in to[] (n_to of them), in sendmmsg
  * batches, paced by the token bucket. */
@@ -160,8 +171,12 @@ static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size
 	uint8_t trailer[BATCH][RP_AUTH_LEN];
 	int keyed = P->auth.n_keys > 0;
 	for (size_t i = 0; i < n;) {
-		size_t nb = n - i < BATCH ? n - i : BATCH;
+		size_t nb = 0;
 		size_t bytes = 0;
+		/* a batch within the bucket's burst, or it never gets its tokens */
+		while (nb < BATCH && i + nb < n &&
+		       (nb == 0 || bytes + WIRE(lens[i + nb]) <= P->bucket.burst))
+			bytes += WIRE(lens[i + nb++]);
 		for (size_t k = 0; k < nb; k++) { /* the same datagrams to everyone */
 			iov[2 * k].iov_base = fr[i + k];
 			iov[2 * k].iov_len = lens[i + k];
@@ -170,7 +185,6 @@ static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size
 			if (keyed)
 				rp_auth_seal(&P->auth, iov[2 * k].iov_base, iov[2 * k].iov_len, 0,
 					     trailer[k]);
-			bytes += iov[2 * k].iov_len + iov[2 * k + 1].iov_len + 42; /* + Eth, IPv4, UDP */
 		}
 		for (unsigned s = 0; s < n_to; s++) {
 			for (size_t k = 0; k < nb; k++) {
@@ -1059,9 +1073,8 @@ int cmd_publish(int argc, char **argv)
 		return 1;
 	}
 	P.keep = keep;
-	/* the burst holds a whole sendmmsg batch of the largest frames, or a
-	 * batch would wait for tokens that never come */
-	rp_bucket_init(&P.bucket, (rate + 7) / 8, PUB_BURST, (uint64_t)(now_s() * 1e6));
+	rp_bucket_init(&P.bucket, (rate + 7) / 8, pub_burst(rate, po.frame_size),
+		       (uint64_t)(now_s() * 1e6));
 	P.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
 				 .sin_addr.s_addr = htonl(lip)};
