@@ -95,6 +95,8 @@ typedef struct relay_conf {
 	uint32_t cache_versions;
 	uint64_t default_rate_bps;
 	uint32_t queue_len;
+	uint32_t max_per_host;        /* subscriptions one address may JOIN;
+				       * 0: no limit */
 	uint32_t nack_rate;           /* frames a subscriber's NACKs may ask for
 				       * per second; 0: unlimited */
 	uint32_t heartbeat_timeout_s;
@@ -132,7 +134,7 @@ enum {
 	C_CACHE_HIT, C_CACHE_MISS, C_NACK_RX, C_NACK_FWD, C_NACK_REFUSED,
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
 	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED, C_BAD_VERSION, C_NACK_UNASKED,
-	C_SHARE_FULL, C_CACHE_REPLACED,
+	C_SHARE_FULL, C_CACHE_REPLACED, C_JOIN_REFUSED,
 	C_COUNT
 };
 static const char *const cnames[C_COUNT] = {
@@ -141,7 +143,7 @@ static const char *const cnames[C_COUNT] = {
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
 	"drop_control", "cache_stored", "tx_failed", "nack_suppressed", "drop_auth",
 	"nack_frames_limited", "drop_bad_version", "nack_frames_unasked", "drop_share_full",
-	"cache_replaced",
+	"cache_replaced", "joins_refused",
 };
 
 typedef struct lcore_stats {
@@ -635,6 +637,17 @@ static void forward_nack(relay *r, const rp_ctl *want, lcore_stats *st)
 	st->c[C_NACK_FWD]++;
 }
 
+/* Whether ip may JOIN one more subscription (--max-per-host): without
+ * keys anyone can JOIN, and one host's JOINs from many ports would
+ * otherwise take the whole table. Static subscribers do not count. */
+static int join_room(const relay *r, uint32_t ip)
+{
+	uint32_t n = 0;
+	for (unsigned i = 0; i < MAX_SUBS; i++)
+		n += r->subs[i].used && !r->subs[i].is_static && r->subs[i].ip == ip;
+	return !r->cf.max_per_host || n < r->cf.max_per_host;
+}
+
 static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats *st)
 {
 	rp_ctl c;
@@ -668,9 +681,14 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 			sub_flush(s); /* queued for the old port */
 			s->data_port = c.data_port;
 		}
+		if (!s && !sub_find(r, k->src_ip, c.data_port) &&
+		    !join_room(r, k->src_ip)) {
+			st->c[C_JOIN_REFUSED]++;
+			return;
+		}
 		s = sub_add(r, k->src_ip, c.data_port, m->port, (uint64_t)c.rate_kbps * 1000, st);
 		if (!s) {
-			st->c[C_CTL_BAD]++;
+			st->c[C_JOIN_REFUSED]++; /* the table is full */
 			return;
 		}
 		s->ctl_port = k->src_port;
@@ -1077,6 +1095,8 @@ static const char usage_text[] =
 	"  -r, --rate BITS             default per-subscriber rate, e.g. 1g, 100m;\n"
 	"                              0 = unlimited (default)\n"
 	"  -q, --queue N               per-subscriber queue, packets (1024)\n"
+	"      --max-per-host N        subscriptions one address may hold by JOINs\n"
+	"                              (16; 0 = no limit: the table holds 64)\n"
 	"      --nack-rate N           frames one subscriber's NACKs may ask for per\n"
 	"                              second, after a first 4096 (65536; 0 = no limit)\n"
 	"  -t, --heartbeat-timeout S   drop silent subscribers after S s (10)\n"
@@ -1152,6 +1172,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		{"copy-fanout", no_argument, 0, 'P'}, {"events", required_argument, 0, 'E'},
 		{"name", required_argument, 0, 'N'}, {"key", required_argument, 0, 'A'},
 		{"nack-rate", required_argument, 0, 'L'},
+		{"max-per-host", required_argument, 0, 'H'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	uint64_t v;
 	int c;
@@ -1162,6 +1183,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 	cf->cache_versions = 2;
 	cf->queue_len = 1024;
 	cf->nack_rate = 65536;
+	cf->max_per_host = 16;
 	cf->heartbeat_timeout_s = 10;
 	cf->mbuf_size = 10240;
 	cf->n_mbufs = 8191;
@@ -1226,6 +1248,11 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			if (rp_parse_num(optarg, 16, 65536, &v) || (v & (v - 1)))
 				return bad("--queue (a power of two, 16..65536)", optarg);
 			cf->queue_len = (uint32_t)v;
+			break;
+		case 'H':
+			if (rp_parse_num(optarg, 0, MAX_SUBS, &v))
+				return bad("--max-per-host (0..64)", optarg);
+			cf->max_per_host = (uint32_t)v;
 			break;
 		case 'L':
 			if (rp_parse_num(optarg, 0, 1000000000, &v))

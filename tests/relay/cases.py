@@ -104,6 +104,13 @@ def gen(case, frames_pcap, out):
         # would come back round), then frames
         p = [sub(ctl(1, model, 0, data_port=7400), ip="198.18.0.2", smac=mac(0x02))]
         p += [data(f) for f in fr[:10]]
+    elif case == "join-flood":
+        # one host JOINs 20 subscriptions (control ports 7600.., data ports
+        # 8600..), then another host one, then frames
+        p = [udp("198.18.0.11", 7600 + i, RELAY, 7401, ctl(1, model, 0, data_port=8600 + i),
+                 mac(0x11)) for i in range(20)]
+        p += [sub(ctl(1, model, 0, data_port=7500), ip="198.18.0.12", smac=mac(0x12))]
+        p += [data(f) for f in fr[:5]]
     elif case == "remade":
         # version N cached, then its publisher makes version N again with
         # other content (frames 0-9 of the new run), then a NACK of 0-19:
@@ -149,6 +156,12 @@ def check(case, out_pcap):
         assert got == {("198.18.0.11", 7600): 10}, "frames went to %s" % got
     elif case == "upstream-join":
         assert ("198.18.0.2", 7400) not in to, "frames were sent to the upstream"
+    elif case == "join-flood":
+        per = int(sys.argv[4])
+        got = {k: len(v) for k, v in to.items()}
+        want = {("198.18.0.11", 8600 + i): 5 for i in range(per)}
+        want[("198.18.0.12", 7500)] = 5
+        assert got == want, "frames went to %s" % sorted(got.items())
     elif case == "remade":
         fr = [udp_parts(q)[4] for q in read_pcap(sys.argv[4])]
         old = {struct.unpack_from("<I", f, 24)[0]: f[48:56] for f in fr[:20]}

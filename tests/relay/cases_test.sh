@@ -5,7 +5,8 @@
 # beyond what one NACK upstream holds, never asked; an actor's new MAC not
 # followed; a JOIN with another data port taken as a second subscriber; a forged JOIN from the upstream's address (frames would loop);
 # a static subscriber whose one ARP went unanswered; subscribers and an
-# upstream behind a router (--gateway); a version made again with other
+# upstream behind a router (--gateway); one host JOINing from many ports
+# taking the whole subscriber table; a version made again with other
 # content after a publisher restart, its old frames answering NACKs; slow subscribers
 # taking every header mbuf from an unpaced one; worker lcore ids past the
 # relay's per-lcore arrays.
@@ -65,6 +66,12 @@ python3 "$HERE/cases.py" check moved "$T/out.pcap" || fail "a JOIN with another 
 run upstream-join -- --run-time 1 --upstream 198.18.0.2:7401 || fail "relay (upstream-join)"
 python3 "$HERE/cases.py" check upstream-join "$T/out.pcap" || fail "a JOIN from the upstream was taken"
 [ "$(counter joins)" = 0 ] || fail "a JOIN from the upstream's address was counted as a subscriber"
+
+run join-flood -- --run-time 1 --max-per-host 4 || fail "relay (join-flood)"
+python3 "$HERE/cases.py" check join-flood "$T/out.pcap" 4 || fail "one host's JOINs beyond --max-per-host 4 were taken"
+[ "$(counter joins_refused)" = 16 ] || fail "joins_refused $(counter joins_refused), not 16"
+run join-flood -- --run-time 1 || fail "relay (join-flood, default)"
+python3 "$HERE/cases.py" check join-flood "$T/out.pcap" 16 || fail "one host's JOINs beyond the default 16 were taken"
 
 run remade -- --run-time 1.5 || fail "relay (remade)"
 python3 "$HERE/cases.py" check remade "$T/out.pcap" "$T/frames.pcap" || fail "NACKs answered with a version's frames of before its publisher made it again"
