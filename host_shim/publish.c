@@ -125,6 +125,16 @@ typedef struct pub {
 	rp_auth auth;           /* --key: frames and heartbeats signed, JOIN/NACK verified */
 	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors, auth_fail;
 	int told_full;          /* "subscriber table full" was said */
+	/* subscribers that left (LEAVE, or silent): a JOIN from the same
+	 * control port gets back the time of its last catch-up and its NACK
+	 * budget, so leaving and joining again does not buy a keyframe
+	 * stream (or a full NACK budget) each time */
+	struct pub_left {
+		struct sockaddr_in ctl;
+		double last_catchup;
+		rp_bucket nack;
+	} left[MAX_SUBS];
+	unsigned left_next;
 	uint64_t ctl_bad, other_model; /* control messages malformed, of another model */
 	uint64_t model_id;      /* of every version published */
 } pub;
@@ -280,6 +290,17 @@ static const patch *key_find(const pub *P, uint32_t target)
 	return hist_lookup(P, target, 1); /* --keyframes */
 }
 
+/* Subscriber i leaves: remember what pub_left says, and take it out. */
+static void sub_drop(pub *P, unsigned i)
+{
+	pub_sub *s = &P->subs[i];
+	struct pub_left *l = &P->left[P->left_next++ % MAX_SUBS];
+	l->ctl = s->ctl;
+	l->last_catchup = s->cu_active ? now_s() : s->last_catchup;
+	l->nack = s->nack;
+	*s = P->subs[--P->n_subs];
+}
+
 static void pub_control(pub *P)
 {
 	uint8_t buf[2048];
@@ -339,6 +360,15 @@ static void pub_control(pub *P)
 			rp_bucket_init(&s->nack, P->nack_rate, RP_NACK_ANSWER_MAX,
 				       (uint64_t)(t * 1e6));
 			rp_bucket_fill(&s->nack, 1000000);
+			for (unsigned j = 0; j < MAX_SUBS; j++) {
+				struct pub_left *l = &P->left[j];
+				if (l->ctl.sin_port == from.sin_port &&
+				    l->ctl.sin_addr.s_addr == from.sin_addr.s_addr) {
+					s->last_catchup = l->last_catchup;
+					s->nack = l->nack;
+					memset(l, 0, sizeof(*l));
+				}
+			}
 			char peer[64];
 			peer_str(&s->data, peer, sizeof(peer));
 			fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n", peer,
@@ -358,7 +388,7 @@ static void pub_control(pub *P)
 			s->catchup = 1; /* the main loop decides */
 		}
 		if (c.type == RP_LEAVE) {
-			*s = P->subs[--P->n_subs];
+			sub_drop(P, (unsigned)(s - P->subs));
 			continue;
 		}
 		if (c.type != RP_NACK)
@@ -404,7 +434,7 @@ static void pub_control(pub *P)
 			peer_str(&P->subs[i].data, peer, sizeof(peer));
 			fprintf(stderr, "bfpatch publish: subscriber %s silent for %.0f s, dropped\n",
 				peer, SUB_TIMEOUT_S);
-			P->subs[i--] = P->subs[--P->n_subs];
+			sub_drop(P, i--);
 		}
 }
 
@@ -801,8 +831,9 @@ static int being_written(const char *path)
 }
 
 /* A buffer file replaced at its path (a trainer that recreated it): map
- * the new one if it holds the same model. */
-static void source_follow_buffer(source *S)
+ * the new one if it holds the same model. One behind version ver (the
+ * one published) is followed too, and published once it passes ver. */
+static void source_follow_buffer(source *S, uint32_t ver)
 {
 	struct stat sb;
 	if (stat(S->path, &sb) != 0 || (sb.st_dev == S->dev && sb.st_ino == S->ino))
@@ -819,8 +850,13 @@ static void source_follow_buffer(source *S)
 		wbuf_close(&nw);
 		return;
 	}
+	uint32_t v = atomic_load(&nw.h->version);
 	fprintf(stderr, "bfpatch publish: %s was replaced; following the new buffer (at version "
-		"%u)\n", S->path, atomic_load(&nw.h->version));
+		"%u)\n", S->path, v);
+	if (v <= ver)
+		fprintf(stderr, "bfpatch publish: the new buffer is at version %u, not past version "
+			"%u, which was published (a trainer that went back to an earlier "
+			"checkpoint?): nothing is published until it passes %u\n", v, ver, ver);
 	wbuf_close(&S->w);
 	S->w = nw;
 }
@@ -869,7 +905,7 @@ static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char 
 		*nver = next;
 		return 1;
 	}
-	source_follow_buffer(S);
+	source_follow_buffer(S, ver);
 	uint32_t v = atomic_load(&S->w.h->version);
 	if (v <= ver || atomic_load(&S->w.h->state) != WBUF_READY)
 		return 0;

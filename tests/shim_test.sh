@@ -554,7 +554,8 @@ check_buffers "$T/traj/step-0003.safetensors" "$SHM.t" "$SHM.c" || fail "publish
 
 # the trainer's buffer replaced at its path (recreated: a new file): the
 # publisher follows it; here the replacement holds version 4, every
-# weight of one range one step up
+# weight of one range one step up (after one at version 2, behind the
+# published version 3, which the publisher must say it waits past)
 start_shim c2 --init "$T/traj/step-0003.safetensors" \
 	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 20)) --exit-after 60
 buffer_set "$SHM.c2" 3 - # the --init buffer is at 0: call it 3
@@ -562,6 +563,17 @@ buffer_set "$SHM.c2" 3 - # the --init buffer is at 0: call it 3
 	--steps 4 --linger 2 > "$T/publish22.log" 2>&1 &
 PUB=$!
 wait_line "subscriber" "$T/publish22.log"
+# first a buffer at version 2 (a trainer gone back): followed, and said
+python3 - "$SHM.t" "$SHM.t.old" <<'PY' || fail "replacing the trainer's buffer (version 2)"
+import shutil, struct, sys
+shutil.copyfile(sys.argv[1], sys.argv[2])
+with open(sys.argv[2], "r+b") as f:
+    f.seek(64)
+    f.write(struct.pack("<I", 2))
+PY
+mv "$SHM.t.old" "$SHM.t"
+wait_line "the new buffer is at version 2, not past version 3" "$T/publish22.log" ||
+	fail "no word of a replaced buffer behind the published version"
 python3 - "$SHM.t" "$SHM.t.new" <<'PY' || fail "replacing the trainer's buffer"
 import shutil, struct, sys
 shutil.copyfile(sys.argv[1], sys.argv[2])
@@ -972,6 +984,52 @@ print("burst after idle: %d bytes within 10 ms, then %.2f MB/s" % (first, rate /
 PY
 kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
 
+# a subscriber that LEAVEs and JOINs again for keyframes right after its
+# keyframe stream gets the next one only once 3 s have passed since the
+# first, as if it had stayed (each stream is the whole model)
+"$BFP" publish --dir "$T/kbu" --listen 127.0.0.1:$port > "$T/publish39.log" 2>&1 &
+PUB=$!
+python3 - $port "$HERE" <<'PY' || fail "LEAVE and JOIN again for another keyframe stream"
+import socket, struct, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import ctl
+port = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+s.settimeout(0.05)
+join = ctl(1, 0, 0xFFFFFFFE, data_port=s.getsockname()[1])
+def stream(until):
+    """frames of keyframe streams received until then (or 0.3 s after the
+    last one), and when the last came"""
+    n, last = 0, None
+    while time.monotonic() < until and not (last and time.monotonic() - last > 0.3):
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            continue
+        if d[:4] == b"BFPT":
+            n, last = n + 1, time.monotonic()
+    return n, last
+time.sleep(0.3)
+s.sendto(join, ("127.0.0.1", port))
+n1, end1 = stream(time.monotonic() + 5)
+assert n1 > 1000 and end1, "first keyframe stream: %d frames" % n1
+s.sendto(ctl(2, 0, 0), ("127.0.0.1", port))  # LEAVE
+s.sendto(join, ("127.0.0.1", port))          # and JOIN again at once
+n2, _ = stream(time.monotonic() + 1.0)
+assert n2 == 0, "%d frames of another keyframe stream right after LEAVE and JOIN" % n2
+for k in range(5):  # JOINs every second, as a shim sends them
+    s.sendto(join, ("127.0.0.1", port))
+    n3, _ = stream(time.monotonic() + 1.0)
+    if n3:
+        break
+assert n3 > 0, "no keyframe stream once 3 s had passed"
+print("after LEAVE and JOIN: none at once, the next %.1f s after the first" %
+      (time.monotonic() - end1))
+PY
+kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
+
 # a NACK that comes while its version is still being sent (paced at
 # 20 kB/s here) is answered from the frames already sent, not dropped
 mkdir "$T/midst"
@@ -1065,4 +1123,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, a keyframe stream not holding a new version back, a small burst after an idle spell, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, a keyframe stream not holding a new version back, a small burst after an idle spell, LEAVE and JOIN again not buying a keyframe stream, an odd sequence count repaired"
