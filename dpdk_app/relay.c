@@ -528,8 +528,9 @@ static uint64_t cache_model(uint64_t model, int key)
 	return key ? model ^ 0x8000000000000000ull : model;
 }
 
-/* A frame whose (model, version, index) is cached with other content
- * (target hash and CRC, FORMAT.md 2.1) and whose own CRC holds: its
+/* A frame whose (model, version, index) is cached with another target
+ * hash (FORMAT.md 2.1; not merely another CRC: a NACK answer carries the
+ * frame count its streamed copy left 0) and whose own CRC holds: its
  * publisher started over and made this version again (a trainer resumed
  * from an earlier checkpoint), so every cached frame of the version is of
  * the old run and would answer NACKs with frames that fail their hash
@@ -540,7 +541,7 @@ static void cache_check_remade(relay *r, uint64_t cm, uint32_t version, uint32_t
 	struct rte_mbuf *old = rp_cache_get(&r->cache, cm, version, index);
 	bfp_frame_header h;
 	size_t flen;
-	if (!old || !memcmp(rte_pktmbuf_mtod(old, const uint8_t *) + 48, f + 48, 12) ||
+	if (!old || !memcmp(rte_pktmbuf_mtod(old, const uint8_t *) + 48, f + 48, 8) ||
 	    bfp_frame_length(f, len, &flen) != BFP_OK || bfp_frame_parse(f, flen, &h) != BFP_OK)
 		return;
 	uint32_t n = rp_cache_drop_version(&r->cache, cm, version, mbuf_drop, NULL);
@@ -681,8 +682,8 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 			sub_flush(s); /* queued for the old port */
 			s->data_port = c.data_port;
 		}
-		if (!s && !sub_find(r, k->src_ip, c.data_port) &&
-		    !join_room(r, k->src_ip)) {
+		if (!sub_find(r, k->src_ip, c.data_port) && !join_room(r, k->src_ip)) {
+			/* a new subscription (one moved above is not) */
 			st->c[C_JOIN_REFUSED]++;
 			return;
 		}

@@ -111,6 +111,17 @@ def gen(case, frames_pcap, out):
                  mac(0x11)) for i in range(20)]
         p += [sub(ctl(1, model, 0, data_port=7500), ip="198.18.0.12", smac=mac(0x12))]
         p += [data(f) for f in fr[:5]]
+    elif case == "recount":
+        # a cached frame again with only its frame count changed (a
+        # streamed copy, count 0, after the NACK answer): the same content
+        p = [sub(ctl(1, model, 0, data_port=7500))] + [data(f) for f in fr[:100]]
+        p += [data(reseal(fr[5], count=0))]
+        p += [sub(ctl(3, model, target, ranges=[(0, 20)]))]
+    elif case == "static-join":
+        # JOINs from a static subscriber's address for 20 more data ports
+        p = [udp("198.18.0.11", 7501, RELAY, 7401, ctl(1, model, 0, data_port=d), mac(0x11))
+             for d in [7500] + list(range(8600, 8620))]
+        p += [data(f) for f in fr[:5]]
     elif case == "remade":
         # version N cached, then its publisher makes version N again with
         # other content (frames 0-9 of the new run), then a NACK of 0-19:
@@ -156,6 +167,10 @@ def check(case, out_pcap):
         assert got == {("198.18.0.11", 7600): 10}, "frames went to %s" % got
     elif case == "upstream-join":
         assert ("198.18.0.2", 7400) not in to, "frames were sent to the upstream"
+    elif case == "static-join":
+        got = {k: len(v) for k, v in to.items()}
+        assert len(got) <= 3 and got.get(("198.18.0.11", 7500)) == 5, \
+            "frames went to %s (the static one and at most 2 by JOIN)" % sorted(got.items())
     elif case == "join-flood":
         per = int(sys.argv[4])
         got = {k: len(v) for k, v in to.items()}

@@ -73,6 +73,15 @@ python3 "$HERE/cases.py" check join-flood "$T/out.pcap" 4 || fail "one host's JO
 run join-flood -- --run-time 1 || fail "relay (join-flood, default)"
 python3 "$HERE/cases.py" check join-flood "$T/out.pcap" 16 || fail "one host's JOINs beyond the default 16 were taken"
 
+run static-join -- --run-time 1 --subscriber 198.18.0.11:7500 --max-per-host 2 ||
+	fail "relay (static-join)"
+python3 "$HERE/cases.py" check static-join "$T/out.pcap" || fail "JOINs through a static subscriber's control port passed --max-per-host"
+
+run recount -- --run-time 1.5 || fail "relay (recount)"
+[ "$(counter cache_replaced)" = 0 ] || fail "a frame resent with another frame count dropped its version"
+[ "$(counter cache_hits)" = 20 ] || fail "cache_hits $(counter cache_hits) after a frame resent with another count"
+echo "ok - a frame resent with only another frame count keeps its version cached"
+
 run remade -- --run-time 1.5 || fail "relay (remade)"
 python3 "$HERE/cases.py" check remade "$T/out.pcap" "$T/frames.pcap" || fail "NACKs answered with a version's frames of before its publisher made it again"
 [ "$(counter cache_replaced)" = 100 ] || fail "cache_replaced $(counter cache_replaced), not the 100 old frames"
