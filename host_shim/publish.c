@@ -135,6 +135,8 @@ typedef struct pub {
 		rp_bucket nack;
 	} left[MAX_SUBS];
 	unsigned left_next;
+	size_t cu_slice;        /* catch-up frames per subscriber and turn of
+				 * the main loop: about 10 ms at --rate */
 	uint64_t ctl_bad, other_model; /* control messages malformed, of another model */
 	uint64_t model_id;      /* of every version published */
 } pub;
@@ -290,6 +292,63 @@ static const patch *key_find(const pub *P, uint32_t target)
 	return hist_lookup(P, target, 1); /* --keyframes */
 }
 
+/* The held patch base -> target, the one from base, and a held patch's
+ * target version. */
+static const patch *hist_pair(const pub *P, uint32_t base, uint32_t target)
+{
+	for (unsigned h = 0; h < P->n_hist; h++)
+		if (P->hist_base[h] == base && P->hist_ver[h] == target && P->hist[h].n)
+			return &P->hist[h];
+	return NULL;
+}
+
+static const patch *hist_from(const pub *P, uint32_t base)
+{
+	for (unsigned h = 0; h < P->n_hist; h++)
+		if (P->hist_base[h] == base && P->hist[h].n)
+			return &P->hist[h];
+	return NULL;
+}
+
+static uint32_t hist_ver_of(const pub *P, const patch *p)
+{
+	return P->hist_ver[p - P->hist];
+}
+
+static void cu_start(pub_sub *s, int key, uint32_t base, uint32_t target, uint32_t end)
+{
+	s->cu_active = 1;
+	s->cu_key = key;
+	s->cu_base = base;
+	s->cu_target = target;
+	s->cu_end = end;
+	s->cu_next = 0;
+}
+
+/* The patch s's catch-up is sending now, or NULL. */
+static const patch *cu_patch(const pub *P, const pub_sub *s)
+{
+	if (!s->cu_active)
+		return NULL;
+	return s->cu_key ? key_find(P, s->cu_target) : hist_pair(P, s->cu_base, s->cu_target);
+}
+
+/* Whether held patches lead from version from to ver; *first: the
+ * target of the first. */
+static int chain_held(const pub *P, uint32_t from, uint32_t ver, uint32_t *first)
+{
+	uint32_t at = from;
+	for (unsigned k = 0; at < ver && k < MAX_KEEP; k++) {
+		const patch *q = hist_from(P, at);
+		if (!q)
+			return 0;
+		at = hist_ver_of(P, q);
+		if (!k)
+			*first = at;
+	}
+	return at == ver;
+}
+
 /* Subscriber i leaves: remember what pub_left says, and take it out. */
 static void sub_drop(pub *P, unsigned i)
 {
@@ -378,7 +437,7 @@ static void pub_control(pub *P)
 		}
 		if (!s)
 			continue; /* NACKs only from JOINed subscribers, to their own address */
-		s->last_seen = t;
+		s->last_seen = now_s(); /* a NACK answer before may have taken long */
 		if (c.type == RP_JOIN) {
 			/* a repeated JOIN updates the subscription (PROTOCOL.md 2.1) */
 			s->data.sin_port = htons(c.data_port);
@@ -401,14 +460,16 @@ static void pub_control(pub *P)
 		if (!p || (c.model_id && c.model_id != P->model_id))
 			continue; /* not held any more (catch-up handles it), or not ours */
 		/* at most RP_NACK_ANSWER_MAX frames per NACK, however its ranges
-		 * overlap (PROTOCOL.md 2.4) */
+		 * overlap (PROTOCOL.md 2.4); of the patch its catch-up is being
+		 * sent, only frames already sent (the rest come anyway) */
+		const size_t end = p == cu_patch(P, s) ? s->cu_next : p->n;
 		uint64_t resent = 0, bytes = 0;
 		for (unsigned r = 0; r < c.n_ranges && resent < RP_NACK_ANSWER_MAX; r++) {
-			if (c.ranges[r].first >= p->n)
+			if (c.ranges[r].first >= end)
 				continue;
 			uint32_t cnt = c.ranges[r].count;
-			if (cnt > p->n - c.ranges[r].first)
-				cnt = (uint32_t)(p->n - c.ranges[r].first);
+			if (cnt > end - c.ranges[r].first)
+				cnt = (uint32_t)(end - c.ranges[r].first);
 			if (cnt > RP_NACK_ANSWER_MAX - resent)
 				cnt = (uint32_t)(RP_NACK_ANSWER_MAX - resent);
 			/* one subscriber cannot take the link from the others */
@@ -428,6 +489,7 @@ static void pub_control(pub *P)
 			    ",\"bytes\":%" PRIu64, c.version, peer, resent, bytes);
 	}
 	/* subscribers JOIN every second; forget the silent ones */
+	t = now_s();
 	for (unsigned i = 0; i < P->n_subs; i++)
 		if (t - P->subs[i].last_seen > SUB_TIMEOUT_S) {
 			char peer[64];
@@ -500,39 +562,6 @@ static void pub_encoded(void *arg, size_t frames, size_t bytes, uint64_t changed
 		    frames, bytes, sc->params, changed, sc->key ? "true" : "false");
 }
 
-/* The held patch base -> target, the one from base, and a held patch's
- * target version. */
-static const patch *hist_pair(const pub *P, uint32_t base, uint32_t target)
-{
-	for (unsigned h = 0; h < P->n_hist; h++)
-		if (P->hist_base[h] == base && P->hist_ver[h] == target && P->hist[h].n)
-			return &P->hist[h];
-	return NULL;
-}
-
-static const patch *hist_from(const pub *P, uint32_t base)
-{
-	for (unsigned h = 0; h < P->n_hist; h++)
-		if (P->hist_base[h] == base && P->hist[h].n)
-			return &P->hist[h];
-	return NULL;
-}
-
-static uint32_t hist_ver_of(const pub *P, const patch *p)
-{
-	return P->hist_ver[p - P->hist];
-}
-
-static void cu_start(pub_sub *s, int key, uint32_t base, uint32_t target, uint32_t end)
-{
-	s->cu_active = 1;
-	s->cu_key = key;
-	s->cu_base = base;
-	s->cu_target = target;
-	s->cu_end = end;
-	s->cu_next = 0;
-}
-
 /* Bring subscribers that are behind version ver up to it: the patches
  * still held, in order, or else a keyframe stream of the current model;
  * pub_catchup_send() sends them. */
@@ -552,25 +581,22 @@ static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts
 			       t - P->published_at < 3)))
 			continue;
 		/* the chain of held patches from its version, if complete */
-		uint32_t at = s->version, first = 0;
-		for (unsigned k = 0; !none && at < ver && k < MAX_KEEP; k++) {
-			const patch *q = hist_from(P, at);
-			if (!q)
-				break;
-			at = hist_ver_of(P, q);
-			first = k ? first : at;
-		}
-		if (!none && at == ver) {
+		uint32_t first = 0;
+		if (!none && chain_held(P, s->version, ver, &first)) {
 			cu_start(s, 0, s->version, first, ver);
 			continue;
 		}
 		/* a keyframe stream: of ver, or of the older version whose stream
-		 * another subscriber is being sent (one stream is held; this one
-		 * then catches up with patches) */
-		uint32_t kv = ver;
+		 * another subscriber is being sent (one stream is held), if that
+		 * leads this one further and held patches go on from it to ver;
+		 * else a stream of ver replaces it, and the other subscriber's
+		 * next JOINs start it on that one */
+		uint32_t kv = ver, kfirst;
 		for (unsigned j = 0; j < P->n_subs && P->key.n && P->key_ver != ver; j++)
 			if (P->subs[j].cu_active && P->subs[j].cu_key &&
-			    P->subs[j].cu_target == P->key_ver)
+			    P->subs[j].cu_target == P->key_ver &&
+			    (none || P->key_ver > s->version) &&
+			    chain_held(P, P->key_ver, ver, &kfirst))
 				kv = P->key_ver;
 		char err[ERRLEN];
 		if (P->key_ver != kv || !P->key.n) {
@@ -595,9 +621,6 @@ static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts
 	}
 }
 
-/* Frames of a catch-up sent per turn of the main loop and subscriber:
- * about 2.5 ms at 1 Gbit/s with 1200-byte frames */
-#define CU_SLICE 256
 
 /* One slice of every catch-up in progress. A patch or keyframe stream no
  * longer held (a newer version took its place) ends the catch-up: the
@@ -609,10 +632,9 @@ static int pub_catchup_send(pub *P)
 		pub_sub *s = &P->subs[i];
 		if (!s->cu_active)
 			continue;
-		const patch *p = s->cu_key ? key_find(P, s->cu_target)
-					   : hist_pair(P, s->cu_base, s->cu_target);
+		const patch *p = cu_patch(P, s);
 		if (p && s->cu_next < p->n) {
-			size_t n = p->n - s->cu_next < CU_SLICE ? p->n - s->cu_next : CU_SLICE;
+			size_t n = p->n - s->cu_next < P->cu_slice ? p->n - s->cu_next : P->cu_slice;
 			pub_send_one(P, s, p, s->cu_next, n);
 			s->cu_next += n;
 		}
@@ -1111,6 +1133,8 @@ int cmd_publish(int argc, char **argv)
 	P.keep = keep;
 	rp_bucket_init(&P.bucket, (rate + 7) / 8, pub_burst(rate, po.frame_size),
 		       (uint64_t)(now_s() * 1e6));
+	P.cu_slice = rate ? rate / 8 / 100 / WIRE(po.frame_size) : 256;
+	P.cu_slice = P.cu_slice < 1 ? 1 : (P.cu_slice > 256 ? 256 : P.cu_slice);
 	P.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
 				 .sin_addr.s_addr = htonl(lip)};

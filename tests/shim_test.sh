@@ -984,6 +984,27 @@ print("burst after idle: %d bytes within 10 ms, then %.2f MB/s" % (first, rate /
 PY
 kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
 
+# a shim resyncing through a keyframe stream paced at 2 Mbit/s NACKs the
+# frames it has not had yet while the stream goes on: those not yet sent
+# are not answered (they come anyway), so the stream is sent about once
+"$SHIM" --buffer "$SHM.rs" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:1 \
+	--listen 127.0.0.1:$((port + 37)) --exit-after 0.2 > /dev/null 2>&1
+python3 -c "
+import struct, sys
+with open(sys.argv[1], 'r+b') as f:
+    f.seek(64); f.write(struct.pack('<II', 0, 2))  # RESYNC: no usable version" "$SHM.rs"
+"$BFP" publish --dir "$T/kbu" --listen 127.0.0.1:$port --rate 2m > "$T/publish40.log" 2>&1 &
+PUB=$!
+start_shim rs --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 37)) --nack-ms 50 --exit-after 60
+wait_line "committed version 0 -> 0 (keyframe resync)" "$T/shimrs.log" 200 ||
+	fail "the resyncing shim did not commit its keyframe stream"
+kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
+kill -TERM $PIDS; wait; PIDS=""
+sent=$(sed -n 's/.*; sent \([0-9]*\) frames.*/\1/p' "$T/publish40.log")
+[ -n "$sent" ] && [ "$sent" -lt 2100 ] ||
+	fail "a 1977-frame keyframe stream took $sent frames with NACKs during it: $(tail -n 1 "$T/publish40.log")"
+echo "keyframe resync with NACKs during the stream: $sent frames sent for 1977"
+
 # a subscriber that LEAVEs and JOINs again for keyframes right after its
 # keyframe stream gets the next one only once 3 s have passed since the
 # first, as if it had stayed (each stream is the whole model)
@@ -1123,4 +1144,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, a keyframe stream not holding a new version back, a small burst after an idle spell, LEAVE and JOIN again not buying a keyframe stream, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, a keyframe stream not holding a new version back, a small burst after an idle spell, LEAVE and JOIN again not buying a keyframe stream, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired"
