@@ -115,14 +115,26 @@ static size_t xor_zstd_size(const uint16_t *a, const uint16_t *b, uint64_t n)
 	return z;
 }
 
+/* The class of a base exponent (FORMAT.md 3.3). */
+static unsigned class_of(unsigned e)
+{
+	return e <= 108 ? 0 : e >= 123 ? 15 : e - 108;
+}
+
 /* Plug-in entropy of positions and values conditioned on (tensor, base
  * exponent byte): per context, n*h(p) for the changed flag plus the
  * empirical entropy of the value delta (key difference; deltas beyond
- * +-64 pooled and costed by their pooled empirical entropy). In bits. */
+ * +-64 pooled and costed by their pooled empirical entropy). In bits.
+ * Also split by the class of the exponent (pos, val; the pooled cost of
+ * the large deltas shared by their counts). */
 #define DB 64
-static double entropy_bits(const model *m, const uint16_t *a, const uint16_t *b)
+static double entropy_bits(const model *m, const uint16_t *a, const uint16_t *b,
+			   double pos[BFP_CLASSES], double val[BFP_CLASSES])
 {
 	double H = 0;
+	uint64_t esc_c[BFP_CLASSES] = {0};
+	memset(pos, 0, BFP_CLASSES * sizeof(double));
+	memset(val, 0, BFP_CLASSES * sizeof(double));
 	uint32_t *hist = calloc(256 * (2 * DB + 2), sizeof(uint32_t));
 	uint64_t *cnt = calloc(256, sizeof(uint64_t));
 	uint32_t *esc = calloc(65536, sizeof(uint32_t));
@@ -141,6 +153,7 @@ static double entropy_bits(const model *m, const uint16_t *a, const uint16_t *b)
 			unsigned bin = (d >= -DB && d <= DB) ? (unsigned)(d + DB) : 2 * DB + 1;
 			if (bin == 2 * DB + 1) {
 				esc[(uint16_t)d]++;
+				esc_c[class_of(e)]++;
 				n_esc++;
 			}
 			hist[e * (2 * DB + 2) + bin]++;
@@ -154,16 +167,25 @@ static double entropy_bits(const model *m, const uint16_t *a, const uint16_t *b)
 				/* all or nothing changed: the flag costs nothing */
 			} else {
 				double p = (double)k / (double)cnt[e];
-				H += (double)cnt[e] * (-p * log2(p) - (1 - p) * log2(1 - p));
+				double hp = (double)cnt[e] * (-p * log2(p) - (1 - p) * log2(1 - p));
+				H += hp;
+				pos[class_of(e)] += hp;
 			}
 			for (unsigned j = 0; j < 2 * DB + 2; j++)
-				if (h[j])
-					H -= (double)h[j] * log2((double)h[j] / (double)k);
+				if (h[j]) {
+					double hv = -(double)h[j] * log2((double)h[j] / (double)k);
+					H += hv;
+					val[class_of(e)] += hv;
+				}
 		}
 	}
+	double He = 0;
 	for (unsigned j = 0; j < 65536; j++)
 		if (esc[j])
-			H -= (double)esc[j] * log2((double)esc[j] / (double)n_esc);
+			He -= (double)esc[j] * log2((double)esc[j] / (double)n_esc);
+	H += He;
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		val[c] += n_esc ? He * (double)esc_c[c] / (double)n_esc : 0;
 	free(hist);
 	free(cnt);
 	free(esc);
@@ -253,23 +275,52 @@ static double compare_time(const uint16_t *a, const uint16_t *b, uint64_t n, int
 	return best;
 }
 
-/* Bytes of a patch's code parameters (bfp_frame_stats model_bits). */
-static size_t code_param_bytes(const patch *p)
+/* What a patch's frames spend, from bfp_frame_stats: code parameters in
+ * all, and per class its changes and the bits of its count and header,
+ * its positions and its values. */
+typedef struct spend {
+	uint64_t model_bits;
+	uint64_t n[BFP_CLASSES], hdr[BFP_CLASSES], pos[BFP_CLASSES], val[BFP_CLASSES];
+} spend;
+
+static void patch_spend(const patch *p, spend *o)
 {
 	static bfp_decoder dec;
-	uint64_t bits = 0;
+	memset(o, 0, sizeof(*o));
 	for (size_t i = 0; i < p->n; i++) {
 		bfp_frame_stats st;
 		if (bfp_frame_stats_get(&dec, p->buf + p->off[i], p->off[i + 1] - p->off[i],
-					&st) == BFP_OK)
-			bits += st.model_bits;
+					&st) != BFP_OK)
+			continue;
+		o->model_bits += st.model_bits;
+		for (unsigned c = 0; c < BFP_CLASSES; c++) {
+			o->n[c] += st.class_changes[c];
+			o->hdr[c] += st.class_model_bits[c];
+			o->pos[c] += st.class_position_bits[c];
+			o->val[c] += st.class_value_bits[c];
+		}
 	}
-	return (size_t)(bits / 8);
+}
+
+/* Where the frames' bits go next to the estimate's (H bits in all),
+ * class by class: positions and values in bits per change, and the
+ * class's count and header (code parameters, which the estimate does not
+ * pay; counts of 0 too) as a share of H. */
+static void print_classes(const spend *sp, const double *epos, const double *eval,
+			  double H)
+{
+	printf("  class   changes  count+header  positions (estimate)  values (estimate)\n");
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		double k = sp->n[c] ? (double)sp->n[c] : 1;
+		printf("  %5u %9llu %12.2f%% %10.3f (%6.3f) %10.3f (%6.3f)\n", c,
+		       (unsigned long long)sp->n[c], 100.0 * (double)sp->hdr[c] / H,
+		       (double)sp->pos[c] / k, epos[c] / k, (double)sp->val[c] / k, eval[c] / k);
+	}
 }
 
 static double encode_time(const model *m, const uint16_t *a, const uint16_t *b,
 			  uint32_t fs, int threads, size_t *bytes_out, size_t *frames,
-			  size_t *param_bytes)
+			  spend *sp)
 {
 	model old = *m, nw = *m;
 	old.params = (uint16_t *)a;
@@ -289,8 +340,8 @@ static double encode_time(const model *m, const uint16_t *a, const uint16_t *b,
 		best = dt < best ? dt : best;
 		*bytes_out = p.len;
 		*frames = p.n;
-		if (param_bytes)
-			*param_bytes = code_param_bytes(&p);
+		if (sp && rep == 0)
+			patch_spend(&p, sp);
 		patch_free(&p);
 	}
 	return best;
@@ -388,16 +439,18 @@ int main(int argc, char **argv)
 		}
 		const uint16_t *a = prev, *b = cur.params;
 		uint64_t changed = count_diff(a, b, n);
-		size_t b1200, f1200, b8900, f8900, sp_raw, p1200;
+		size_t b1200, f1200, b8900, f8900, sp_raw;
+		spend sp;
 		double te1 = encode_time(&cur, a, b, 1200, 1, &b1200, &f1200, NULL);
-		double ten = encode_time(&cur, a, b, 1200, threads, &b1200, &f1200, &p1200);
+		double ten = encode_time(&cur, a, b, 1200, threads, &b1200, &f1200, &sp);
 		(void)encode_time(&cur, a, b, 8900, threads, &b8900, &f8900, NULL);
 		double ta1 = apply_time(&cur, a, b, 1200, 1, scratch);
 		double tan = apply_time(&cur, a, b, 1200, threads, scratch);
 		size_t pulse = pulse_size(&cur, a, b);
 		size_t sparrow_z = sparrow_size(a, b, n, &sp_raw);
 		size_t xz = xor_zstd_size(a, b, n);
-		double H = entropy_bits(&cur, a, b);
+		double epos[BFP_CLASSES], eval[BFP_CLASSES];
+		double H = entropy_bits(&cur, a, b, epos, eval);
 		double tc1 = compare_time(a, b, n, 1), tcn = compare_time(a, b, n, threads);
 		double dense = (double)n * 2;
 		double ch = changed ? (double)changed : 1;
@@ -428,8 +481,9 @@ int main(int argc, char **argv)
 		/* where the 1200 B frames' excess over the estimate goes */
 		double hdr = (double)f1200 * BFP_HEADER_SIZE;
 		printf("bfpatch 1200 B frames against the entropy estimate: headers +%.1f%%, code parameters +%.1f%%, positions and values %+.1f%%\n",
-		       100.0 * hdr * 8 / H, 100.0 * (double)p1200 * 8 / H,
-		       100.0 * (((double)b1200 - hdr - (double)p1200) * 8 / H - 1));
+		       100.0 * hdr * 8 / H, 100.0 * (double)sp.model_bits / H,
+		       100.0 * (((double)b1200 - hdr) * 8 - (double)sp.model_bits) / H - 100.0);
+		print_classes(&sp, epos, eval, H);
 		double cbw1 = (double)n / tc1, cbwn = (double)n / tcn;
 		printf("compare two BF16 arrays: 1 thread %.2f G params/s (%.1f GB/s of input), %d threads %.2f G params/s\n",
 		       cbw1 / 1e9, cbw1 * 4 / 1e9, threads, cbwn / 1e9);

@@ -740,15 +740,20 @@ bfp_status bfp_sparse_parse(bfp_br *rd, int v2, uint32_t len,
 		BFP_CHECK(parse_mag_code(r, &mdef), BFP_E_CORRUPT);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		t0 = bfp_br_tell(r);
 		n[c] = v2 ? get_eg(r, kn) : bfp_get_eg0(r);
 		total += n[c];
 		BFP_CHECK(!r->err && total <= BFP_CHANGES_MAX && total <= len,
 			  BFP_E_CORRUPT);
-		if (!n[c])
-			continue;
-		int ok = v2 ? parse_class_v2(r, gk0, &mdef, c, &gs[c], &ms[c])
-			    : parse_class_v1(r, &gs[c], &ms[c]);
-		BFP_CHECK(ok, BFP_E_CORRUPT);
+		if (n[c]) {
+			int ok = v2 ? parse_class_v2(r, gk0, &mdef, c, &gs[c], &ms[c])
+				    : parse_class_v1(r, &gs[c], &ms[c]);
+			BFP_CHECK(ok, BFP_E_CORRUPT);
+		}
+		if (st) {
+			st->class_changes[c] = n[c];
+			st->class_model_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
+		}
 	}
 	BFP_CHECK(!r->err, BFP_E_CORRUPT);
 	if (st)
@@ -761,11 +766,14 @@ bfp_status bfp_sparse_parse(bfp_br *rd, int v2, uint32_t len,
 		t0 = bfp_br_tell(r);
 		BFP_CHECK(read_gaps(r, &gs[c], n[c], len, gaps + start[c]), BFP_E_CORRUPT);
 		if (st)
-			st->position_bits += (uint32_t)(bfp_br_tell(r) - t0);
+			st->class_position_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
 		t0 = bfp_br_tell(r);
 		BFP_CHECK(read_steps(r, v2, &ms[c], n[c], steps + start[c]), BFP_E_CORRUPT);
-		if (st)
-			st->value_bits += (uint32_t)(bfp_br_tell(r) - t0);
+		if (st) {
+			st->class_value_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
+			st->position_bits += st->class_position_bits[c];
+			st->value_bits += st->class_value_bits[c];
+		}
 	}
 	if (st)
 		st->n_changes = (uint32_t)total;

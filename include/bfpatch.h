@@ -355,6 +355,13 @@ typedef struct bfp_frame_stats {
 	uint32_t model_bits;   /* sparse: class header bits (code parameters) */
 	uint32_t position_bits; /* sparse: gap codes; dense: change flags */
 	uint32_t value_bits;   /* signs, runs and magnitudes */
+	/* sparse, per base-exponent class (FORMAT.md 3.3): changes, and bits
+	 * of the class's count and header, its gaps, its values. The frame's
+	 * own fields (encoding 5) are model_bits less the classes' share. */
+	uint32_t class_changes[BFP_CLASSES];
+	uint32_t class_model_bits[BFP_CLASSES];
+	uint32_t class_position_bits[BFP_CLASSES];
+	uint32_t class_value_bits[BFP_CLASSES];
 } bfp_frame_stats;
 
 /* Parse a frame and its payload structure (not the values, which need the

@@ -182,6 +182,65 @@ static void test_sparse_frames_are_full(void **state)
 	free(t);
 }
 
+/* bfp_frame_stats splits a sparse frame's bits by class: the changes of
+ * each class match a count from the base and target (class rule of
+ * FORMAT.md 3.3, written out here), and the parts add up to the payload
+ * less its padding, in either sparse encoding. */
+static void test_frame_stats_by_class(void **state)
+{
+	(void)state;
+	size_t n = 200000;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
+	uint64_t s = 11;
+	for (size_t i = 0; i < n; i++)
+		b[i] = t_weight(&s);
+	t_mutate(b, t, n, 30000, &s);
+	static const uint32_t flags[] = {0, BFP_ENC_F_SPARSE1};
+	static bfp_decoder dec;
+	for (size_t f = 0; f < 2; f++) {
+		t_frames fr = {0};
+		bfp_encode_opts o = opts(1200);
+		o.flags = flags[f] | BFP_ENC_F_NO_DENSE;
+		assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
+		assert_true(fr.n > 5);
+		for (size_t i = 0; i < fr.n; i++) {
+			const uint8_t *p = fr.buf + fr.off[i];
+			bfp_frame_header h;
+			bfp_frame_stats st;
+			uint32_t want[BFP_CLASSES] = {0}, sum_n = 0;
+			uint64_t sum_h = 0, sum_p = 0, sum_v = 0;
+			assert_int_equal(bfp_frame_parse(p, t_frame_len(&fr, i), &h), BFP_OK);
+			assert_int_equal(bfp_frame_stats_get(&dec, p, t_frame_len(&fr, i), &st), BFP_OK);
+			assert_int_equal(st.encoding, f ? BFP_ENC_SPARSE : BFP_ENC_SPARSE2);
+			for (uint64_t x = h.range_begin; x < h.range_begin + h.range_len; x++) {
+				unsigned e = (b[x] >> 7) & 0xFF;
+				if (b[x] != t[x])
+					want[e <= 108 ? 0 : e >= 123 ? 15 : e - 108]++;
+			}
+			for (unsigned c = 0; c < BFP_CLASSES; c++) {
+				assert_int_equal(st.class_changes[c], want[c]);
+				assert_true(st.class_model_bits[c] > 0); /* every count is coded */
+				if (!want[c])
+					assert_true(st.class_position_bits[c] == 0 &&
+						    st.class_value_bits[c] == 0);
+				sum_n += st.class_changes[c];
+				sum_h += st.class_model_bits[c];
+				sum_p += st.class_position_bits[c];
+				sum_v += st.class_value_bits[c];
+			}
+			assert_int_equal(sum_n, st.n_changes);
+			assert_int_equal(sum_p, st.position_bits);
+			assert_int_equal(sum_v, st.value_bits);
+			assert_true(sum_h <= st.model_bits);
+			uint64_t used = (uint64_t)st.model_bits + st.position_bits + st.value_bits;
+			assert_true(used <= 8ull * st.payload_len && used + 8 > 8ull * st.payload_len);
+		}
+		t_frames_free(&fr);
+	}
+	free(b);
+	free(t);
+}
+
 /* Everything changed: every frame covers at least as many parameters as
  * a keyframe of the same size would (the encoder picks the densest). */
 static void test_everything_changed_never_worse_than_keyframes(void **state)
@@ -1222,6 +1281,7 @@ int main(void)
 		cmocka_unit_test(test_everything_changed_never_worse_than_keyframes),
 		cmocka_unit_test(test_keyframe_coded_patch_frames_say_in_patch),
 		cmocka_unit_test(test_sparse_frames_are_full),
+		cmocka_unit_test(test_frame_stats_by_class),
 		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
 		cmocka_unit_test(test_hash_loops_agree),
