@@ -19,13 +19,16 @@ uint32_t bfp_cpu_features(void)
 	uint32_t f = 0;
 	if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
 		return 0; /* no OSXSAVE */
+	const int popcnt = (c >> 23) & 1;
 	unsigned xlo, xhi;
 	__asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
 	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
 		return 0;
 	if ((xlo & 0x6) == 0x6 && (b & (1u << 5)))
 		f |= BFP_CPU_AVX2;
-	if ((xlo & 0xE6) == 0xE6 && (b & (1u << 16)) && (b & (1u << 30))) {
+	/* the AVX-512 paths also use pdep (BMI2) and popcnt */
+	if ((xlo & 0xE6) == 0xE6 && (b & (1u << 16)) && (b & (1u << 30)) &&
+	    (b & (1u << 8)) && popcnt) {
 		f |= BFP_CPU_AVX512BW;
 		if ((c & (1u << 8)) && (c & (1u << 12))) /* GFNI, AVX512-BITALG */
 			f |= BFP_CPU_GFNI;

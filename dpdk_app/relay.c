@@ -304,12 +304,17 @@ static void send_now(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *s
 	rte_eth_tx_buffer(port, 0, r->txb[port], m);
 }
 
+/* The netmask of a prefix length, host order (0: every address). */
+static uint32_t prefix_mask(unsigned len)
+{
+	return len ? ~0u << (32 - len) : 0;
+}
+
 /* The address whose MAC frames to ip leave port with: ip itself on the
  * port's subnet (or with no gateway), else the port's gateway. */
 static uint32_t next_hop(const relay *r, uint16_t port, uint32_t ip)
 {
-	unsigned len = r->cf.prefix[port];
-	uint32_t mask = len ? ~0u << (32 - len) : 0;
+	uint32_t mask = prefix_mask(r->cf.prefix[port]);
 	if (!r->cf.gateway[port] || ((ip ^ r->cf.ip[port]) & mask) == 0)
 		return ip;
 	return r->cf.gateway[port];
@@ -1314,7 +1319,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		if (!cf->gateway[p])
 			continue;
 		unsigned len = cf->prefix[p];
-		uint32_t mask = len ? ~0u << (32 - len) : 0;
+		uint32_t mask = prefix_mask(len);
 		if (!len || len == 32 || ((cf->gateway[p] ^ cf->ip[p]) & mask) ||
 		    cf->gateway[p] == cf->ip[p]) {
 			fprintf(stderr,
