@@ -267,9 +267,13 @@ static void send_nack(shim *s)
 		sl = l;
 		later = 1;
 	}
+	/* nothing staged of a keyframe commit cut short: the rest of that
+	 * stream finishes it (a patch to its version has another base) */
+	const int key_resume = !sl && state(s) == WBUF_COMMITTING &&
+			       (atomic_load(&s->w.h->flags) & WBUF_F_KEY);
 	memset(&c, 0, sizeof(c));
 	c.type = RP_NACK;
-	c.flags = ip || (sl && sl->key) ? RP_NACK_KEY : 0;
+	c.flags = ip || (sl && sl->key) || key_resume ? RP_NACK_KEY : 0;
 	c.model_id = s->w.h->model_id;
 	c.version = ip ? ip->target : sl ? sl->target : floor_version(s);
 	if (!ip && !sl) /* nothing of it arrived, later versions did: ask for it all */
@@ -296,7 +300,8 @@ static void send_nack(shim *s)
 		return;
 	ctl_send(s, &c);
 	s->nacks++;
-	events_emit(&s->ev, "nack", "\"version\":%u,\"frames\":%u", c.version, asked);
+	events_emit(&s->ev, "nack", "\"version\":%u,\"frames\":%u,\"key\":%s", c.version, asked,
+		    c.flags & RP_NACK_KEY ? "true" : "false");
 	/* only the version that commits next gives up on patches */
 	if (!ip && !later && ++s->nack_rounds == NACK_GIVE_UP && !s->want_key) {
 		/* nobody holds that patch any more: start over from keyframes */
@@ -492,7 +497,7 @@ static int commit(shim *s, slot *sl)
 		return 0;
 	}
 	events_emit(&s->ev, "apply_begin", "\"version\":%u", sl->target);
-	wbuf_begin(&s->w, sl->target);
+	wbuf_begin(&s->w, sl->target, key ? WBUF_F_KEY : 0);
 	apply_ctl ctl = {.threads = s->threads, .resume = resume, .undo_note = wbuf_undo_note,
 			 .undo_done = wbuf_undo_done, .undo = &s->undo};
 	apply_result res;
@@ -926,7 +931,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 		return 0;
 	}
 	uint32_t base = version(s), target = ip->target;
-	wbuf_begin(&s->w, target);
+	wbuf_begin(&s->w, target, WBUF_F_KEY);
 	wbuf_end(&s->w);
 	double ms = (now_s() - ip->t0) * 1e3;
 	s->commits++;

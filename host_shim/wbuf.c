@@ -382,8 +382,9 @@ unsigned wbuf_dlog_rollback(wbuf_dlog *l, int discard)
 	return restored;
 }
 
-void wbuf_begin(wbuf *w, uint32_t target)
+void wbuf_begin(wbuf *w, uint32_t target, uint32_t flags)
 {
+	atomic_store(&w->h->flags, flags);
 	atomic_store(&w->h->target, target);
 	atomic_store(&w->h->state, WBUF_COMMITTING);
 	/* odd while the contents are not one whole version; a commit
@@ -406,6 +407,7 @@ void wbuf_end(wbuf *w)
 	 * could finish */
 	uint64_t vs = (uint64_t)atomic_load(&w->h->target) | (uint64_t)WBUF_READY << 32;
 	__atomic_store_n((uint64_t *)(void *)&w->h->version, vs, __ATOMIC_SEQ_CST);
+	atomic_store(&w->h->flags, 0);
 	atomic_fetch_add(&w->h->seq, 1);
 	msync(w->map, WBUF_HDR, MS_SYNC);
 }

@@ -23,6 +23,10 @@
  * contents are no version until a keyframe stream is committed) */
 enum { WBUF_READY = 0, WBUF_COMMITTING = 1, WBUF_RESYNC = 2 };
 
+/* flags: the commit in progress writes a keyframe stream (a restarted
+ * shim asks for the rest of that stream, not for a patch) */
+#define WBUF_F_KEY 1u
+
 typedef struct wbuf_hdr {
 	char magic[8];
 	uint32_t layout;            /* 1 */
@@ -36,7 +40,7 @@ typedef struct wbuf_hdr {
 	_Atomic uint32_t version;   /* committed version */
 	_Atomic uint32_t state;     /* WBUF_READY or WBUF_COMMITTING */
 	_Atomic uint32_t target;    /* version being committed */
-	uint32_t pad;
+	_Atomic uint32_t flags;     /* of the commit to target: WBUF_F_KEY */
 	_Atomic uint64_t seq;       /* odd while committing */
 	/* the safe-point handshake (shim --commit safe-point): the shim
 	 * sets staged when version staged is complete and waits; the actor
@@ -64,10 +68,11 @@ int wbuf_open(wbuf *w, const char *path, char *err, size_t errlen);
 void wbuf_prefault_write(wbuf *w);
 void wbuf_close(wbuf *w);
 
-/* Mark a commit to target as started / finished (flushes to the file).
- * A trainer that publishes from a buffer (bfpatch publish --buffer)
- * writes its new weights between these two calls. */
-void wbuf_begin(wbuf *w, uint32_t target);
+/* Mark a commit to target (flags: WBUF_F_KEY or 0) as started /
+ * finished (flushes to the file). A trainer that publishes from a buffer
+ * (bfpatch publish --buffer) writes its new weights between these two
+ * calls. */
+void wbuf_begin(wbuf *w, uint32_t target, uint32_t flags);
 void wbuf_end(wbuf *w);
 /* Mark the contents invalid (state RESYNC, sequence odd). */
 void wbuf_invalid(wbuf *w);

@@ -6,7 +6,8 @@
 # frame count, and must NACK the patch's tail);
 # after every run each weight buffer must equal the trainer's last BF16
 # checkpoint, checked by sha256 of the bytes (Python's hashlib), and a
-# shim killed in the middle of a commit finishes it on restart.
+# shim killed in the middle of a commit (a patch, or a keyframe stream)
+# finishes it on restart.
 set -u
 BFP=$1
 SHIM=$2
@@ -161,6 +162,36 @@ done
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 2 (keyframe resync)" "$T/shimb.log" || fail "no keyframe resync"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.a" "$SHM.b" || fail "late joiner"
+
+# a keyframe commit cut short (--crash-after: SIGKILL halfway through it):
+# the restarted shim has nothing of that stream staged and asks for the
+# rest of it (a NACK with the KEY flag; the patch to that version has
+# another base), and finishes bit-exact without giving up on NACKs
+start_shim cutp --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 39)) --exit-after 40
+"$BFP" publish --dir "$T/live" --listen 127.0.0.1:$port --wait-subscribers 1 --keep 1 \
+	--steps 3 --linger 15 > "$T/publish10.log" 2>&1 &
+PUB=$!
+wait_line "committed version 2 -> 3" "$T/shimcutp.log" || fail "publish for the cut keyframe commit"
+"$SHIM" --buffer "$SHM.cut" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 38)) --crash-after 1 > "$T/shimcut0.log" 2>&1 &
+K=$!
+PIDS="$PIDS $K"
+for n in $(seq 150); do kill -0 $K 2>/dev/null || break; sleep 0.1; done
+grep -q "middle of the commit to version 3" "$T/shimcut0.log" ||
+	fail "the late joiner did not die in its keyframe commit"
+start_shim cut --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 38)) \
+	--events "$T/cut.events" --exit-after 30
+wait_line "committed version" "$T/shimcut.log" 150 || fail "the keyframe commit cut short was not finished"
+kill -TERM $PIDS $PUB 2>/dev/null; wait; PIDS=""
+grep -q "was interrupted; finishing it" "$T/shimcut.log" || fail "no recovery message (keyframe commit)"
+grep -q "unrepaired" "$T/shimcut.log" && fail "the restarted shim gave up on its NACKs"
+python3 - "$T/cut.events" <<'PY' || fail "the first NACK after the restart did not ask for keyframes"
+import json, sys
+nacks = [e for e in map(json.loads, open(sys.argv[1])) if e["ev"] == "nack"]
+assert nacks and nacks[0]["version"] == 3 and nacks[0]["key"] is True, nacks[:1]
+PY
+check_buffers "$T/traj/step-0003.safetensors" "$SHM.cut" || fail "keyframe commit finished after a crash"
 
 # a buffer that no longer holds its version (a weight overwritten behind
 # the shim's back before the patch comes), with safe-point commits so the
@@ -1144,4 +1175,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes, history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, a keyframe stream not holding a new version back, a small burst after an idle spell, LEAVE and JOIN again not buying a keyframe stream, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, a keyframe stream not holding a new version back, a small burst after an idle spell, LEAVE and JOIN again not buying a keyframe stream, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired"

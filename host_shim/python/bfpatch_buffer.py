@@ -28,7 +28,7 @@ import time
 
 MAGIC = b"BFPWBUF1"
 # wbuf_hdr: magic, layout, hdr_size, n_params, model_id, st_offset, st_len,
-# data_offset, data_bytes, version, state, target, pad, seq; then at 88
+# data_offset, data_bytes, version, state, target, flags, seq; then at 88
 # staged and at 92 allow (the safe-point handshake)
 _OFF_STAGED = 88
 _OFF_ALLOW = 92
