@@ -113,8 +113,14 @@ typedef struct relay_conf {
 
 /* ---- state ---- */
 
+/* Where a subscriber's MAC came from: the latest JOIN is followed (an
+ * ARP reply for a shared next hop must not replace it), an ARP answer is
+ * asked again now and then, a configured one stays. */
+enum { MAC_NONE, MAC_ARP, MAC_JOIN, MAC_CONF };
+
 typedef struct sub {
-	int used, is_static, has_mac;
+	int used, is_static;
+	int mac_from;                 /* MAC_*; MAC_NONE: not known yet */
 	uint32_t ip;
 	uint16_t data_port, ctl_port, eth_port;
 	uint8_t mac[6];
@@ -510,7 +516,7 @@ static struct rte_mbuf *output_clone(relay *r, sub *s, struct rte_mbuf *f,
 static void emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		 lcore_stats *st)
 {
-	if (!s->has_mac) {
+	if (s->mac_from == MAC_NONE) {
 		st->c[C_NO_MAC]++;
 		return;
 	}
@@ -702,11 +708,11 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 			s->model_id = c.model_id;
 		if (c.version == RP_VERSION_NONE) /* ask upstream for keyframes */
 			r->want_key = 1;
-		if (!s->is_static || !s->has_mac) {
+		if (s->mac_from != MAC_CONF) {
 			/* the JOIN's sender: an actor restarted on another NIC
 			 * (same address and ports) is followed */
 			memcpy(s->mac, k->src_mac, 6);
-			s->has_mac = 1;
+			s->mac_from = MAC_JOIN;
 		}
 		st->c[C_JOIN]++;
 		break;
@@ -793,9 +799,9 @@ static void on_arp_reply(relay *r, const rp_pkt *k)
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && next_hop(r, s->eth_port, s->ip) == k->src_ip &&
-		    !(s->is_static && s->has_mac)) {
+		    (s->mac_from == MAC_NONE || s->mac_from == MAC_ARP)) {
 			memcpy(s->mac, k->src_mac, 6);
-			s->has_mac = 1;
+			s->mac_from = MAC_ARP;
 		}
 	}
 	if (r->cf.upstream_ip && next_hop(r, 0, r->cf.upstream_ip) == k->src_ip) {
@@ -889,10 +895,14 @@ static void housekeeping(relay *r, lcore_stats *st)
 		}
 	}
 	/* a subscriber still without a MAC (its first ARP lost, its host not
-	 * up yet): ask again every second */
-	for (unsigned i = 0; i < MAX_SUBS; i++)
-		if (r->subs[i].used && !r->subs[i].has_mac)
-			arp_request(r, r->subs[i].eth_port, r->subs[i].ip, st);
+	 * up yet): ask again every second; one whose MAC an ARP answered:
+	 * every 10 s, as next hops change (a replaced NIC, a router failover) */
+	for (unsigned i = 0; i < MAX_SUBS; i++) {
+		const sub *s = &r->subs[i];
+		if (s->used && (s->mac_from == MAC_NONE ||
+				(s->mac_from == MAC_ARP && r->hk_rounds % 10 == 0)))
+			arp_request(r, s->eth_port, s->ip, st);
+	}
 	/* announce our addresses (gratuitous ARP) for the first 3 s: a relay
 	 * restarted on another NIC or tap has another MAC, and neighbours
 	 * would keep sending to the old one until their entries expire */
@@ -903,7 +913,7 @@ static void housekeeping(relay *r, lcore_stats *st)
 	 * model for one that JOINed for all (PROTOCOL.md 2.3) */
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
-		if (!s->used || !s->has_mac || !s->ctl_port)
+		if (!s->used || s->mac_from == MAC_NONE || !s->ctl_port)
 			continue;
 		for (unsigned k = 0; k < RP_CACHE_MODELS; k++) {
 			const struct model_latest *l = &r->latest[k];
@@ -1528,7 +1538,7 @@ static int relay_setup(relay *r)
 		s->is_static = 1;
 		if (sc->has_mac) {
 			memcpy(s->mac, sc->mac, 6);
-			s->has_mac = 1;
+			s->mac_from = MAC_CONF;
 		}
 	}
 	return 0;

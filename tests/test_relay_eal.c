@@ -125,7 +125,7 @@ static sub *paced_sub(uint32_t ip, uint16_t port, uint8_t last_mac)
 	sub *s = sub_add(T, ip, port, 0, 8000000, &T->stats[rte_lcore_id()]);
 	assert_non_null(s);
 	s->is_static = 1;
-	s->has_mac = 1;
+	s->mac_from = MAC_CONF;
 	uint8_t mac[6] = {2, 0, 0, 0, 1, last_mac};
 	memcpy(s->mac, mac, 6);
 	return s;

@@ -134,6 +134,17 @@ def gen(case, frames_pcap, out):
         # the upstream and a static subscriber live behind a router: the
         # gateway answers its ARP; frames and JOINs must go to its MAC
         p = [arp_reply("198.18.0.254", GW_MAC)] + [data(f) for f in fr[:10]]
+    elif case == "rearp":
+        # a static subscriber whose MAC an ARP answered moves (a replaced
+        # NIC, a router failover): a later answer is followed
+        p = [arp_reply("198.18.0.11", mac(0x11))] + [data(f) for f in fr[:10]]
+        p += [arp_reply("198.18.0.11", mac(0x55))] + [data(f) for f in fr[10:20]]
+    elif case == "join-arp":
+        # a subscriber off the subnet JOINs through another router (MAC
+        # 0x33) than --gateway: the gateway's ARP answer must not take over
+        # where its frames go
+        p = [sub(ctl(1, model, 0, data_port=7500), ip="198.19.7.7", smac=mac(0x33))]
+        p += [arp_reply("198.18.0.254", GW_MAC)] + [data(f) for f in fr[:10]]
     elif case in ("no-arp", "slow"):
         p = [data(f) for f in fr]
     else:
@@ -196,6 +207,18 @@ def check(case, out_pcap):
         joins = ctl_to.get(("198.19.5.5", 7401), [])
         assert joins and set(joins) == {GW_MAC}, \
             "JOINs to the upstream behind the gateway: %s" % [m.hex() for m in joins]
+    elif case == "rearp":
+        macs = to.get(("198.18.0.11", 7500), [])
+        assert macs == [mac(0x11)] * 10 + [mac(0x55)] * 10, \
+            "frames to the static subscriber went to %s" % [m.hex() for m in macs]
+        t = [s for s, x in read_pcap(out_pcap, stamps=True) if x[12:14] == b"\x08\x06" and
+             struct.unpack("!H", x[20:22])[0] == 1 and x[38:42] == ip4("198.18.0.11")]
+        assert t and t[-1] - t[0] >= 9, \
+            "the static subscriber was not ARPed again (at %s s)" % [round(s - t[0], 1) for s in t]
+    elif case == "join-arp":
+        macs = to.get(("198.19.7.7", 7500), [])
+        assert macs == [mac(0x33)] * 10, \
+            "frames to the subscriber that JOINed went to %s" % [m.hex() for m in macs]
     elif case == "no-arp":
         assert arp >= 2, "%d ARP requests for a static subscriber without a MAC" % arp
     elif case == "slow":

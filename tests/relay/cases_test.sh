@@ -4,7 +4,9 @@
 # reserved version poisoning the cache and the versions told; NACK misses
 # beyond what one NACK upstream holds, never asked; an actor's new MAC not
 # followed; a JOIN with another data port taken as a second subscriber; a forged JOIN from the upstream's address (frames would loop);
-# a static subscriber whose one ARP went unanswered; subscribers and an
+# a static subscriber whose one ARP went unanswered, or that moved (its
+# MAC never asked again); a JOINed subscriber's MAC taken by an ARP
+# answer for the gateway; subscribers and an
 # upstream behind a router (--gateway); one host JOINing from many ports
 # taking the whole subscriber table; a version made again with other
 # content after a publisher restart, its old frames answering NACKs; slow subscribers
@@ -98,6 +100,13 @@ for bad in "--ip 0:198.18.0.1 --gateway 0:198.18.0.254" "--ip 0:198.18.0.1/24 --
 	grep -q "bfpatch-relay: .*\(gateway\|prefix\)" "$T/log" || fail "no clear error for $bad"
 done
 echo "ok - a gateway refused without a subnet, off it, or at the relay's address"
+
+run join-arp -- --run-time 1 --ip 0:198.18.0.1/24 --gateway 0:198.18.0.254 ||
+	fail "relay (join-arp)"
+python3 "$HERE/cases.py" check join-arp "$T/out.pcap" || fail "an ARP answer took a JOINed subscriber's frames"
+
+run rearp -- --run-time 11.5 --subscriber 198.18.0.11:7500 || fail "relay (rearp)"
+python3 "$HERE/cases.py" check rearp "$T/out.pcap" || fail "a static subscriber's new MAC was not followed"
 
 run no-arp -- --run-time 3 --subscriber 198.18.0.11:7500 || fail "relay (no-arp)"
 python3 "$HERE/cases.py" check no-arp "$T/out.pcap" || fail "a static subscriber's lost ARP was not asked again"

@@ -13,15 +13,18 @@ import struct
 import sys
 
 
-def read_pcap(path):
+def read_pcap(path, stamps=False):
+    """the packets of path; with stamps, (seconds, packet) pairs"""
     d = open(path, "rb").read()
     magic = struct.unpack_from("<I", d)[0]
     if magic not in (0xA1B2C3D4, 0xA1B23C4D):  # micro- or nanosecond pcap
         sys.exit("%s: not a little-endian pcap file" % path)
+    frac = 1e-6 if magic == 0xA1B2C3D4 else 1e-9
     at, out = 24, []
     while at + 16 <= len(d):
-        _, _, incl, _ = struct.unpack_from("<IIII", d, at)
-        out.append(d[at + 16:at + 16 + incl])
+        sec, sub, incl, _ = struct.unpack_from("<IIII", d, at)
+        p = d[at + 16:at + 16 + incl]
+        out.append((sec + sub * frac, p) if stamps else p)
         at += 16 + incl
     return out
 
