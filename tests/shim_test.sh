@@ -330,18 +330,11 @@ PUB=$!
 python3 - $port "$HERE" <<'PY' || fail "NACK amplification"
 import socket, struct, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
-from tap_peers import ctl
+from tap_peers import ctl, join, receiver
 port = int(sys.argv[1])
-def sub():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
-    return s
-s = sub()
-me = s.getsockname()[1]
+s = receiver()
 def frames_for(seconds, quiet):
     got, end, last = [], time.monotonic() + seconds, time.monotonic()
-    s.settimeout(0.1)
     while time.monotonic() < end and time.monotonic() - last < quiet:
         try:
             d = s.recv(65536)
@@ -351,7 +344,7 @@ def frames_for(seconds, quiet):
             got.append(d)
             last = time.monotonic()
     return got
-s.sendto(ctl(1, 0, 0, data_port=me), ("127.0.0.1", port))
+join(s, port, 0)
 first = frames_for(20, 1.0)
 assert first, "no frames"
 model = struct.unpack_from("<Q", first[0], 8)[0]
@@ -368,9 +361,8 @@ third = frames_for(10, 1.0)
 # 100 frames a second since the budget was spent; the answer was a few
 # seconds ago at most
 assert 20 <= len(third) <= 600, "a NACK over budget got %d frames" % len(third)
-other = sub()
-s, first_s = other, s
-s.sendto(ctl(1, 0, 0, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+first_s, s = s, receiver()  # another subscriber (the first stays open)
+join(s, port, 0)
 caught = frames_for(20, 1.0) # the patch, as a catch-up
 s.sendto(ctl(3, model, target, ranges=[(0, n)] * 128), ("127.0.0.1", port))
 fourth = frames_for(10, 1.0)
@@ -883,13 +875,10 @@ PUB=$!
 python3 - $port "$HERE" "$T/traj/step-0000.safetensors" <<'PY' || fail "JOINs of another model, JOINs that move"
 import socket, struct, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
-from tap_peers import ctl
+from tap_peers import ctl, receiver
 port = int(sys.argv[1])
 def sock():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    s.settimeout(0.2)
-    return s
+    return receiver(timeout=0.2)
 def count(s, seconds):
     n, end = 0, time.monotonic() + seconds
     while time.monotonic() < end:
@@ -941,13 +930,10 @@ PUB=$!
 python3 - $port "$HERE" "$T/traj/step-0001.safetensors" "$T/kcu" <<'PY' || fail "a keyframe stream holding a new version back"
 import os, shutil, socket, struct, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
-from tap_peers import ctl
+from tap_peers import join, receiver
 port = int(sys.argv[1])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 0))
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
-s.settimeout(0.1)
-s.sendto(ctl(1, 0, 0xFFFFFFFE, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+s = receiver()
+join(s, port, 0xFFFFFFFE)
 key, count, patch_at, key_after, end = set(), 0, None, 0, time.monotonic() + 40
 while time.monotonic() < end and not (count and len(key) == count and patch_at is not None):
     try:
@@ -985,15 +971,12 @@ PUB=$!
 python3 - $port "$HERE" <<'PY' || fail "the burst after an idle spell"
 import socket, struct, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
-from tap_peers import ctl
+from tap_peers import join, receiver
 port = int(sys.argv[1])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 0))
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+s = receiver(timeout=2)
 s.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS: kernel receive times
-s.settimeout(2)
 time.sleep(0.5)  # the bucket fills while idle
-s.sendto(ctl(1, 0, 0xFFFFFFFE, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+join(s, port, 0xFFFFFFFE)
 got = []
 while True:
     try:
@@ -1044,13 +1027,9 @@ PUB=$!
 python3 - $port "$HERE" <<'PY' || fail "LEAVE and JOIN again for another keyframe stream"
 import socket, struct, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
-from tap_peers import ctl
+from tap_peers import ctl, join, receiver
 port = int(sys.argv[1])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 0))
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
-s.settimeout(0.05)
-join = ctl(1, 0, 0xFFFFFFFE, data_port=s.getsockname()[1])
+s = receiver(timeout=0.05)
 def stream(until):
     """frames of keyframe streams received until then (or 0.3 s after the
     last one), and when the last came"""
@@ -1064,15 +1043,15 @@ def stream(until):
             n, last = n + 1, time.monotonic()
     return n, last
 time.sleep(0.3)
-s.sendto(join, ("127.0.0.1", port))
+join(s, port, 0xFFFFFFFE)
 n1, end1 = stream(time.monotonic() + 5)
 assert n1 > 1000 and end1, "first keyframe stream: %d frames" % n1
 s.sendto(ctl(2, 0, 0), ("127.0.0.1", port))  # LEAVE
-s.sendto(join, ("127.0.0.1", port))          # and JOIN again at once
+join(s, port, 0xFFFFFFFE)                    # and JOIN again at once
 n2, _ = stream(time.monotonic() + 1.0)
 assert n2 == 0, "%d frames of another keyframe stream right after LEAVE and JOIN" % n2
 for k in range(5):  # JOINs every second, as a shim sends them
-    s.sendto(join, ("127.0.0.1", port))
+    join(s, port, 0xFFFFFFFE)
     n3, _ = stream(time.monotonic() + 1.0)
     if n3:
         break
@@ -1092,13 +1071,10 @@ PUB=$!
 python3 - $port "$HERE" "$T/traj/step-0001.safetensors" "$T/midst" <<'PY' || fail "a NACK during the stream"
 import os, shutil, socket, struct, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
-from tap_peers import ctl
+from tap_peers import ctl, join, receiver
 port = int(sys.argv[1])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 0))
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-s.settimeout(0.1)
-s.sendto(ctl(1, 0, 0, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+s = receiver(8 << 20)
+join(s, port, 0)
 time.sleep(0.5)
 shutil.copy(sys.argv[3], sys.argv[4] + "/.t")
 os.rename(sys.argv[4] + "/.t", sys.argv[4] + "/step-0001.safetensors")

@@ -42,6 +42,20 @@ def ctl(kind, model, version, data_port=0, rate=0, ranges=()):
     return m + struct.pack("<I", crc32c(m))
 
 
+def receiver(rcvbuf=16 << 20, timeout=0.1):
+    """a UDP socket on a free loopback port for a test's subscriber"""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(timeout)
+    return s
+
+
+def join(s, port, version, model=0):
+    """s JOINs the publisher or relay at 127.0.0.1:port (s's port for data)"""
+    s.sendto(ctl(1, model, version, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+
+
 def frames(path):
     d = open(path, "rb").read()
     out, at = [], 0
