@@ -57,7 +57,8 @@ static const char publish_usage[] =
 	"  -b, --buffer PATH         or a weight buffer the trainer commits into\n"
 	"                            (wbuf.h): each committed version is published\n"
 	"  -l, --listen ADDR:PORT    control port (JOIN, NACK); frames leave from it\n"
-	"  -r, --rate BITS           send rate, e.g. 1g (default 1g; 0: unlimited)\n"
+	"  -r, --rate BITS           send rate, e.g. 1g (default 1g; 0: unlimited); a\n"
+	"                            subscriber's JOIN rate paces what goes to it\n"
 	"  -s, --frame-size N        frame size (default 1200)\n"
 	"  -k, --keep N              patches kept for NACKs and catch-up (default 4)\n"
 	"      --nack-rate N         frames one subscriber's NACKs may ask for per\n"
@@ -92,6 +93,8 @@ typedef struct pub_sub {
 	double version_since;   /* when it first reported that version */
 	int catchup;            /* behind: needs patches or a keyframe */
 	rp_bucket nack;         /* frames its NACKs may still ask for */
+	rp_bucket link;         /* its JOIN's rate_kbps (rate 0: none given) */
+	uint32_t rate_kbps;
 	/* a catch-up being sent, a slice per turn of the main loop (so that
 	 * new versions, NACKs and HEARTBEATs go on meanwhile): the keyframe
 	 * stream of cu_target, or the held patch cu_base -> cu_target and
@@ -137,6 +140,7 @@ typedef struct pub {
 	unsigned left_next;
 	size_t cu_slice;        /* catch-up frames per subscriber and turn of
 				 * the main loop: about 10 ms at --rate */
+	uint32_t frame_size;    /* configured (kept patches may differ) */
 	uint64_t ctl_bad, other_model; /* control messages malformed, of another model */
 	uint64_t model_id;      /* of every version published */
 } pub;
@@ -172,8 +176,40 @@ static uint64_t pub_burst(uint64_t rate_bps, uint32_t frame_size)
 	return b > WIRE(BFP_FRAME_SIZE_MAX) ? b : WIRE(BFP_FRAME_SIZE_MAX);
 }
 
+/* Catch-up frames per main-loop turn: about 10 ms at rate, 1 to 256. */
+static size_t pub_slice(uint64_t rate_bps, uint32_t frame_size)
+{
+	size_t n = rate_bps ? (size_t)(rate_bps / 8 / 100 / WIRE(frame_size)) : 256;
+	return n < 1 ? 1 : (n > 256 ? 256 : n);
+}
+
+/* A subscriber's link, as its JOIN tells it (PROTOCOL.md 2.1): frames to
+ * it are paced at that rate too. */
+static void sub_link(pub *P, pub_sub *s, uint32_t rate_kbps, double t)
+{
+	if (s->rate_kbps == rate_kbps)
+		return; /* a new subscriber's zeroed bucket: no limit, as for 0 */
+	uint64_t bps = (uint64_t)rate_kbps * 1000;
+	s->rate_kbps = rate_kbps;
+	rp_bucket_init(&s->link, (bps + 7) / 8, pub_burst(bps, P->frame_size), (uint64_t)(t * 1e6));
+}
+
+/* Wait for len bytes of b's tokens; 0 on SIGTERM. */
+static int pub_wait_tokens(rp_bucket *b, uint64_t len)
+{
+	while (!rp_bucket_take(b, len, (uint64_t)(now_s() * 1e6), 1000000)) {
+		struct timespec ts = {0, 20000};
+		if (quit)
+			return 0;
+		nanosleep(&ts, NULL);
+	}
+	return 1;
+}
+
 /* Send n frames to the subscribers in to[] (n_to of them), in sendmmsg
- * batches, paced by the token bucket. */
+ * batches, paced by the publisher's token bucket and by each
+ * subscriber's link: one the same frames go to in turn waits for the
+ * slowest (a relay paces each of its subscribers on its own). */
 static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size_t n,
 			    pub_sub *const *to, unsigned n_to)
 {
@@ -182,12 +218,15 @@ static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size
 	struct iovec iov[2 * BATCH];
 	uint8_t trailer[BATCH][RP_AUTH_LEN];
 	int keyed = P->auth.n_keys > 0;
+	/* a batch within every bucket's burst, or it never gets its tokens */
+	uint64_t burst = P->bucket.burst;
+	for (unsigned s = 0; s < n_to; s++)
+		if (to[s]->link.rate && to[s]->link.burst < burst)
+			burst = to[s]->link.burst;
 	for (size_t i = 0; i < n;) {
 		size_t nb = 0;
 		size_t bytes = 0;
-		/* a batch within the bucket's burst, or it never gets its tokens */
-		while (nb < BATCH && i + nb < n &&
-		       (nb == 0 || bytes + WIRE(lens[i + nb]) <= P->bucket.burst))
+		while (nb < BATCH && i + nb < n && (nb == 0 || bytes + WIRE(lens[i + nb]) <= burst))
 			bytes += WIRE(lens[i + nb++]);
 		for (size_t k = 0; k < nb; k++) { /* the same datagrams to everyone */
 			iov[2 * k].iov_base = fr[i + k];
@@ -206,12 +245,9 @@ static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size
 				m[k].msg_hdr.msg_iov = &iov[2 * k];
 				m[k].msg_hdr.msg_iovlen = keyed ? 2 : 1;
 			}
-			while (!rp_bucket_take(&P->bucket, bytes, (uint64_t)(now_s() * 1e6), 1000000)) {
-				struct timespec ts = {0, 20000};
-				if (quit)
-					return; /* SIGTERM while paced */
-				nanosleep(&ts, NULL);
-			}
+			if (!pub_wait_tokens(&to[s]->link, bytes) ||
+			    !pub_wait_tokens(&P->bucket, bytes))
+				return; /* SIGTERM while paced */
 			for (size_t k = 0; k < nb;) {
 				int r = sendmmsg(P->sock, m + k, (unsigned)(nb - k), 0);
 				if (r < 0 && (errno == ENOBUFS || errno == EAGAIN || errno == EINTR)) {
@@ -444,6 +480,7 @@ static void pub_control(pub *P)
 			if (c.version != s->version || s->version_since == 0)
 				s->version_since = t;
 			s->version = c.version;
+			sub_link(P, s, c.rate_kbps, t);
 			s->catchup = 1; /* the main loop decides */
 		}
 		if (c.type == RP_LEAVE) {
@@ -634,7 +671,11 @@ static int pub_catchup_send(pub *P)
 			continue;
 		const patch *p = cu_patch(P, s);
 		if (p && s->cu_next < p->n) {
-			size_t n = p->n - s->cu_next < P->cu_slice ? p->n - s->cu_next : P->cu_slice;
+			/* about 10 ms at --rate, or at the subscriber's link */
+			size_t slice = s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate)
+					       ? pub_slice((uint64_t)s->rate_kbps * 1000, P->frame_size)
+					       : P->cu_slice;
+			size_t n = p->n - s->cu_next < slice ? p->n - s->cu_next : slice;
 			pub_send_one(P, s, p, s->cu_next, n);
 			s->cu_next += n;
 		}
@@ -1133,8 +1174,8 @@ int cmd_publish(int argc, char **argv)
 	P.keep = keep;
 	rp_bucket_init(&P.bucket, (rate + 7) / 8, pub_burst(rate, po.frame_size),
 		       (uint64_t)(now_s() * 1e6));
-	P.cu_slice = rate ? rate / 8 / 100 / WIRE(po.frame_size) : 256;
-	P.cu_slice = P.cu_slice < 1 ? 1 : (P.cu_slice > 256 ? 256 : P.cu_slice);
+	P.cu_slice = pub_slice(rate, po.frame_size);
+	P.frame_size = po.frame_size;
 	P.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
 				 .sin_addr.s_addr = htonl(lip)};
