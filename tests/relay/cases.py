@@ -213,7 +213,9 @@ def check(case, out_pcap):
             "frames to the static subscriber went to %s" % [m.hex() for m in macs]
         t = [s for s, x in read_pcap(out_pcap, stamps=True) if x[12:14] == b"\x08\x06" and
              struct.unpack("!H", x[20:22])[0] == 1 and x[38:42] == ip4("198.18.0.11")]
-        assert t and t[-1] - t[0] >= 9, \
+        # the first when it was configured, the next one 10 housekeeping
+        # rounds later (about 9 s; unanswered ones are asked every second)
+        assert len(t) >= 2 and t[-1] - t[0] >= 5, \
             "the static subscriber was not ARPed again (at %s s)" % [round(s - t[0], 1) for s in t]
     elif case == "join-arp":
         macs = to.get(("198.19.7.7", 7500), [])
