@@ -23,9 +23,11 @@ test_setup() {
 }
 test_teardown() { :; }
 
-# stop_pids: end every process in $PIDS and wait for them
+# stop_pids: end every process in $PIDS, and the publisher in $PUB if the
+# test keeps one there, and wait for them (a failure while a publisher
+# without --steps runs must not wait for it for ever)
 stop_pids() {
-	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	for p in $PIDS ${PUB:-}; do kill "$p" 2>/dev/null; done
 	wait 2>/dev/null
 	PIDS=""
 }
