@@ -306,10 +306,17 @@ static void send_nack(shim *s)
 	if (!ip && !later && ++s->nack_rounds == NACK_GIVE_UP && !s->want_key) {
 		/* nobody holds that patch any more: start over from keyframes */
 		s->want_key = 1;
-		s->resyncs++;
-		fprintf(stderr, "bfpatch-shim: version %u unrepaired after %u NACKs; asking for a "
-			"keyframe stream\n", c.version, NACK_GIVE_UP);
-		events_emit(&s->ev, "resync", "\"version\":%u,\"reason\":\"unrepaired\"", c.version);
+		if (state(s) == WBUF_RESYNC) {
+			/* resyncing already (counted when it began): another stream */
+			fprintf(stderr, "bfpatch-shim: keyframe stream of version %u unrepaired after "
+				"%u NACKs; asking for another\n", c.version, NACK_GIVE_UP);
+		} else {
+			s->resyncs++;
+			fprintf(stderr, "bfpatch-shim: version %u unrepaired after %u NACKs; asking "
+				"for a keyframe stream\n", c.version, NACK_GIVE_UP);
+			events_emit(&s->ev, "resync", "\"version\":%u,\"reason\":\"unrepaired\"",
+				    c.version);
+		}
 		join(s);
 	}
 }

@@ -1008,10 +1008,7 @@ done
 # are not answered (they come anyway), so the stream is sent about once
 "$SHIM" --buffer "$SHM.rs" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:1 \
 	--listen 127.0.0.1:$((port + 37)) --exit-after 0.2 > /dev/null 2>&1
-python3 -c "
-import struct, sys
-with open(sys.argv[1], 'r+b') as f:
-    f.seek(64); f.write(struct.pack('<II', 0, 2))  # RESYNC: no usable version" "$SHM.rs"
+buffer_set "$SHM.rs" 0 2 # RESYNC: no usable version
 "$BFP" publish --dir "$T/kbu" --listen 127.0.0.1:$port --rate 2m > "$T/publish40.log" 2>&1 &
 PUB=$!
 start_shim rs --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 37)) --nack-ms 50 --exit-after 60
@@ -1137,6 +1134,38 @@ kill -TERM $PIDS; wait; PIDS=""
 cp "$T/traj5/step-0004.safetensors" "$T/step-0005.safetensors" # its data, version 5
 check_buffers "$T/step-0005.safetensors" "$SHM.pk" || fail "the keyframe stream of version 5"
 
+# a buffer waiting for a keyframe resync (RESYNC, as after a failed
+# verification): half of a keyframe stream that nobody repairs is NACKed
+# until the shim gives up on it, which is no second resync (it is at one
+# already), and the rest of the stream then commits
+"$SHIM" --buffer "$SHM.rq" --init "$T/traj5/step-0000.safetensors" --upstream 127.0.0.1:1 \
+	--listen 127.0.0.1:$((port + 40)) --exit-after 0.2 > /dev/null 2>&1
+buffer_set "$SHM.rq" 0 2
+start_shim rq --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 40)) --nack-ms 20 \
+	--exit-after 30
+python3 - $((port + 40)) "$HERE" "$T" <<'PY' || fail "half a keyframe stream, then the rest"
+import socket, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import frames
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+fr = frames(sys.argv[3] + "/qk1")
+def send(part):
+    for f in part:
+        s.sendto(f, ("127.0.0.1", int(sys.argv[1])))
+        time.sleep(0.0002)
+send(fr[:len(fr) // 2])
+end = time.monotonic() + 20
+while "unrepaired after" not in open(sys.argv[3] + "/shimrq.log").read():
+    assert time.monotonic() < end, "the shim never gave up on the keyframe stream's NACKs"
+    time.sleep(0.1)
+send(fr[len(fr) // 2:])
+PY
+wait_line "committed version 0 -> 1" "$T/shimrq.log" || fail "the keyframe stream after giving up"
+kill -TERM $PIDS; wait; PIDS=""
+grep -q "resyncs 0," "$T/shimrq.log" ||
+	fail "giving up on a keyframe stream in RESYNC counted as a resync: $(grep -o 'resyncs [0-9]*' "$T/shimrq.log")"
+check_buffers "$T/traj5/step-0001.safetensors" "$SHM.rq" || fail "the keyframe stream after giving up"
+
 # a crash inside wbuf_end, after the version was published and before
 # the sequence counter went even (READY with an odd count): readers would
 # wait for ever; the restarted shim makes it even
@@ -1156,4 +1185,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, a keyframe stream not holding a new version back, a small burst after an idle spell (paced by --rate, and by a JOIN's rate), LEAVE and JOIN again not buying a keyframe stream, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, giving up on a keyframe stream in RESYNC not counted as another resync, a keyframe stream not holding a new version back, a small burst after an idle spell (paced by --rate, and by a JOIN's rate), LEAVE and JOIN again not buying a keyframe stream, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired"
