@@ -74,7 +74,8 @@ static const char publish_usage[] =
 	"                            before encoding 5 (docs/FORMAT.md 3.8)\n"
 	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
 	"  -n, --steps N             stop after publishing version N\n"
-	"  -L, --linger S            then keep answering NACKs for S seconds (5)\n"
+	"  -L, --linger S            then keep answering NACKs for S seconds (5), and\n"
+	"                            finish the catch-ups begun by then\n"
 	"  -A, --key FILE            sign frames and heartbeats with this key and\n"
 	"                            accept only JOINs/NACKs signed by a key given\n"
 	"                            (repeatable: the first signs; docs/SECURITY.md)\n"
@@ -141,6 +142,7 @@ typedef struct pub {
 	size_t cu_slice;        /* catch-up frames per subscriber and turn of
 				 * the main loop: about 10 ms at --rate */
 	uint32_t frame_size;    /* configured (kept patches may differ) */
+	int closing;            /* --linger is over: no new catch-ups */
 	uint64_t ctl_bad, other_model; /* control messages malformed, of another model */
 	uint64_t model_id;      /* of every version published */
 } pub;
@@ -605,7 +607,7 @@ static void pub_encoded(void *arg, size_t frames, size_t bytes, uint64_t changed
 static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
 {
 	double t = now_s();
-	for (unsigned i = 0; i < P->n_subs; i++) {
+	for (unsigned i = 0; i < P->n_subs && !P->closing; i++) {
 		pub_sub *s = &P->subs[i];
 		if (!s->catchup || s->cu_active)
 			continue;
@@ -1263,8 +1265,12 @@ int cmd_publish(int argc, char **argv)
 		if (ver >= steps) {
 			if (done_at == 0)
 				done_at = t;
-			if (t - done_at >= linger && !catching_up)
-				break; /* catch-ups in progress are finished first */
+			/* then catch-ups in progress are finished, no new ones
+			 * started (subscribers that keep coming would keep the
+			 * publisher for ever) */
+			P.closing = t - done_at >= linger;
+			if (P.closing && !catching_up)
+				break;
 		} else if (P.n_subs >= waitn) {
 			got = source_next(&S, ver, &nw, &nver, err, sizeof(err));
 			if (got < 0) {

@@ -1063,6 +1063,39 @@ print("after LEAVE and JOIN: none at once, the next %.1f s after the first" %
 PY
 kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
 
+# --linger ends a finite run also while subscribers keep coming: the
+# catch-ups begun by then are finished (a keyframe stream paced at the
+# 8 Mbit/s its subscriber's JOIN asks for: about 4 s), and no new one is
+# begun (a new subscriber every 1.5 s here)
+mkdir "$T/lg"
+cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" "$T/lg/"
+"$BFP" publish --dir "$T/lg" --listen 127.0.0.1:$port --steps 1 --linger 1 \
+	> "$T/publish41.log" 2>&1 &
+PUB=$!
+python3 - $port "$HERE" "$T/publish41.log" <<'PY' || fail "--linger with subscribers that keep coming"
+import sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import ctl, receiver
+port, log = int(sys.argv[1]), sys.argv[3]
+t0, subs = time.monotonic(), []
+def ended():
+    return "; sent " in open(log).read()  # the publisher's last line
+while not ended() and time.monotonic() - t0 < 16:
+    if time.monotonic() - t0 >= 1.5 * len(subs):
+        s = receiver()
+        s.sendto(ctl(1, 0, 0xFFFFFFFE, data_port=s.getsockname()[1], rate=8000),
+                 ("127.0.0.1", port))
+        subs.append(s)
+    time.sleep(0.05)
+took = time.monotonic() - t0
+assert ended() and took < 10, \
+    "the publisher ran for %.1f s with --linger 1 (%d subscribers came)" % (took, len(subs))
+print("--linger 1: the publisher ended after %.1f s, %d subscribers having come" %
+      (took, len(subs)))
+PY
+wait $PUB
+grep -q "keyframe stream of version 1" "$T/publish41.log" || fail "no catch-up before --linger ended"
+
 # a NACK that comes while its version is still being sent (paced at
 # 20 kB/s here) is answered from the frames already sent, not dropped
 mkdir "$T/midst"
@@ -1185,4 +1218,4 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, giving up on a keyframe stream in RESYNC not counted as another resync, a keyframe stream not holding a new version back, a small burst after an idle spell (paced by --rate, and by a JOIN's rate), LEAVE and JOIN again not buying a keyframe stream, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, giving up on a keyframe stream in RESYNC not counted as another resync, a keyframe stream not holding a new version back, a small burst after an idle spell (paced by --rate, and by a JOIN's rate), LEAVE and JOIN again not buying a keyframe stream, --linger ending while subscribers keep coming, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired"
