@@ -134,6 +134,9 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 		T_RUN counts = t_run_zero();
 		for (uint32_t k = 0; k < nb; k++) {
 			uint32_t off = k * 64;
+			/* the next chunk, while this one's changes are placed */
+			__builtin_prefetch(b + off + BFP_SCAN_CHUNK);
+			__builtin_prefetch(b + off + BFP_SCAN_CHUNK + 32);
 			T_CLS cls = t_classes(b + off, cn - off < 64 ? cn - off : 64u);
 			t_cls_store(cb + off, cls);
 			counts = t_count_row(cls, counts, rows[k]);
