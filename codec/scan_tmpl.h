@@ -40,7 +40,9 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 			unsigned len = cn - off < 64 ? cn - off : 64u;
 			const uint16_t *b = e->base + i0 + off;
 			__builtin_prefetch(b + 1024);
+			__builtin_prefetch(b + 1024 + 32);
 			__builtin_prefetch(e->target + i0 + off + 1024);
+			__builtin_prefetch(e->target + i0 + off + 1024 + 32);
 			uint64_t neq = t_neq(b, e->target + i0 + off, len);
 			T_CLS k = t_classes(b, len);
 			t_cls_store(cb + off, k);
