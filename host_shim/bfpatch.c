@@ -258,7 +258,8 @@ static int cmd_apply(int argc, char **argv)
 static const char info_usage[] =
 	"usage: bfpatch info PATCH [--json]\n"
 	"Print what a patch carries: parameters, changed parameters, frames per\n"
-	"encoding, bytes, bits per changed parameter, ratio to dense BF16.\n"
+	"encoding, bytes, bits per changed parameter, ratio to dense BF16, and\n"
+	"the sparse frames' bits per change by base-exponent class.\n"
 	"  --json   one JSON object on stdout\n"
 	"  -h, --help\n";
 
@@ -284,6 +285,9 @@ static int cmd_info(int argc, char **argv)
 		return die("info", err);
 	uint64_t params = 0, changed = 0, key_params = 0;
 	uint64_t by_enc[BFP_ENC_SPARSE2 + 1] = {0}, model_bits = 0, pos_bits = 0, val_bits = 0;
+	/* sparse frames, per base-exponent class: changes, and bits of its
+	 * counts and headers, positions and values */
+	uint64_t cls[BFP_CLASSES][4] = {{0}};
 	bfp_frame_header h0;
 	bfp_frame_parse(p.buf, p.off[1], &h0);
 	bfp_decoder *dec = malloc(sizeof(*dec));
@@ -309,6 +313,12 @@ static int cmd_info(int argc, char **argv)
 		model_bits += st.model_bits;
 		pos_bits += st.position_bits;
 		val_bits += st.value_bits;
+		for (unsigned k = 0; k < BFP_CLASSES; k++) {
+			cls[k][0] += st.class_changes[k];
+			cls[k][1] += st.class_model_bits[k];
+			cls[k][2] += st.class_position_bits[k];
+			cls[k][3] += st.class_value_bits[k];
+		}
 	}
 	free(dec);
 	/* sparse frames of either encoding; encoding 1 also on its own */
@@ -340,6 +350,17 @@ static int cmd_info(int argc, char **argv)
 		json_object_set_new(fe, "keyframe", json_integer((json_int_t)by_enc[BFP_ENC_KEY_RAW]));
 		json_object_set_new(fe, "keyframe_zstd", json_integer((json_int_t)by_enc[BFP_ENC_KEY_ZSTD]));
 		json_object_set_new(o, "frames_by_encoding", fe);
+		json_t *ca = json_array();
+		for (unsigned k = 0; k < BFP_CLASSES; k++) {
+			json_t *x = json_object();
+			json_object_set_new(x, "class", json_integer(k));
+			json_object_set_new(x, "changes", json_integer((json_int_t)cls[k][0]));
+			json_object_set_new(x, "model_bits", json_integer((json_int_t)cls[k][1]));
+			json_object_set_new(x, "position_bits", json_integer((json_int_t)cls[k][2]));
+			json_object_set_new(x, "value_bits", json_integer((json_int_t)cls[k][3]));
+			json_array_append_new(ca, x);
+		}
+		json_object_set_new(o, "sparse_classes", ca);
 		char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
 		puts(s);
 		free(s);
@@ -363,6 +384,17 @@ static int cmd_info(int argc, char **argv)
 		       (unsigned long long)(pos_bits / 8), (unsigned long long)(val_bits / 8));
 		printf("bits per changed  %.3f\n", bpc);
 		printf("ratio to dense    %.1fx\n", ratio);
+		if (sparse)
+			printf("sparse frames by base-exponent class (FORMAT.md 3.3): bits per change,\n"
+			       "and bytes of the class's counts and headers in all frames:\n"
+			       "  class   changes  positions   values  count+header\n");
+		for (unsigned k = 0; k < BFP_CLASSES && sparse; k++)
+			if (cls[k][0])
+				printf("  %5u %9llu %10.3f %8.3f %11llu B\n", k,
+				       (unsigned long long)cls[k][0],
+				       (double)cls[k][2] / (double)cls[k][0],
+				       (double)cls[k][3] / (double)cls[k][0],
+				       (unsigned long long)(cls[k][1] / 8));
 	}
 	patch_free(&p);
 	return 0;

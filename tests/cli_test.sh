@@ -90,6 +90,22 @@ check "raw BF16 round trip" "cmp -s '$T/out.bin' '$T/new.bin'"
 check "info --json counts the changed parameters (independent count)" \
 	"python3 -c \"import json,sys; j=json.load(open('$T/info.json')); sys.exit(0 if j['changed']==int(open('$T/changed.txt').read()) and j['params']==100003 else 1)\""
 check "info prints a human summary" "'$BFP' info '$T/praw' | grep -q 'bits per changed'"
+check "info --json counts each base-exponent class's changes (independent count from the two files; FORMAT.md 3.3)" \
+	"python3 -c \"
+import json, struct, sys
+j = json.load(open('$T/info.json'))
+old = open('$T/old.bin', 'rb').read(); new = open('$T/new.bin', 'rb').read()
+n = len(old) // 2
+a, b = struct.unpack('<%dH' % n, old), struct.unpack('<%dH' % n, new)
+want = [0] * 16
+for x, y in zip(a, b):
+    if x != y:
+        e = (x >> 7) & 0xFF
+        want[0 if e <= 108 else 15 if e >= 123 else e - 108] += 1
+got = [c['changes'] for c in j['sparse_classes']]
+bits = sum(c['model_bits'] + c['position_bits'] + c['value_bits'] for c in j['sparse_classes'])
+ok = j['frames_by_encoding']['dense'] == 0 and got == want and 0 < bits <= 8 * j['bytes']
+sys.exit(0 if ok else print(got, want) or 1)\""
 
 # failures: clear error, non-zero exit, no output
 cp "$T/p01" "$T/corrupt"
