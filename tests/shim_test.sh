@@ -974,13 +974,12 @@ for how in "--rate 8m:0" ":8000"; do
 	python3 - $port "$HERE" "${how#*:}" <<'PY' || fail "the burst after an idle spell (${how%:*}, JOIN rate ${how#*:} kbit/s)"
 import socket, struct, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
-from tap_peers import ctl, receiver
+from tap_peers import join, receiver
 port = int(sys.argv[1])
 s = receiver(timeout=2)
 s.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS: kernel receive times
 time.sleep(0.5)  # the bucket fills while idle
-s.sendto(ctl(1, 0, 0xFFFFFFFE, data_port=s.getsockname()[1], rate=int(sys.argv[3])),
-         ("127.0.0.1", port))
+join(s, port, 0xFFFFFFFE, rate=int(sys.argv[3]))
 got = []
 while True:
     try:
@@ -1065,7 +1064,7 @@ kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
 
 # --linger ends a finite run also while subscribers keep coming: the
 # catch-ups begun by then are finished (a keyframe stream paced at the
-# 8 Mbit/s its subscriber's JOIN asks for: about 4 s), and no new one is
+# 8 Mbit/s its subscriber's JOIN asks for: seconds), and no new one is
 # begun (a new subscriber every 1.5 s here)
 mkdir "$T/lg"
 cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" "$T/lg/"
@@ -1075,7 +1074,7 @@ PUB=$!
 python3 - $port "$HERE" "$T/publish41.log" <<'PY' || fail "--linger with subscribers that keep coming"
 import sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
-from tap_peers import ctl, receiver
+from tap_peers import join, receiver
 port, log = int(sys.argv[1]), sys.argv[3]
 t0, subs = time.monotonic(), []
 def ended():
@@ -1083,8 +1082,7 @@ def ended():
 while not ended() and time.monotonic() - t0 < 16:
     if time.monotonic() - t0 >= 1.5 * len(subs):
         s = receiver()
-        s.sendto(ctl(1, 0, 0xFFFFFFFE, data_port=s.getsockname()[1], rate=8000),
-                 ("127.0.0.1", port))
+        join(s, port, 0xFFFFFFFE, rate=8000)
         subs.append(s)
     time.sleep(0.05)
 took = time.monotonic() - t0

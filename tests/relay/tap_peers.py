@@ -51,9 +51,11 @@ def receiver(rcvbuf=16 << 20, timeout=0.1):
     return s
 
 
-def join(s, port, version, model=0):
-    """s JOINs the publisher or relay at 127.0.0.1:port (s's port for data)"""
-    s.sendto(ctl(1, model, version, data_port=s.getsockname()[1]), ("127.0.0.1", port))
+def join(s, port, version, model=0, rate=0):
+    """s JOINs the publisher or relay at 127.0.0.1:port (s's port for data;
+    rate: its link in kbit/s, 0 for none)"""
+    s.sendto(ctl(1, model, version, data_port=s.getsockname()[1], rate=rate),
+             ("127.0.0.1", port))
 
 
 def frames(path):
