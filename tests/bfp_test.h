@@ -58,6 +58,15 @@ static inline void t_mutate(const uint16_t *base, uint16_t *tgt, size_t n,
 	}
 }
 
+/* A base of n weights (t_weight) and a target from it (t_mutate). */
+static inline void t_weights_changed(uint16_t *base, uint16_t *tgt, size_t n, uint32_t ppm,
+				     uint64_t *s)
+{
+	for (size_t i = 0; i < n; i++)
+		base[i] = t_weight(s);
+	t_mutate(base, tgt, n, ppm, s);
+}
+
 typedef struct t_frames {
 	uint8_t *buf;
 	size_t len, cap;

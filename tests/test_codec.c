@@ -192,9 +192,7 @@ static void test_frame_stats_by_class(void **state)
 	size_t n = 200000;
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
 	uint64_t s = 11;
-	for (size_t i = 0; i < n; i++)
-		b[i] = t_weight(&s);
-	t_mutate(b, t, n, 30000, &s);
+	t_weights_changed(b, t, n, 30000, &s);
 	static const uint32_t flags[] = {0, BFP_ENC_F_SPARSE1};
 	static bfp_decoder dec;
 	for (size_t f = 0; f < 2; f++) {
@@ -277,9 +275,7 @@ static void test_keyframe_coded_patch_frames_say_in_patch(void **state)
 	size_t n = 20000;
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
 	uint64_t s = 11;
-	for (size_t i = 0; i < n; i++)
-		b[i] = t_weight(&s);
-	t_mutate(b, t, n, 20000, &s);
+	t_weights_changed(b, t, n, 20000, &s);
 	for (size_t i = 2 * n / 5; i < 3 * n / 5; i++)
 		t[i] = t_weight(&s);
 	bfp_encode_opts o = opts(1200);
@@ -347,9 +343,7 @@ static void test_ranges_on_tensor_boundaries_apply_exactly(void **state)
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2), *w = malloc(n * 2);
 	uint64_t s = 11;
 	t_frames f = {0};
-	for (size_t i = 0; i < n; i++)
-		b[i] = t_weight(&s);
-	t_mutate(b, t, n, 20000, &s);
+	t_weights_changed(b, t, n, 20000, &s);
 	bfp_encode_opts o = opts(1200);
 	for (size_t k = 0; k + 1 < sizeof(cut) / sizeof(cut[0]); k++) {
 		size_t before = f.n;
@@ -379,9 +373,7 @@ static void test_encoder_is_canonical_and_simd_matches_scalar(void **state)
 	size_t n = 200003;
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
 	uint64_t s = 5;
-	for (size_t i = 0; i < n; i++)
-		b[i] = t_weight(&s);
-	t_mutate(b, t, n, 15000, &s);
+	t_weights_changed(b, t, n, 15000, &s);
 	t_frames f1 = {0}, f2 = {0}, f3 = {0};
 	bfp_encode_opts o = opts(1200);
 	assert_int_equal(t_encode(&o, b, t, n, 0, n, &f1), BFP_OK);
@@ -667,9 +659,7 @@ static void test_zstd_keyframes_round_trip_and_reject_damage(void **state)
 	size_t n = 50000;
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2), *w = malloc(n * 2);
 	uint64_t s = 21;
-	for (size_t i = 0; i < n; i++)
-		b[i] = t_weight(&s);
-	t_mutate(b, t, n, 30000, &s);
+	t_weights_changed(b, t, n, 30000, &s);
 	bfp_encode_opts o = opts(1200);
 	o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD;
 	o.base_version = 0;
@@ -742,9 +732,7 @@ static int reject_setup(void **state)
 	(void)state;
 	uint64_t s = 99;
 	bfp_encoder *enc = malloc(sizeof(*enc));
-	for (size_t i = 0; i < RN; i++)
-		rb[i] = t_weight(&s);
-	t_mutate(rb, rt, RN, 10000, &s);
+	t_weights_changed(rb, rt, RN, 10000, &s);
 	bfp_encode_opts o = opts(1200);
 	o.frame_count = 3;
 	assert_int_equal(bfp_encoder_init(enc, &o, rb, rt, RN, 0, RN), BFP_OK);
