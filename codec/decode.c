@@ -36,15 +36,15 @@ static bfp_status check_end(bfp_br *r, size_t payload_len)
 	return BFP_OK;
 }
 
-/* FORMAT.md 3.4 (encoding 1) and 3.8 (encoding 5, v2) */
-static bfp_status decode_sparse(bfp_decoder *d, int v2, const uint8_t *pl,
+/* FORMAT.md 3.4, 3.8, 3.9 (sparse encodings 1, 5, 6) */
+static bfp_status decode_sparse(bfp_decoder *d, unsigned enc, const uint8_t *pl,
 				size_t pl_len, const uint16_t *base,
 				uint32_t len)
 {
 	uint32_t start[BFP_CLASSES + 1];
 	bfp_br r;
 	bfp_br_init(&r, pl, pl_len);
-	bfp_status st = bfp_sparse_parse(&r, v2, len, start, d->grp_pos, d->grp_val, NULL);
+	bfp_status st = bfp_sparse_parse(&r, enc, len, start, d->grp_pos, d->grp_val, NULL);
 	if (st == BFP_OK)
 		st = check_end(&r, pl_len);
 	if (st == BFP_OK)
@@ -124,7 +124,7 @@ static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *f
 	const uint16_t *w = weights + h->range_begin;
 	st = h->encoding == BFP_ENC_DENSE
 		     ? decode_dense(d, pl, h->payload_len, w, h->range_len)
-		     : decode_sparse(d, h->encoding == BFP_ENC_SPARSE2, pl, h->payload_len, w,
+		     : decode_sparse(d, h->encoding, pl, h->payload_len, w,
 				     h->range_len);
 	if (st != BFP_OK)
 		return st;
@@ -189,6 +189,7 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 	case BFP_ENC_SPARSE:
 	case BFP_ENC_DENSE:
 	case BFP_ENC_SPARSE2:
+	case BFP_ENC_SPARSE3:
 		/* decoded and verified by prepare() */
 		for (uint32_t i = 0; i < d->n_changes; i++)
 			w[d->chg_pos[i]] = d->chg_val[i];
@@ -235,9 +236,9 @@ bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 	out->range_len = h.range_len;
 	out->payload_len = h.payload_len;
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
-	if (h.encoding == BFP_ENC_SPARSE || h.encoding == BFP_ENC_SPARSE2) {
+	if (bfp_encoding_is_sparse(h.encoding)) {
 		uint32_t start[BFP_CLASSES + 1];
-		st = bfp_sparse_parse(&r, h.encoding == BFP_ENC_SPARSE2, h.range_len, start,
+		st = bfp_sparse_parse(&r, h.encoding, h.range_len, start,
 				      dec->grp_pos, dec->grp_val, out);
 		if (st != BFP_OK)
 			return st;

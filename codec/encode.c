@@ -135,7 +135,10 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
 				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR |
-				    BFP_ENC_F_SPARSE1)),
+				    BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2)),
+		  BFP_E_ARG);
+	BFP_CHECK((opts->flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2)) !=
+			  (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2),
 		  BFP_E_ARG);
 #ifndef BFP_HAVE_ZSTD
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
@@ -211,14 +214,16 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 	} else {
 		/* sparse: the longest prefix of the gathered changes that fits */
 		const uint64_t bits = (uint64_t)budget * 8;
-		const int v2 = !(e->opts.flags & BFP_ENC_F_SPARSE1);
+		const unsigned enc = (e->opts.flags & BFP_ENC_F_SPARSE1)   ? BFP_ENC_SPARSE
+				     : (e->opts.flags & BFP_ENC_F_SPARSE2) ? BFP_ENC_SPARSE2
+									   : BFP_ENC_SPARSE3;
 		bfp_sparse_plan pl;
 		uint64_t scanned;
 		uint32_t n, k;
 		for (int round = 0;; round++) {
 			scanned = bfp_gather(e, end, bits * e->gather_scale / 256);
 			n = e->n_changes;
-			bfp_sparse_plan_make(e, n, v2, &pl);
+			bfp_sparse_plan_make(e, n, enc, &pl);
 			k = bfp_sparse_cut(e, n, &pl, bits);
 			if (k < n) { /* aim at gathering about 1/32 more than fit */
 				e->gather_scale = clamp_scale((uint64_t)e->gather_scale * k * 33 / 32 / n +
@@ -251,7 +256,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 				e->changed += write_dense(e, len, &w);
 			} else {
 				len = sparse_len;
-				h.encoding = v2 ? BFP_ENC_SPARSE2 : BFP_ENC_SPARSE;
+				h.encoding = (uint8_t)enc;
 				bfp_sparse_write(e, k, &pl, &w);
 				e->changed += k;
 			}

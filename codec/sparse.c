@@ -1,5 +1,5 @@
 /*
- * sparse.c: FORMAT.md 3.4 and 3.8. Per base-exponent class, two sequences
+ * sparse.c: FORMAT.md 3.4, 3.8 and 3.9. Per base-exponent class, two sequences
  * are coded: the gaps between changes in the class's rank space, and the
  * step magnitudes. Each is either plain (every symbol coded) or run-coded
  * (runs of a common symbol, then the others), chosen per class and frame
@@ -9,8 +9,12 @@
  * a frame-wide Exp-Golomb order, gap parameters predicted from the class,
  * a default magnitude code, a flag for classes whose magnitudes are all
  * equal) and codes magnitudes by their distance from the common one.
+ * Encoding 6 adds Golomb gap codes halfway between the Rice ones and
+ * codes each class's magnitude code relative to the class below.
  */
 #include "sparse.h"
+
+#define LEVEL_MAX 62u /* encoding 6 gap levels: 0..62 */
 
 #define MAG_BINS 64u /* magnitudes 1..64 counted one by one */
 
@@ -34,6 +38,95 @@ static inline uint32_t get_eg(bfp_br *r, unsigned k)
 		return 0;
 	}
 	return (uint32_t)v;
+}
+
+/* Gap codes by level L (FORMAT.md 3.9): with k = (L + 1) / 2, Rice(k)
+ * when L is 0 or odd; Golomb with m = 3 * 2^(k-1) when L is even. The
+ * quotient and the escape are as in Rice; a Golomb remainder r below
+ * 2^(k-1) takes k bits, a larger one 2^(k-1) + (r - 2^(k-1)) / 2 in k
+ * bits and then the parity of r - 2^(k-1). Encodings 1 and 5 use the
+ * Rice levels only (level 2k - 1 is their Rice(k)). */
+static inline unsigned lv_k(unsigned L)
+{
+	return (L + 1) >> 1;
+}
+
+static inline unsigned lv_golomb(unsigned L)
+{
+	return L >= 2 && !(L & 1);
+}
+
+static inline unsigned rice_level(unsigned k)
+{
+	return k ? 2 * k - 1 : 0;
+}
+
+/* Quotient and remainder of v at level L. */
+static inline uint32_t lv_split(uint32_t v, unsigned L, uint32_t *rem)
+{
+	const unsigned k = lv_k(L);
+	uint32_t q;
+	if (lv_golomb(L)) { /* v / (3 * 2^(k-1)), exact for every 32-bit v */
+		q = (uint32_t)(((uint64_t)(v >> (k - 1)) * 0xAAAAAAABull) >> 33);
+		*rem = v - q * (3u << (k - 1));
+	} else {
+		q = (uint32_t)((uint64_t)v >> k);
+		*rem = (uint32_t)(v & ((1ull << k) - 1));
+	}
+	return q;
+}
+
+static inline unsigned lv_bits(uint32_t v, unsigned L)
+{
+	uint32_t rem, q = lv_split(v, L, &rem);
+	const unsigned k = lv_k(L);
+	if (q >= BFP_RICE_ESC)
+		return BFP_RICE_ESC + 32;
+	return q + 1 + k + (lv_golomb(L) && rem >= (1u << (k - 1)));
+}
+
+static inline void put_lv(bfp_bw *w, uint32_t v, unsigned L)
+{
+	uint32_t rem, q = lv_split(v, L, &rem);
+	const unsigned k = lv_k(L);
+	if (q >= BFP_RICE_ESC) {
+		bfp_bw_put(w, 0, BFP_RICE_ESC);
+		bfp_bw_put(w, v, 32);
+		return;
+	}
+	bfp_bw_put(w, 1ull << q, q + 1);
+	if (lv_golomb(L) && rem >= (1u << (k - 1))) {
+		uint32_t cut = 1u << (k - 1), x = rem - cut;
+		bfp_bw_put(w, (cut + (x >> 1)) | ((uint64_t)(x & 1) << k), k + 1);
+	} else {
+		bfp_bw_put(w, rem, k);
+	}
+}
+
+/* A gap at level L; values above 2^32 - 1 come back as they are (the
+ * caller rejects gaps past the range). */
+static inline uint64_t get_lv(bfp_br *r, unsigned L)
+{
+	const unsigned k = lv_k(L), golomb = lv_golomb(L);
+	const uint64_t m = golomb ? 3ull << (k - 1) : 1ull << k;
+	const uint64_t cut = golomb ? 1ull << (k - 1) : 1ull << k;
+	unsigned z = bfp_br_lead(r);
+	if (BFP_LIKELY(z < BFP_RICE_ESC && z + 2 + k <= r->n)) {
+		uint64_t a = r->acc >> (z + 1);
+		uint64_t x = a & ((1ull << k) - 1);
+		unsigned lng = x >= cut; /* never at a Rice level */
+		uint64_t e = (a >> k) & lng;
+		r->acc = (a >> k) >> lng;
+		r->n -= z + 1 + k + lng;
+		return z * m + (lng ? 2 * x - cut + e : x);
+	}
+	unsigned q = bfp_br_unary(r, BFP_RICE_ESC);
+	if (q == BFP_RICE_ESC)
+		return bfp_br_get(r, 32);
+	uint64_t x = bfp_br_get(r, k);
+	if (x >= cut)
+		x = 2 * x - cut + bfp_br_get(r, 1);
+	return q * m + x;
 }
 
 /* Encoding 5: magnitude m as its distance from the centre C, alternating
@@ -77,21 +170,63 @@ static inline uint32_t gap_other(const bfp_seq *s, uint32_t g)
 
 static inline uint32_t mag_other(int v2, const bfp_seq *s, unsigned m)
 {
-	if (v2)
+	if (v2) /* encodings 5 and 6 */
 		return mag_fold(m, s->common, s->down) - s->runs;
 	return (!s->runs || m < s->common) ? m - 1 : m - 2;
 }
 
-/* Encoding 5: predicted gap parameter of class c, and the bits of gk. */
-static inline unsigned gk_pred(int gk0, unsigned c)
+/* Encodings 5 and 6: predicted gap parameter of class c (the Rice k in
+ * encoding 5, the level in 6), and the bits of the parameter. */
+static inline unsigned gk_pred(unsigned enc, int gk0, unsigned c)
 {
-	int p = gk0 + (int)c;
-	return p < 0 ? 0u : (p > 31 ? 31u : (unsigned)p);
+	const int top = enc == BFP_ENC_SPARSE3 ? (int)LEVEL_MAX : 31;
+	int p = gk0 + (enc == BFP_ENC_SPARSE3 ? 2 : 1) * (int)c;
+	return p < 0 ? 0u : (p > top ? (unsigned)top : (unsigned)p);
 }
 
-static inline unsigned gk_bits(unsigned gk, unsigned pred)
+static inline uint32_t zigzag(int32_t d)
 {
+	return d >= 0 ? 2u * (uint32_t)d : 2u * (uint32_t)(-(d + 1)) + 1u;
+}
+
+static inline int32_t unzigzag(uint32_t z)
+{
+	return (z & 1) ? -(int32_t)(z >> 1) - 1 : (int32_t)(z >> 1);
+}
+
+/* Encoding 5: 1 (as predicted), 3 (one off) or 7 bits; encoding 6: the
+ * difference from the prediction in EG0 after zigzag. */
+static inline unsigned gk_bits(unsigned enc, unsigned gk, unsigned pred)
+{
+	if (enc == BFP_ENC_SPARSE3)
+		return bfp_eg0_bits(zigzag((int32_t)gk - (int32_t)pred));
 	return gk == pred ? 1u : (gk + 1 == pred || gk == pred + 1) ? 3u : 7u;
+}
+
+/* The gap parameter a class header carries: the level in encoding 6, the
+ * Rice k in encodings 1 and 5. */
+static inline unsigned gap_param(const bfp_sparse_plan *pl, unsigned c)
+{
+	return pl->enc == BFP_ENC_SPARSE3 ? pl->gap[c].k : lv_k(pl->gap[c].k);
+}
+
+/* Encoding 6: when the class below has changes, a class's own magnitude
+ * code is coded relative to that class's: a binade up, the same update
+ * spans half the steps, so the common magnitude is predicted halved and
+ * the order one less. */
+static inline void mag_pred(const bfp_seq *below, unsigned *cp, unsigned *kp)
+{
+	*cp = below->common > 1 ? below->common >> 1 : 1u;
+	*kp = below->k ? below->k - 1u : 0u;
+}
+
+static inline unsigned rel_code_bits(const bfp_seq *m, const bfp_seq *below)
+{
+	unsigned cp, kp;
+	mag_pred(below, &cp, &kp);
+	return bfp_eg0_bits(zigzag((int32_t)m->common - (int32_t)cp)) + 1 + m->runs +
+	       (m->all ? 0 : bfp_eg0_bits(zigzag((int32_t)m->k - (int32_t)kp)) + (m->common > 1)) +
+	       (m->runs && !m->all ? 4 : 0);
 }
 
 /* Encoding 5 magnitude codes: equal (fields that do not apply are 0), and
@@ -112,18 +247,25 @@ static inline unsigned mag_code_bits(const bfp_seq *m)
 /* Bits of a class count. */
 static inline unsigned count_bits(const bfp_sparse_plan *pl, uint32_t n)
 {
-	return pl->v2 ? eg_bits(n, pl->kn) : bfp_eg0_bits(n);
+	return pl->enc != BFP_ENC_SPARSE ? eg_bits(n, pl->kn) : bfp_eg0_bits(n);
 }
 
-/* Bits of class c's header after its count (the class has changes). */
-static unsigned class_header_bits(const bfp_sparse_plan *pl, unsigned c)
+/* Bits of class c's header after its count (the class has changes);
+ * below: whether class c - 1 has changes (encoding 6 codes the magnitude
+ * code relative to it then). */
+static unsigned class_header_bits(const bfp_sparse_plan *pl, unsigned c, int below)
 {
 	const bfp_seq *g = &pl->gap[c], *m = &pl->mag[c];
-	if (!pl->v2)
+	if (pl->enc == BFP_ENC_SPARSE)
 		return 1 + 5 + (g->runs ? 5 : 0) + 1 + 4 +
 		       (m->runs ? bfp_eg0_bits(m->common - 1u) + 5 : 0);
-	return 1 + gk_bits(g->k, gk_pred(pl->gk0, c)) + (g->runs ? 4 : 0) + 1 +
-	       (same_code(m, &pl->mdef) ? 0 : mag_code_bits(m));
+	unsigned b = 1 + gk_bits(pl->enc, gap_param(pl, c), gk_pred(pl->enc, pl->gk0, c)) +
+		     (g->runs ? 4 : 0) + 1;
+	if (same_code(m, &pl->mdef))
+		return b;
+	if (pl->enc == BFP_ENC_SPARSE2 || !below)
+		return b + mag_code_bits(m);
+	return b + rel_code_bits(m, &pl->mag[c - 1]);
 }
 
 /* Estimated bits of n Rice(k) codes of values summing to sum, for the
@@ -145,6 +287,32 @@ static uint64_t rice_est(uint64_t n, uint64_t sum, unsigned maxk, unsigned *kout
 			break;
 	}
 	return best / 2;
+}
+
+/* Encoding 6: estimated bits of n gap codes of values summing to sum, for
+ * the best level (returned in *lout). In sixths of a bit, per code:
+ * quotient sum/m - 1/2 + 1/(2m) as in rice_est; at a Golomb level the
+ * remainder takes its longer code about 3 times in 5 (geometric data at
+ * the level that suits it). */
+static uint64_t level_est(uint64_t n, uint64_t sum, unsigned *lout)
+{
+	uint64_t best = UINT64_MAX;
+	*lout = 0;
+	if (n == 0)
+		return 0;
+	for (unsigned L = 0; L <= LEVEL_MAX; L++) {
+		const unsigned k = lv_k(L);
+		const uint64_t m = lv_golomb(L) ? 3ull << (k - 1) : 1ull << k;
+		uint64_t six = 6 * n * (k + 1) + 6 * sum / m + 3 * n / m - 3 * n +
+			       (lv_golomb(L) ? 18 * n / 5 : 0);
+		if (six < best) {
+			best = six;
+			*lout = L;
+		}
+		if (sum / m == 0)
+			break;
+	}
+	return best / 6;
 }
 
 typedef struct cls_acc {
@@ -294,13 +462,15 @@ static void plan_frame_v2(bfp_sparse_plan *pl)
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		if (!pl->n[c])
 			continue;
-		int g0 = (int)pl->gap[c].k - (int)c;
+		const unsigned slope = pl->enc == BFP_ENC_SPARSE3 ? 2 : 1;
+		int g0 = (int)(pl->enc == BFP_ENC_SPARSE3 ? pl->gap[c].k : lv_k(pl->gap[c].k)) -
+			 (int)(slope * c);
 		uint64_t b = 0;
 		unsigned same = 0;
 		for (unsigned d = 0; d < BFP_CLASSES; d++) {
 			if (!pl->n[d])
 				continue;
-			b += gk_bits(pl->gap[d].k, gk_pred(g0, d));
+			b += gk_bits(pl->enc, gap_param(pl, d), gk_pred(pl->enc, g0, d));
 			same += same_code(&pl->mag[d], &pl->mag[c]);
 		}
 		if (b < best) {
@@ -312,18 +482,20 @@ static void plan_frame_v2(bfp_sparse_plan *pl)
 			pl->mdef = pl->mag[c];
 		}
 	}
-	pl->fbits = 3 + 6 + mag_code_bits(&pl->mdef);
+	pl->fbits = 3 + (pl->enc == BFP_ENC_SPARSE3 ? 7 : 6) + mag_code_bits(&pl->mdef);
 }
 
 /* Codes are chosen from per-class statistics with a cost model (one pass
  * over the changes); bfp_sparse_cut then counts the exact size. */
-void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, int v2, bfp_sparse_plan *pl)
+void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
+			  bfp_sparse_plan *pl)
 {
 	cls_acc a[BFP_CLASSES];
+	const int v2 = enc != BFP_ENC_SPARSE;
 
 	BFP_MEMSET(a, 0, sizeof(a));
 	BFP_MEMSET(pl, 0, sizeof(*pl));
-	pl->v2 = v2 ? 1 : 0;
+	pl->enc = (uint8_t)enc;
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		a[c].mmin = UINT32_MAX;
 	for (uint32_t j = 0; j < k; j++) { /* no data-dependent branches */
@@ -350,9 +522,17 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, int v2, bfp_sparse_p
 			continue;
 		uint32_t nz = n - x->gzero;
 		/* the nonzero gaps, each less one, sum to gsum - nz */
-		uint64_t plain = rice_est(n, x->gsum, 30, &kp);
-		uint64_t runs = 5 + rice_est(nz, x->gsum - nz, 30, &ko) +
-				rice_est(nz + 1, x->gzero, maxk, &kr);
+		uint64_t plain, runs;
+		if (enc == BFP_ENC_SPARSE3) {
+			plain = level_est(n, x->gsum, &kp);
+			runs = 5 + level_est(nz, x->gsum - nz, &ko);
+		} else {
+			plain = rice_est(n, x->gsum, 30, &kp);
+			runs = 5 + rice_est(nz, x->gsum - nz, 30, &ko);
+			kp = rice_level(kp);
+			ko = rice_level(ko);
+		}
+		runs += rice_est(nz + 1, x->gzero, maxk, &kr);
 		if (runs < plain) {
 			gs->runs = 1;
 			gs->k = (uint8_t)ko;
@@ -367,9 +547,13 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, int v2, bfp_sparse_p
 	}
 	if (v2)
 		plan_frame_v2(pl);
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		if (pl->n[c])
-			pl->hbits[c] = (uint16_t)class_header_bits(pl, c);
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		if (!pl->n[c])
+			continue;
+		pl->hbits[0][c] = (uint16_t)class_header_bits(pl, c, 0);
+		pl->hbits[1][c] = c && pl->n[c - 1] ? (uint16_t)class_header_bits(pl, c, 1)
+						    : pl->hbits[0][c];
+	}
 }
 
 uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
@@ -380,7 +564,7 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 	uint64_t var[BFP_CLASSES];
 	const unsigned zero = count_bits(pl, 0);
 	uint64_t committed = pl->fbits, vsum = (uint64_t)BFP_CLASSES * zero;
-	const int v2 = pl->v2;
+	const int v2 = pl->enc != BFP_ENC_SPARSE;
 
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		var[c] = zero;
@@ -392,7 +576,7 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		unsigned m = bfp_mag(e->chg_delta[j]);
 		uint64_t add = 1; /* sign */
 		if (!gs->runs) {
-			add += bfp_rice_bits(g, gs->k);
+			add += lv_bits(g, gs->k);
 		} else {
 			if (!gopen[c]) {
 				gopen[c] = 1;
@@ -401,7 +585,7 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			if (g == 0) {
 				grun[c]++;
 			} else {
-				add += bfp_rice_bits(grun[c], gs->kr) + bfp_rice_bits(g - 1, gs->k);
+				add += bfp_rice_bits(grun[c], gs->kr) + lv_bits(g - 1, gs->k);
 				gopen[c] = 0;
 			}
 		}
@@ -422,18 +606,25 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 				mopen[c] = 0;
 			}
 		}
+		/* the first change of class c turns the header of class c + 1,
+		 * if it has changes, to its other form (encoding 6) */
+		int64_t adj = 0;
+		if (!n[c] && c + 1 < BFP_CLASSES && n[c + 1])
+			adj = (int64_t)pl->hbits[1][c + 1] - (int64_t)pl->hbits[0][c + 1];
 		n[c]++;
-		uint64_t v = count_bits(pl, n[c]) + pl->hbits[c] +
+		uint64_t v = count_bits(pl, n[c]) + pl->hbits[c && n[c - 1]][c] +
 			     (gopen[c] ? bfp_rice_bits(grun[c], gs->kr) : 0) +
 			     (mopen[c] ? bfp_rice_bits(mrun[c], ms->kr) : 0);
-		uint64_t total = committed + add + vsum - var[c] + v;
+		uint64_t total = committed + add + vsum - var[c] + v + (uint64_t)adj;
 		if (total > budget_bits) {
 			n[c]--;
 			break;
 		}
 		committed += add;
-		vsum += v - var[c];
+		vsum += v - var[c] + (uint64_t)adj;
 		var[c] = v;
+		if (adj)
+			var[c + 1] += (uint64_t)adj;
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		pl->n[c] = n[c];
@@ -457,26 +648,51 @@ static void write_mag_code(bfp_bw *w, const bfp_seq *m)
 		bfp_bw_put(w, m->kr, 4);
 }
 
-/* Encoding 5 header fields of a class, after its count. */
+/* Encoding 6 magnitude code relative to the class below (rel_code_bits). */
+static void write_rel_code(bfp_bw *w, const bfp_seq *m, const bfp_seq *below)
+{
+	unsigned cp, kp;
+	mag_pred(below, &cp, &kp);
+	bfp_put_eg0(w, zigzag((int32_t)m->common - (int32_t)cp));
+	bfp_bw_put(w, m->runs, 1);
+	if (m->runs)
+		bfp_bw_put(w, m->all, 1);
+	if (!m->all) {
+		bfp_put_eg0(w, zigzag((int32_t)m->k - (int32_t)kp));
+		if (m->common > 1)
+			bfp_bw_put(w, m->down, 1);
+	}
+	if (m->runs && !m->all)
+		bfp_bw_put(w, m->kr, 4);
+}
+
+/* Encoding 5 and 6 header fields of a class, after its count. */
 static void write_class_v2(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
 {
 	const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
-	unsigned pred = gk_pred(pl->gk0, c);
+	const int v3 = pl->enc == BFP_ENC_SPARSE3;
+	unsigned pred = gk_pred(pl->enc, pl->gk0, c), gk = gap_param(pl, c);
 	bfp_bw_put(w, gs->runs, 1);
-	if (gs->k == pred) {
+	if (v3) {
+		bfp_put_eg0(w, zigzag((int32_t)gk - (int32_t)pred));
+	} else if (gk == pred) {
 		bfp_bw_put(w, 1, 1);
-	} else if (gs->k + 1u == pred || gs->k == pred + 1) {
+	} else if (gk + 1u == pred || gk == pred + 1) {
 		bfp_bw_put(w, 2, 2); /* 0 then 1 */
-		bfp_bw_put(w, gs->k < pred, 1);
+		bfp_bw_put(w, gk < pred, 1);
 	} else {
 		bfp_bw_put(w, 0, 2);
-		bfp_bw_put(w, gs->k, 5);
+		bfp_bw_put(w, gk, 5);
 	}
 	if (gs->runs)
 		bfp_bw_put(w, gs->kr, 4);
 	int dflt = same_code(ms, &pl->mdef);
 	bfp_bw_put(w, (unsigned)dflt, 1);
-	if (!dflt)
+	if (dflt)
+		return;
+	if (v3 && c && pl->n[c - 1])
+		write_rel_code(w, ms, &pl->mag[c - 1]);
+	else
 		write_mag_code(w, ms);
 }
 
@@ -484,7 +700,7 @@ static void write_class_v1(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
 {
 	const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
 	bfp_bw_put(w, gs->runs, 1);
-	bfp_bw_put(w, gs->k, 5);
+	bfp_bw_put(w, gap_param(pl, c), 5);
 	if (gs->runs)
 		bfp_bw_put(w, gs->kr, 5);
 	bfp_bw_put(w, ms->runs, 1);
@@ -495,17 +711,21 @@ static void write_class_v1(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
 	}
 }
 
-/* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8). */
+/* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
+ * 3.9). */
 void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 		      bfp_bw *w)
 {
 	uint32_t start[BFP_CLASSES + 1], fill[BFP_CLASSES];
 	uint32_t *order = e->chg_order;
-	const int v2 = pl->v2;
+	const int v2 = pl->enc != BFP_ENC_SPARSE;
 
 	if (v2) {
 		bfp_bw_put(w, pl->kn, 3);
-		bfp_bw_put(w, (unsigned)(pl->gk0 + 16), 6);
+		if (pl->enc == BFP_ENC_SPARSE3)
+			bfp_bw_put(w, (unsigned)(pl->gk0 + 64), 7);
+		else
+			bfp_bw_put(w, (unsigned)(pl->gk0 + 16), 6);
 		write_mag_code(w, &pl->mdef);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
@@ -535,7 +755,7 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 		for (uint32_t t = a; t < b; t++) {
 			uint32_t g = e->chg_rank[order[t]];
 			if (!gs->runs) {
-				bfp_put_rice(w, g, gs->k);
+				put_lv(w, g, gs->k);
 				continue;
 			}
 			if (due) {
@@ -546,7 +766,7 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 				due = 0;
 			}
 			if (g != 0) {
-				bfp_put_rice(w, gap_other(gs, g), gs->k);
+				put_lv(w, gap_other(gs, g), gs->k);
 				due = 1;
 			}
 		}
@@ -590,27 +810,62 @@ static int parse_mag_code(bfp_br *r, bfp_seq *m)
 	return !r->err;
 }
 
-/* Encoding 5 class header after the count. */
-static int parse_class_v2(bfp_br *r, int gk0, const bfp_seq *mdef, unsigned c,
-			  bfp_seq *gs, bfp_seq *ms)
+/* Encoding 6 magnitude code relative to the class below (write_rel_code);
+ * 0 when invalid. */
+static int parse_rel_code(bfp_br *r, const bfp_seq *below, bfp_seq *m)
 {
-	unsigned pred = gk_pred(gk0, c);
+	unsigned cp, kp;
+	mag_pred(below, &cp, &kp);
+	int64_t c = (int64_t)cp + unzigzag(bfp_get_eg0(r));
+	if (r->err || c < 1 || c > 32768)
+		return 0;
+	m->common = (uint16_t)c;
+	m->runs = (uint8_t)bfp_br_get(r, 1);
+	if (m->runs)
+		m->all = (uint8_t)bfp_br_get(r, 1);
+	if (!m->all) {
+		int64_t k = (int64_t)kp + unzigzag(bfp_get_eg0(r));
+		if (r->err || k < 0 || k > 15)
+			return 0;
+		m->k = (uint8_t)k;
+		if (m->common > 1)
+			m->down = (uint8_t)bfp_br_get(r, 1);
+	}
+	if (m->runs && !m->all)
+		m->kr = (uint8_t)bfp_br_get(r, 4);
+	return !r->err;
+}
+
+/* Encoding 5 and 6 class header after the count; prev: the magnitude code
+ * of class c - 1 if it has changes, else NULL. */
+static int parse_class_v2(bfp_br *r, unsigned enc, int gk0, const bfp_seq *mdef,
+			  const bfp_seq *prev, unsigned c, bfp_seq *gs, bfp_seq *ms)
+{
+	const int v3 = enc == BFP_ENC_SPARSE3;
+	const unsigned top = v3 ? LEVEL_MAX : 31, pred = gk_pred(enc, gk0, c);
+	unsigned gk;
 	gs->runs = (uint8_t)bfp_br_get(r, 1);
-	if (bfp_br_get(r, 1)) {
-		gs->k = (uint8_t)pred;
+	if (v3) {
+		int64_t g = (int64_t)pred + unzigzag(bfp_get_eg0(r));
+		if (r->err || g < 0 || g > (int64_t)top)
+			return 0;
+		gk = (unsigned)g;
+	} else if (bfp_br_get(r, 1)) {
+		gk = pred;
 	} else if (bfp_br_get(r, 1)) {
 		unsigned down = bfp_br_get(r, 1);
-		if ((down && pred == 0) || (!down && pred == 31))
+		if ((down && pred == 0) || (!down && pred == top))
 			return 0;
-		gs->k = (uint8_t)(down ? pred - 1 : pred + 1);
+		gk = down ? pred - 1 : pred + 1;
 	} else {
-		gs->k = (uint8_t)bfp_br_get(r, 5);
+		gk = bfp_br_get(r, 5);
 	}
+	gs->k = (uint8_t)(v3 ? gk : rice_level(gk));
 	if (gs->runs)
 		gs->kr = (uint8_t)bfp_br_get(r, 4);
 	if (bfp_br_get(r, 1))
 		*ms = *mdef;
-	else if (!parse_mag_code(r, ms))
+	else if (v3 && prev ? !parse_rel_code(r, prev, ms) : !parse_mag_code(r, ms))
 		return 0;
 	return !r->err;
 }
@@ -618,7 +873,7 @@ static int parse_class_v2(bfp_br *r, int gk0, const bfp_seq *mdef, unsigned c,
 static int parse_class_v1(bfp_br *r, bfp_seq *gs, bfp_seq *ms)
 {
 	gs->runs = (uint8_t)bfp_br_get(r, 1);
-	gs->k = (uint8_t)bfp_br_get(r, 5);
+	gs->k = (uint8_t)rice_level(bfp_br_get(r, 5));
 	if (gs->runs)
 		gs->kr = (uint8_t)bfp_br_get(r, 5);
 	ms->runs = (uint8_t)bfp_br_get(r, 1);
@@ -645,7 +900,7 @@ static __attribute__((noinline)) int read_gaps(bfp_br *rd, const bfp_seq *gs, ui
 	for (uint32_t j = 0; j < n; j++) {
 		uint64_t g;
 		if (!gs->runs) {
-			g = bfp_get_rice(r, gs->k);
+			g = get_lv(r, gs->k);
 		} else {
 			if (due) {
 				run = bfp_get_rice(r, gs->kr);
@@ -657,7 +912,7 @@ static __attribute__((noinline)) int read_gaps(bfp_br *rd, const bfp_seq *gs, ui
 				run--;
 				g = 0;
 			} else {
-				g = (uint64_t)bfp_get_rice(r, gs->k) + 1;
+				g = get_lv(r, gs->k) + 1;
 				due = 1;
 			}
 		}
@@ -718,7 +973,7 @@ static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_se
 	return 1;
 }
 
-bfp_status bfp_sparse_parse(bfp_br *rd, int v2, uint32_t len,
+bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, uint32_t len,
 			    uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
 			    uint16_t *steps, bfp_frame_stats *st)
 {
@@ -730,13 +985,17 @@ bfp_status bfp_sparse_parse(bfp_br *rd, int v2, uint32_t len,
 	uint64_t total = 0, t0;
 	unsigned kn = 0;
 	int gk0 = 0;
+	const int v2 = enc != BFP_ENC_SPARSE;
 
 	BFP_MEMSET(gs, 0, sizeof(gs));
 	BFP_MEMSET(ms, 0, sizeof(ms));
 	BFP_MEMSET(&mdef, 0, sizeof(mdef));
 	if (v2) {
 		kn = bfp_br_get(r, 3);
-		gk0 = (int)bfp_br_get(r, 6) - 16;
+		if (enc == BFP_ENC_SPARSE3)
+			gk0 = (int)bfp_br_get(r, 7) - 64;
+		else
+			gk0 = (int)bfp_br_get(r, 6) - 16;
 		BFP_CHECK(parse_mag_code(r, &mdef), BFP_E_CORRUPT);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
@@ -746,7 +1005,8 @@ bfp_status bfp_sparse_parse(bfp_br *rd, int v2, uint32_t len,
 		BFP_CHECK(!r->err && total <= BFP_CHANGES_MAX && total <= len,
 			  BFP_E_CORRUPT);
 		if (n[c]) {
-			int ok = v2 ? parse_class_v2(r, gk0, &mdef, c, &gs[c], &ms[c])
+			const bfp_seq *prev = c && n[c - 1] ? &ms[c - 1] : NULL;
+			int ok = v2 ? parse_class_v2(r, enc, gk0, &mdef, prev, c, &gs[c], &ms[c])
 				    : parse_class_v1(r, &gs[c], &ms[c]);
 			BFP_CHECK(ok, BFP_E_CORRUPT);
 		}

@@ -1,8 +1,8 @@
 /*
- * sparse.h: the sparse payloads of FORMAT.md 3.4 (encoding 1) and 3.8
- * (encoding 5): per-class gap and magnitude sequences, each plain or
- * run-coded; planning and writing on the encoder side, parsing on the
- * decoder side. One place for the rules of both.
+ * sparse.h: the sparse payloads of FORMAT.md 3.4 (encoding 1), 3.8
+ * (encoding 5) and 3.9 (encoding 6): per-class gap and magnitude
+ * sequences, each plain or run-coded; planning and writing on the encoder
+ * side, parsing on the decoder side. One place for the rules of all three.
  */
 #ifndef BFP_SPARSE_H
 #define BFP_SPARSE_H
@@ -12,7 +12,10 @@
 /* How one per-class sequence is coded. */
 typedef struct bfp_seq {
 	uint8_t runs;    /* 1: runs of the common symbol, then the others */
-	uint8_t k;       /* parameter of the code of the other symbols */
+	uint8_t k;       /* parameter of the code of the other symbols: for
+			    gaps the level of FORMAT.md 3.9 (encodings 1 and
+			    5 use the Rice levels only), for magnitudes the
+			    Exp-Golomb order */
 	uint8_t kr;      /* Rice parameter of run lengths (runs == 1) */
 	uint8_t all;     /* encoding 5 magnitudes: every one is the common one */
 	uint8_t down;    /* encoding 5 magnitudes: fold below the common one first */
@@ -21,22 +24,26 @@ typedef struct bfp_seq {
 } bfp_seq;
 
 typedef struct bfp_sparse_plan {
-	uint8_t v2;      /* 1: encoding 5, 0: encoding 1 */
-	uint8_t kn;      /* encoding 5: Exp-Golomb order of the class counts */
-	int8_t gk0;      /* encoding 5: gap parameter of class c predicted as gk0 + c */
-	bfp_seq mdef;    /* encoding 5: the default magnitude code */
+	uint8_t enc;     /* BFP_ENC_SPARSE, _SPARSE2 or _SPARSE3 */
+	uint8_t kn;      /* encodings 5, 6: Exp-Golomb order of the class counts */
+	int8_t gk0;      /* encodings 5, 6: gap parameter of class c predicted
+			    as gk0 + c (encoding 5) or gk0 + 2c (6) */
+	bfp_seq mdef;    /* encodings 5, 6: the default magnitude code */
 	uint32_t fbits;  /* bits before the first class count */
 	uint32_t n[BFP_CLASSES];
-	uint16_t hbits[BFP_CLASSES]; /* class header bits after its count */
+	/* class header bits after its count, [0] when the class below has no
+	 * changes, [1] when it has (they differ in encoding 6 only) */
+	uint16_t hbits[2][BFP_CLASSES];
 	bfp_seq gap[BFP_CLASSES];
 	bfp_seq mag[BFP_CLASSES];
 	uint64_t bits;
 } bfp_sparse_plan;
 
 /* Choose codes for the first k gathered changes of e (cost model over
- * per-class statistics) for encoding 5 (v2) or 1; sizes come from
+ * per-class statistics) for sparse encoding enc; sizes come from
  * bfp_sparse_cut. */
-void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, int v2, bfp_sparse_plan *pl);
+void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
+			  bfp_sparse_plan *pl);
 
 /* Largest prefix of the first k changes whose payload, with pl's codes,
  * fits budget_bits (exact count); sets pl->n and pl->bits for it. */
@@ -47,11 +54,11 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 		      bfp_bw *w);
 
-/* Parse a sparse payload (encoding 5 if v2, else 1) into per-class gaps
- * and steps (grouped by class: start[c] .. start[c+1]). Checks every rule
- * of FORMAT.md 3.4 and 3.8 that does not need the base values. st may be
- * NULL; else bits are accounted. */
-bfp_status bfp_sparse_parse(bfp_br *r, int v2, uint32_t len,
+/* Parse a sparse payload of encoding enc into per-class gaps and steps
+ * (grouped by class: start[c] .. start[c+1]). Checks every rule of
+ * FORMAT.md 3.4, 3.8 and 3.9 that does not need the base values. st may
+ * be NULL; else bits are accounted. */
+bfp_status bfp_sparse_parse(bfp_br *r, unsigned enc, uint32_t len,
 			    uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
 			    uint16_t *steps, bfp_frame_stats *st);
 

@@ -284,7 +284,7 @@ static int cmd_info(int argc, char **argv)
 	if (patch_read(argv[optind], &p, err, sizeof(err)))
 		return die("info", err);
 	uint64_t params = 0, changed = 0, key_params = 0;
-	uint64_t by_enc[BFP_ENC_SPARSE2 + 1] = {0}, model_bits = 0, pos_bits = 0, val_bits = 0;
+	uint64_t by_enc[BFP_ENC_LAST + 1] = {0}, model_bits = 0, pos_bits = 0, val_bits = 0;
 	/* sparse frames, per base-exponent class: changes, and bits of its
 	 * counts and headers, positions and values */
 	uint64_t cls[BFP_CLASSES][4] = {{0}};
@@ -321,8 +321,8 @@ static int cmd_info(int argc, char **argv)
 		}
 	}
 	free(dec);
-	/* sparse frames of either encoding; encoding 1 also on its own */
-	uint64_t sparse = by_enc[BFP_ENC_SPARSE] + by_enc[BFP_ENC_SPARSE2];
+	/* sparse frames of every sparse encoding; encoding 1 also on its own */
+	uint64_t sparse = by_enc[BFP_ENC_SPARSE] + by_enc[BFP_ENC_SPARSE2] + by_enc[BFP_ENC_SPARSE3];
 	double bpc = changed ? (double)p.len * 8 / (double)changed : 0;
 	double ratio = p.len ? (double)params * 2 / (double)p.len : 0;
 	if (json) {

@@ -45,7 +45,7 @@ typedef struct pstep {
 	uint64_t model_id;
 	uint32_t base_v, target_v;
 	uint64_t params, changed, key_params, frames, bytes;
-	uint64_t by_enc[BFP_ENC_SPARSE2 + 1];
+	uint64_t by_enc[BFP_ENC_LAST + 1];
 	uint64_t model_bits, pos_bits, val_bits, pad_bits; /* delta frames */
 	uint64_t key_payload;                              /* keyframe payloads */
 	int have_ckpt;        /* base and target checkpoints found and verified */

@@ -93,14 +93,25 @@ typedef enum bfp_encoding {
 	BFP_ENC_KEY_ZSTD = 4, /* absolute values, byte planes through zstd */
 	BFP_ENC_SPARSE2 = 5,  /* sparse with predicted code parameters and
 				 magnitudes centred on a common one */
+	BFP_ENC_SPARSE3 = 6,  /* sparse2 with Golomb gap codes between the
+				 Rice ones and magnitude codes predicted
+				 from the class below */
 } bfp_encoding;
+/* The highest encoding this build knows; frames carry 1..BFP_ENC_LAST. */
+#define BFP_ENC_LAST BFP_ENC_SPARSE3
 
-/* Patch encodings (sparse, dense, sparse2) apply to one base version;
- * keyframe encodings to any. */
+/* The sparse encodings (1, 5, 6). */
+static inline int bfp_encoding_is_sparse(unsigned encoding)
+{
+	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_SPARSE2 ||
+	       encoding == BFP_ENC_SPARSE3;
+}
+
+/* Patch encodings (sparse, dense) apply to one base version; keyframe
+ * encodings to any. */
 static inline int bfp_encoding_is_delta(unsigned encoding)
 {
-	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_DENSE ||
-	       encoding == BFP_ENC_SPARSE2;
+	return bfp_encoding_is_sparse(encoding) || encoding == BFP_ENC_DENSE;
 }
 
 /* Header flags (FORMAT.md 2.1). IN_PATCH: a keyframe-coded frame (3, 4)
@@ -228,6 +239,8 @@ typedef struct bfp_encode_opts {
 #define BFP_ENC_F_SCALAR 8u    /* no SIMD paths (tests, comparisons) */
 #define BFP_ENC_F_SPARSE1 16u  /* sparse frames in encoding 1 (for
 				  receivers older than encoding 5) */
+#define BFP_ENC_F_SPARSE2 32u  /* sparse frames in encoding 5 (for
+				  receivers older than encoding 6) */
 
 /* Encoder state. Large (scratch for one frame's changes); place it in
  * static or caller-allocated memory, not on a small stack. Its size does

@@ -48,8 +48,8 @@ check "output is the same for 1 thread and all threads (canonical)" "cmp -s '$T/
 "$BFP" diff -q -k "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
 check "keyframe patch restores NEW from any base" "cmp -s '$T/ok.safetensors' '$S1'"
 "$BFP" diff -q --sparse-v1 "$S0" "$S1" -o "$T/p01v1" && "$BFP" apply -q "$S0" "$T/p01v1" -o "$T/ov1.safetensors"
-"$BFP" info --json "$T/p01v1" > "$T/v1.json" && "$BFP" info --json "$T/p01" > "$T/v5.json"
-check "--sparse-v1 writes encoding 1 sparse frames, the default encoding 5 (encoding byte of every frame read back); round trip exact" \
+"$BFP" info --json "$T/p01v1" > "$T/v1.json" && "$BFP" info --json "$T/p01" > "$T/v6.json"
+check "--sparse-v1 writes encoding 1 sparse frames, the default encoding 6 (encoding byte of every frame read back); round trip exact" \
 	"cmp -s '$T/ov1.safetensors' '$S1' && python3 -c \"
 import json, struct, sys
 def encs(path):
@@ -57,11 +57,11 @@ def encs(path):
     while at < len(d):
         out.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
     return out
-v1, v5 = encs('$T/p01v1'), encs('$T/p01')
-j1, j5 = json.load(open('$T/v1.json')), json.load(open('$T/v5.json'))
-sys.exit(0 if 1 in v1 and 5 not in v1 and 5 in v5 and 1 not in v5
+v1, v6 = encs('$T/p01v1'), encs('$T/p01')
+j1, j6 = json.load(open('$T/v1.json')), json.load(open('$T/v6.json'))
+sys.exit(0 if 1 in v1 and 6 not in v1 and 6 in v6 and 1 not in v6 and 5 not in v6
          and j1['frames_by_encoding']['sparse_encoding1'] == v1.count(1)
-         and j5['frames_by_encoding']['sparse'] == v5.count(5) else 1)
+         and j6['frames_by_encoding']['sparse'] == v6.count(6) else 1)
 \""
 
 "$BFP" diff -q -k -z "$S0" "$S1" -o "$T/keyz" && "$BFP" apply -q "$S2" "$T/keyz" -o "$T/okz.safetensors"

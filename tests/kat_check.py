@@ -3,7 +3,7 @@
 
 Written from the format document, sharing no code with the C codec: it
 parses every frame of each NAME.patch, checks header rules and CRC32C,
-decodes sparse (encodings 1 and 5), dense and keyframe payloads bit by
+decodes sparse (encodings 1, 5 and 6), dense and keyframe payloads bit by
 bit, applies them to NAME.base and requires the result to equal NAME.target byte for byte.
 (The XXH3 range hash is not recomputed: Python's stdlib lacks XXH3.)
 """
@@ -53,6 +53,20 @@ class Bits:
         if q == 24:
             return self.get(32)
         return (q << k) | self.get(k)
+
+    def level(self, lv):
+        """Gap code of level lv (FORMAT.md 3.9)."""
+        k = (lv + 1) // 2
+        if lv == 0 or lv % 2 == 1:
+            return self.rice(k)
+        m, cut = 3 << (k - 1), 1 << (k - 1)
+        q = self.unary(24)
+        if q == 24:
+            return self.get(32)
+        x = self.get(k)
+        if x >= cut:
+            x = 2 * x - cut + self.get(1)
+        return q * m + x
 
     def eg0(self):
         z = self.unary(33)
@@ -160,8 +174,55 @@ def headers5(bits):
     return n, gs, ms
 
 
+def unzigzag(z):
+    return -(z + 1) // 2 if z & 1 else z // 2
+
+
+def headers6(bits):
+    kn = bits.get(3)
+    g0 = bits.get(7) - 64
+    default = mag_code5(bits)
+    n, gs, ms = [], [], []
+    for c in range(16):
+        n.append(eg(bits, kn))
+        g = m = None
+        if n[c]:
+            g = dict(runs=bits.get(1), kr=0)
+            g["k"] = min(max(g0 + 2 * c, 0), 62) + unzigzag(bits.eg0())
+            if not 0 <= g["k"] <= 62:
+                raise ValueError("gap level out of range")
+            if g["runs"]:
+                g["kr"] = bits.get(4)
+            if bits.get(1):
+                m = dict(default)
+            elif c > 0 and n[c - 1]:
+                below = ms[c - 1]
+                m = dict(all=0, k=0, down=0, kr=0)
+                m["C"] = max(1, below["C"] // 2) + unzigzag(bits.eg0())
+                if not 1 <= m["C"] <= 32768:
+                    raise ValueError("common magnitude out of range")
+                m["runs"] = bits.get(1)
+                if m["runs"]:
+                    m["all"] = bits.get(1)
+                if not m["all"]:
+                    m["k"] = max(0, below["k"] - 1) + unzigzag(bits.eg0())
+                    if not 0 <= m["k"] <= 15:
+                        raise ValueError("magnitude order out of range")
+                    if m["C"] > 1:
+                        m["down"] = bits.get(1)
+                if m["runs"] and not m["all"]:
+                    m["kr"] = bits.get(4)
+            else:
+                m = mag_code5(bits)
+        gs.append(g)
+        ms.append(m)
+    return n, gs, ms
+
+
 def sparse(bits, base, enc):
-    n, gs, ms = headers5(bits) if enc == 5 else headers1(bits)
+    n, gs, ms = {1: headers1, 5: headers5, 6: headers6}[enc](bits)
+    # the gap code: Rice(k) in encodings 1 and 5, a level in 6
+    gap = bits.level if enc == 6 else bits.rice
     if sum(n) > len(base) or sum(n) > 35760:
         raise ValueError("too many changes")
     out = {}
@@ -173,7 +234,7 @@ def sparse(bits, base, enc):
         gaps, due, run = [], True, 0
         for j in range(n[c]):
             if not gs[c]["runs"]:
-                gaps.append(bits.rice(gs[c]["k"]))
+                gaps.append(gap(gs[c]["k"]))
                 continue
             if due:
                 run = bits.rice(gs[c]["kr"])
@@ -184,14 +245,14 @@ def sparse(bits, base, enc):
                 run -= 1
                 gaps.append(0)
             else:
-                gaps.append(bits.rice(gs[c]["k"]) + 1)
+                gaps.append(gap(gs[c]["k"]) + 1)
                 due = True
         pos, r = [], -1
         for g in gaps:
             r += g + 1
             pos.append(members[r])  # IndexError: past the range
         # magnitudes: all equal; plain; or runs of the common one, then
-        # the others (encoding 1: m - 1 skipping M; encoding 5: folded)
+        # the others (encoding 1: m - 1 skipping M; encodings 5, 6: folded)
         mm = ms[c]
         common = mm.get("C", mm.get("M"))
         due, run = True, 0
@@ -209,7 +270,7 @@ def sparse(bits, base, enc):
                 m = common
             else:
                 v = eg(bits, mm["k"])
-                if enc == 5:
+                if enc in (5, 6):
                     m = unfold(v + mm["runs"], common, mm["down"])
                 else:
                     m = v + 1 if (not mm["runs"] or v + 1 < common) else v + 2
@@ -263,7 +324,7 @@ def check(d, name):
             assert (tv > bv if flags else bv == 0) and pl == 2 * rl
             vals = struct.unpack("<%dH" % rl, payload)
             w[rb:rb + rl] = vals
-        elif enc in (1, 2, 5):
+        elif enc in (1, 2, 5, 6):
             assert tv > bv
             bits = Bits(payload)
             ch = dense(bits, seg) if enc == 2 else sparse(bits, seg, enc)

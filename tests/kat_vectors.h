@@ -27,19 +27,24 @@ typedef struct kat_vector {
 	uint64_t seed;
 } kat_vector;
 
-/* The first five are encoding 1 vectors (format revision 1); the others
- * use encoding 5, which the encoder emits by default. */
+/* The first five are encoding 1 vectors (format revision 1), the next
+ * five encoding 5 (revision of 2026-11-30), the last four encoding 6,
+ * which the encoder emits by default (revision of 2026-12-01). */
 static const kat_vector kat_vectors[] = {
 	{"sparse", 60000, 50000, 1200, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 101},
 	{"dense", 3000, 400000, 600, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 102},
 	{"keyframe", 1000, 0, 300, BFP_ENC_F_KEYFRAME, KAT_WEIGHTS, 103},
 	{"edge", 777, 0, BFP_FRAME_SIZE_MIN, BFP_ENC_F_SPARSE1, KAT_EDGE, 104},
 	{"jumbo", 100001, 30000, 8900, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 105},
-	{"sparse5", 60000, 50000, 1200, 0, KAT_WEIGHTS, 106},
-	{"edge5", 777, 0, BFP_FRAME_SIZE_MIN, 0, KAT_EDGE, 107},
-	{"rl5", 40000, 5000, 1200, 0, KAT_RL, 108},
-	{"rl5-jumbo", 30011, 5000, 8900, 0, KAT_RL, 109},
-	{"reinit5", 20000, 20000, 1200, 0, KAT_REINIT, 110},
+	{"sparse5", 60000, 50000, 1200, BFP_ENC_F_SPARSE2, KAT_WEIGHTS, 106},
+	{"edge5", 777, 0, BFP_FRAME_SIZE_MIN, BFP_ENC_F_SPARSE2, KAT_EDGE, 107},
+	{"rl5", 40000, 5000, 1200, BFP_ENC_F_SPARSE2, KAT_RL, 108},
+	{"rl5-jumbo", 30011, 5000, 8900, BFP_ENC_F_SPARSE2, KAT_RL, 109},
+	{"reinit5", 20000, 20000, 1200, BFP_ENC_F_SPARSE2, KAT_REINIT, 110},
+	{"sparse6", 60000, 50000, 1200, 0, KAT_WEIGHTS, 111},
+	{"edge6", 777, 0, BFP_FRAME_SIZE_MIN, 0, KAT_EDGE, 112},
+	{"rl6", 40000, 5000, 1200, 0, KAT_RL, 113},
+	{"rl6-jumbo", 30011, 5000, 8900, 0, KAT_RL, 114},
 };
 
 /* KAT_RL: exponent field 100..127; a weight of exponent e changes with

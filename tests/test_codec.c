@@ -67,6 +67,8 @@ static void roundtrip_all_sizes(const uint16_t *base, const uint16_t *tgt, size_
 		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_SPARSE1; /* encoding 1 for older receivers */
 		roundtrip(base, tgt, n, o);
+		o.flags = BFP_ENC_F_SPARSE2; /* encoding 5 likewise */
+		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_KEYFRAME;
 		o.base_version = 0;
 		roundtrip(NULL == base ? tgt : base, tgt, n, o);
@@ -150,7 +152,7 @@ static void test_nothing_changed_costs_only_headers(void **state)
  * gather estimate runs high: weights of one binade, 60% of them one step
  * away (zero gaps run-coded, magnitudes all one: about two bits a change
  * against an estimate of three or more). Every frame but the range's
- * last is within 1/64 of the limit, in either sparse encoding. */
+ * last is within 1/64 of the limit, in each sparse encoding. */
 static void test_sparse_frames_are_full(void **state)
 {
 	(void)state;
@@ -163,15 +165,14 @@ static void test_sparse_frames_are_full(void **state)
 		int step = (r >> 20) % 10 < 6 ? ((r >> 30) & 1 ? 1 : -1) : 0;
 		t[i] = bfp_unkey((uint16_t)(bfp_key(b[i]) + step));
 	}
-	static const uint32_t flags[] = {0, BFP_ENC_F_SPARSE1};
-	for (size_t f = 0; f < 2; f++) {
+	for (size_t f = 0; f < 3; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
-		o.flags = flags[f];
+		o.flags = t_sparse_flags[f];
 		assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
 		assert_true(fr.n > 10);
 		for (size_t i = 0; i + 1 < fr.n; i++) {
-			assert_int_equal(fr.buf[fr.off[i] + 5], f ? BFP_ENC_SPARSE : BFP_ENC_SPARSE2);
+			assert_int_equal(fr.buf[fr.off[i] + 5], t_sparse_encs[f]);
 			if (t_frame_len(&fr, i) < 1200 - 1200 / 64)
 				fail_msg("frame %zu of %zu: %zu bytes", i, fr.n, t_frame_len(&fr, i));
 		}
@@ -185,7 +186,7 @@ static void test_sparse_frames_are_full(void **state)
 /* bfp_frame_stats splits a sparse frame's bits by class: the changes of
  * each class match a count from the base and target (class rule of
  * FORMAT.md 3.3, written out here), and the parts add up to the payload
- * less its padding, in either sparse encoding. */
+ * less its padding, in each sparse encoding. */
 static void test_frame_stats_by_class(void **state)
 {
 	(void)state;
@@ -193,12 +194,11 @@ static void test_frame_stats_by_class(void **state)
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
 	uint64_t s = 11;
 	t_weights_changed(b, t, n, 30000, &s);
-	static const uint32_t flags[] = {0, BFP_ENC_F_SPARSE1};
 	static bfp_decoder dec;
-	for (size_t f = 0; f < 2; f++) {
+	for (size_t f = 0; f < 3; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
-		o.flags = flags[f] | BFP_ENC_F_NO_DENSE;
+		o.flags = t_sparse_flags[f] | BFP_ENC_F_NO_DENSE;
 		assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
 		assert_true(fr.n > 5);
 		for (size_t i = 0; i < fr.n; i++) {
@@ -209,7 +209,7 @@ static void test_frame_stats_by_class(void **state)
 			uint64_t sum_h = 0, sum_p = 0, sum_v = 0;
 			assert_int_equal(bfp_frame_parse(p, t_frame_len(&fr, i), &h), BFP_OK);
 			assert_int_equal(bfp_frame_stats_get(&dec, p, t_frame_len(&fr, i), &st), BFP_OK);
-			assert_int_equal(st.encoding, f ? BFP_ENC_SPARSE : BFP_ENC_SPARSE2);
+			assert_int_equal(st.encoding, t_sparse_encs[f]);
 			for (uint64_t x = h.range_begin; x < h.range_begin + h.range_len; x++) {
 				unsigned e = (b[x] >> 7) & 0xFF;
 				if (b[x] != t[x])
@@ -835,7 +835,7 @@ static void test_reject_unknown_encoding(void **state)
 {
 	(void)state;
 	uint8_t p[BFP_FRAME_SIZE_MAX];
-	static const uint8_t bad[] = {0, 6, 200, 255};
+	static const uint8_t bad[] = {0, BFP_ENC_LAST + 1, 200, 255};
 	for (size_t i = 0; i < sizeof(bad); i++) {
 		memcpy(p, frame, frame_len);
 		p[5] = bad[i];
@@ -1013,16 +1013,19 @@ static void test_reject_corrupt_payload_under_valid_crc(void **state)
 {
 	(void)state;
 	uint8_t p[BFP_FRAME_SIZE_MAX];
+	assert_int_equal(frame[5], t_sparse_encs[0]);
 	corrupt_payloads(frame, frame_len);
-	/* the same for an encoding 1 frame */
+	/* the same for frames of the other sparse encodings */
 	static bfp_encoder enc;
-	bfp_encode_opts o = opts(1200);
-	o.flags = BFP_ENC_F_SPARSE1;
-	size_t len;
-	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
-	assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &len), BFP_OK);
-	assert_int_equal(p[5], BFP_ENC_SPARSE);
-	corrupt_payloads(p, len);
+	for (size_t f = 1; f < 3; f++) {
+		bfp_encode_opts o = opts(1200);
+		o.flags = t_sparse_flags[f];
+		size_t len;
+		assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
+		assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &len), BFP_OK);
+		assert_int_equal(p[5], t_sparse_encs[f]);
+		corrupt_payloads(p, len);
+	}
 	/* a payload shortened by one byte (header length adjusted) */
 	memcpy(p, frame, frame_len);
 	put32(p + 44, (uint32_t)(frame_len - BFP_HEADER_SIZE - 1));
@@ -1054,15 +1057,16 @@ static void teg0(tbits *t, uint32_t v)
 	tput(t, x, len);
 }
 
-/* Frame over rb[0..L) with t's bits as an encoding 5 payload; returns
- * the status of decode_apply (buffer checked untouched on failure). */
+/* Frame over rb[0..L) with t's bits as a payload of encoding enc; returns
+ * the status of decode_apply (buffer checked untouched), or with stats,
+ * of bfp_frame_stats_get (the payload parsed, nothing applied). */
 enum { CL = 1000 };
-static bfp_status crafted5(const tbits *t, bfp_frame_stats *stats)
+static bfp_status crafted(const tbits *t, uint8_t enc, bfp_frame_stats *stats)
 {
 	uint8_t p[BFP_FRAME_SIZE_MAX];
 	size_t pl = (t->n + 7) / 8, len = BFP_HEADER_SIZE + pl;
 	memcpy(p, frame, BFP_HEADER_SIZE);
-	p[5] = BFP_ENC_SPARSE2;
+	p[5] = enc;
 	memset(p + 32, 0, 8);
 	put32(p + 40, CL);
 	put32(p + 44, (uint32_t)pl);
@@ -1074,6 +1078,11 @@ static bfp_status crafted5(const tbits *t, bfp_frame_stats *stats)
 	bfp_status st = bfp_decode_apply(&rdec, &ao, p, len, rw, RN, NULL);
 	assert_words_equal(rw, rsnap, RN);
 	return st;
+}
+
+static bfp_status crafted5(const tbits *t, bfp_frame_stats *stats)
+{
+	return crafted(t, BFP_ENC_SPARSE2, stats);
 }
 
 static unsigned tclass(uint16_t x)
@@ -1196,6 +1205,94 @@ static void test_reject_sparse5_rules(void **state)
 	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
 }
 
+/* Encoding 6 (FORMAT.md 3.9): classes a - 1 and a of the fixture's range
+ * get one change each at rank 0, with gap levels 0; class a - 1 uses the
+ * default code (every magnitude 1), class a its own code relative to
+ * it: C = 1 + dc, runs and all as given, k = kd (plain), and the one
+ * magnitude is C. lv_dev: the zigzag deviation of class a's level from
+ * its prediction (3 gives level 0). */
+static void sparse6(tbits *t, unsigned a, uint32_t lv_dev, int32_t dc, unsigned all, int32_t kd)
+{
+	memset(t, 0, sizeof(*t));
+	tput(t, 0, 3);                    /* kn */
+	tput(t, 64 - 2 * (a - 1), 7);     /* g0: level of class a - 1 predicted 0 */
+	teg0(t, 0);                       /* default code: C = 1 */
+	tput(t, 3, 2);                    /* runs, all */
+	for (unsigned d = 0; d + 1 < a; d++)
+		teg0(t, 0);
+	teg0(t, 1);                       /* class a - 1: one change */
+	tput(t, 0, 1);                    /* gaps plain */
+	teg0(t, 0);                       /* level as predicted: 0 */
+	tput(t, 1, 1);                    /* default magnitude code */
+	teg0(t, 1);                       /* class a: one change */
+	tput(t, 0, 1);
+	teg0(t, lv_dev);                  /* level: prediction 2 */
+	tput(t, 0, 1);                    /* own code, relative to class a - 1 */
+	teg0(t, dc >= 0 ? 2u * (uint32_t)dc : 2u * (uint32_t)(-dc) - 1);
+	tput(t, all, 1);                  /* runs */
+	if (all)
+		tput(t, 1, 1);            /* all */
+	else
+		teg0(t, kd >= 0 ? 2u * (uint32_t)kd : 2u * (uint32_t)(-kd) - 1);
+	if (!all && 1 + dc > 1)
+		tput(t, 0, 1);            /* down */
+	for (unsigned d = a + 1; d < BFP_CLASSES; d++)
+		teg0(t, 0);
+	tput(t, 1, 1);                    /* class a - 1: gap 0 */
+	tput(t, 0, 1);                    /* its sign */
+	tput(t, 1, 1);                    /* class a: gap 0 */
+	if (lv_dev == 122)
+		tput(t, 0, 32);           /* at level 63 (Rice(32)), were it valid */
+	tput(t, 1, 1);                    /* sign 1 */
+	if (!all && kd >= 0) {            /* magnitude C: folded 0 in EG(k) */
+		tput(t, 1, 1);
+		tput(t, 0, (unsigned)kd);
+	}
+}
+
+/* FORMAT.md 3.9: each reject rule of encoding 6 on a crafted payload,
+ * next to a well-formed one built the same way. */
+static void test_reject_sparse6_rules(void **state)
+{
+	(void)state;
+	tbits t;
+	bfp_frame_stats fs;
+	unsigned in[BFP_CLASSES] = {0}, a = 1;
+	for (unsigned i = 0; i < CL; i++)
+		in[tclass(rb[i])]++;
+	while (a < BFP_CLASSES && !(in[a] && in[a - 1]))
+		a++;
+	assert_true(a < BFP_CLASSES);
+	/* well formed: C = 2, all; C = 32768, all (sign 1); plain, k = 15 */
+	sparse6(&t, a, 3, 1, 1, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, &fs), BFP_OK);
+	assert_int_equal(fs.n_changes, 2);
+	sparse6(&t, a, 3, 32767, 1, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, &fs), BFP_OK);
+	sparse6(&t, a, 3, 1, 0, 15);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, &fs), BFP_OK);
+	/* a common magnitude of 0 or 32769 */
+	sparse6(&t, a, 3, -1, 1, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	sparse6(&t, a, 3, 32768, 1, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	/* an Exp-Golomb order of -1 or 16 */
+	sparse6(&t, a, 3, 1, 0, -1);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	sparse6(&t, a, 3, 1, 0, 16);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	/* a gap level below 0 (prediction 2, deviation -3) */
+	sparse6(&t, a, 5, 1, 1, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	/* a gap level of 63: prediction 2, deviation +61 (the gap is written
+	 * as Rice(32) would code it, so only the level rule rejects it) */
+	sparse6(&t, a, 122, 1, 1, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	/* the same payloads are not valid encoding 5 */
+	sparse6(&t, a, 3, 1, 1, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE2, NULL), BFP_E_CORRUPT);
+}
+
 static void test_reject_wrong_target_hash(void **state)
 {
 	(void)state;
@@ -1294,6 +1391,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reject_wrong_base_version, reject_setup),
 		cmocka_unit_test_setup(test_reject_corrupt_payload_under_valid_crc, reject_setup),
 		cmocka_unit_test_setup(test_reject_sparse5_rules, reject_setup),
+		cmocka_unit_test_setup(test_reject_sparse6_rules, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_target_hash, reject_setup),
 		cmocka_unit_test_setup(test_check_target_detects_applied_frames, reject_setup),
 		cmocka_unit_test_setup(test_set_index_reseals_the_frame, reject_setup),

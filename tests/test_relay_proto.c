@@ -138,7 +138,7 @@ static void test_classify_accepts_frames_and_names_each_drop(void **state)
 	 * CRC check */
 	uint8_t newer[256];
 	memcpy(newer, fr, fl);
-	newer[5] = BFP_ENC_SPARSE2 + 1;
+	newer[5] = BFP_ENC_LAST + 1;
 	uint32_t crc = bfp_crc32c(bfp_crc32c(0, newer, 56), newer + BFP_HEADER_SIZE,
 				  fl - BFP_HEADER_SIZE);
 	for (int i = 0; i < 4; i++)
