@@ -61,72 +61,93 @@ static inline unsigned rice_level(unsigned k)
 	return k ? 2 * k - 1 : 0;
 }
 
-/* Quotient and remainder of v at level L. */
-static inline uint32_t lv_split(uint32_t v, unsigned L, uint32_t *rem)
+/* The code of level L, worked out once per class: the quotient is
+ * ((v >> s1) * mul) >> s2 (a shift for Rice, an exact division by 3 after
+ * the shift for Golomb), the remainder v - q * m takes k bits below cut
+ * and k + 1 from it (cut = m at the Rice levels: never). */
+static inline void gcode_of(unsigned L, bfp_gcode *g)
 {
 	const unsigned k = lv_k(L);
-	uint32_t q;
-	if (lv_golomb(L)) { /* v / (3 * 2^(k-1)), exact for every 32-bit v */
-		q = (uint32_t)(((uint64_t)(v >> (k - 1)) * 0xAAAAAAABull) >> 33);
-		*rem = v - q * (3u << (k - 1));
+	g->k = (uint8_t)k;
+	if (lv_golomb(L)) {
+		g->s1 = (uint8_t)(k - 1);
+		g->s2 = 33;
+		g->mul = 0xAAAAAAABu;
+		g->m = 3ull << (k - 1);
+		g->cut = 1ull << (k - 1);
 	} else {
-		q = (uint32_t)((uint64_t)v >> k);
-		*rem = (uint32_t)(v & ((1ull << k) - 1));
+		g->s1 = (uint8_t)k;
+		g->s2 = 0;
+		g->mul = 1;
+		g->m = g->cut = 1ull << k;
 	}
+}
+
+static inline uint32_t gc_split(uint32_t v, const bfp_gcode *g, uint64_t *rem)
+{
+	uint32_t q = (uint32_t)(((uint64_t)(v >> g->s1) * g->mul) >> g->s2);
+	*rem = v - q * g->m;
 	return q;
 }
 
-static inline unsigned lv_bits(uint32_t v, unsigned L)
+static inline unsigned gc_bits(uint32_t v, const bfp_gcode *g)
 {
-	uint32_t rem, q = lv_split(v, L, &rem);
-	const unsigned k = lv_k(L);
+	uint64_t rem;
+	uint32_t q = gc_split(v, g, &rem);
 	if (q >= BFP_RICE_ESC)
 		return BFP_RICE_ESC + 32;
-	return q + 1 + k + (lv_golomb(L) && rem >= (1u << (k - 1)));
+	return q + 1 + g->k + (rem >= g->cut);
 }
 
-static inline void put_lv(bfp_bw *w, uint32_t v, unsigned L)
+static inline void put_gc(bfp_bw *w, uint32_t v, const bfp_gcode *g)
 {
-	uint32_t rem, q = lv_split(v, L, &rem);
-	const unsigned k = lv_k(L);
+	uint64_t rem;
+	uint32_t q = gc_split(v, g, &rem);
 	if (q >= BFP_RICE_ESC) {
 		bfp_bw_put(w, 0, BFP_RICE_ESC);
 		bfp_bw_put(w, v, 32);
 		return;
 	}
 	bfp_bw_put(w, 1ull << q, q + 1);
-	if (lv_golomb(L) && rem >= (1u << (k - 1))) {
-		uint32_t cut = 1u << (k - 1), x = rem - cut;
-		bfp_bw_put(w, (cut + (x >> 1)) | ((uint64_t)(x & 1) << k), k + 1);
+	if (rem >= g->cut) {
+		uint64_t x = rem - g->cut;
+		bfp_bw_put(w, (g->cut + (x >> 1)) | ((x & 1) << g->k), g->k + 1u);
 	} else {
-		bfp_bw_put(w, rem, k);
+		bfp_bw_put(w, rem, g->k);
 	}
 }
 
-/* A gap at level L; values above 2^32 - 1 come back as they are (the
- * caller rejects gaps past the range). */
-static inline uint64_t get_lv(bfp_br *r, unsigned L)
+/* A gap of code g; values above 2^32 - 1 come back as they are (the
+ * caller rejects gaps past the range). golomb is a constant at each use,
+ * so that the Rice levels keep the plain Rice path. */
+static inline __attribute__((always_inline)) uint64_t get_gc(bfp_br *r, const bfp_gcode *g,
+							       const int golomb)
 {
-	const unsigned k = lv_k(L), golomb = lv_golomb(L);
-	const uint64_t m = golomb ? 3ull << (k - 1) : 1ull << k;
-	const uint64_t cut = golomb ? 1ull << (k - 1) : 1ull << k;
+	const unsigned k = g->k;
 	unsigned z = bfp_br_lead(r);
-	if (BFP_LIKELY(z < BFP_RICE_ESC && z + 2 + k <= r->n)) {
+	if (BFP_LIKELY(z < BFP_RICE_ESC && z + 1 + golomb + k <= r->n)) {
 		uint64_t a = r->acc >> (z + 1);
 		uint64_t x = a & ((1ull << k) - 1);
-		unsigned lng = x >= cut; /* never at a Rice level */
-		uint64_t e = (a >> k) & lng;
-		r->acc = (a >> k) >> lng;
-		r->n -= z + 1 + k + lng;
-		return z * m + (lng ? 2 * x - cut + e : x);
+		if (!golomb) {
+			r->acc = a >> k;
+			r->n -= z + 1 + k;
+			return ((uint64_t)z << k) | x;
+		}
+		/* the remainder is long when bit k - 1 of x is set (x >= cut);
+		 * then it is x + (x - cut + e), e the bit after x */
+		const uint64_t lng = (x >> (k - 1)) & 1;
+		const uint64_t e = (a >> k) & lng;
+		r->acc = a >> (k + lng);
+		r->n -= z + 1 + k + (unsigned)lng;
+		return ((uint64_t)(3 * z) << (k - 1)) + x + ((x - g->cut + e) & (0 - lng));
 	}
 	unsigned q = bfp_br_unary(r, BFP_RICE_ESC);
 	if (q == BFP_RICE_ESC)
 		return bfp_br_get(r, 32);
 	uint64_t x = bfp_br_get(r, k);
-	if (x >= cut)
-		x = 2 * x - cut + bfp_br_get(r, 1);
-	return q * m + x;
+	if (golomb && x >= g->cut)
+		x = 2 * x - g->cut + bfp_br_get(r, 1);
+	return q * g->m + x;
 }
 
 /* Encoding 5: magnitude m as its distance from the centre C, alternating
@@ -550,6 +571,7 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		if (!pl->n[c])
 			continue;
+		gcode_of(pl->gap[c].k, &pl->gc[c]);
 		pl->hbits[0][c] = (uint16_t)class_header_bits(pl, c, 0);
 		pl->hbits[1][c] = c && pl->n[c - 1] ? (uint16_t)class_header_bits(pl, c, 1)
 						    : pl->hbits[0][c];
@@ -576,7 +598,7 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		unsigned m = bfp_mag(e->chg_delta[j]);
 		uint64_t add = 1; /* sign */
 		if (!gs->runs) {
-			add += lv_bits(g, gs->k);
+			add += gc_bits(g, &pl->gc[c]);
 		} else {
 			if (!gopen[c]) {
 				gopen[c] = 1;
@@ -585,7 +607,7 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			if (g == 0) {
 				grun[c]++;
 			} else {
-				add += bfp_rice_bits(grun[c], gs->kr) + lv_bits(g - 1, gs->k);
+				add += bfp_rice_bits(grun[c], gs->kr) + gc_bits(g - 1, &pl->gc[c]);
 				gopen[c] = 0;
 			}
 		}
@@ -755,7 +777,7 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 		for (uint32_t t = a; t < b; t++) {
 			uint32_t g = e->chg_rank[order[t]];
 			if (!gs->runs) {
-				put_lv(w, g, gs->k);
+				put_gc(w, g, &pl->gc[c]);
 				continue;
 			}
 			if (due) {
@@ -766,7 +788,7 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 				due = 0;
 			}
 			if (g != 0) {
-				put_lv(w, gap_other(gs, g), gs->k);
+				put_gc(w, gap_other(gs, g), &pl->gc[c]);
 				due = 1;
 			}
 		}
@@ -888,22 +910,27 @@ static int parse_class_v1(bfp_br *r, bfp_seq *gs, bfp_seq *ms)
 	return !r->err;
 }
 
-/* The gaps of a class with n changes (FORMAT.md 3.4, 3.8); 0 if corrupt.
- * Separate functions with a local reader, so that the reader's fields
- * stay in registers. */
-static __attribute__((noinline)) int read_gaps(bfp_br *rd, const bfp_seq *gs, uint32_t n,
-					       uint32_t len, uint32_t *gap)
+/* The gaps of a class with n changes (FORMAT.md 3.4, 3.8, 3.9); 0 if
+ * corrupt. Separate functions with a local reader, so that the reader's
+ * fields stay in registers; one per kind of level. */
+static inline __attribute__((always_inline)) int read_gaps_t(bfp_br *rd, const bfp_seq *gs,
+							     uint32_t n, uint32_t len,
+							     uint32_t *gap, const int golomb)
 {
 	bfp_br rl = *rd, *r = &rl;
 	uint32_t run = 0;
 	int due = 1;
+	const int runs = gs->runs;
+	const unsigned kr = gs->kr;
+	bfp_gcode gc;
+	gcode_of(gs->k, &gc);
 	for (uint32_t j = 0; j < n; j++) {
 		uint64_t g;
-		if (!gs->runs) {
-			g = get_lv(r, gs->k);
+		if (!runs) {
+			g = get_gc(r, &gc, golomb);
 		} else {
 			if (due) {
-				run = bfp_get_rice(r, gs->kr);
+				run = bfp_get_rice(r, kr);
 				if (r->err || run > n - j)
 					return 0;
 				due = 0;
@@ -912,7 +939,7 @@ static __attribute__((noinline)) int read_gaps(bfp_br *rd, const bfp_seq *gs, ui
 				run--;
 				g = 0;
 			} else {
-				g = get_lv(r, gs->k) + 1;
+				g = get_gc(r, &gc, golomb) + 1;
 				due = 1;
 			}
 		}
@@ -923,6 +950,24 @@ static __attribute__((noinline)) int read_gaps(bfp_br *rd, const bfp_seq *gs, ui
 	}
 	*rd = rl;
 	return 1;
+}
+
+static __attribute__((noinline)) int read_gaps_rice(bfp_br *rd, const bfp_seq *gs, uint32_t n,
+						    uint32_t len, uint32_t *gap)
+{
+	return read_gaps_t(rd, gs, n, len, gap, 0);
+}
+
+static __attribute__((noinline)) int read_gaps_golomb(bfp_br *rd, const bfp_seq *gs, uint32_t n,
+						      uint32_t len, uint32_t *gap)
+{
+	return read_gaps_t(rd, gs, n, len, gap, 1);
+}
+
+static int read_gaps(bfp_br *rd, const bfp_seq *gs, uint32_t n, uint32_t len, uint32_t *gap)
+{
+	return lv_golomb(gs->k) ? read_gaps_golomb(rd, gs, n, len, gap)
+				: read_gaps_rice(rd, gs, n, len, gap);
 }
 
 /* The steps of a class with n changes; 0 if corrupt. */

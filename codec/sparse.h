@@ -23,6 +23,13 @@ typedef struct bfp_seq {
 			    in encoding 5 also the centre of the others */
 } bfp_seq;
 
+/* A gap level's code (FORMAT.md 3.9), worked out once per class. */
+typedef struct bfp_gcode {
+	uint8_t k, s1, s2;
+	uint32_t mul;
+	uint64_t m, cut;
+} bfp_gcode;
+
 typedef struct bfp_sparse_plan {
 	uint8_t enc;     /* BFP_ENC_SPARSE, _SPARSE2 or _SPARSE3 */
 	uint8_t kn;      /* encodings 5, 6: Exp-Golomb order of the class counts */
@@ -36,6 +43,7 @@ typedef struct bfp_sparse_plan {
 	uint16_t hbits[2][BFP_CLASSES];
 	bfp_seq gap[BFP_CLASSES];
 	bfp_seq mag[BFP_CLASSES];
+	bfp_gcode gc[BFP_CLASSES]; /* the gap codes of gap[].k */
 	uint64_t bits;
 } bfp_sparse_plan;
 
