@@ -252,16 +252,16 @@ wait_line "committed version 0 -> 1" "$T/shimm.log"
 import socket, struct, sys
 sys.path.insert(0, sys.argv[2])
 from kat_check import crc32c
-h = struct.pack("<IBBHQIIIIQIIQ", 0x54504642, 1, 6, 0, 1, 0, 1, 0, 1, 0, 1, 2, 0)
+h = struct.pack("<IBBHQIIIIQIIQ", 0x54504642, 1, 200, 0, 1, 0, 1, 0, 1, 0, 1, 2, 0)
 payload = b"\x00\x00"
 frame = h + struct.pack("<I", crc32c(payload, crc32c(h))) + payload
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for _ in range(3):
     s.sendto(frame, ("127.0.0.1", int(sys.argv[1])))
 PY
-wait_line "frames in encoding 6" "$T/shimm.log" || fail "an unknown encoding was not reported"
+wait_line "frames in encoding 200" "$T/shimm.log" || fail "an unknown encoding was not reported"
 kill -TERM $PIDS; wait; PIDS=""
-[ "$(grep -c "frames in encoding 6" "$T/shimm.log")" = 1 ] || fail "an unknown encoding reported more than once"
+[ "$(grep -c "frames in encoding 200" "$T/shimm.log")" = 1 ] || fail "an unknown encoding reported more than once"
 grep -q "committed version 0 -> 1: " "$T/shimm.log" || fail "small budget: no plain commit"
 grep -q "over budget 0)" "$T/shimm.log" || fail "small budget: frames refused for room"
 check_buffers "$T/big/step-0001.safetensors" "$SHM.m" || fail "small budget buffer"
