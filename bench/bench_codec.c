@@ -319,14 +319,14 @@ static void print_classes(const spend *sp, const double *epos, const double *eva
 }
 
 static double encode_time(const model *m, const uint16_t *a, const uint16_t *b,
-			  uint32_t fs, int threads, size_t *bytes_out, size_t *frames,
-			  spend *sp)
+			  uint32_t fs, uint32_t flags, int threads, size_t *bytes_out,
+			  size_t *frames, spend *sp)
 {
 	model old = *m, nw = *m;
 	old.params = (uint16_t *)a;
 	nw.params = (uint16_t *)b;
 	patch_opts po = {.frame_size = fs, .base_version = 1, .target_version = 2,
-			 .threads = threads};
+			 .threads = threads, .enc_flags = flags};
 	char err[256];
 	double best = 1e9;
 	for (int rep = 0; rep < TIMING_REPS; rep++) {
@@ -348,12 +348,13 @@ static double encode_time(const model *m, const uint16_t *a, const uint16_t *b,
 }
 
 static double apply_time(const model *m, const uint16_t *a, const uint16_t *b,
-			 uint32_t fs, int threads, uint16_t *scratch)
+			 uint32_t fs, uint32_t flags, int threads, uint16_t *scratch)
 {
 	model old = *m, nw = *m;
 	old.params = (uint16_t *)a;
 	nw.params = (uint16_t *)b;
-	patch_opts po = {.frame_size = fs, .base_version = 1, .target_version = 2};
+	patch_opts po = {.frame_size = fs, .base_version = 1, .target_version = 2,
+			 .enc_flags = flags};
 	char err[256];
 	patch p;
 	if (patch_encode(&old, &nw, &po, &p, err, sizeof(err))) {
@@ -439,13 +440,18 @@ int main(int argc, char **argv)
 		}
 		const uint16_t *a = prev, *b = cur.params;
 		uint64_t changed = count_diff(a, b, n);
-		size_t b1200, f1200, b8900, f8900, sp_raw;
+		size_t b1200, f1200, b8900, f8900, sp_raw, m1200, mf1200, m8900, mf8900;
 		spend sp;
-		double te1 = encode_time(&cur, a, b, 1200, 1, &b1200, &f1200, NULL);
-		double ten = encode_time(&cur, a, b, 1200, threads, &b1200, &f1200, &sp);
-		(void)encode_time(&cur, a, b, 8900, threads, &b8900, &f8900, NULL);
-		double ta1 = apply_time(&cur, a, b, 1200, 1, scratch);
-		double tan = apply_time(&cur, a, b, 1200, threads, scratch);
+		double te1 = encode_time(&cur, a, b, 1200, 0, 1, &b1200, &f1200, NULL);
+		double ten = encode_time(&cur, a, b, 1200, 0, threads, &b1200, &f1200, &sp);
+		(void)encode_time(&cur, a, b, 8900, 0, threads, &b8900, &f8900, NULL);
+		double ta1 = apply_time(&cur, a, b, 1200, 0, 1, scratch);
+		double tan = apply_time(&cur, a, b, 1200, 0, threads, scratch);
+		/* the same with a model per range (encodings 7 and 8) */
+		double tme1 = encode_time(&cur, a, b, 1200, BFP_ENC_F_MODEL, 1, &m1200, &mf1200,
+					  NULL);
+		(void)encode_time(&cur, a, b, 8900, BFP_ENC_F_MODEL, threads, &m8900, &mf8900, NULL);
+		double tma1 = apply_time(&cur, a, b, 1200, BFP_ENC_F_MODEL, 1, scratch);
 		size_t pulse = pulse_size(&cur, a, b);
 		size_t sparrow_z = sparrow_size(a, b, n, &sp_raw);
 		size_t xz = xor_zstd_size(a, b, n);
@@ -465,6 +471,8 @@ int main(int argc, char **argv)
 			{"dense BF16", dense},
 			{"bfpatch, 1200 B frames", (double)b1200},
 			{"bfpatch, 8900 B frames", (double)b8900},
+			{"bfpatch, 1200 B, model per range", (double)m1200},
+			{"bfpatch, 8900 B, model per range", (double)m8900},
 			{"PULSESync-style (COO + zstd-1)", (double)pulse},
 			{"SparrowRL-style (LEB128 + raw)", (double)sp_raw},
 			{"SparrowRL-style + zstd-1", (double)sparrow_z},
@@ -484,6 +492,9 @@ int main(int argc, char **argv)
 		       100.0 * hdr * 8 / H, 100.0 * (double)sp.model_bits / H,
 		       100.0 * (((double)b1200 - hdr) * 8 - (double)sp.model_bits) / H - 100.0);
 		print_classes(&sp, epos, eval, H);
+		printf("bfpatch 1200 B frames with a model per range (encodings 7, 8): %zu frames; %.1f%% above the entropy estimate (8900 B: %.1f%%); encode 1 thread %.2f G params/s, decode+apply 1 thread %.2f G params/s\n",
+		       mf1200, 100.0 * ((double)m1200 * 8 / H - 1), 100.0 * ((double)m8900 * 8 / H - 1),
+		       (double)n / tme1 / 1e9, (double)n / tma1 / 1e9);
 		double cbw1 = (double)n / tc1, cbwn = (double)n / tcn;
 		printf("compare two BF16 arrays: 1 thread %.2f G params/s (%.1f GB/s of input), %d threads %.2f G params/s\n",
 		       cbw1 / 1e9, cbw1 * 4 / 1e9, threads, cbwn / 1e9);

@@ -14,7 +14,105 @@ bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags)
 	BFP_CHECK(!(flags & ~BFP_DEC_F_SCALAR), BFP_E_ARG);
 	dec->cpu = (flags & BFP_DEC_F_SCALAR) ? 0 : bfp_cpu_features();
 	dec->n_changes = 0;
+	dec->model_loaded = 0;
 	dec->ready = 1;
+	return BFP_OK;
+}
+
+_Static_assert(sizeof(bfp_model) <= sizeof(((bfp_decoder *)0)->model_codes),
+	       "the decoder's model space holds a model");
+
+/* Encoding 8 (FORMAT.md 3.10): the payload starts with the distance back
+ * to the frame of encoding 7 that carries the model, less one, in EG0.
+ * Sets *index to that frame's index. */
+static bfp_status model_ref(bfp_br *r, const bfp_frame_header *h, uint32_t *index)
+{
+	uint32_t back = bfp_get_eg0(r);
+	BFP_CHECK(!r->err && back < h->frame_index, BFP_E_CORRUPT);
+	*index = h->frame_index - back - 1;
+	return BFP_OK;
+}
+
+/* The model of an encoding 8 frame: the loaded one, if it is the model of
+ * the frame it refers to. */
+static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_header *h,
+			       bfp_model *m)
+{
+	uint32_t index;
+	bfp_status st = model_ref(r, h, &index);
+	if (st != BFP_OK)
+		return st;
+	BFP_CHECK(d->model_loaded && d->model_index == index && d->model_id == h->model_id &&
+			  d->model_base == h->base_version && d->model_target == h->target_version,
+		  BFP_E_NO_MODEL);
+	BFP_MEMCPY(m, d->model_codes, sizeof(*m));
+	return BFP_OK;
+}
+
+static void keep_model(bfp_decoder *d, const bfp_frame_header *h, const bfp_model *m)
+{
+	BFP_MEMCPY(d->model_codes, m, sizeof(*m));
+	d->model_index = h->frame_index;
+	d->model_id = h->model_id;
+	d->model_base = h->base_version;
+	d->model_target = h->target_version;
+	d->model_loaded = 1;
+}
+
+bfp_status bfp_frame_model_index(const void *frame, size_t frame_len, uint32_t *index)
+{
+	bfp_frame_header h;
+	BFP_CHECK(frame && index, BFP_E_ARG);
+	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
+	if (st != BFP_OK)
+		return st;
+	if (h.encoding == BFP_ENC_MODEL) {
+		*index = h.frame_index;
+		return BFP_OK;
+	}
+	BFP_CHECK(h.encoding == BFP_ENC_MODELLED, BFP_E_UNSUPPORTED);
+	bfp_br r;
+	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
+	return model_ref(&r, &h, index);
+}
+
+bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t frame_len,
+				 const uint8_t *const *frames, const uint32_t *lens,
+				 size_t n_frames)
+{
+	bfp_frame_header h;
+	uint32_t index;
+	BFP_CHECK(dec && dec->ready && frame && (frames || !n_frames), BFP_E_ARG);
+	if (frame_len < BFP_HEADER_SIZE || ((const uint8_t *)frame)[5] != BFP_ENC_MODELLED ||
+	    bfp_frame_parse(frame, frame_len, &h) != BFP_OK ||
+	    bfp_frame_model_index(frame, frame_len, &index) != BFP_OK)
+		return BFP_OK;
+	if (dec->model_loaded && dec->model_index == index && dec->model_id == h.model_id &&
+	    dec->model_base == h.base_version && dec->model_target == h.target_version)
+		return BFP_OK;
+	BFP_CHECK(index < n_frames && frames[index], BFP_E_NO_MODEL);
+	bfp_frame_header mh;
+	BFP_CHECK(bfp_frame_parse(frames[index], lens[index], &mh) == BFP_OK &&
+			  mh.encoding == BFP_ENC_MODEL && mh.frame_index == index &&
+			  mh.model_id == h.model_id && mh.base_version == h.base_version &&
+			  mh.target_version == h.target_version,
+		  BFP_E_NO_MODEL);
+	return bfp_decoder_load_model(dec, frames[index], lens[index]);
+}
+
+bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame, size_t frame_len)
+{
+	bfp_frame_header h;
+	bfp_model m;
+	bfp_br r;
+	BFP_CHECK(dec && dec->ready && frame, BFP_E_ARG);
+	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
+	if (st != BFP_OK)
+		return st;
+	BFP_CHECK(h.encoding == BFP_ENC_MODEL, BFP_E_ARG);
+	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
+	BFP_CHECK(bfp_model_parse(&r, &m), BFP_E_CORRUPT);
+	keep_model(dec, &h, &m);
 	return BFP_OK;
 }
 
@@ -36,15 +134,21 @@ static bfp_status check_end(bfp_br *r, size_t payload_len)
 	return BFP_OK;
 }
 
-/* FORMAT.md 3.4, 3.8, 3.9 (sparse encodings 1, 5, 6) */
-static bfp_status decode_sparse(bfp_decoder *d, unsigned enc, const uint8_t *pl,
-				size_t pl_len, const uint16_t *base,
-				uint32_t len)
+/* FORMAT.md 3.4, 3.8, 3.9, 3.10 (sparse encodings 1, 5, 6, 7, 8); the
+ * model of encodings 7 and 8 in *m */
+static bfp_status decode_sparse(bfp_decoder *d, const bfp_frame_header *h, const uint8_t *pl,
+				const uint16_t *base, bfp_model *m)
 {
 	uint32_t start[BFP_CLASSES + 1];
+	const size_t pl_len = h->payload_len;
+	const uint32_t len = h->range_len;
 	bfp_br r;
 	bfp_br_init(&r, pl, pl_len);
-	bfp_status st = bfp_sparse_parse(&r, enc, len, start, d->grp_pos, d->grp_val, NULL);
+	bfp_status st = BFP_OK;
+	if (h->encoding == BFP_ENC_MODELLED)
+		st = loaded_model(d, &r, h, m);
+	if (st == BFP_OK)
+		st = bfp_sparse_parse(&r, h->encoding, m, len, start, d->grp_pos, d->grp_val, NULL);
 	if (st == BFP_OK)
 		st = check_end(&r, pl_len);
 	if (st == BFP_OK)
@@ -122,16 +226,19 @@ static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *f
 		return st;
 	const uint8_t *pl = (const uint8_t *)frame + BFP_HEADER_SIZE;
 	const uint16_t *w = weights + h->range_begin;
-	st = h->encoding == BFP_ENC_DENSE
-		     ? decode_dense(d, pl, h->payload_len, w, h->range_len)
-		     : decode_sparse(d, h->encoding, pl, h->payload_len, w,
-				     h->range_len);
+	bfp_model m;
+	st = h->encoding == BFP_ENC_DENSE ? decode_dense(d, pl, h->payload_len, w, h->range_len)
+					  : decode_sparse(d, h, pl, w, &m);
 	if (st != BFP_OK)
 		return st;
 	BFP_CHECK(bfp_hash_with_changes(d->cpu, d->chunk, sizeof(d->chunk) / sizeof(d->chunk[0]), w,
 					h->range_len, d->chg_pos, d->chg_val, d->n_changes) ==
 			  h->target_hash,
 		  BFP_E_HASH);
+	/* a frame that carries a model and checked out: its model is the
+	 * one for the frames that refer to it */
+	if (h->encoding == BFP_ENC_MODEL)
+		keep_model(d, h, &m);
 	return BFP_OK;
 }
 
@@ -190,6 +297,8 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 	case BFP_ENC_DENSE:
 	case BFP_ENC_SPARSE2:
 	case BFP_ENC_SPARSE3:
+	case BFP_ENC_MODEL:
+	case BFP_ENC_MODELLED:
 		/* decoded and verified by prepare() */
 		for (uint32_t i = 0; i < d->n_changes; i++)
 			w[d->chg_pos[i]] = d->chg_val[i];
@@ -238,10 +347,21 @@ bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
 	if (bfp_encoding_is_sparse(h.encoding)) {
 		uint32_t start[BFP_CLASSES + 1];
-		st = bfp_sparse_parse(&r, h.encoding, h.range_len, start,
+		bfp_model m;
+		if (h.encoding == BFP_ENC_MODELLED) {
+			st = loaded_model(dec, &r, &h, &m);
+			if (st != BFP_OK)
+				return st;
+		}
+		st = bfp_sparse_parse(&r, h.encoding, &m, h.range_len, start,
 				      dec->grp_pos, dec->grp_val, out);
 		if (st != BFP_OK)
 			return st;
+		st = check_end(&r, h.payload_len);
+		/* like decoding it, reading an encoding 7 frame loads its model */
+		if (st == BFP_OK && h.encoding == BFP_ENC_MODEL)
+			keep_model(dec, &h, &m);
+		return st;
 	} else if (h.encoding == BFP_ENC_DENSE) {
 		BFP_CHECK((uint64_t)h.range_len <= (uint64_t)h.payload_len * 8,
 			  BFP_E_CORRUPT);

@@ -11,6 +11,16 @@
 /* Range length cap per frame (a u32 field; keep well inside it). */
 #define RANGE_CAP (1ull << 31)
 
+/* BFP_ENC_F_MODEL: a model is planned from the changes ahead (as many as
+ * the scratch holds: about 20 frames' worth at 1200 bytes; planning it
+ * from all of a 2^24-parameter chunk made patches no smaller, measured,
+ * and encoding a third slower), and replaced after MODEL_SPAN frames, so
+ * that no frame refers further back. */
+#define MODEL_SPAN 4096u
+
+_Static_assert(sizeof(bfp_model) <= sizeof(((bfp_encoder *)0)->model_codes),
+	       "the encoder's model space holds a model");
+
 /* The gather stops at a size estimate of gather_scale / 256 times the
  * budget. The estimate runs high where most changes cost a bit or two
  * (run-coded classes), low where magnitudes are large, so the scale
@@ -22,6 +32,20 @@
 #define GATHER_SCALE0 320u
 #define GATHER_SCALE_MIN 64u
 #define GATHER_SCALE_MAX (256u * 64)
+
+/* Plan a model from the changes ahead of e->pos; 0 when the rest of the
+ * range has so few changes (two frames' worth at a byte each) that a
+ * model would not pay for itself, or when the model would take more than
+ * half a frame (tiny frames): the range's frames are then self-contained. */
+static int plan_model(bfp_encoder *e, uint64_t end, size_t budget, bfp_model *m)
+{
+	bfp_sparse_plan pl;
+	if (bfp_gather(e, end, UINT64_MAX) >= end && e->n_changes < 2 * budget)
+		return 0;
+	bfp_sparse_plan_make(e, e->n_changes, BFP_ENC_SPARSE3, &pl);
+	bfp_model_from_plan(&pl, m);
+	return bfp_model_bits(m) + 3 + 16 <= budget * 4;
+}
 
 static uint32_t clamp_scale(uint64_t s)
 {
@@ -135,11 +159,12 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
 				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR |
-				    BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2)),
+				    BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_MODEL)),
 		  BFP_E_ARG);
-	BFP_CHECK((opts->flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2)) !=
-			  (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2),
-		  BFP_E_ARG);
+	/* one sparse encoding at most */
+	const uint32_t sparse_flags =
+		opts->flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_MODEL);
+	BFP_CHECK(!(sparse_flags & (sparse_flags - 1)), BFP_E_ARG);
 #ifndef BFP_HAVE_ZSTD
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
 #else
@@ -174,6 +199,8 @@ bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 	enc->changed = 0;
 	enc->n_changes = 0;
 	enc->gather_scale = GATHER_SCALE0;
+	enc->model_state = 0;
+	enc->model_index = 0;
 	return BFP_OK;
 }
 
@@ -214,16 +241,29 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 	} else {
 		/* sparse: the longest prefix of the gathered changes that fits */
 		const uint64_t bits = (uint64_t)budget * 8;
-		const unsigned enc = (e->opts.flags & BFP_ENC_F_SPARSE1)   ? BFP_ENC_SPARSE
-				     : (e->opts.flags & BFP_ENC_F_SPARSE2) ? BFP_ENC_SPARSE2
-									   : BFP_ENC_SPARSE3;
+		unsigned enc = (e->opts.flags & BFP_ENC_F_SPARSE1)   ? BFP_ENC_SPARSE
+			       : (e->opts.flags & BFP_ENC_F_SPARSE2) ? BFP_ENC_SPARSE2
+								     : BFP_ENC_SPARSE3;
+		bfp_model *model = (bfp_model *)(void *)e->model_codes;
+		const uint32_t index = e->opts.first_index + e->emitted;
+		if (e->opts.flags & BFP_ENC_F_MODEL) {
+			if (e->model_state == 2 && index - e->model_index >= MODEL_SPAN)
+				e->model_state = 0;
+			if (e->model_state == 0) /* plan one from the changes ahead */
+				e->model_state = plan_model(e, end, budget, model) ? 1 : 3;
+			if (e->model_state != 3)
+				enc = e->model_state == 1 ? BFP_ENC_MODEL : BFP_ENC_MODELLED;
+		}
 		bfp_sparse_plan pl;
 		uint64_t scanned;
 		uint32_t n, k;
 		for (int round = 0;; round++) {
 			scanned = bfp_gather(e, end, bits * e->gather_scale / 256);
 			n = e->n_changes;
-			bfp_sparse_plan_make(e, n, enc, &pl);
+			if (enc == BFP_ENC_MODEL || enc == BFP_ENC_MODELLED)
+				bfp_sparse_plan_model(e, n, enc, model, index - e->model_index, &pl);
+			else
+				bfp_sparse_plan_make(e, n, enc, &pl);
 			k = bfp_sparse_cut(e, n, &pl, bits);
 			if (k < n) { /* aim at gathering about 1/32 more than fit */
 				e->gather_scale = clamp_scale((uint64_t)e->gather_scale * k * 33 / 32 / n +
@@ -259,6 +299,10 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 				h.encoding = (uint8_t)enc;
 				bfp_sparse_write(e, k, &pl, &w);
 				e->changed += k;
+				if (enc == BFP_ENC_MODEL) { /* the frames after it refer to it */
+					e->model_state = 2;
+					e->model_index = index;
+				}
 			}
 			pl_len = bfp_bw_finish(&w);
 			if (w.overflow)

@@ -52,6 +52,7 @@ const char *bfp_status_str(bfp_status s)
 	case BFP_E_UNSUPPORTED: return "not supported by this build";
 	case BFP_E_MANIFEST: return "invalid manifest";
 	case BFP_E_LENGTH: return "frame length differs from its header";
+	case BFP_E_NO_MODEL: return "frame's model (an earlier frame) not loaded";
 	}
 	return "unknown status";
 }

@@ -465,7 +465,9 @@ static void plan_mag_v2(const cls_acc *x, uint32_t n, bfp_seq *ms)
 
 /* Encoding 5 frame-wide parameters: the count order, the gap parameter
  * base and the default magnitude code that cost the fewest bits. */
-static void plan_frame_v2(bfp_sparse_plan *pl)
+/* The Exp-Golomb order of the class counts that codes them in the
+ * fewest bits. */
+static void plan_kn(bfp_sparse_plan *pl)
 {
 	uint64_t best = UINT64_MAX;
 	for (unsigned k = 0; k < 8; k++) {
@@ -477,7 +479,12 @@ static void plan_frame_v2(bfp_sparse_plan *pl)
 			pl->kn = (uint8_t)k;
 		}
 	}
-	best = UINT64_MAX;
+}
+
+static void plan_frame_v2(bfp_sparse_plan *pl)
+{
+	uint64_t best = UINT64_MAX;
+	plan_kn(pl);
 	unsigned top = 0;
 	pl->mdef.common = 1;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
@@ -576,6 +583,67 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 		pl->hbits[1][c] = c && pl->n[c - 1] ? (uint16_t)class_header_bits(pl, c, 1)
 						    : pl->hbits[0][c];
 	}
+}
+
+void bfp_model_from_plan(const bfp_sparse_plan *pl, bfp_model *m)
+{
+	BFP_MEMSET(m, 0, sizeof(*m));
+	m->gk0 = pl->gk0;
+	m->mdef = pl->mdef;
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		if (pl->n[c]) {
+			m->gap[c] = pl->gap[c];
+			m->mag[c] = pl->mag[c];
+		} else {
+			m->gap[c].k = (uint8_t)gk_pred(BFP_ENC_SPARSE3, pl->gk0, c);
+			m->mag[c] = pl->mdef;
+		}
+	}
+}
+
+/* The model's classes are coded like encoding 6 class headers in a frame
+ * where every class has changes: a plan that says so. */
+static void model_as_plan(const bfp_model *m, bfp_sparse_plan *pl)
+{
+	BFP_MEMSET(pl, 0, sizeof(*pl));
+	pl->enc = BFP_ENC_SPARSE3;
+	pl->gk0 = m->gk0;
+	pl->mdef = m->mdef;
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		pl->n[c] = 1;
+		pl->gap[c] = m->gap[c];
+		pl->mag[c] = m->mag[c];
+	}
+}
+
+unsigned bfp_model_bits(const bfp_model *m)
+{
+	bfp_sparse_plan p;
+	model_as_plan(m, &p);
+	unsigned bits = 7 + mag_code_bits(&m->mdef);
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		bits += class_header_bits(&p, c, c > 0);
+	return bits;
+}
+
+void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
+			   const bfp_model *m, uint32_t dref, bfp_sparse_plan *pl)
+{
+	BFP_MEMSET(pl, 0, sizeof(*pl));
+	pl->enc = (uint8_t)enc;
+	pl->model = m;
+	pl->dref = dref;
+	pl->gk0 = m->gk0;
+	pl->mdef = m->mdef;
+	for (uint32_t j = 0; j < k; j++)
+		pl->n[e->chg_class[j]]++;
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		pl->gap[c] = m->gap[c];
+		pl->mag[c] = m->mag[c];
+		gcode_of(pl->gap[c].k, &pl->gc[c]);
+	}
+	plan_kn(pl);
+	pl->fbits = 3 + (enc == BFP_ENC_MODEL ? bfp_model_bits(m) : bfp_eg0_bits(dref - 1));
 }
 
 uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
@@ -733,29 +801,47 @@ static void write_class_v1(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
 	}
 }
 
+/* The model section of an encoding 7 payload (FORMAT.md 3.10). */
+static void write_model(bfp_bw *w, const bfp_model *m)
+{
+	bfp_sparse_plan p;
+	model_as_plan(m, &p);
+	bfp_bw_put(w, (unsigned)(m->gk0 + 64), 7);
+	write_mag_code(w, &m->mdef);
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		write_class_v2(w, &p, c);
+}
+
 /* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
- * 3.9). */
+ * 3.9, 3.10). */
 void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 		      bfp_bw *w)
 {
 	uint32_t start[BFP_CLASSES + 1], fill[BFP_CLASSES];
 	uint32_t *order = e->chg_order;
 	const int v2 = pl->enc != BFP_ENC_SPARSE;
+	const int modelled = pl->enc == BFP_ENC_MODEL || pl->enc == BFP_ENC_MODELLED;
 
+	if (pl->enc == BFP_ENC_MODEL)
+		write_model(w, pl->model);
+	else if (pl->enc == BFP_ENC_MODELLED)
+		bfp_put_eg0(w, pl->dref - 1);
 	if (v2) {
 		bfp_bw_put(w, pl->kn, 3);
-		if (pl->enc == BFP_ENC_SPARSE3)
+		if (pl->enc == BFP_ENC_SPARSE3) {
 			bfp_bw_put(w, (unsigned)(pl->gk0 + 64), 7);
-		else
+			write_mag_code(w, &pl->mdef);
+		} else if (pl->enc == BFP_ENC_SPARSE2) {
 			bfp_bw_put(w, (unsigned)(pl->gk0 + 16), 6);
-		write_mag_code(w, &pl->mdef);
+			write_mag_code(w, &pl->mdef);
+		}
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		if (v2)
 			put_eg(w, pl->n[c], pl->kn);
 		else
 			bfp_put_eg0(w, pl->n[c]);
-		if (!pl->n[c])
+		if (!pl->n[c] || modelled)
 			continue;
 		if (v2)
 			write_class_v2(w, pl, c);
@@ -1018,7 +1104,20 @@ static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_se
 	return 1;
 }
 
-bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, uint32_t len,
+int bfp_model_parse(bfp_br *r, bfp_model *m)
+{
+	BFP_MEMSET(m, 0, sizeof(*m));
+	m->gk0 = (int8_t)((int)bfp_br_get(r, 7) - 64);
+	if (!parse_mag_code(r, &m->mdef))
+		return 0;
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		if (!parse_class_v2(r, BFP_ENC_SPARSE3, m->gk0, &m->mdef, c ? &m->mag[c - 1] : NULL,
+				    c, &m->gap[c], &m->mag[c]))
+			return 0;
+	return !r->err;
+}
+
+bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, uint32_t len,
 			    uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
 			    uint16_t *steps, bfp_frame_stats *st)
 {
@@ -1031,17 +1130,21 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, uint32_t len,
 	unsigned kn = 0;
 	int gk0 = 0;
 	const int v2 = enc != BFP_ENC_SPARSE;
+	const int modelled = enc == BFP_ENC_MODEL || enc == BFP_ENC_MODELLED;
 
 	BFP_MEMSET(gs, 0, sizeof(gs));
 	BFP_MEMSET(ms, 0, sizeof(ms));
 	BFP_MEMSET(&mdef, 0, sizeof(mdef));
+	if (enc == BFP_ENC_MODEL)
+		BFP_CHECK(bfp_model_parse(r, model), BFP_E_CORRUPT);
 	if (v2) {
 		kn = bfp_br_get(r, 3);
 		if (enc == BFP_ENC_SPARSE3)
 			gk0 = (int)bfp_br_get(r, 7) - 64;
-		else
+		else if (enc == BFP_ENC_SPARSE2)
 			gk0 = (int)bfp_br_get(r, 6) - 16;
-		BFP_CHECK(parse_mag_code(r, &mdef), BFP_E_CORRUPT);
+		if (!modelled)
+			BFP_CHECK(parse_mag_code(r, &mdef), BFP_E_CORRUPT);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		t0 = bfp_br_tell(r);
@@ -1049,7 +1152,10 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, uint32_t len,
 		total += n[c];
 		BFP_CHECK(!r->err && total <= BFP_CHANGES_MAX && total <= len,
 			  BFP_E_CORRUPT);
-		if (n[c]) {
+		if (n[c] && modelled) {
+			gs[c] = model->gap[c];
+			ms[c] = model->mag[c];
+		} else if (n[c]) {
 			const bfp_seq *prev = c && n[c - 1] ? &ms[c - 1] : NULL;
 			int ok = v2 ? parse_class_v2(r, enc, gk0, &mdef, prev, c, &gs[c], &ms[c])
 				    : parse_class_v1(r, &gs[c], &ms[c]);

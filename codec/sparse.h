@@ -30,6 +30,16 @@ typedef struct bfp_gcode {
 	uint64_t m, cut;
 } bfp_gcode;
 
+/* A model (FORMAT.md 3.10): the code parameters of every class, carried
+ * by a frame of encoding 7 for itself and the frames of encoding 8 that
+ * refer to it. */
+typedef struct bfp_model {
+	int8_t gk0;      /* gap levels predicted as gk0 + 2c */
+	bfp_seq mdef;    /* the default magnitude code */
+	bfp_seq gap[BFP_CLASSES];
+	bfp_seq mag[BFP_CLASSES];
+} bfp_model;
+
 typedef struct bfp_sparse_plan {
 	uint8_t enc;     /* BFP_ENC_SPARSE, _SPARSE2 or _SPARSE3 */
 	uint8_t kn;      /* encodings 5, 6: Exp-Golomb order of the class counts */
@@ -44,6 +54,8 @@ typedef struct bfp_sparse_plan {
 	bfp_seq gap[BFP_CLASSES];
 	bfp_seq mag[BFP_CLASSES];
 	bfp_gcode gc[BFP_CLASSES]; /* the gap codes of gap[].k */
+	const bfp_model *model; /* encodings 7, 8: the codes come from it */
+	uint32_t dref;   /* encoding 8: frames back to the model's frame */
 	uint64_t bits;
 } bfp_sparse_plan;
 
@@ -52,6 +64,23 @@ typedef struct bfp_sparse_plan {
  * bfp_sparse_cut. */
 void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 			  bfp_sparse_plan *pl);
+
+/* The model of a plan made for encoding 6 (bfp_sparse_plan_make): its
+ * codes, and for classes without changes a plain gap code at the
+ * predicted level and the default magnitude code. */
+void bfp_model_from_plan(const bfp_sparse_plan *pl, bfp_model *m);
+
+/* Bits of m's section at the start of an encoding 7 payload. */
+unsigned bfp_model_bits(const bfp_model *m);
+
+/* A plan for encoding 7 (m carried; dref 0) or 8 (dref frames back to
+ * the frame that carried m) of the first k gathered changes of e: the
+ * codes are m's. */
+void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
+			   const bfp_model *m, uint32_t dref, bfp_sparse_plan *pl);
+
+/* Parse a model section (FORMAT.md 3.10); 0 if corrupt. */
+int bfp_model_parse(bfp_br *r, bfp_model *m);
 
 /* Largest prefix of the first k changes whose payload, with pl's codes,
  * fits budget_bits (exact count); sets pl->n and pl->bits for it. */
@@ -64,9 +93,11 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 
 /* Parse a sparse payload of encoding enc into per-class gaps and steps
  * (grouped by class: start[c] .. start[c+1]). Checks every rule of
- * FORMAT.md 3.4, 3.8 and 3.9 that does not need the base values. st may
- * be NULL; else bits are accounted. */
-bfp_status bfp_sparse_parse(bfp_br *r, unsigned enc, uint32_t len,
+ * FORMAT.md 3.4, 3.8, 3.9 and 3.10 that does not need the base values.
+ * Encoding 7: the model section is parsed into *model; encoding 8: r is
+ * past the frame's model reference and *model holds the model it refers
+ * to. st may be NULL; else bits are accounted. */
+bfp_status bfp_sparse_parse(bfp_br *r, unsigned enc, bfp_model *model, uint32_t len,
 			    uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
 			    uint16_t *steps, bfp_frame_stats *st);
 

@@ -85,6 +85,9 @@ static const char diff_usage[] =
 	"  -z, --zstd              keyframes may use zstd byte planes when smaller\n"
 	"  -1, --sparse-v1         sparse frames in encoding 1, for readers built\n"
 	"                          before encoding 5 (docs/FORMAT.md 3.8)\n"
+	"  -M, --model-frames      the sparse frames of each tensor chunk share one\n"
+	"                          model (encodings 7 and 8, docs/FORMAT.md 3.10):\n"
+	"                          smaller; readers built before them reject them\n"
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
 	"  -q, --quiet             no progress or summary\n"
 	"  -h, --help\n";
@@ -96,13 +99,14 @@ static int cmd_diff(int argc, char **argv)
 		{"base-version", required_argument, 0, 'b'},
 		{"target-version", required_argument, 0, 't'},
 		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
-		{"sparse-v1", no_argument, 0, '1'}, {"threads", required_argument, 0, 'j'},
+		{"sparse-v1", no_argument, 0, '1'}, {"model-frames", no_argument, 0, 'M'},
+		{"threads", required_argument, 0, 'j'},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	int have_target = 0, quiet = 0, c;
 	uint32_t th = 0;
-	while ((c = getopt_long(argc, argv, "o:s:b:t:kz1j:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:s:b:t:kz1Mj:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 's':
@@ -120,6 +124,7 @@ static int cmd_diff(int argc, char **argv)
 			break;
 		case 'k': po.enc_flags |= BFP_ENC_F_KEYFRAME; break;
 		case '1': po.enc_flags |= BFP_ENC_F_SPARSE1; break;
+		case 'M': po.enc_flags |= BFP_ENC_F_MODEL; break;
 		case 'z':
 			if (!bfp_zstd_workspace_size())
 				return die("diff", "--zstd: this build has no zstd support");
@@ -136,6 +141,11 @@ static int cmd_diff(int argc, char **argv)
 	}
 	if (argc - optind != 2 || !out) {
 		fputs(diff_usage, stderr);
+		return 2;
+	}
+	if ((po.enc_flags & BFP_ENC_F_SPARSE1) && (po.enc_flags & BFP_ENC_F_MODEL)) {
+		fputs("bfpatch diff: --sparse-v1 and --model-frames pick different sparse "
+		      "encodings; give one\n", stderr);
 		return 2;
 	}
 	for (int i = 0; i < 2; i++)
@@ -321,8 +331,11 @@ static int cmd_info(int argc, char **argv)
 		}
 	}
 	free(dec);
-	/* sparse frames of every sparse encoding; encoding 1 also on its own */
-	uint64_t sparse = by_enc[BFP_ENC_SPARSE] + by_enc[BFP_ENC_SPARSE2] + by_enc[BFP_ENC_SPARSE3];
+	/* sparse frames of every sparse encoding; encoding 1, and the frames
+	 * that carry a model (7), also on their own */
+	uint64_t sparse = 0;
+	for (unsigned e = 0; e <= BFP_ENC_LAST; e++)
+		sparse += bfp_encoding_is_sparse(e) ? by_enc[e] : 0;
 	double bpc = changed ? (double)p.len * 8 / (double)changed : 0;
 	double ratio = p.len ? (double)params * 2 / (double)p.len : 0;
 	if (json) {
@@ -346,6 +359,7 @@ static int cmd_info(int argc, char **argv)
 		json_t *fe = json_object();
 		json_object_set_new(fe, "sparse", json_integer((json_int_t)sparse));
 		json_object_set_new(fe, "sparse_encoding1", json_integer((json_int_t)by_enc[BFP_ENC_SPARSE]));
+		json_object_set_new(fe, "sparse_with_model", json_integer((json_int_t)by_enc[BFP_ENC_MODEL]));
 		json_object_set_new(fe, "dense", json_integer((json_int_t)by_enc[BFP_ENC_DENSE]));
 		json_object_set_new(fe, "keyframe", json_integer((json_int_t)by_enc[BFP_ENC_KEY_RAW]));
 		json_object_set_new(fe, "keyframe_zstd", json_integer((json_int_t)by_enc[BFP_ENC_KEY_ZSTD]));
@@ -379,6 +393,10 @@ static int cmd_info(int argc, char **argv)
 		if (by_enc[BFP_ENC_SPARSE])
 			printf("                  %llu sparse frames in encoding 1 (FORMAT.md 3.4)\n",
 			       (unsigned long long)by_enc[BFP_ENC_SPARSE]);
+		if (by_enc[BFP_ENC_MODEL])
+			printf("                  %llu sparse frames carry the model of the frames "
+			       "after them (FORMAT.md 3.10)\n",
+			       (unsigned long long)by_enc[BFP_ENC_MODEL]);
 		printf("bytes             %zu (headers %zu, code parameters %llu, positions %llu, values %llu)\n",
 		       p.len, p.n * BFP_HEADER_SIZE, (unsigned long long)(model_bits / 8),
 		       (unsigned long long)(pos_bits / 8), (unsigned long long)(val_bits / 8));

@@ -706,6 +706,9 @@ static void *apply_worker(void *arg)
 			if (st == BFP_OK && !at)
 				st = BFP_E_HASH;
 			h.range_len = fc->range_len; /* all that is used of h below */
+		} else if ((st = bfp_decoder_model_for(dec, j->frames[i], j->lens[i], j->frames,
+						       j->lens, j->n_frames)) != BFP_OK) {
+			/* its model is not among the frames */
 		} else if (journal) {
 			st = apply_journalled(j, worker, dec, &ao, j->frames[i], j->lens[i], &h);
 		} else {

@@ -411,8 +411,16 @@ static int prepare_some(shim *s, double budget_s)
 		done++;
 		bfp_frame_header h;
 		bfp_decoder *d = s->dec;
-		bfp_status st = bfp_decode_verify(d, &o, sl->frames[i], sl->flen[i], s->w.params,
-						  s->w.h->n_params, &h);
+		/* a frame coded with the model of an earlier frame (encoding 8)
+		 * waits for that frame: the commit decodes it */
+		bfp_status st = bfp_decoder_model_for(d, sl->frames[i], sl->flen[i],
+						      (const uint8_t *const *)sl->frames, sl->flen,
+						      sl->hi);
+		if (st == BFP_E_NO_MODEL)
+			continue;
+		if (st == BFP_OK)
+			st = bfp_decode_verify(d, &o, sl->frames[i], sl->flen[i], s->w.params,
+					       s->w.h->n_params, &h);
 		if (st != BFP_OK) {
 			if (s->prep_fail++ < 10)
 				fprintf(stderr, "bfpatch-shim: frame %u of version %u refused: %s\n", i,

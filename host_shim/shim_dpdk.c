@@ -372,6 +372,7 @@ typedef struct apply_run {
 	shim_dma *d;
 	const uint8_t *const *frames;
 	const uint32_t *lens;
+	uint32_t n_frames;
 	uint16_t *params;
 	uint64_t n_params;
 	const shim_dma_journal *jn;
@@ -505,6 +506,10 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 	const int overlaps = a->head < a->tail && e > a->lo && b < a->hi;
 
 	const int journal = a->jn && bfp_encoding_is_delta(h.encoding);
+	/* a frame coded with the model of an earlier frame (encoding 8) */
+	st = bfp_decoder_model_for(dec, f, flen, a->frames, a->lens, a->n_frames);
+	if (st != BFP_OK)
+		return frame_fail(a, i, st, "%s", bfp_status_str(st));
 	if (bytes > d->arena_bytes) {
 		/* too large to stage: the decoder verifies before it writes,
 		 * so applying in place keeps the guarantee (journalled: after
@@ -599,7 +604,7 @@ int shim_dma_apply(shim_dma *d, bfp_decoder *dec, const bfp_apply_opts *o,
 	if (shim_dma_flush(d, err, errlen))
 		return -1;
 	const shim_dma_stats before = d->st;
-	apply_run a = {.d = d, .frames = frames, .lens = lens, .params = params,
+	apply_run a = {.d = d, .frames = frames, .lens = lens, .n_frames = n_frames, .params = params,
 		       .n_params = n_params, .jn = jn, .res = res, .err = err, .errlen = errlen,
 		       .lo = UINT64_MAX};
 	int rc = 0;

@@ -60,6 +60,8 @@ typedef enum bfp_status {
 	BFP_E_UNSUPPORTED = -15, /* feature not compiled in (e.g. zstd) */
 	BFP_E_MANIFEST = -16,    /* manifest invalid */
 	BFP_E_LENGTH = -17,      /* frame length differs from header */
+	BFP_E_NO_MODEL = -18,    /* encoding 8 frame without its model loaded
+				    (bfp_decoder_load_model) */
 } bfp_status;
 
 /* Short, static, human-readable text for a status. Never NULL. */
@@ -96,15 +98,21 @@ typedef enum bfp_encoding {
 	BFP_ENC_SPARSE3 = 6,  /* sparse2 with Golomb gap codes between the
 				 Rice ones and magnitude codes predicted
 				 from the class below */
+	BFP_ENC_MODEL = 7,    /* sparse3 changes coded with the model (code
+				 parameters) it carries for the frames of
+				 encoding 8 that follow it */
+	BFP_ENC_MODELLED = 8, /* sparse3 changes coded with the model of an
+				 earlier frame of encoding 7 */
 } bfp_encoding;
 /* The highest encoding this build knows; frames carry 1..BFP_ENC_LAST. */
-#define BFP_ENC_LAST BFP_ENC_SPARSE3
+#define BFP_ENC_LAST BFP_ENC_MODELLED
 
-/* The sparse encodings (1, 5, 6). */
+/* The sparse encodings (1, 5, 6, 7, 8). */
 static inline int bfp_encoding_is_sparse(unsigned encoding)
 {
 	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_SPARSE2 ||
-	       encoding == BFP_ENC_SPARSE3;
+	       encoding == BFP_ENC_SPARSE3 || encoding == BFP_ENC_MODEL ||
+	       encoding == BFP_ENC_MODELLED;
 }
 
 /* Patch encodings (sparse, dense) apply to one base version; keyframe
@@ -241,6 +249,9 @@ typedef struct bfp_encode_opts {
 				  receivers older than encoding 5) */
 #define BFP_ENC_F_SPARSE2 32u  /* sparse frames in encoding 5 (for
 				  receivers older than encoding 6) */
+#define BFP_ENC_F_MODEL 64u    /* sparse frames share one model per range:
+				  the range's first sparse frame carries it
+				  (encoding 7), the others refer to it (8) */
 
 /* Encoder state. Large (scratch for one frame's changes); place it in
  * static or caller-allocated memory, not on a small stack. Its size does
@@ -258,6 +269,11 @@ typedef struct bfp_encoder {
 	uint32_t n_changes;
 	uint32_t gather_scale; /* changes gathered per frame: size estimate
 				  limit over the budget, 1/256 units */
+	uint32_t model_state;  /* BFP_ENC_F_MODEL: 0 none yet, 1 planned
+				  (the next sparse frame carries it), 2 sent,
+				  3 none for this range (too few changes) */
+	uint32_t model_index;  /* index of the frame that carried it */
+	uint64_t model_codes[96]; /* the model's codes (codec internal) */
 	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
 	uint16_t chg_delta[BFP_CHANGES_MAX];
 	uint8_t chg_class[BFP_CHANGES_MAX];
@@ -326,6 +342,13 @@ typedef struct bfp_decoder {
 	uint32_t grp_pos[BFP_CHANGES_MAX];  /* the same, grouped by class */
 	uint16_t grp_val[BFP_CHANGES_MAX];
 	uint16_t chunk[8192];    /* target values: range hash, zstd keyframes */
+	/* the model loaded for frames of encoding 8: the identity of the
+	 * encoding 7 frame that carried it, and its codes */
+	uint32_t model_loaded;
+	uint32_t model_index;
+	uint32_t model_base, model_target;
+	uint64_t model_id;
+	uint64_t model_codes[96]; /* codec internal */
 } bfp_decoder;
 
 /* Prepare a decoder; flags: BFP_DEC_F_SCALAR or 0. */
@@ -358,6 +381,29 @@ BFP_API bfp_status bfp_decode_verify(bfp_decoder *dec, const bfp_apply_opts *opt
 BFP_API bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 				  const uint16_t *weights, uint64_t n_params,
 				  int *at_target);
+
+/* Frames of encoding 8 are coded with the model (code parameters) that an
+ * earlier frame of encoding 7 of the same patch carries (FORMAT.md 3.10).
+ * bfp_frame_model_index gives the index of that frame (for encoding 7 the
+ * frame's own index; BFP_E_UNSUPPORTED for other encodings); after the
+ * header checks of bfp_frame_parse. bfp_decoder_load_model parses and
+ * checks an encoding 7 frame (header, CRC, model) and keeps its model in
+ * dec for the frames of encoding 8 that refer to it; decoding an encoding
+ * 7 frame successfully loads its model too. A frame of encoding 8 whose
+ * model is not the one loaded is rejected with BFP_E_NO_MODEL. */
+BFP_API bfp_status bfp_frame_model_index(const void *frame, size_t frame_len,
+				 uint32_t *index);
+BFP_API bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame,
+				  size_t frame_len);
+/* For a receiver that holds a patch's frames by index: if frame is of
+ * encoding 8 and dec does not hold its model, load it from
+ * frames[model index] (lens[] their lengths, NULL where missing).
+ * BFP_E_NO_MODEL when that frame is missing or is not the model's; BFP_OK
+ * (nothing to do) for other encodings and for frames whose reference the
+ * decoder rejects anyway. */
+BFP_API bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t frame_len,
+				 const uint8_t *const *frames, const uint32_t *lens,
+				 size_t n_frames);
 
 /* What a frame carries, read without the base weights (tools, reports). */
 typedef struct bfp_frame_stats {

@@ -3,7 +3,7 @@
 
 Written from the format document, sharing no code with the C codec: it
 parses every frame of each NAME.patch, checks header rules and CRC32C,
-decodes sparse (encodings 1, 5 and 6), dense and keyframe payloads bit by
+decodes sparse (encodings 1, 5, 6, 7 and 8), dense and keyframe payloads bit by
 bit, applies them to NAME.base and requires the result to equal NAME.target byte for byte.
 (The XXH3 range hash is not recomputed: Python's stdlib lacks XXH3.)
 """
@@ -178,6 +178,38 @@ def unzigzag(z):
     return -(z + 1) // 2 if z & 1 else z // 2
 
 
+def class6(bits, c, g0, default, below):
+    """An encoding 6 class header after its count (FORMAT.md 3.9); below:
+    class c - 1's magnitude code when it has changes, else None."""
+    g = dict(runs=bits.get(1), kr=0)
+    g["k"] = min(max(g0 + 2 * c, 0), 62) + unzigzag(bits.eg0())
+    if not 0 <= g["k"] <= 62:
+        raise ValueError("gap level out of range")
+    if g["runs"]:
+        g["kr"] = bits.get(4)
+    if bits.get(1):
+        m = dict(default)
+    elif below is not None:
+        m = dict(all=0, k=0, down=0, kr=0)
+        m["C"] = max(1, below["C"] // 2) + unzigzag(bits.eg0())
+        if not 1 <= m["C"] <= 32768:
+            raise ValueError("common magnitude out of range")
+        m["runs"] = bits.get(1)
+        if m["runs"]:
+            m["all"] = bits.get(1)
+        if not m["all"]:
+            m["k"] = max(0, below["k"] - 1) + unzigzag(bits.eg0())
+            if not 0 <= m["k"] <= 15:
+                raise ValueError("magnitude order out of range")
+            if m["C"] > 1:
+                m["down"] = bits.get(1)
+        if m["runs"] and not m["all"]:
+            m["kr"] = bits.get(4)
+    else:
+        m = mag_code5(bits)
+    return g, m
+
+
 def headers6(bits):
     kn = bits.get(3)
     g0 = bits.get(7) - 64
@@ -187,42 +219,37 @@ def headers6(bits):
         n.append(eg(bits, kn))
         g = m = None
         if n[c]:
-            g = dict(runs=bits.get(1), kr=0)
-            g["k"] = min(max(g0 + 2 * c, 0), 62) + unzigzag(bits.eg0())
-            if not 0 <= g["k"] <= 62:
-                raise ValueError("gap level out of range")
-            if g["runs"]:
-                g["kr"] = bits.get(4)
-            if bits.get(1):
-                m = dict(default)
-            elif c > 0 and n[c - 1]:
-                below = ms[c - 1]
-                m = dict(all=0, k=0, down=0, kr=0)
-                m["C"] = max(1, below["C"] // 2) + unzigzag(bits.eg0())
-                if not 1 <= m["C"] <= 32768:
-                    raise ValueError("common magnitude out of range")
-                m["runs"] = bits.get(1)
-                if m["runs"]:
-                    m["all"] = bits.get(1)
-                if not m["all"]:
-                    m["k"] = max(0, below["k"] - 1) + unzigzag(bits.eg0())
-                    if not 0 <= m["k"] <= 15:
-                        raise ValueError("magnitude order out of range")
-                    if m["C"] > 1:
-                        m["down"] = bits.get(1)
-                if m["runs"] and not m["all"]:
-                    m["kr"] = bits.get(4)
-            else:
-                m = mag_code5(bits)
+            g, m = class6(bits, c, g0, default, ms[c - 1] if c and n[c - 1] else None)
         gs.append(g)
         ms.append(m)
     return n, gs, ms
 
 
-def sparse(bits, base, enc):
-    n, gs, ms = {1: headers1, 5: headers5, 6: headers6}[enc](bits)
-    # the gap code: Rice(k) in encodings 1 and 5, a level in 6
-    gap = bits.level if enc == 6 else bits.rice
+def model7(bits):
+    """The model section of an encoding 7 payload (FORMAT.md 3.10)."""
+    g0 = bits.get(7) - 64
+    default = mag_code5(bits)
+    gs, ms = [], []
+    for c in range(16):
+        g, m = class6(bits, c, g0, default, ms[c - 1] if c else None)
+        gs.append(g)
+        ms.append(m)
+    return gs, ms
+
+
+def headers_modelled(bits, model):
+    kn = bits.get(3)
+    n = [eg(bits, kn) for _ in range(16)]
+    return n, model[0], model[1]
+
+
+def sparse(bits, base, enc, model=None):
+    if enc in (7, 8):
+        n, gs, ms = headers_modelled(bits, model)
+    else:
+        n, gs, ms = {1: headers1, 5: headers5, 6: headers6}[enc](bits)
+    # the gap code: Rice(k) in encodings 1 and 5, a level in 6, 7 and 8
+    gap = bits.level if enc in (6, 7, 8) else bits.rice
     if sum(n) > len(base) or sum(n) > 35760:
         raise ValueError("too many changes")
     out = {}
@@ -270,7 +297,7 @@ def sparse(bits, base, enc):
                 m = common
             else:
                 v = eg(bits, mm["k"])
-                if enc in (5, 6):
+                if enc in (5, 6, 7, 8):
                     m = unfold(v + mm["runs"], common, mm["down"])
                 else:
                     m = v + 1 if (not mm["runs"] or v + 1 < common) else v + 2
@@ -299,6 +326,7 @@ def check(d, name):
     w = list(base)
     at = 0
     idx = 0
+    models = {}  # frame index -> model carried (encoding 7)
     covered = 0
     count = None
     patch_base = None
@@ -324,10 +352,17 @@ def check(d, name):
             assert (tv > bv if flags else bv == 0) and pl == 2 * rl
             vals = struct.unpack("<%dH" % rl, payload)
             w[rb:rb + rl] = vals
-        elif enc in (1, 2, 5, 6):
+        elif enc in (1, 2, 5, 6, 7, 8):
             assert tv > bv
             bits = Bits(payload)
-            ch = dense(bits, seg) if enc == 2 else sparse(bits, seg, enc)
+            model = None
+            if enc == 7:
+                model = models[idx] = model7(bits)
+            elif enc == 8:
+                back = bits.eg0()
+                assert back < idx, "model reference before frame 0"
+                model = models[idx - back - 1]  # KeyError: no model there
+            ch = dense(bits, seg) if enc == 2 else sparse(bits, seg, enc, model)
             assert (bits.pos + 7) // 8 == pl, "payload length"
             assert bits.get(pl * 8 - bits.pos) == 0, "padding"
             for i, v in ch.items():

@@ -1216,4 +1216,42 @@ sys.exit(0 if st == 0 and seq % 2 == 0 else 1)" "$SHM.sq" ||
 	fail "the sequence count of a published version stayed odd"
 grep -q "died before it told readers" "$T/shimsq.log" || fail "the repair was not logged"
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, giving up on a keyframe stream in RESYNC not counted as another resync, a keyframe stream not holding a new version back, a small burst after an idle spell (paced by --rate, and by a JOIN's rate), LEAVE and JOIN again not buying a keyframe stream, --linger ending while subscribers keep coming, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired"
+# patches whose sparse frames share a model (publish --model-frames,
+# FORMAT.md 3.10): one shim loses the first frame of version 1 that
+# carries a model; the frames that refer to it wait for it (none is
+# refused), a NACK fetches it, and every version commits bit-exact, as on
+# the shim that lost nothing; the history holds frames of encodings 7, 8
+"$BFP" diff -q -M "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p01m"
+m01=$(python3 -c "
+import struct, sys
+d = open(sys.argv[1], 'rb').read(); at = i = 0
+while d[at + 5] != 7:
+    at += 60 + struct.unpack_from('<I', d, at + 44)[0]; i += 1
+print(i)" "$T/p01m") || fail "diff --model-frames made no frame that carries a model"
+mkdir -p "$T/histm"
+start_shim ma --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 41)) --exit-after 30 --drop-every $((m01 + 1))
+start_shim mb --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 42)) --exit-after 30
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 2 --steps 3 \
+	--linger 2 --model-frames --history "$T/histm" > "$T/publishm.log" 2>&1 ||
+	fail "publish --model-frames"
+for n in ma mb; do
+	wait_line "committed version 2 -> 3" "$T/shim$n.log" || fail "shim $n: patches with models not committed"
+done
+kill -TERM $PIDS; wait; PIDS=""
+check_buffers "$T/traj/step-0003.safetensors" "$SHM.ma" "$SHM.mb" || fail "patches with models"
+grep -q "NACKs [1-9]" "$T/shimma.log" || fail "the shim that lost a model's frame sent no NACK"
+grep -q "(refused 0," "$T/shimma.log" || fail "frames waiting for their model were refused"
+grep -q "bad 0," "$T/shimma.log" || fail "frames waiting for their model were counted bad"
+python3 - "$T/histm" <<'PY' || fail "the history holds no frames of encodings 7 and 8"
+import os, struct, sys
+encs = set()
+for f in os.listdir(sys.argv[1]):
+    d = open(os.path.join(sys.argv[1], f), "rb").read(); at = 0
+    while at < len(d):
+        encs.add(d[at + 5]); at += 60 + struct.unpack_from("<I", d, at + 44)[0]
+sys.exit(0 if {7, 8} <= encs else 1)
+PY
+
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, giving up on a keyframe stream in RESYNC not counted as another resync, a keyframe stream not holding a new version back, a small burst after an idle spell (paced by --rate, and by a JOIN's rate), LEAVE and JOIN again not buying a keyframe stream, --linger ending while subscribers keep coming, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired, patches whose frames share a model (the frame carrying one lost and repaired)"

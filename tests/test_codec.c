@@ -69,6 +69,8 @@ static void roundtrip_all_sizes(const uint16_t *base, const uint16_t *tgt, size_
 		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_SPARSE2; /* encoding 5 likewise */
 		roundtrip(base, tgt, n, o);
+		o.flags = BFP_ENC_F_MODEL; /* a model per range (7, 8) */
+		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_KEYFRAME;
 		o.base_version = 0;
 		roundtrip(NULL == base ? tgt : base, tgt, n, o);
@@ -181,6 +183,83 @@ static void test_sparse_frames_are_full(void **state)
 	}
 	free(b);
 	free(t);
+}
+
+/* FORMAT.md 3.10. Two ranges encoded with BFP_ENC_F_MODEL: each range's
+ * first frame carries its model (encoding 7), the others refer to it (8).
+ * A frame of encoding 8 is rejected with BFP_E_NO_MODEL, the weights
+ * untouched, by a decoder that holds no model or another range's; it
+ * decodes once its model is loaded. Applied in reverse order, each frame
+ * after loading its model from the frames by index, the patch gives the
+ * target exactly. */
+static void test_model_frames_need_their_model(void **state)
+{
+	(void)state;
+	size_t n = 200000;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2), *w = malloc(n * 2);
+	uint64_t s = 21;
+	t_weights_changed(b, t, n, 30000, &s);
+	t_frames fr = {0};
+	bfp_encode_opts o = opts(1200);
+	o.flags = BFP_ENC_F_MODEL | BFP_ENC_F_NO_DENSE;
+	assert_int_equal(t_encode(&o, b, t, n, 0, n / 2, &fr), BFP_OK);
+	const size_t second = fr.n;
+	o.first_index = (uint32_t)second;
+	assert_int_equal(t_encode(&o, b, t, n, n / 2, n, &fr), BFP_OK);
+	assert_true(second > 2 && fr.n > second + 2);
+	const uint8_t **fp = malloc(fr.n * sizeof(*fp));
+	uint32_t *fl = malloc(fr.n * sizeof(*fl));
+	for (size_t i = 0; i < fr.n; i++) {
+		fp[i] = fr.buf + fr.off[i];
+		fl[i] = (uint32_t)t_frame_len(&fr, i);
+		uint32_t mi = 0;
+		const uint8_t want = (i == 0 || i == second) ? BFP_ENC_MODEL : BFP_ENC_MODELLED;
+		assert_int_equal(fp[i][5], want);
+		assert_int_equal(bfp_frame_model_index(fp[i], fl[i], &mi), BFP_OK);
+		assert_int_equal(mi, i < second ? 0 : second);
+	}
+	static bfp_decoder d;
+	bfp_apply_opts ao = aopts();
+	assert_int_equal(bfp_decoder_init(&d, 0), BFP_OK);
+	memcpy(w, b, n * 2);
+	/* no model, then the other range's model */
+	assert_int_equal(bfp_decode_apply(&d, &ao, fp[1], fl[1], w, n, NULL), BFP_E_NO_MODEL);
+	assert_int_equal(bfp_decoder_load_model(&d, fp[second], fl[second]), BFP_OK);
+	assert_int_equal(bfp_decode_apply(&d, &ao, fp[1], fl[1], w, n, NULL), BFP_E_NO_MODEL);
+	assert_words_equal(w, b, n);
+	/* frames without a model, and other encodings, are not models */
+	assert_int_equal(bfp_decoder_load_model(&d, fp[1], fl[1]), BFP_E_ARG);
+	/* its model missing from the frames by index */
+	const uint8_t *hole = fp[0];
+	fp[0] = NULL;
+	assert_int_equal(bfp_decoder_model_for(&d, fp[1], fl[1], fp, fl, fr.n), BFP_E_NO_MODEL);
+	fp[0] = hole;
+	/* in reverse order, each with its model from the frames */
+	for (size_t i = fr.n; i-- > 0;) {
+		assert_int_equal(bfp_decoder_model_for(&d, fp[i], fl[i], fp, fl, fr.n), BFP_OK);
+		assert_int_equal(bfp_decode_apply(&d, &ao, fp[i], fl[i], w, n, NULL), BFP_OK);
+	}
+	assert_words_equal(w, t, n);
+	/* a reference before frame 0: frame 1 refers back one frame (b = 0,
+	 * EG0 of 0: the payload's first bit is 1); as frame 0 it would refer
+	 * to frame -1, which is corrupt */
+	uint8_t p[BFP_FRAME_SIZE_MAX];
+	memcpy(p, fp[1], fl[1]);
+	assert_int_equal(p[BFP_HEADER_SIZE] & 1, 1);
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(p, fl[1], &h), BFP_OK);
+	assert_int_equal(bfp_frame_set_index(p, fl[1], 0, h.frame_count), BFP_OK);
+	uint32_t mi;
+	assert_int_equal(bfp_frame_model_index(p, fl[1], &mi), BFP_E_CORRUPT);
+	memcpy(w, b, n * 2);
+	assert_int_equal(bfp_decode_apply(&d, &ao, p, fl[1], w, n, NULL), BFP_E_CORRUPT);
+	assert_words_equal(w, b, n);
+	free(fp);
+	free(fl);
+	t_frames_free(&fr);
+	free(b);
+	free(t);
+	free(w);
 }
 
 /* bfp_frame_stats splits a sparse frame's bits by class: the changes of
@@ -1004,7 +1083,8 @@ static void corrupt_payloads(const uint8_t *frm, size_t len)
 			memcpy(rw, rsnap, sizeof(rw));
 			continue;
 		}
-		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+		/* (a frame of encoding 8 whose reference was hit: no model) */
+		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH || st == BFP_E_NO_MODEL);
 		assert_words_equal(rw, rsnap, RN);
 	}
 }
@@ -1026,6 +1106,21 @@ static void test_reject_corrupt_payload_under_valid_crc(void **state)
 		assert_int_equal(p[5], t_sparse_encs[f]);
 		corrupt_payloads(p, len);
 	}
+	/* and for a frame that carries a model (7), then one that refers to
+	 * it (8), with that model loaded */
+	bfp_encode_opts o = opts(BFP_FRAME_SIZE_MIN); /* two frames at least */
+	o.flags = BFP_ENC_F_MODEL;
+	uint8_t p8[BFP_FRAME_SIZE_MAX];
+	size_t len, len8;
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
+	assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &len), BFP_OK);
+	assert_int_equal(p[5], BFP_ENC_MODEL);
+	bfp_status st8 = bfp_encode_next(&enc, p8, sizeof(p8), &len8);
+	corrupt_payloads(p, len);
+	assert_int_equal(st8, BFP_OK);
+	assert_int_equal(p8[5], BFP_ENC_MODELLED);
+	assert_int_equal(bfp_decoder_load_model(&rdec, p, len), BFP_OK);
+	corrupt_payloads(p8, len8);
 	/* a payload shortened by one byte (header length adjusted) */
 	memcpy(p, frame, frame_len);
 	put32(p + 44, (uint32_t)(frame_len - BFP_HEADER_SIZE - 1));
@@ -1367,6 +1462,7 @@ int main(void)
 		cmocka_unit_test(test_keyframe_coded_patch_frames_say_in_patch),
 		cmocka_unit_test(test_sparse_frames_are_full),
 		cmocka_unit_test(test_frame_stats_by_class),
+		cmocka_unit_test(test_model_frames_need_their_model),
 		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
 		cmocka_unit_test(test_hash_loops_agree),
