@@ -11,7 +11,7 @@
 /* Range length cap per frame (a u32 field; keep well inside it). */
 #define RANGE_CAP (1ull << 31)
 
-/* BFP_ENC_F_MODEL: a model is planned from the changes ahead (as many as
+/* Encodings 7, 8: a model is planned from the changes ahead (as many as
  * the scratch holds: about 20 frames' worth at 1200 bytes; planning it
  * from all of a 2^24-parameter chunk made patches no smaller, measured,
  * and encoding a third slower), and replaced after MODEL_SPAN frames, so
@@ -159,11 +159,11 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
 				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR |
-				    BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_MODEL)),
+				    BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3)),
 		  BFP_E_ARG);
 	/* one sparse encoding at most */
 	const uint32_t sparse_flags =
-		opts->flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_MODEL);
+		opts->flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3);
 	BFP_CHECK(!(sparse_flags & (sparse_flags - 1)), BFP_E_ARG);
 #ifndef BFP_HAVE_ZSTD
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
@@ -241,12 +241,14 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 	} else {
 		/* sparse: the longest prefix of the gathered changes that fits */
 		const uint64_t bits = (uint64_t)budget * 8;
+		const uint32_t sparse_flags =
+			e->opts.flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3);
 		unsigned enc = (e->opts.flags & BFP_ENC_F_SPARSE1)   ? BFP_ENC_SPARSE
 			       : (e->opts.flags & BFP_ENC_F_SPARSE2) ? BFP_ENC_SPARSE2
 								     : BFP_ENC_SPARSE3;
 		bfp_model *model = (bfp_model *)(void *)e->model_codes;
 		const uint32_t index = e->opts.first_index + e->emitted;
-		if (e->opts.flags & BFP_ENC_F_MODEL) {
+		if (!sparse_flags) { /* a model shared by the range's frames */
 			if (e->model_state == 2 && index - e->model_index >= MODEL_SPAN)
 				e->model_state = 0;
 			if (e->model_state == 0) /* plan one from the changes ahead */

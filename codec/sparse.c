@@ -491,8 +491,7 @@ static void plan_frame_v2(bfp_sparse_plan *pl)
 		if (!pl->n[c])
 			continue;
 		const unsigned slope = pl->enc == BFP_ENC_SPARSE3 ? 2 : 1;
-		int g0 = (int)(pl->enc == BFP_ENC_SPARSE3 ? pl->gap[c].k : lv_k(pl->gap[c].k)) -
-			 (int)(slope * c);
+		int g0 = (int)gap_param(pl, c) - (int)(slope * c);
 		uint64_t b = 0;
 		unsigned same = 0;
 		for (unsigned d = 0; d < BFP_CLASSES; d++) {

@@ -76,7 +76,8 @@ int bad_value(const char *cmd, const char *opt, const char *val)
 static const char diff_usage[] =
 	"usage: bfpatch diff OLD NEW -o PATCH [options]\n"
 	"Encode the change from OLD to NEW (safetensors or raw BF16 files with the\n"
-	"same tensor layout) as a patch: self-contained frames (docs/FORMAT.md).\n"
+	"same tensor layout) as a patch of datagram-sized frames (docs/FORMAT.md;\n"
+	"the sparse frames of each tensor chunk share one model, 3.10).\n"
 	"  -o, --output PATCH      patch file to write (atomically; not OLD or NEW)\n"
 	"  -s, --frame-size BYTES  max frame size, 128..9000 (default 1200)\n"
 	"  -b, --base-version N    version of OLD (default 0)\n"
@@ -85,9 +86,7 @@ static const char diff_usage[] =
 	"  -z, --zstd              keyframes may use zstd byte planes when smaller\n"
 	"  -1, --sparse-v1         sparse frames in encoding 1, for readers built\n"
 	"                          before encoding 5 (docs/FORMAT.md 3.8)\n"
-	"  -M, --model-frames      the sparse frames of each tensor chunk share one\n"
-	"                          model (encodings 7 and 8, docs/FORMAT.md 3.10):\n"
-	"                          smaller; readers built before them reject them\n"
+
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
 	"  -q, --quiet             no progress or summary\n"
 	"  -h, --help\n";
@@ -99,14 +98,13 @@ static int cmd_diff(int argc, char **argv)
 		{"base-version", required_argument, 0, 'b'},
 		{"target-version", required_argument, 0, 't'},
 		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
-		{"sparse-v1", no_argument, 0, '1'}, {"model-frames", no_argument, 0, 'M'},
-		{"threads", required_argument, 0, 'j'},
+		{"sparse-v1", no_argument, 0, '1'}, {"threads", required_argument, 0, 'j'},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	int have_target = 0, quiet = 0, c;
 	uint32_t th = 0;
-	while ((c = getopt_long(argc, argv, "o:s:b:t:kz1Mj:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:s:b:t:kz1j:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 's':
@@ -124,7 +122,6 @@ static int cmd_diff(int argc, char **argv)
 			break;
 		case 'k': po.enc_flags |= BFP_ENC_F_KEYFRAME; break;
 		case '1': po.enc_flags |= BFP_ENC_F_SPARSE1; break;
-		case 'M': po.enc_flags |= BFP_ENC_F_MODEL; break;
 		case 'z':
 			if (!bfp_zstd_workspace_size())
 				return die("diff", "--zstd: this build has no zstd support");
@@ -141,11 +138,6 @@ static int cmd_diff(int argc, char **argv)
 	}
 	if (argc - optind != 2 || !out) {
 		fputs(diff_usage, stderr);
-		return 2;
-	}
-	if ((po.enc_flags & BFP_ENC_F_SPARSE1) && (po.enc_flags & BFP_ENC_F_MODEL)) {
-		fputs("bfpatch diff: --sparse-v1 and --model-frames pick different sparse "
-		      "encodings; give one\n", stderr);
 		return 2;
 	}
 	for (int i = 0; i < 2; i++)

@@ -72,9 +72,7 @@ static const char publish_usage[] =
 	"                            dense baseline through the same pipeline)\n"
 	"  -1, --sparse-v1           sparse frames in encoding 1, for shims built\n"
 	"                            before encoding 5 (docs/FORMAT.md 3.8)\n"
-	"  -M, --model-frames        the sparse frames of each tensor chunk share one\n"
-	"                            model (encodings 7 and 8, docs/FORMAT.md 3.10);\n"
-	"                            shims built before them reject them\n"
+
 	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
 	"  -n, --steps N             stop after publishing version N\n"
 	"  -L, --linger S            then keep answering NACKs for S seconds (5), and\n"
@@ -1085,7 +1083,6 @@ int cmd_publish(int argc, char **argv)
 		{"frame-size", required_argument, 0, 's'}, {"keep", required_argument, 0, 'k'},
 		{"history", required_argument, 0, 'H'}, {"keyframes", no_argument, 0, 'K'},
 		{"resume", no_argument, 0, 'R'}, {"sparse-v1", no_argument, 0, '1'},
-		{"model-frames", no_argument, 0, 'M'},
 		{"wait-subscribers", required_argument, 0, 'w'},
 		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
 		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
@@ -1102,7 +1099,7 @@ int cmd_publish(int argc, char **argv)
 	memset(&P, 0, sizeof(P));
 	P.nack_rate = 65536;
 	int c;
-	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KR1Mw:n:L:E:N:A:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KR1w:n:L:E:N:A:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'b': buffer = optarg; break;
@@ -1130,7 +1127,6 @@ int cmd_publish(int argc, char **argv)
 		case 'K': keyframes = 1; break;
 		case 'R': resume = 1; break;
 		case '1': po.enc_flags |= BFP_ENC_F_SPARSE1; break;
-		case 'M': po.enc_flags |= BFP_ENC_F_MODEL; break;
 		case 'w':
 			if (parse_u32(optarg, 0, MAX_SUBS, &waitn))
 				return bad_value("publish", "--wait-subscribers", optarg);
@@ -1161,11 +1157,6 @@ int cmd_publish(int argc, char **argv)
 		fprintf(stderr, "bfpatch publish: %s\n%s",
 			!dir == !buffer ? "give one of --dir and --buffer" : "--listen is required",
 			publish_usage);
-		return 2;
-	}
-	if ((po.enc_flags & BFP_ENC_F_SPARSE1) && (po.enc_flags & BFP_ENC_F_MODEL)) {
-		fputs("bfpatch publish: --sparse-v1 and --model-frames pick different sparse "
-		      "encodings; give one\n", stderr);
 		return 2;
 	}
 	if (P.auth.n_keys) { /* the trailer rides in the same datagram */

@@ -249,9 +249,13 @@ typedef struct bfp_encode_opts {
 				  receivers older than encoding 5) */
 #define BFP_ENC_F_SPARSE2 32u  /* sparse frames in encoding 5 (for
 				  receivers older than encoding 6) */
-#define BFP_ENC_F_MODEL 64u    /* sparse frames share one model per range:
-				  the range's first sparse frame carries it
-				  (encoding 7), the others refer to it (8) */
+#define BFP_ENC_F_SPARSE3 64u  /* sparse frames in encoding 6, each with
+				  its own code parameters (for receivers
+				  older than encodings 7 and 8). Without a
+				  BFP_ENC_F_SPARSE* flag the sparse frames
+				  of a range share one model: its first
+				  sparse frame carries it (encoding 7), the
+				  others refer to it (8) */
 
 /* Encoder state. Large (scratch for one frame's changes); place it in
  * static or caller-allocated memory, not on a small stack. Its size does
@@ -269,9 +273,9 @@ typedef struct bfp_encoder {
 	uint32_t n_changes;
 	uint32_t gather_scale; /* changes gathered per frame: size estimate
 				  limit over the budget, 1/256 units */
-	uint32_t model_state;  /* BFP_ENC_F_MODEL: 0 none yet, 1 planned
-				  (the next sparse frame carries it), 2 sent,
-				  3 none for this range (too few changes) */
+	uint32_t model_state;  /* encodings 7, 8: 0 none yet, 1 planned (the
+				  next sparse frame carries it), 2 sent, 3
+				  none for this range (too few changes) */
 	uint32_t model_index;  /* index of the frame that carried it */
 	uint64_t model_codes[96]; /* the model's codes (codec internal) */
 	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */

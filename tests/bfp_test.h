@@ -58,9 +58,13 @@ static inline void t_mutate(const uint16_t *base, uint16_t *tgt, size_t n,
 	}
 }
 
-/* Each sparse encoding: the encoder flags that ask for it, and its id. */
-static const uint32_t t_sparse_flags[3] = {0, BFP_ENC_F_SPARSE2, BFP_ENC_F_SPARSE1};
-static const uint8_t t_sparse_encs[3] = {BFP_ENC_SPARSE3, BFP_ENC_SPARSE2, BFP_ENC_SPARSE};
+/* The sparse encodings: the encoder flags that ask for each, and its id
+ * (0: the default, frames of a range sharing a model: encoding 7 for the
+ * frame that carries it, 8 for the others). */
+static const uint32_t t_sparse_flags[4] = {0, BFP_ENC_F_SPARSE3, BFP_ENC_F_SPARSE2,
+					   BFP_ENC_F_SPARSE1};
+static const uint8_t t_sparse_encs[4] = {BFP_ENC_MODELLED, BFP_ENC_SPARSE3, BFP_ENC_SPARSE2,
+					 BFP_ENC_SPARSE};
 
 /* A base of n weights (t_weight) and a target from it (t_mutate). */
 static inline void t_weights_changed(uint16_t *base, uint16_t *tgt, size_t n, uint32_t ppm,

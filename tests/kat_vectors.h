@@ -28,9 +28,9 @@ typedef struct kat_vector {
 } kat_vector;
 
 /* The first five are encoding 1 vectors (format revision 1), the next
- * five encoding 5 (revision of 2026-11-30), then four of encoding 6,
- * which the encoder emits by default (revision of 2026-12-01), and two of
- * encodings 7 and 8 (a model shared by the frames of a range). */
+ * five encoding 5 (revision of 2026-11-30), then four of encoding 6 and
+ * two of encodings 7 and 8 (a model shared by the frames of a range),
+ * which the encoder emits by default (revisions of 2026-12-01). */
 static const kat_vector kat_vectors[] = {
 	{"sparse", 60000, 50000, 1200, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 101},
 	{"dense", 3000, 400000, 600, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 102},
@@ -42,12 +42,12 @@ static const kat_vector kat_vectors[] = {
 	{"rl5", 40000, 5000, 1200, BFP_ENC_F_SPARSE2, KAT_RL, 108},
 	{"rl5-jumbo", 30011, 5000, 8900, BFP_ENC_F_SPARSE2, KAT_RL, 109},
 	{"reinit5", 20000, 20000, 1200, BFP_ENC_F_SPARSE2, KAT_REINIT, 110},
-	{"sparse6", 60000, 50000, 1200, 0, KAT_WEIGHTS, 111},
-	{"edge6", 777, 0, BFP_FRAME_SIZE_MIN, 0, KAT_EDGE, 112},
-	{"rl6", 40000, 5000, 1200, 0, KAT_RL, 113},
-	{"rl6-jumbo", 30011, 5000, 8900, 0, KAT_RL, 114},
-	{"sparse-model", 60000, 50000, 1200, BFP_ENC_F_MODEL, KAT_WEIGHTS, 115},
-	{"rl-model", 40000, 5000, 1200, BFP_ENC_F_MODEL, KAT_RL, 116},
+	{"sparse6", 60000, 50000, 1200, BFP_ENC_F_SPARSE3, KAT_WEIGHTS, 111},
+	{"edge6", 777, 0, BFP_FRAME_SIZE_MIN, BFP_ENC_F_SPARSE3, KAT_EDGE, 112},
+	{"rl6", 40000, 5000, 1200, BFP_ENC_F_SPARSE3, KAT_RL, 113},
+	{"rl6-jumbo", 30011, 5000, 8900, BFP_ENC_F_SPARSE3, KAT_RL, 114},
+	{"sparse-model", 60000, 50000, 1200, 0, KAT_WEIGHTS, 115},
+	{"rl-model", 40000, 5000, 1200, 0, KAT_RL, 116},
 };
 
 /* KAT_RL: exponent field 100..127; a weight of exponent e changes with

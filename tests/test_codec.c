@@ -69,7 +69,7 @@ static void roundtrip_all_sizes(const uint16_t *base, const uint16_t *tgt, size_
 		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_SPARSE2; /* encoding 5 likewise */
 		roundtrip(base, tgt, n, o);
-		o.flags = BFP_ENC_F_MODEL; /* a model per range (7, 8) */
+		o.flags = BFP_ENC_F_SPARSE3; /* encoding 6 likewise */
 		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_KEYFRAME;
 		o.base_version = 0;
@@ -167,14 +167,16 @@ static void test_sparse_frames_are_full(void **state)
 		int step = (r >> 20) % 10 < 6 ? ((r >> 30) & 1 ? 1 : -1) : 0;
 		t[i] = bfp_unkey((uint16_t)(bfp_key(b[i]) + step));
 	}
-	for (size_t f = 0; f < 3; f++) {
+	for (size_t f = 0; f < 4; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
 		o.flags = t_sparse_flags[f];
 		assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
 		assert_true(fr.n > 10);
 		for (size_t i = 0; i + 1 < fr.n; i++) {
-			assert_int_equal(fr.buf[fr.off[i] + 5], t_sparse_encs[f]);
+			/* (by default the first frame carries the model) */
+			assert_int_equal(fr.buf[fr.off[i] + 5],
+					 f || i ? t_sparse_encs[f] : BFP_ENC_MODEL);
 			if (t_frame_len(&fr, i) < 1200 - 1200 / 64)
 				fail_msg("frame %zu of %zu: %zu bytes", i, fr.n, t_frame_len(&fr, i));
 		}
@@ -185,7 +187,7 @@ static void test_sparse_frames_are_full(void **state)
 	free(t);
 }
 
-/* FORMAT.md 3.10. Two ranges encoded with BFP_ENC_F_MODEL: each range's
+/* FORMAT.md 3.10. Two ranges encoded by default: each range's
  * first frame carries its model (encoding 7), the others refer to it (8).
  * A frame of encoding 8 is rejected with BFP_E_NO_MODEL, the weights
  * untouched, by a decoder that holds no model or another range's; it
@@ -201,7 +203,7 @@ static void test_model_frames_need_their_model(void **state)
 	t_weights_changed(b, t, n, 30000, &s);
 	t_frames fr = {0};
 	bfp_encode_opts o = opts(1200);
-	o.flags = BFP_ENC_F_MODEL | BFP_ENC_F_NO_DENSE;
+	o.flags = BFP_ENC_F_NO_DENSE;
 	assert_int_equal(t_encode(&o, b, t, n, 0, n / 2, &fr), BFP_OK);
 	const size_t second = fr.n;
 	o.first_index = (uint32_t)second;
@@ -274,7 +276,7 @@ static void test_frame_stats_by_class(void **state)
 	uint64_t s = 11;
 	t_weights_changed(b, t, n, 30000, &s);
 	static bfp_decoder dec;
-	for (size_t f = 0; f < 3; f++) {
+	for (size_t f = 0; f < 4; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
 		o.flags = t_sparse_flags[f] | BFP_ENC_F_NO_DENSE;
@@ -288,7 +290,7 @@ static void test_frame_stats_by_class(void **state)
 			uint64_t sum_h = 0, sum_p = 0, sum_v = 0;
 			assert_int_equal(bfp_frame_parse(p, t_frame_len(&fr, i), &h), BFP_OK);
 			assert_int_equal(bfp_frame_stats_get(&dec, p, t_frame_len(&fr, i), &st), BFP_OK);
-			assert_int_equal(st.encoding, t_sparse_encs[f]);
+			assert_int_equal(st.encoding, f || i ? t_sparse_encs[f] : BFP_ENC_MODEL);
 			for (uint64_t x = h.range_begin; x < h.range_begin + h.range_len; x++) {
 				unsigned e = (b[x] >> 7) & 0xFF;
 				if (b[x] != t[x])
@@ -814,6 +816,7 @@ static int reject_setup(void **state)
 	t_weights_changed(rb, rt, RN, 10000, &s);
 	bfp_encode_opts o = opts(1200);
 	o.frame_count = 3;
+	o.flags = BFP_ENC_F_SPARSE3; /* one self-contained frame */
 	assert_int_equal(bfp_encoder_init(enc, &o, rb, rt, RN, 0, RN), BFP_OK);
 	assert_int_equal(bfp_encode_next(enc, frame, sizeof(frame), &frame_len), BFP_OK);
 	free(enc);
@@ -1093,11 +1096,11 @@ static void test_reject_corrupt_payload_under_valid_crc(void **state)
 {
 	(void)state;
 	uint8_t p[BFP_FRAME_SIZE_MAX];
-	assert_int_equal(frame[5], t_sparse_encs[0]);
+	assert_int_equal(frame[5], BFP_ENC_SPARSE3);
 	corrupt_payloads(frame, frame_len);
-	/* the same for frames of the other sparse encodings */
+	/* the same for frames of the other self-contained sparse encodings */
 	static bfp_encoder enc;
-	for (size_t f = 1; f < 3; f++) {
+	for (size_t f = 2; f < 4; f++) {
 		bfp_encode_opts o = opts(1200);
 		o.flags = t_sparse_flags[f];
 		size_t len;
@@ -1109,7 +1112,6 @@ static void test_reject_corrupt_payload_under_valid_crc(void **state)
 	/* and for a frame that carries a model (7), then one that refers to
 	 * it (8), with that model loaded */
 	bfp_encode_opts o = opts(BFP_FRAME_SIZE_MIN); /* two frames at least */
-	o.flags = BFP_ENC_F_MODEL;
 	uint8_t p8[BFP_FRAME_SIZE_MAX];
 	size_t len, len8;
 	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
