@@ -86,6 +86,9 @@ static const char diff_usage[] =
 	"  -z, --zstd              keyframes may use zstd byte planes when smaller\n"
 	"  -1, --sparse-v1         sparse frames in encoding 1, for readers built\n"
 	"                          before encoding 5 (docs/FORMAT.md 3.8)\n"
+	"      --self-contained    sparse frames that each decode alone (encoding 6),\n"
+	"                          not sharing a model per tensor chunk (3.10):\n"
+	"                          1-2% more bytes\n"
 
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
 	"  -q, --quiet             no progress or summary\n"
@@ -98,7 +101,8 @@ static int cmd_diff(int argc, char **argv)
 		{"base-version", required_argument, 0, 'b'},
 		{"target-version", required_argument, 0, 't'},
 		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
-		{"sparse-v1", no_argument, 0, '1'}, {"threads", required_argument, 0, 'j'},
+		{"sparse-v1", no_argument, 0, '1'}, {"self-contained", no_argument, 0, 'C'},
+		{"threads", required_argument, 0, 'j'},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
@@ -122,6 +126,7 @@ static int cmd_diff(int argc, char **argv)
 			break;
 		case 'k': po.enc_flags |= BFP_ENC_F_KEYFRAME; break;
 		case '1': po.enc_flags |= BFP_ENC_F_SPARSE1; break;
+		case 'C': po.enc_flags |= BFP_ENC_F_SPARSE3; break;
 		case 'z':
 			if (!bfp_zstd_workspace_size())
 				return die("diff", "--zstd: this build has no zstd support");
@@ -138,6 +143,11 @@ static int cmd_diff(int argc, char **argv)
 	}
 	if (argc - optind != 2 || !out) {
 		fputs(diff_usage, stderr);
+		return 2;
+	}
+	if ((po.enc_flags & BFP_ENC_F_SPARSE1) && (po.enc_flags & BFP_ENC_F_SPARSE3)) {
+		fputs("bfpatch diff: --sparse-v1 and --self-contained pick different sparse "
+		      "encodings; give one\n", stderr);
 		return 2;
 	}
 	for (int i = 0; i < 2; i++)

@@ -83,6 +83,22 @@ sys.exit(0 if e.count(7) > 0 and e.count(8) > 0 and j['sparse_with_model'] == e.
          and j['sparse'] == sum(e.count(k) for k in (1, 5, 6, 7, 8)) else 1)
 \""
 
+# --self-contained: sparse frames that each decode alone (encoding 6,
+# none of 7 or 8), round trip exact, no smaller than the default; with
+# --sparse-v1 a usage error that writes nothing
+"$BFP" diff -q -s 400 --self-contained "$S0" "$S1" -o "$T/p01c" &&
+	"$BFP" apply -q "$S0" "$T/p01c" -o "$T/oc.safetensors"
+check "--self-contained: round trip exact, encoding 6 and none of 7 or 8, no smaller" \
+	"cmp -s '$T/oc.safetensors' '$S1' && [ \$(wc -c < '$T/p01c') -ge \$(wc -c < '$T/p01m') ] && python3 -c \"
+import struct, sys
+d = open('$T/p01c', 'rb').read(); at = 0; e = []
+while at < len(d):
+    e.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
+sys.exit(0 if 6 in e and not {1, 5, 7, 8} & set(e) else 1)
+\""
+"$BFP" diff -q --self-contained -1 "$S0" "$S1" -o "$T/x11" 2>/dev/null
+check "--self-contained with --sparse-v1 is a usage error, no output" "[ \$? -eq 2 ] && [ ! -e '$T/x11' ]"
+
 "$BFP" diff -q -k -z "$S0" "$S1" -o "$T/keyz" && "$BFP" apply -q "$S2" "$T/keyz" -o "$T/okz.safetensors"
 check "zstd keyframe patch restores NEW and is smaller than raw keyframes" \
 	"cmp -s '$T/okz.safetensors' '$S1' && [ \$(wc -c < '$T/keyz') -lt \$(wc -c < '$T/key') ] && '$BFP' info --json '$T/keyz' | grep -q '\"keyframe_zstd\": [1-9]'"

@@ -75,6 +75,19 @@ for p in $PIDS; do kill -TERM "$p"; done
 wait
 PIDS=""
 check_buffers() { python3 "$HERE/check_buffers.py" "$@"; }
+# encodings DIR: the encoding ids of the frames of the patch files in DIR,
+# each once, in order, on one line
+encodings() {
+	python3 - "$1" <<'PY'
+import os, struct, sys
+encs = set()
+for f in os.listdir(sys.argv[1]):
+    d = open(os.path.join(sys.argv[1], f), "rb").read(); at = 0
+    while at < len(d):
+        encs.add(d[at + 5]); at += 60 + struct.unpack_from("<I", d, at + 44)[0]
+print(*sorted(encs))
+PY
+}
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.1" "$SHM.2" "$SHM.3" "$SHM.4" || fail "buffers"
 grep -q "NACKs [1-9]" "$T/shim3.log" || fail "the lossy shim sent no NACK"
 grep -q "NACKs [1-9]" "$T/shim4.log" || fail "the shim that lost the last frame sent no NACK"
@@ -515,15 +528,20 @@ check_buffers "$T/traj/step-0001.safetensors" "$SHM.ip2" ||
 	fail "a keyframe stream written in place wrote into a committed version"
 
 # the history keeps the newest --keep patches, and a temporary a killed
-# publisher left there is removed at start
+# publisher left there is removed at start; with --self-contained its
+# sparse frames are of encoding 6, none sharing a model (7, 8)
 mkdir "$T/hist2"
 : > "$T/hist2/v00000005-v00000006.bfp.tmp.Ab12Cd"
 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --steps 3 --keep 2 --linger 0 \
-	--history "$T/hist2" > "$T/publish13.log" 2>&1 || fail "publish --keep 2 --history"
+	--self-contained --history "$T/hist2" > "$T/publish13.log" 2>&1 ||
+	fail "publish --keep 2 --history --self-contained"
 [ "$(ls "$T/hist2" | tr '\n' ' ')" = "v00000001-v00000002.bfp v00000002-v00000003.bfp " ] ||
 	fail "history --keep 2 holds $(ls "$T/hist2" | tr '\n' ' ')(want the two newest patches)"
 grep -q "removed v00000005-v00000006.bfp.tmp.Ab12Cd" "$T/publish13.log" ||
 	fail "the leftover temporary was not reported"
+e2=$(encodings "$T/hist2")
+case " $e2 " in *" 7 "* | *" 8 "*) fail "publish --self-contained: frames sharing a model ($e2)" ;; esac
+case " $e2 " in *" 6 "*) ;; *) fail "publish --self-contained: no frames of encoding 6 ($e2)" ;; esac
 
 # the publisher's history on a full disk (a file size limit: EFBIG, as a
 # full disk gives ENOSPC): each patch is reported as not kept, nothing
@@ -1243,14 +1261,9 @@ check_buffers "$T/traj/step-0003.safetensors" "$SHM.ma" "$SHM.mb" || fail "patch
 grep -q "NACKs [1-9]" "$T/shimma.log" || fail "the shim that lost a model's frame sent no NACK"
 grep -q "(refused 0," "$T/shimma.log" || fail "frames waiting for their model were refused"
 grep -q "bad 0," "$T/shimma.log" || fail "frames waiting for their model were counted bad"
-python3 - "$T/histm" <<'PY' || fail "the history holds no frames of encodings 7 and 8"
-import os, struct, sys
-encs = set()
-for f in os.listdir(sys.argv[1]):
-    d = open(os.path.join(sys.argv[1], f), "rb").read(); at = 0
-    while at < len(d):
-        encs.add(d[at + 5]); at += 60 + struct.unpack_from("<I", d, at + 44)[0]
-sys.exit(0 if {7, 8} <= encs else 1)
-PY
+case " $(encodings "$T/histm") " in
+*" 7 8 "*) ;;
+*) fail "the history holds no frames of encodings 7 and 8: $(encodings "$T/histm")" ;;
+esac
 
-echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, giving up on a keyframe stream in RESYNC not counted as another resync, a keyframe stream not holding a new version back, a small burst after an idle spell (paced by --rate, and by a JOIN's rate), LEAVE and JOIN again not buying a keyframe stream, --linger ending while subscribers keep coming, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired, patches whose frames share a model (the frame carrying one lost and repaired)"
+echo "ok - publish -> 4 shims bit-exact over 3 steps, NACK repair (a lost frame; a lost last frame of a streamed patch), a forged frame refused before commit, a damaged buffer resynced, a small staging budget shared with prepared changes, crash mid-commit recovered, late joiner via keyframes (its keyframe commit cut short, finished from the rest of the stream), history on a full disk reported without stopping, publishing from a weight buffer, a patch with keyframe-coded frames (a re-initialised tensor), jumbo paced keyframe streams, NACK answers capped, history keeps the newest patches, a resync never goes back, a checkpoint written in place taken once closed, a keyframe resync larger than --max-stage written in place, pruned checkpoint directories, new __metadata__, a trainer buffer replaced at its path, an in-place resync stopped by a committed version, large keyframe streams in place after giving up on patches (READY and COMMITTING), a foreign HEARTBEAT ignored, a redundant keyframe stream never evicts a staged patch, NACKs while a version waits at a safe point, hostile frame counts held to --max-stage, kernel socket drops counted, publish --resume past a checkpoint being written, a missing step skipped, a patch kept from before a rollback refused, JOINs of another model ignored and repeated JOINs followed, a restarted publisher catching up with a patch it made, a NACK answered while its version streams, parts of keyframe streams in every slot not keeping a whole one out, giving up on a keyframe stream in RESYNC not counted as another resync, a keyframe stream not holding a new version back, a small burst after an idle spell (paced by --rate, and by a JOIN's rate), LEAVE and JOIN again not buying a keyframe stream, --linger ending while subscribers keep coming, NACKs during a keyframe stream not resending what is still to come, an odd sequence count repaired, patches whose frames share a model (the frame carrying one lost and repaired), --self-contained frames"
