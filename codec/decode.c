@@ -33,6 +33,13 @@ static bfp_status model_ref(bfp_br *r, const bfp_frame_header *h, uint32_t *inde
 	return BFP_OK;
 }
 
+/* Does d hold the model of frame index of h's patch? */
+static int holds_model(const bfp_decoder *d, const bfp_frame_header *h, uint32_t index)
+{
+	return d->model_loaded && d->model_index == index && d->model_id == h->model_id &&
+	       d->model_base == h->base_version && d->model_target == h->target_version;
+}
+
 /* The model of an encoding 8 frame: the loaded one, if it is the model of
  * the frame it refers to. */
 static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_header *h,
@@ -42,9 +49,7 @@ static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_
 	bfp_status st = model_ref(r, h, &index);
 	if (st != BFP_OK)
 		return st;
-	BFP_CHECK(d->model_loaded && d->model_index == index && d->model_id == h->model_id &&
-			  d->model_base == h->base_version && d->model_target == h->target_version,
-		  BFP_E_NO_MODEL);
+	BFP_CHECK(holds_model(d, h, index), BFP_E_NO_MODEL);
 	BFP_MEMCPY(m, d->model_codes, sizeof(*m));
 	return BFP_OK;
 }
@@ -82,13 +87,13 @@ bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t fra
 {
 	bfp_frame_header h;
 	uint32_t index;
+	bfp_br r;
 	BFP_CHECK(dec && dec->ready && frame && (frames || !n_frames), BFP_E_ARG);
 	if (frame_len < BFP_HEADER_SIZE || ((const uint8_t *)frame)[5] != BFP_ENC_MODELLED ||
-	    bfp_frame_parse(frame, frame_len, &h) != BFP_OK ||
-	    bfp_frame_model_index(frame, frame_len, &index) != BFP_OK)
+	    bfp_frame_parse(frame, frame_len, &h) != BFP_OK)
 		return BFP_OK;
-	if (dec->model_loaded && dec->model_index == index && dec->model_id == h.model_id &&
-	    dec->model_base == h.base_version && dec->model_target == h.target_version)
+	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
+	if (model_ref(&r, &h, &index) != BFP_OK || holds_model(dec, &h, index))
 		return BFP_OK;
 	BFP_CHECK(index < n_frames && frames[index], BFP_E_NO_MODEL);
 	bfp_frame_header mh;
