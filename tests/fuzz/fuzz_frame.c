@@ -2,9 +2,12 @@
  * fuzz_frame.c: libFuzzer harness for frame parse, stats, check-target,
  * decode+verify (which must write nothing, and whose changes must stay
  * inside the range) and decode+apply. Input byte 0 selects whether the CRC is recomputed first
- * (so mutations reach the payload decoders) and the weight buffer length;
- * the rest is the frame, placed against a guard page, as is the weight
- * buffer. A rejected frame must leave the weights untouched.
+ * (so mutations reach the payload decoders) and the weight buffer length,
+ * and (bit 6) whether the input starts with a frame that carries a model
+ * (encoding 7), loaded first, so that frames of encoding 8 that refer to
+ * it reach their payload decoder; the rest is the frame, placed against a
+ * guard page, as is the weight buffer. A rejected frame must leave the
+ * weights untouched.
  */
 #include <stdlib.h>
 
@@ -31,7 +34,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	uint8_t mode = data[0];
-	size_t n = (mode & 2) ? 100001 : 4096 + (mode >> 2);
+	size_t n = (mode & 2) ? 100001 : 4096 + ((mode & 63) >> 2);
+	size_t mlen = 0; /* bytes of the model frame before the frame */
+	bfp_decoder_init(&dec, (mode & 128) ? BFP_DEC_F_SCALAR : 0);
+	if ((mode & 64) && bfp_frame_length(data + 1, size - 1, &mlen) == BFP_OK) {
+		if (guarded_alloc(&in, mlen))
+			abort();
+		memcpy(in.p, data + 1, mlen);
+		if (mode & 1)
+			reseal(in.p, mlen);
+		(void)bfp_decoder_load_model(&dec, in.p, mlen);
+		guarded_free(&in);
+	}
+	data += mlen;
+	size -= mlen;
 	if (guarded_alloc(&in, size - 1) || guarded_alloc(&w, n * 2))
 		abort();
 	memcpy(in.p, data + 1, size - 1);
@@ -51,7 +67,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	(void)bfp_frame_parse(in.p, size - 1, &h);
 	(void)bfp_frame_stats_get(&dec, in.p, size - 1, &st);
 	(void)bfp_frame_check_target(in.p, size - 1, wt, n, &at);
-	bfp_decoder_init(&dec, (mode & 128) ? BFP_DEC_F_SCALAR : 0);
 	bfp_apply_opts o;
 	memset(&o, 0, sizeof(o));
 	o.flags = BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE;
