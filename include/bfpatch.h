@@ -275,7 +275,8 @@ typedef struct bfp_encoder {
 				  limit over the budget, 1/256 units */
 	uint32_t model_state;  /* encodings 7, 8: 0 none yet, 1 planned (the
 				  next sparse frame carries it), 2 sent, 3
-				  none for this range (too few changes) */
+				  none for this range (too few changes, or
+				  frames too small for one) */
 	uint32_t model_index;  /* index of the frame that carried it */
 	uint64_t model_codes[96]; /* the model's codes (codec internal) */
 	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
