@@ -241,15 +241,6 @@ static inline void mag_pred(const bfp_seq *below, unsigned *cp, unsigned *kp)
 	*kp = below->k ? below->k - 1u : 0u;
 }
 
-static inline unsigned rel_code_bits(const bfp_seq *m, const bfp_seq *below)
-{
-	unsigned cp, kp;
-	mag_pred(below, &cp, &kp);
-	return bfp_eg0_bits(zigzag((int32_t)m->common - (int32_t)cp)) + 1 + m->runs +
-	       (m->all ? 0 : bfp_eg0_bits(zigzag((int32_t)m->k - (int32_t)kp)) + (m->common > 1)) +
-	       (m->runs && !m->all ? 4 : 0);
-}
-
 /* Encoding 5 magnitude codes: equal (fields that do not apply are 0), and
  * their size: C, runs, all (run-coded), k and down (unless all; down only
  * when there are magnitudes below C), run parameter (run-coded, not all). */
@@ -259,10 +250,23 @@ static inline int same_code(const bfp_seq *a, const bfp_seq *b)
 	       a->down == b->down && a->kr == b->kr && a->common == b->common;
 }
 
-static inline unsigned mag_code_bits(const bfp_seq *m)
+/* A magnitude code's fields (FORMAT.md 3.8): C as C - 1 in EG0 and k in
+ * 4 bits, or, relative to the class below's code (below not NULL,
+ * encoding 6, 3.9), each as its zigzag distance from the prediction in
+ * EG0; the other fields are the same either way. */
+static inline unsigned mag_code_bits(const bfp_seq *m, const bfp_seq *below)
 {
-	return bfp_eg0_bits(m->common - 1u) + 1 + m->runs +
-	       (m->all ? 0 : 4 + (m->common > 1)) + (m->runs && !m->all ? 4 : 0);
+	unsigned cp = 1, kp = 0, cb, kb;
+	if (below) {
+		mag_pred(below, &cp, &kp);
+		cb = bfp_eg0_bits(zigzag((int32_t)m->common - (int32_t)cp));
+		kb = bfp_eg0_bits(zigzag((int32_t)m->k - (int32_t)kp));
+	} else {
+		cb = bfp_eg0_bits(m->common - 1u);
+		kb = 4;
+	}
+	return cb + 1 + m->runs + (m->all ? 0 : kb + (m->common > 1)) +
+	       (m->runs && !m->all ? 4 : 0);
 }
 
 /* Bits of a class count. */
@@ -284,9 +288,7 @@ static unsigned class_header_bits(const bfp_sparse_plan *pl, unsigned c, int bel
 		     (g->runs ? 4 : 0) + 1;
 	if (same_code(m, &pl->mdef))
 		return b;
-	if (pl->enc == BFP_ENC_SPARSE2 || !below)
-		return b + mag_code_bits(m);
-	return b + rel_code_bits(m, &pl->mag[c - 1]);
+	return b + mag_code_bits(m, pl->enc == BFP_ENC_SPARSE3 && below ? &pl->mag[c - 1] : NULL);
 }
 
 /* Estimated bits of n Rice(k) codes of values summing to sum, for the
@@ -509,7 +511,7 @@ static void plan_frame_v2(bfp_sparse_plan *pl)
 			pl->mdef = pl->mag[c];
 		}
 	}
-	pl->fbits = 3 + (pl->enc == BFP_ENC_SPARSE3 ? 7 : 6) + mag_code_bits(&pl->mdef);
+	pl->fbits = 3 + (pl->enc == BFP_ENC_SPARSE3 ? 7 : 6) + mag_code_bits(&pl->mdef, NULL);
 }
 
 /* Codes are chosen from per-class statistics with a cost model (one pass
@@ -619,7 +621,7 @@ unsigned bfp_model_bits(const bfp_model *m)
 {
 	bfp_sparse_plan p;
 	model_as_plan(m, &p);
-	unsigned bits = 7 + mag_code_bits(&m->mdef);
+	unsigned bits = 7 + mag_code_bits(&m->mdef, NULL);
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		bits += class_header_bits(&p, c, c > 0);
 	return bits;
@@ -721,33 +723,24 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 	return j;
 }
 
-/* Encoding 5 magnitude code (mag_code_bits). */
-static void write_mag_code(bfp_bw *w, const bfp_seq *m)
+/* A magnitude code, absolute or relative to below (mag_code_bits). */
+static void write_mag_code(bfp_bw *w, const bfp_seq *m, const bfp_seq *below)
 {
-	bfp_put_eg0(w, m->common - 1u);
-	bfp_bw_put(w, m->runs, 1);
-	if (m->runs)
-		bfp_bw_put(w, m->all, 1);
-	if (!m->all) {
-		bfp_bw_put(w, m->k, 4);
-		if (m->common > 1)
-			bfp_bw_put(w, m->down, 1);
+	unsigned cp = 1, kp = 0;
+	if (below) {
+		mag_pred(below, &cp, &kp);
+		bfp_put_eg0(w, zigzag((int32_t)m->common - (int32_t)cp));
+	} else {
+		bfp_put_eg0(w, m->common - 1u);
 	}
-	if (m->runs && !m->all)
-		bfp_bw_put(w, m->kr, 4);
-}
-
-/* Encoding 6 magnitude code relative to the class below (rel_code_bits). */
-static void write_rel_code(bfp_bw *w, const bfp_seq *m, const bfp_seq *below)
-{
-	unsigned cp, kp;
-	mag_pred(below, &cp, &kp);
-	bfp_put_eg0(w, zigzag((int32_t)m->common - (int32_t)cp));
 	bfp_bw_put(w, m->runs, 1);
 	if (m->runs)
 		bfp_bw_put(w, m->all, 1);
 	if (!m->all) {
-		bfp_put_eg0(w, zigzag((int32_t)m->k - (int32_t)kp));
+		if (below)
+			bfp_put_eg0(w, zigzag((int32_t)m->k - (int32_t)kp));
+		else
+			bfp_bw_put(w, m->k, 4);
 		if (m->common > 1)
 			bfp_bw_put(w, m->down, 1);
 	}
@@ -779,10 +772,7 @@ static void write_class_v2(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
 	bfp_bw_put(w, (unsigned)dflt, 1);
 	if (dflt)
 		return;
-	if (v3 && c && pl->n[c - 1])
-		write_rel_code(w, ms, &pl->mag[c - 1]);
-	else
-		write_mag_code(w, ms);
+	write_mag_code(w, ms, v3 && c && pl->n[c - 1] ? &pl->mag[c - 1] : NULL);
 }
 
 static void write_class_v1(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
@@ -806,7 +796,7 @@ static void write_model(bfp_bw *w, const bfp_model *m)
 	bfp_sparse_plan p;
 	model_as_plan(m, &p);
 	bfp_bw_put(w, (unsigned)(m->gk0 + 64), 7);
-	write_mag_code(w, &m->mdef);
+	write_mag_code(w, &m->mdef, NULL);
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		write_class_v2(w, &p, c);
 }
@@ -825,15 +815,14 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 		write_model(w, pl->model);
 	else if (pl->enc == BFP_ENC_MODELLED)
 		bfp_put_eg0(w, pl->dref - 1);
-	if (v2) {
+	if (v2)
 		bfp_bw_put(w, pl->kn, 3);
-		if (pl->enc == BFP_ENC_SPARSE3) {
+	if (v2 && !modelled) { /* encodings 5, 6: gap parameter base, default code */
+		if (pl->enc == BFP_ENC_SPARSE3)
 			bfp_bw_put(w, (unsigned)(pl->gk0 + 64), 7);
-			write_mag_code(w, &pl->mdef);
-		} else if (pl->enc == BFP_ENC_SPARSE2) {
+		else
 			bfp_bw_put(w, (unsigned)(pl->gk0 + 16), 6);
-			write_mag_code(w, &pl->mdef);
-		}
+		write_mag_code(w, &pl->mdef, NULL);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		if (v2)
@@ -897,33 +886,18 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 	}
 }
 
-/* Encoding 5 magnitude code (write_mag_code); 0 when invalid. */
-static int parse_mag_code(bfp_br *r, bfp_seq *m)
+/* A magnitude code, absolute or relative to below (write_mag_code); 0
+ * when invalid: C outside 1..32768, k outside 0..15. */
+static int parse_mag_code(bfp_br *r, const bfp_seq *below, bfp_seq *m)
 {
-	uint32_t c = bfp_get_eg0(r);
-	if (r->err || c >= 32768u)
-		return 0;
-	m->common = (uint16_t)(c + 1);
-	m->runs = (uint8_t)bfp_br_get(r, 1);
-	if (m->runs)
-		m->all = (uint8_t)bfp_br_get(r, 1);
-	if (!m->all) {
-		m->k = (uint8_t)bfp_br_get(r, 4);
-		if (m->common > 1)
-			m->down = (uint8_t)bfp_br_get(r, 1);
+	unsigned cp = 1, kp = 0;
+	int64_t c;
+	if (below) {
+		mag_pred(below, &cp, &kp);
+		c = (int64_t)cp + unzigzag(bfp_get_eg0(r));
+	} else {
+		c = (int64_t)bfp_get_eg0(r) + 1;
 	}
-	if (m->runs && !m->all)
-		m->kr = (uint8_t)bfp_br_get(r, 4);
-	return !r->err;
-}
-
-/* Encoding 6 magnitude code relative to the class below (write_rel_code);
- * 0 when invalid. */
-static int parse_rel_code(bfp_br *r, const bfp_seq *below, bfp_seq *m)
-{
-	unsigned cp, kp;
-	mag_pred(below, &cp, &kp);
-	int64_t c = (int64_t)cp + unzigzag(bfp_get_eg0(r));
 	if (r->err || c < 1 || c > 32768)
 		return 0;
 	m->common = (uint16_t)c;
@@ -931,7 +905,7 @@ static int parse_rel_code(bfp_br *r, const bfp_seq *below, bfp_seq *m)
 	if (m->runs)
 		m->all = (uint8_t)bfp_br_get(r, 1);
 	if (!m->all) {
-		int64_t k = (int64_t)kp + unzigzag(bfp_get_eg0(r));
+		int64_t k = below ? (int64_t)kp + unzigzag(bfp_get_eg0(r)) : bfp_br_get(r, 4);
 		if (r->err || k < 0 || k > 15)
 			return 0;
 		m->k = (uint8_t)k;
@@ -972,7 +946,7 @@ static int parse_class_v2(bfp_br *r, unsigned enc, int gk0, const bfp_seq *mdef,
 		gs->kr = (uint8_t)bfp_br_get(r, 4);
 	if (bfp_br_get(r, 1))
 		*ms = *mdef;
-	else if (v3 && prev ? !parse_rel_code(r, prev, ms) : !parse_mag_code(r, ms))
+	else if (!parse_mag_code(r, v3 ? prev : NULL, ms))
 		return 0;
 	return !r->err;
 }
@@ -1107,7 +1081,7 @@ int bfp_model_parse(bfp_br *r, bfp_model *m)
 {
 	BFP_MEMSET(m, 0, sizeof(*m));
 	m->gk0 = (int8_t)((int)bfp_br_get(r, 7) - 64);
-	if (!parse_mag_code(r, &m->mdef))
+	if (!parse_mag_code(r, NULL, &m->mdef))
 		return 0;
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		if (!parse_class_v2(r, BFP_ENC_SPARSE3, m->gk0, &m->mdef, c ? &m->mag[c - 1] : NULL,
@@ -1143,7 +1117,7 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, uint32_t
 		else if (enc == BFP_ENC_SPARSE2)
 			gk0 = (int)bfp_br_get(r, 6) - 16;
 		if (!modelled)
-			BFP_CHECK(parse_mag_code(r, &mdef), BFP_E_CORRUPT);
+			BFP_CHECK(parse_mag_code(r, NULL, &mdef), BFP_E_CORRUPT);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		t0 = bfp_br_tell(r);

@@ -131,15 +131,30 @@ def headers1(bits):
     return n, gs, ms
 
 
-def mag_code5(bits):
-    code = dict(C=bits.eg0() + 1, all=0, k=0, down=0, kr=0)
-    if code["C"] > 32768:
-        raise ValueError("common magnitude too large")
+def unzigzag(z):
+    return -(z + 1) // 2 if z & 1 else z // 2
+
+
+def mag_code(bits, below=None):
+    """A magnitude code (FORMAT.md 3.8); with below, class c - 1's code,
+    C and k as their zigzag distances from its prediction (3.9)."""
+    code = dict(all=0, k=0, down=0, kr=0)
+    if below is None:
+        code["C"] = bits.eg0() + 1
+    else:
+        code["C"] = max(1, below["C"] // 2) + unzigzag(bits.eg0())
+    if not 1 <= code["C"] <= 32768:
+        raise ValueError("common magnitude out of range")
     code["runs"] = bits.get(1)
     if code["runs"]:
         code["all"] = bits.get(1)
     if not code["all"]:
-        code["k"] = bits.get(4)
+        if below is None:
+            code["k"] = bits.get(4)
+        else:
+            code["k"] = max(0, below["k"] - 1) + unzigzag(bits.eg0())
+            if not 0 <= code["k"] <= 15:
+                raise ValueError("magnitude order out of range")
         if code["C"] > 1:
             code["down"] = bits.get(1)
     if code["runs"] and not code["all"]:
@@ -147,35 +162,21 @@ def mag_code5(bits):
     return code
 
 
-def headers5(bits):
-    kn = bits.get(3)
-    g0 = bits.get(6) - 16
-    default = mag_code5(bits)
-    n, gs, ms = [], [], []
-    for c in range(16):
-        n.append(eg(bits, kn))
-        g = m = None
-        if n[c]:
-            g = dict(runs=bits.get(1), kr=0)
-            p = min(max(g0 + c, 0), 31)
-            if bits.get(1):
-                g["k"] = p
-            elif bits.get(1):
-                g["k"] = p - 1 if bits.get(1) else p + 1
-                if not 0 <= g["k"] <= 31:
-                    raise ValueError("gap parameter out of range")
-            else:
-                g["k"] = bits.get(5)
-            if g["runs"]:
-                g["kr"] = bits.get(4)
-            m = dict(default) if bits.get(1) else mag_code5(bits)
-        gs.append(g)
-        ms.append(m)
-    return n, gs, ms
-
-
-def unzigzag(z):
-    return -(z + 1) // 2 if z & 1 else z // 2
+def class5(bits, c, g0, default, below):
+    """An encoding 5 class header after its count (FORMAT.md 3.8)."""
+    g = dict(runs=bits.get(1), kr=0)
+    p = min(max(g0 + c, 0), 31)
+    if bits.get(1):
+        g["k"] = p
+    elif bits.get(1):
+        g["k"] = p - 1 if bits.get(1) else p + 1
+        if not 0 <= g["k"] <= 31:
+            raise ValueError("gap parameter out of range")
+    else:
+        g["k"] = bits.get(5)
+    if g["runs"]:
+        g["kr"] = bits.get(4)
+    return g, dict(default) if bits.get(1) else mag_code(bits)
 
 
 def class6(bits, c, g0, default, below):
@@ -187,48 +188,37 @@ def class6(bits, c, g0, default, below):
         raise ValueError("gap level out of range")
     if g["runs"]:
         g["kr"] = bits.get(4)
-    if bits.get(1):
-        m = dict(default)
-    elif below is not None:
-        m = dict(all=0, k=0, down=0, kr=0)
-        m["C"] = max(1, below["C"] // 2) + unzigzag(bits.eg0())
-        if not 1 <= m["C"] <= 32768:
-            raise ValueError("common magnitude out of range")
-        m["runs"] = bits.get(1)
-        if m["runs"]:
-            m["all"] = bits.get(1)
-        if not m["all"]:
-            m["k"] = max(0, below["k"] - 1) + unzigzag(bits.eg0())
-            if not 0 <= m["k"] <= 15:
-                raise ValueError("magnitude order out of range")
-            if m["C"] > 1:
-                m["down"] = bits.get(1)
-        if m["runs"] and not m["all"]:
-            m["kr"] = bits.get(4)
-    else:
-        m = mag_code5(bits)
-    return g, m
+    return g, dict(default) if bits.get(1) else mag_code(bits, below)
 
 
-def headers6(bits):
+def headers_compact(bits, g0_bits, g0_bias, class_header):
+    """Frame fields and class headers of encodings 5 and 6."""
     kn = bits.get(3)
-    g0 = bits.get(7) - 64
-    default = mag_code5(bits)
+    g0 = bits.get(g0_bits) - g0_bias
+    default = mag_code(bits)
     n, gs, ms = [], [], []
     for c in range(16):
         n.append(eg(bits, kn))
         g = m = None
         if n[c]:
-            g, m = class6(bits, c, g0, default, ms[c - 1] if c and n[c - 1] else None)
+            g, m = class_header(bits, c, g0, default, ms[c - 1] if c and n[c - 1] else None)
         gs.append(g)
         ms.append(m)
     return n, gs, ms
 
 
+def headers5(bits):
+    return headers_compact(bits, 6, 16, class5)
+
+
+def headers6(bits):
+    return headers_compact(bits, 7, 64, class6)
+
+
 def model7(bits):
     """The model section of an encoding 7 payload (FORMAT.md 3.10)."""
     g0 = bits.get(7) - 64
-    default = mag_code5(bits)
+    default = mag_code(bits)
     gs, ms = [], []
     for c in range(16):
         g, m = class6(bits, c, g0, default, ms[c - 1] if c else None)
