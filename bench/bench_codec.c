@@ -286,6 +286,7 @@ typedef struct spend {
 static void patch_spend(const patch *p, spend *o)
 {
 	static bfp_decoder dec;
+	bfp_decoder_init(&dec, 0);
 	memset(o, 0, sizeof(*o));
 	for (size_t i = 0; i < p->n; i++) {
 		bfp_frame_stats st;

@@ -15,15 +15,27 @@ bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags)
 	dec->cpu = (flags & BFP_DEC_F_SCALAR) ? 0 : bfp_cpu_features();
 	dec->n_changes = 0;
 	dec->model_loaded = 0;
+	dec->model_v2 = 0;
+	dec->tables_at = 0;
 	dec->ready = 1;
 	return BFP_OK;
 }
 
 _Static_assert(sizeof(bfp_model) <= sizeof(((bfp_decoder *)0)->model_codes),
 	       "the decoder's model space holds a model");
+_Static_assert(sizeof(bfp_rtab) <= sizeof(((bfp_decoder *)0)->model_tables[0]),
+	       "the decoder's table space holds a model's tables");
 
-/* Encoding 8 (FORMAT.md 3.10): the payload starts with the distance back
- * to the frame of encoding 7 that carries the model, less one, in EG0.
+/* The loaded model's tables (spare 0), or the room to build a new
+ * model's (spare 1) while its frame is checked. */
+static bfp_rtab *model_tables(bfp_decoder *d, unsigned spare)
+{
+	return (bfp_rtab *)(void *)d->model_tables[(d->tables_at ^ spare) & 1];
+}
+
+/* Encodings 8 and 10 (FORMAT.md 3.10, 3.11): the payload starts with the
+ * distance back to the frame of encoding 7 (9) that carries the model,
+ * less one, in EG0.
  * Sets *index to that frame's index. */
 static bfp_status model_ref(bfp_br *r, const bfp_frame_header *h, uint32_t *index)
 {
@@ -33,15 +45,17 @@ static bfp_status model_ref(bfp_br *r, const bfp_frame_header *h, uint32_t *inde
 	return BFP_OK;
 }
 
-/* Does d hold the model of frame index of h's patch? */
+/* Does d hold the model of frame index of h's patch, of the kind h's
+ * encoding refers to? */
 static int holds_model(const bfp_decoder *d, const bfp_frame_header *h, uint32_t index)
 {
 	return d->model_loaded && d->model_index == index && d->model_id == h->model_id &&
-	       d->model_base == h->base_version && d->model_target == h->target_version;
+	       d->model_base == h->base_version && d->model_target == h->target_version &&
+	       d->model_v2 == (h->encoding == BFP_ENC_MODELLED2);
 }
 
-/* The model of an encoding 8 frame: the loaded one, if it is the model of
- * the frame it refers to. */
+/* The model of an encoding 8 or 10 frame: the loaded one, if it is the
+ * model of the frame it refers to. */
 static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_header *h,
 			       bfp_model *m)
 {
@@ -54,9 +68,14 @@ static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_
 	return BFP_OK;
 }
 
+/* Keep the model of a frame of encoding 7 or 9 that checked out (for 9,
+ * with the tables built in the spare room). */
 static void keep_model(bfp_decoder *d, const bfp_frame_header *h, const bfp_model *m)
 {
 	BFP_MEMCPY(d->model_codes, m, sizeof(*m));
+	d->model_v2 = m->v2;
+	if (m->v2)
+		d->tables_at ^= 1;
 	d->model_index = h->frame_index;
 	d->model_id = h->model_id;
 	d->model_base = h->base_version;
@@ -71,11 +90,11 @@ bfp_status bfp_frame_model_index(const void *frame, size_t frame_len, uint32_t *
 	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
 	if (st != BFP_OK)
 		return st;
-	if (h.encoding == BFP_ENC_MODEL) {
+	if (h.encoding == BFP_ENC_MODEL || h.encoding == BFP_ENC_MODEL2) {
 		*index = h.frame_index;
 		return BFP_OK;
 	}
-	BFP_CHECK(h.encoding == BFP_ENC_MODELLED, BFP_E_UNSUPPORTED);
+	BFP_CHECK(bfp_encoding_refers(h.encoding), BFP_E_UNSUPPORTED);
 	bfp_br r;
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
 	return model_ref(&r, &h, index);
@@ -89,7 +108,7 @@ bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t fra
 	uint32_t index;
 	bfp_br r;
 	BFP_CHECK(dec && dec->ready && frame && (frames || !n_frames), BFP_E_ARG);
-	if (frame_len < BFP_HEADER_SIZE || ((const uint8_t *)frame)[5] != BFP_ENC_MODELLED ||
+	if (frame_len < BFP_HEADER_SIZE || !bfp_encoding_refers(((const uint8_t *)frame)[5]) ||
 	    bfp_frame_parse(frame, frame_len, &h) != BFP_OK)
 		return BFP_OK;
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
@@ -98,7 +117,7 @@ bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t fra
 	BFP_CHECK(index < n_frames && frames[index], BFP_E_NO_MODEL);
 	bfp_frame_header mh;
 	BFP_CHECK(bfp_frame_parse(frames[index], lens[index], &mh) == BFP_OK &&
-			  mh.encoding == BFP_ENC_MODEL && mh.frame_index == index &&
+			  mh.encoding == h.encoding - 1 && mh.frame_index == index &&
 			  mh.model_id == h.model_id && mh.base_version == h.base_version &&
 			  mh.target_version == h.target_version,
 		  BFP_E_NO_MODEL);
@@ -114,9 +133,10 @@ bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame, size_t fr
 	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
 	if (st != BFP_OK)
 		return st;
-	BFP_CHECK(h.encoding == BFP_ENC_MODEL, BFP_E_ARG);
+	BFP_CHECK(h.encoding == BFP_ENC_MODEL || h.encoding == BFP_ENC_MODEL2, BFP_E_ARG);
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
-	BFP_CHECK(bfp_model_parse(&r, &m), BFP_E_CORRUPT);
+	BFP_CHECK(bfp_model_parse(&r, h.encoding == BFP_ENC_MODEL2, &m), BFP_E_CORRUPT);
+	bfp_model_tables(&m, model_tables(dec, 1));
 	keep_model(dec, &h, &m);
 	return BFP_OK;
 }
@@ -139,8 +159,8 @@ static bfp_status check_end(bfp_br *r, size_t payload_len)
 	return BFP_OK;
 }
 
-/* FORMAT.md 3.4, 3.8, 3.9, 3.10 (sparse encodings 1, 5, 6, 7, 8); the
- * model of encodings 7 and 8 in *m */
+/* FORMAT.md 3.4, 3.8-3.11 (sparse encodings 1, 5-10); the model of
+ * encodings 7-10 in *m (a new one's tables built in the spare room) */
 static bfp_status decode_sparse(bfp_decoder *d, const bfp_frame_header *h, const uint8_t *pl,
 				const uint16_t *base, bfp_model *m)
 {
@@ -150,12 +170,15 @@ static bfp_status decode_sparse(bfp_decoder *d, const bfp_frame_header *h, const
 	bfp_br r;
 	bfp_br_init(&r, pl, pl_len);
 	bfp_status st = BFP_OK;
-	if (h->encoding == BFP_ENC_MODELLED)
+	size_t tail = 0;
+	if (bfp_encoding_refers(h->encoding))
 		st = loaded_model(d, &r, h, m);
 	if (st == BFP_OK)
-		st = bfp_sparse_parse(&r, h->encoding, m, len, start, d->grp_pos, d->grp_val, NULL);
+		st = bfp_sparse_parse(&r, h->encoding, m,
+				      model_tables(d, h->encoding == BFP_ENC_MODEL2), len, start,
+				      d->grp_pos, d->grp_val, NULL, &tail);
 	if (st == BFP_OK)
-		st = check_end(&r, pl_len);
+		st = check_end(&r, pl_len - tail);
 	if (st == BFP_OK)
 		st = bfp_positions(d->cpu, base, len, start, d->grp_pos, d->grp_val,
 				   d->chg_pos, d->chg_val);
@@ -242,7 +265,7 @@ static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *f
 		  BFP_E_HASH);
 	/* a frame that carries a model and checked out: its model is the
 	 * one for the frames that refer to it */
-	if (h->encoding == BFP_ENC_MODEL)
+	if (h->encoding == BFP_ENC_MODEL || h->encoding == BFP_ENC_MODEL2)
 		keep_model(d, h, &m);
 	return BFP_OK;
 }
@@ -304,6 +327,8 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 	case BFP_ENC_SPARSE3:
 	case BFP_ENC_MODEL:
 	case BFP_ENC_MODELLED:
+	case BFP_ENC_MODEL2:
+	case BFP_ENC_MODELLED2:
 		/* decoded and verified by prepare() */
 		for (uint32_t i = 0; i < d->n_changes; i++)
 			w[d->chg_pos[i]] = d->chg_val[i];
@@ -341,7 +366,7 @@ bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 {
 	bfp_frame_header h;
 	bfp_br r;
-	BFP_CHECK(dec && frame && out, BFP_E_ARG);
+	BFP_CHECK(dec && dec->ready && frame && out, BFP_E_ARG);
 	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
 	if (st != BFP_OK)
 		return st;
@@ -353,18 +378,20 @@ bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 	if (bfp_encoding_is_sparse(h.encoding)) {
 		uint32_t start[BFP_CLASSES + 1];
 		bfp_model m;
-		if (h.encoding == BFP_ENC_MODELLED) {
+		size_t tail = 0;
+		if (bfp_encoding_refers(h.encoding)) {
 			st = loaded_model(dec, &r, &h, &m);
 			if (st != BFP_OK)
 				return st;
 		}
-		st = bfp_sparse_parse(&r, h.encoding, &m, h.range_len, start,
-				      dec->grp_pos, dec->grp_val, out);
+		st = bfp_sparse_parse(&r, h.encoding, &m,
+				      model_tables(dec, h.encoding == BFP_ENC_MODEL2), h.range_len,
+				      start, dec->grp_pos, dec->grp_val, out, &tail);
 		if (st != BFP_OK)
 			return st;
-		st = check_end(&r, h.payload_len);
-		/* like decoding it, reading an encoding 7 frame loads its model */
-		if (st == BFP_OK && h.encoding == BFP_ENC_MODEL)
+		st = check_end(&r, h.payload_len - tail);
+		/* like decoding it, reading a frame that carries a model loads it */
+		if (st == BFP_OK && (h.encoding == BFP_ENC_MODEL || h.encoding == BFP_ENC_MODEL2))
 			keep_model(dec, &h, &m);
 		return st;
 	} else if (h.encoding == BFP_ENC_DENSE) {

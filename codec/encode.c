@@ -20,6 +20,8 @@
 
 _Static_assert(sizeof(bfp_model) <= sizeof(((bfp_encoder *)0)->model_codes),
 	       "the encoder's model space holds a model");
+_Static_assert(sizeof(bfp_rtab) <= sizeof(((bfp_encoder *)0)->model_tables),
+	       "the encoder's table space holds a model's tables");
 
 /* The gather stops at a size estimate of gather_scale / 256 times the
  * budget. The estimate runs high where most changes cost a bit or two
@@ -37,13 +39,19 @@ _Static_assert(sizeof(bfp_model) <= sizeof(((bfp_encoder *)0)->model_codes),
  * range has so few changes (two frames' worth at a byte each) that a
  * model would not pay for itself, or when the model would take more than
  * half a frame (tiny frames): the range's frames are then self-contained. */
-static int plan_model(bfp_encoder *e, uint64_t end, size_t budget, bfp_model *m)
+static int plan_model(bfp_encoder *e, uint64_t end, size_t budget, int v2, bfp_model *m,
+		      bfp_rtab *rt)
 {
 	bfp_sparse_plan pl;
 	if (bfp_gather(e, end, UINT64_MAX) >= end && e->n_changes < 2 * budget)
 		return 0;
 	bfp_sparse_plan_make(e, e->n_changes, BFP_ENC_SPARSE3, &pl);
-	bfp_model_from_plan(&pl, m);
+	if (v2) {
+		bfp_model2_from_plan(e, e->n_changes, &pl, (uint64_t)budget * 8, m);
+		bfp_model_tables(m, rt);
+	} else {
+		bfp_model_from_plan(&pl, m);
+	}
 	return bfp_model_bits(m) + 3 + 16 <= budget * 4;
 }
 
@@ -157,13 +165,13 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 		BFP_CHECK(opts->base_version == 0, BFP_E_ARG);
 	else
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
+	const uint32_t any_sparse = BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3 |
+				    BFP_ENC_F_SPARSE4;
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
-				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR |
-				    BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3)),
+				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR | any_sparse)),
 		  BFP_E_ARG);
 	/* one sparse encoding at most */
-	const uint32_t sparse_flags =
-		opts->flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3);
+	const uint32_t sparse_flags = opts->flags & any_sparse;
 	BFP_CHECK(!(sparse_flags & (sparse_flags - 1)), BFP_E_ARG);
 #ifndef BFP_HAVE_ZSTD
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
@@ -243,30 +251,45 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 		const uint64_t bits = (uint64_t)budget * 8;
 		const uint32_t sparse_flags =
 			e->opts.flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3);
+		const int v2 = !(e->opts.flags & BFP_ENC_F_SPARSE4);
 		unsigned enc = (e->opts.flags & BFP_ENC_F_SPARSE1)   ? BFP_ENC_SPARSE
 			       : (e->opts.flags & BFP_ENC_F_SPARSE2) ? BFP_ENC_SPARSE2
 								     : BFP_ENC_SPARSE3;
 		bfp_model *model = (bfp_model *)(void *)e->model_codes;
+		bfp_rtab *rt = (bfp_rtab *)(void *)e->model_tables;
 		const uint32_t index = e->opts.first_index + e->emitted;
+		bfp_sparse_plan pl;
+		uint64_t scanned;
+		uint32_t n, k;
+	replan:
 		if (!sparse_flags) { /* a model shared by the range's frames */
 			if (e->model_state == 2 && index - e->model_index >= MODEL_SPAN)
 				e->model_state = 0;
 			if (e->model_state == 0) /* plan one from the changes ahead */
-				e->model_state = plan_model(e, end, budget, model) ? 1 : 3;
+				e->model_state = plan_model(e, end, budget, v2, model, rt) ? 1 : 3;
 			if (e->model_state != 3)
-				enc = e->model_state == 1 ? BFP_ENC_MODEL : BFP_ENC_MODELLED;
+				enc = e->model_state == 1 ? (v2 ? BFP_ENC_MODEL2 : BFP_ENC_MODEL)
+							  : (v2 ? BFP_ENC_MODELLED2 : BFP_ENC_MODELLED);
 		}
-		bfp_sparse_plan pl;
-		uint64_t scanned;
-		uint32_t n, k;
 		for (int round = 0;; round++) {
 			scanned = bfp_gather(e, end, bits * e->gather_scale / 256);
 			n = e->n_changes;
-			if (enc == BFP_ENC_MODEL || enc == BFP_ENC_MODELLED)
-				bfp_sparse_plan_model(e, n, enc, model, index - e->model_index, &pl);
+			if (bfp_encoding_has_model(enc))
+				bfp_sparse_plan_model(e, n, enc, model, rt, index - e->model_index, &pl);
 			else
 				bfp_sparse_plan_make(e, n, enc, &pl);
 			k = bfp_sparse_cut(e, n, &pl, bits);
+			if (pl.stuck) {
+				/* the next change has a magnitude the model's codes
+				 * cannot say: end the frame before it, or, if it is
+				 * the first, plan a model that can (from the changes
+				 * ahead, so it always can) */
+				if (k == 0 && e->model_state == 2) {
+					e->model_state = 0;
+					goto replan;
+				}
+				break;
+			}
 			if (k < n) { /* aim at gathering about 1/32 more than fit */
 				e->gather_scale = clamp_scale((uint64_t)e->gather_scale * k * 33 / 32 / n +
 							      1);
@@ -291,6 +314,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 					&pl_len);
 		} else {
 			bfp_bw w;
+			size_t tail = 0;
 			bfp_bw_init(&w, p + BFP_HEADER_SIZE, budget);
 			if (dense_len > sparse_len) {
 				len = dense_len;
@@ -299,16 +323,20 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 			} else {
 				len = sparse_len;
 				h.encoding = (uint8_t)enc;
-				bfp_sparse_write(e, k, &pl, &w);
+				tail = bfp_sparse_write(e, k, &pl, &w, e->tail);
 				e->changed += k;
-				if (enc == BFP_ENC_MODEL) { /* the frames after it refer to it */
+				if (enc == BFP_ENC_MODEL || enc == BFP_ENC_MODEL2) {
+					/* the frames after it refer to it */
 					e->model_state = 2;
 					e->model_index = index;
 				}
 			}
 			pl_len = bfp_bw_finish(&w);
-			if (w.overflow)
-				return BFP_E_SPACE; /* cannot happen: sizes are exact */
+			/* cannot happen: sizes are exact, or bounds (rANS) */
+			if (w.overflow || pl_len + tail > budget)
+				return BFP_E_SPACE;
+			BFP_MEMCPY(p + BFP_HEADER_SIZE + pl_len, e->tail, tail);
+			pl_len += tail;
 		}
 	}
 	/* a keyframe-coded frame of a patch says so (FORMAT.md 2.1), so that

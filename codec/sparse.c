@@ -231,6 +231,14 @@ static inline unsigned gap_param(const bfp_sparse_plan *pl, unsigned c)
 	return pl->enc == BFP_ENC_SPARSE3 ? pl->gap[c].k : lv_k(pl->gap[c].k);
 }
 
+/* A class's gap fields (encodings 5-10): gr, the parameter gk (as
+ * gk_bits), and gkr when run-coded. */
+static inline unsigned gap_fields_bits(unsigned enc, const bfp_seq *g, unsigned gk,
+				       unsigned pred)
+{
+	return 1 + gk_bits(enc, gk, pred) + (g->runs ? 4 : 0);
+}
+
 /* Encoding 6: when the class below has changes, a class's own magnitude
  * code is coded relative to that class's: a binade up, the same update
  * spans half the steps, so the common magnitude is predicted halved and
@@ -269,10 +277,29 @@ static inline unsigned mag_code_bits(const bfp_seq *m, const bfp_seq *below)
 	       (m->runs && !m->all ? 4 : 0);
 }
 
-/* Bits of a class count. */
-static inline unsigned count_bits(const bfp_sparse_plan *pl, uint32_t n)
+/* Encodings 9 and 10 (FORMAT.md 3.11): count orders per class, and
+ * magnitude tables. */
+static inline int enc_v2(unsigned enc)
 {
-	return pl->enc != BFP_ENC_SPARSE ? eg_bits(n, pl->kn) : bfp_eg0_bits(n);
+	return enc == BFP_ENC_MODEL2 || enc == BFP_ENC_MODELLED2;
+}
+
+/* The order of class c's count in a plan's frame. */
+static inline unsigned count_order(const bfp_sparse_plan *pl, unsigned c)
+{
+	return enc_v2(pl->enc) ? pl->model->kc[c] : pl->kn;
+}
+
+/* Bits of class c's count n. */
+static inline unsigned count_bits(const bfp_sparse_plan *pl, unsigned c, uint32_t n)
+{
+	return pl->enc != BFP_ENC_SPARSE ? eg_bits(n, count_order(pl, c)) : bfp_eg0_bits(n);
+}
+
+/* Class c's magnitude table, if the plan's model gives it one. */
+static inline const bfp_mtab *plan_tab(const bfp_sparse_plan *pl, unsigned c)
+{
+	return enc_v2(pl->enc) && pl->model->tab[c].on ? &pl->model->tab[c] : NULL;
 }
 
 /* Bits of class c's header after its count (the class has changes);
@@ -284,8 +311,7 @@ static unsigned class_header_bits(const bfp_sparse_plan *pl, unsigned c, int bel
 	if (pl->enc == BFP_ENC_SPARSE)
 		return 1 + 5 + (g->runs ? 5 : 0) + 1 + 4 +
 		       (m->runs ? bfp_eg0_bits(m->common - 1u) + 5 : 0);
-	unsigned b = 1 + gk_bits(pl->enc, gap_param(pl, c), gk_pred(pl->enc, pl->gk0, c)) +
-		     (g->runs ? 4 : 0) + 1;
+	unsigned b = gap_fields_bits(pl->enc, g, gap_param(pl, c), gk_pred(pl->enc, pl->gk0, c)) + 1;
 	if (same_code(m, &pl->mdef))
 		return b;
 	return b + mag_code_bits(m, pl->enc == BFP_ENC_SPARSE3 && below ? &pl->mag[c - 1] : NULL);
@@ -405,7 +431,7 @@ static void plan_mag_v1(const cls_acc *x, uint32_t n, bfp_seq *ms)
  * their mean). Costs are summed over the distinct magnitudes only, and
  * orders stop past the bit length of the largest folded value (beyond
  * it every code only grows). */
-static void plan_mag_v2(const cls_acc *x, uint32_t n, bfp_seq *ms)
+static uint64_t plan_mag_v2(const cls_acc *x, uint32_t n, bfp_seq *ms)
 {
 	uint32_t val[2][MAG_BINS + 1], cnt[MAG_BINS + 1], vmax = 0;
 	unsigned nd = 0, c = 0;
@@ -414,7 +440,7 @@ static void plan_mag_v2(const cls_acc *x, uint32_t n, bfp_seq *ms)
 		ms->runs = 1;
 		ms->all = 1;
 		ms->common = (uint16_t)x->mmin;
-		return;
+		return 0;
 	}
 	for (unsigned m = 1; m <= MAG_BINS; m++)
 		if (x->mhist[m] > (c ? x->mhist[c] : 0))
@@ -463,6 +489,7 @@ static void plan_mag_v2(const cls_acc *x, uint32_t n, bfp_seq *ms)
 			}
 		}
 	}
+	return best;
 }
 
 /* Encoding 5 frame-wide parameters: the count order, the gap parameter
@@ -569,8 +596,9 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 		} else {
 			gs->k = (uint8_t)kp;
 		}
+		pl->gbits[c] = runs < plain ? runs : plain;
 		if (v2)
-			plan_mag_v2(x, n, &pl->mag[c]);
+			pl->mbits[c] = plan_mag_v2(x, n, &pl->mag[c]);
 		else
 			plan_mag_v1(x, n, &pl->mag[c]);
 	}
@@ -617,22 +645,206 @@ static void model_as_plan(const bfp_model *m, bfp_sparse_plan *pl)
 	}
 }
 
+/* ---- encodings 9 and 10 (FORMAT.md 3.11) ---- */
+
+/* Bits of a magnitude table: e, sb, ns - 1, the first weight and the
+ * others as their zigzag distance from the one before. */
+static unsigned tab_bits(const bfp_mtab *t)
+{
+	unsigned b = 3 + 2 + bfp_eg0_bits(t->ns - 1u) + 5;
+	for (unsigned i = 1; i < t->ns; i++)
+		b += bfp_eg0_bits(zigzag((int32_t)t->q[i] - (int32_t)t->q[i - 1]));
+	return b;
+}
+
+/* The magnitude code a v2 model's class c codes its own relative to:
+ * class c - 1's, unless that class is table-coded (then none). */
+static inline const bfp_seq *model_below(const bfp_model *m, unsigned c)
+{
+	return c && !m->tab[c - 1].on ? &m->mag[c - 1] : NULL;
+}
+
+static unsigned model2_class_bits(const bfp_model *m, unsigned c)
+{
+	unsigned b = 4 + gap_fields_bits(BFP_ENC_SPARSE3, &m->gap[c], m->gap[c].k,
+					 gk_pred(BFP_ENC_SPARSE3, m->gk0, c)) + 1;
+	if (m->tab[c].on)
+		return b + tab_bits(&m->tab[c]);
+	return b + 1 +
+	       (same_code(&m->mag[c], &m->mdef) ? 0 : mag_code_bits(&m->mag[c], model_below(m, c)));
+}
+
 unsigned bfp_model_bits(const bfp_model *m)
 {
+	unsigned bits = 7 + mag_code_bits(&m->mdef, NULL);
+	if (m->v2) {
+		for (unsigned c = 0; c < BFP_CLASSES; c++)
+			bits += model2_class_bits(m, c);
+		return bits;
+	}
 	bfp_sparse_plan p;
 	model_as_plan(m, &p);
-	unsigned bits = 7 + mag_code_bits(&m->mdef, NULL);
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		bits += class_header_bits(&p, c, c > 0);
 	return bits;
 }
 
+/* Quantised weight of a symbol counted cnt times when the most frequent
+ * one is counted cmax times: 29 less 2 log2(cmax / cnt), rounded (the
+ * weights are half an octave apart), at least 0. */
+static unsigned tab_q(uint32_t cmax, uint32_t cnt)
+{
+	uint64_t a = (uint64_t)cmax * cmax, b = (uint64_t)cnt * cnt;
+	uint64_t r = 2 * (a * a) / (b * b); /* 2 (cmax / cnt)^4 >= 2 */
+	unsigned t = (64u - (unsigned)__builtin_clzll(r) - 1u) >> 1;
+	return t >= BFP_TAB_QMAX ? 0 : BFP_TAB_QMAX - t;
+}
+
+/* Magnitudes of one class in the changes a model is planned from: 1..63
+ * one by one, larger ones by bit length and the two bits after the
+ * leading one (enough for every table shape). */
+typedef struct mag_hist {
+	uint32_t one[64];
+	uint32_t big[10][4]; /* bit lengths 7..16 */
+} mag_hist;
+
+/* The table of shape (e, sb) for the magnitudes counted in h, and its
+ * estimated bits (table, symbols, raw and escape bits; not the signs). 0
+ * when no table of that shape can be made. */
+static int tab_try(const mag_hist *h, unsigned e, unsigned sb, bfp_mtab *t, uint64_t *bits)
+{
+	uint32_t cnt[BFP_TAB_SYMS];
+	uint64_t raw = 0, r256 = 0;
+	unsigned ns = 0;
+	uint32_t cmax = 0;
+	uint16_t f[BFP_TAB_SYMS];
+
+	BFP_MEMSET(cnt, 0, sizeof(cnt));
+	for (unsigned m = 1; m < 64; m++) {
+		unsigned nraw;
+		uint32_t rv;
+		unsigned s = bfp_tab_sym(m, e, sb, &nraw, &rv);
+		cnt[s] += h->one[m];
+		raw += (uint64_t)h->one[m] * nraw;
+	}
+	for (unsigned j = 6; j < 16; j++)
+		for (unsigned t2 = 0; t2 < 4; t2++) {
+			unsigned s = (1u << e) - 1 + ((j - e) << sb) + (t2 >> (2 - sb));
+			cnt[s] += h->big[j - 6][t2];
+			raw += (uint64_t)h->big[j - 6][t2] * (j - sb);
+		}
+	for (unsigned s = 0; s < bfp_tab_nsym(e, sb); s++) {
+		if (cnt[s])
+			ns = s + 1;
+		cmax = cnt[s] > cmax ? cnt[s] : cmax;
+	}
+	if (!ns)
+		return 0;
+	const unsigned q1 = tab_q(cmax, 1);
+	t->on = 1;
+	t->e = (uint8_t)e;
+	t->sb = (uint8_t)sb;
+	t->ns = (uint8_t)ns;
+	for (unsigned s = 0; s < ns; s++) /* unseen: about a third of once */
+		t->q[s] = (uint8_t)(cnt[s] ? tab_q(cmax, cnt[s]) : (q1 >= 3 ? q1 - 3 : 0));
+	if (!bfp_tab_freqs(t, f))
+		return 0;
+	for (unsigned s = 0; s < ns; s++)
+		r256 += (uint64_t)cnt[s] * (BFP_RANS_BITS * 256 - bfp_log2_fp8(f[s]));
+	*bits = r256 / 256 + raw + tab_bits(t);
+	return 1;
+}
+
+/* Tables for the classes where one costs fewer bits than the class's
+ * magnitude code over the first k changes. */
+static void plan_tables(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+			bfp_model *m)
+{
+	mag_hist h[BFP_CLASSES];
+	BFP_MEMSET(h, 0, sizeof(h));
+	for (uint32_t j = 0; j < k; j++) {
+		unsigned c = e->chg_class[j], mg = bfp_mag(e->chg_delta[j]);
+		if (mg < 64) {
+			h[c].one[mg]++;
+		} else {
+			unsigned b = bfp_bitlen32(mg) - 1;
+			h[c].big[b - 6][(mg >> (b - 2)) & 3]++;
+		}
+	}
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		if (!pl->n[c] || pl->mag[c].all)
+			continue; /* all one magnitude: the parametric code is free */
+		uint64_t best = pl->mbits[c] + 1 + mag_code_bits(&m->mag[c], NULL), bits;
+		for (unsigned ee = 0; ee <= BFP_TAB_EMAX; ee++)
+			for (unsigned sb = 0; sb <= BFP_TAB_SBMAX && sb <= ee; sb++) {
+				bfp_mtab t;
+				if (tab_try(&h[c], ee, sb, &t, &bits) && bits < best) {
+					best = bits;
+					m->tab[c] = t;
+				}
+			}
+		if (m->tab[c].on)
+			m->mag[c] = m->mdef;
+	}
+}
+
+/* Count orders: the ones that code the class counts of frames of about
+ * the size the first k changes predict (their estimated bits over the
+ * budget) in the fewest bits. */
+static void plan_counts(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+			uint64_t budget_bits, bfp_model *m)
+{
+	uint64_t est = 0, cost[BFP_CLASSES][16];
+	uint32_t cnt[BFP_CLASSES], in = 0;
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		est += pl->gbits[c] + pl->mbits[c] + pl->n[c];
+	uint64_t g = est ? (uint64_t)k * budget_bits / est : k;
+	g = g < 1 ? 1 : (g > k ? k : g);
+	BFP_MEMSET(cost, 0, sizeof(cost));
+	BFP_MEMSET(cnt, 0, sizeof(cnt));
+	for (uint32_t j = 0; j < k; j++) {
+		cnt[e->chg_class[j]]++;
+		if (++in < g)
+			continue;
+		for (unsigned c = 0; c < BFP_CLASSES; c++) {
+			for (unsigned kk = 0; kk < 16; kk++)
+				cost[c][kk] += eg_bits(cnt[c], kk);
+			cnt[c] = 0;
+		}
+		in = 0;
+	}
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		unsigned best = 0;
+		for (unsigned kk = 1; kk < 16; kk++)
+			best = cost[c][kk] < cost[c][best] ? kk : best;
+		m->kc[c] = (uint8_t)best;
+	}
+}
+
+void bfp_model2_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+			  uint64_t budget_bits, bfp_model *m)
+{
+	bfp_model_from_plan(pl, m);
+	m->v2 = 1;
+	plan_counts(e, k, pl, budget_bits, m);
+	plan_tables(e, k, pl, m);
+}
+
+void bfp_model_tables(const bfp_model *m, bfp_rtab *rt)
+{
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		if (m->v2 && m->tab[c].on)
+			bfp_rtab_build(&m->tab[c], rt, c);
+}
+
 void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
-			   const bfp_model *m, uint32_t dref, bfp_sparse_plan *pl)
+			   const bfp_model *m, const bfp_rtab *rt, uint32_t dref,
+			   bfp_sparse_plan *pl)
 {
 	BFP_MEMSET(pl, 0, sizeof(*pl));
 	pl->enc = (uint8_t)enc;
 	pl->model = m;
+	pl->rt = rt;
 	pl->dref = dref;
 	pl->gk0 = m->gk0;
 	pl->mdef = m->mdef;
@@ -643,8 +855,40 @@ void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
 		pl->mag[c] = m->mag[c];
 		gcode_of(pl->gap[c].k, &pl->gc[c]);
 	}
-	plan_kn(pl);
-	pl->fbits = 3 + (enc == BFP_ENC_MODEL ? bfp_model_bits(m) : bfp_eg0_bits(dref - 1));
+	const int carries = enc == BFP_ENC_MODEL || enc == BFP_ENC_MODEL2;
+	if (!enc_v2(enc))
+		plan_kn(pl); /* encodings 7, 8: one order for all counts */
+	pl->fbits = (enc_v2(enc) ? 0 : 3) + (carries ? bfp_model_bits(m) : bfp_eg0_bits(dref - 1));
+}
+
+/* Encodings 9 and 10: a bound on the bits of the payload's rANS part and
+ * the padding before it, for nt table-coded magnitudes of costs summing
+ * to r256 (1/256 bit, each at least its exact cost), less the signs the
+ * initial state carries. Each step codes at most 2^-12 * 1.5 bits more
+ * than its cost; the bytes it writes, with the state's final 4, hold at
+ * most 1 bit more than the costs (the state starts below 2 L). */
+static inline uint64_t tail_bits(uint32_t nt, uint64_t r256)
+{
+	if (!nt)
+		return 0;
+	return 7 + 32 + (r256 + 255) / 256 + nt / 2048 + 2 -
+	       (nt < BFP_RANS_SIGNS ? nt : BFP_RANS_SIGNS);
+}
+
+/* Bits of a table-coded magnitude in the bit stream (escape and raw
+ * bits); its symbol's cost in the rANS part goes to *r256. */
+static inline unsigned tab_bits_of(const bfp_mtab *t, const uint16_t *cost, unsigned m,
+				   uint64_t *r256)
+{
+	unsigned nraw;
+	uint32_t raw;
+	const unsigned s = bfp_tab_sym(m, t->e, t->sb, &nraw, &raw), top = t->ns - 1u;
+	if (s < top) {
+		*r256 += cost[s];
+		return nraw;
+	}
+	*r256 += cost[top];
+	return nraw + bfp_eg0_bits(s - top);
 }
 
 uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
@@ -653,19 +897,29 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 	uint32_t n[BFP_CLASSES] = {0}, grun[BFP_CLASSES], mrun[BFP_CLASSES];
 	uint8_t gopen[BFP_CLASSES] = {0}, mopen[BFP_CLASSES] = {0};
 	uint64_t var[BFP_CLASSES];
-	const unsigned zero = count_bits(pl, 0);
-	uint64_t committed = pl->fbits, vsum = (uint64_t)BFP_CLASSES * zero;
+	uint64_t committed = pl->fbits, vsum = 0, r256 = 0;
+	uint32_t nt = 0;
 	const int v2 = pl->enc != BFP_ENC_SPARSE;
 
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		var[c] = zero;
+	pl->stuck = 0;
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		var[c] = count_bits(pl, c, 0);
+		vsum += var[c];
+	}
 	uint32_t j = 0;
 	for (; j < k; j++) {
 		unsigned c = e->chg_class[j];
 		const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
+		const bfp_mtab *tab = plan_tab(pl, c);
 		uint32_t g = e->chg_rank[j];
 		unsigned m = bfp_mag(e->chg_delta[j]);
 		uint64_t add = 1; /* sign */
+		if (BFP_UNLIKELY(!tab && ms->all && m != ms->common)) {
+			/* a model's class whose magnitudes were all one */
+			pl->stuck = 1;
+			break;
+		}
+		uint64_t nr256 = r256;
 		if (!gs->runs) {
 			add += gc_bits(g, &pl->gc[c]);
 		} else {
@@ -680,7 +934,9 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 				gopen[c] = 0;
 			}
 		}
-		if (ms->all) {
+		if (tab) {
+			add += tab_bits_of(tab, pl->rt->cost[c], m, &nr256);
+		} else if (ms->all) {
 			/* the magnitude is implied */
 		} else if (!ms->runs) {
 			add += eg_bits(mag_other(v2, ms, m), ms->k);
@@ -703,10 +959,12 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		if (!n[c] && c + 1 < BFP_CLASSES && n[c + 1])
 			adj = (int64_t)pl->hbits[1][c + 1] - (int64_t)pl->hbits[0][c + 1];
 		n[c]++;
-		uint64_t v = count_bits(pl, n[c]) + pl->hbits[c && n[c - 1]][c] +
+		uint64_t v = count_bits(pl, c, n[c]) + pl->hbits[c && n[c - 1]][c] +
 			     (gopen[c] ? bfp_rice_bits(grun[c], gs->kr) : 0) +
 			     (mopen[c] ? bfp_rice_bits(mrun[c], ms->kr) : 0);
-		uint64_t total = committed + add + vsum - var[c] + v + (uint64_t)adj;
+		const uint32_t nnt = nt + (tab != NULL);
+		uint64_t total = committed + add + vsum - var[c] + v + (uint64_t)adj +
+				 tail_bits(nnt, nr256);
 		if (total > budget_bits) {
 			n[c]--;
 			break;
@@ -716,10 +974,12 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		var[c] = v;
 		if (adj)
 			var[c + 1] += (uint64_t)adj;
+		nt = nnt;
+		r256 = nr256;
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		pl->n[c] = n[c];
-	pl->bits = committed + vsum;
+	pl->bits = committed + vsum + tail_bits(nt, r256);
 	return j;
 }
 
@@ -748,14 +1008,14 @@ static void write_mag_code(bfp_bw *w, const bfp_seq *m, const bfp_seq *below)
 		bfp_bw_put(w, m->kr, 4);
 }
 
-/* Encoding 5 and 6 header fields of a class, after its count. */
-static void write_class_v2(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
+/* A class's gap fields: gr, the parameter (encoding 5: as predicted, one
+ * off or 5 bits; the others: its zigzag distance from the prediction in
+ * EG0), gkr when run-coded. */
+static void write_gap_fields(bfp_bw *w, unsigned enc, const bfp_seq *gs, unsigned gk,
+			     unsigned pred)
 {
-	const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
-	const int v3 = pl->enc == BFP_ENC_SPARSE3;
-	unsigned pred = gk_pred(pl->enc, pl->gk0, c), gk = gap_param(pl, c);
 	bfp_bw_put(w, gs->runs, 1);
-	if (v3) {
+	if (enc != BFP_ENC_SPARSE2) {
 		bfp_put_eg0(w, zigzag((int32_t)gk - (int32_t)pred));
 	} else if (gk == pred) {
 		bfp_bw_put(w, 1, 1);
@@ -768,11 +1028,36 @@ static void write_class_v2(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
 	}
 	if (gs->runs)
 		bfp_bw_put(w, gs->kr, 4);
-	int dflt = same_code(ms, &pl->mdef);
+}
+
+/* The bit d (1: the default magnitude code) and, if 0, the class's own
+ * code, relative to below when not NULL. */
+static void write_mag_fields(bfp_bw *w, const bfp_seq *ms, const bfp_seq *mdef,
+			     const bfp_seq *below)
+{
+	int dflt = same_code(ms, mdef);
 	bfp_bw_put(w, (unsigned)dflt, 1);
-	if (dflt)
-		return;
-	write_mag_code(w, ms, v3 && c && pl->n[c - 1] ? &pl->mag[c - 1] : NULL);
+	if (!dflt)
+		write_mag_code(w, ms, below);
+}
+
+/* Encoding 5 and 6 header fields of a class, after its count. */
+static void write_class_v2(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
+{
+	const int v3 = pl->enc == BFP_ENC_SPARSE3;
+	write_gap_fields(w, pl->enc, &pl->gap[c], gap_param(pl, c), gk_pred(pl->enc, pl->gk0, c));
+	write_mag_fields(w, &pl->mag[c], &pl->mdef,
+			 v3 && c && pl->n[c - 1] ? &pl->mag[c - 1] : NULL);
+}
+
+static void write_tab(bfp_bw *w, const bfp_mtab *t)
+{
+	bfp_bw_put(w, t->e, 3);
+	bfp_bw_put(w, t->sb, 2);
+	bfp_put_eg0(w, t->ns - 1u);
+	bfp_bw_put(w, t->q[0], 5);
+	for (unsigned i = 1; i < t->ns; i++)
+		bfp_put_eg0(w, zigzag((int32_t)t->q[i] - (int32_t)t->q[i - 1]));
 }
 
 static void write_class_v1(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
@@ -790,32 +1075,74 @@ static void write_class_v1(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
 	}
 }
 
-/* The model section of an encoding 7 payload (FORMAT.md 3.10). */
+/* The model section of an encoding 7 or 9 payload (FORMAT.md 3.10,
+ * 3.11). */
 static void write_model(bfp_bw *w, const bfp_model *m)
 {
 	bfp_sparse_plan p;
 	model_as_plan(m, &p);
 	bfp_bw_put(w, (unsigned)(m->gk0 + 64), 7);
 	write_mag_code(w, &m->mdef, NULL);
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		write_class_v2(w, &p, c);
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		if (!m->v2) {
+			write_class_v2(w, &p, c);
+			continue;
+		}
+		bfp_bw_put(w, m->kc[c], 4);
+		write_gap_fields(w, BFP_ENC_SPARSE3, &m->gap[c], m->gap[c].k,
+				 gk_pred(BFP_ENC_SPARSE3, m->gk0, c));
+		bfp_bw_put(w, m->tab[c].on, 1);
+		if (m->tab[c].on)
+			write_tab(w, &m->tab[c]);
+		else
+			write_mag_fields(w, &m->mag[c], &m->mdef, model_below(m, c));
+	}
+}
+
+/* Encodings 9 and 10: the rANS part of the payload for the table-coded
+ * magnitudes (in decoding order: by class, then position), coded
+ * backwards from a state that holds the signs the bit stream left out.
+ * Returns its length. */
+static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl,
+			 const uint32_t *start, const uint32_t *order, uint32_t signs,
+			 uint8_t *tail)
+{
+	uint32_t x = BFP_RANS_L + signs;
+	uint8_t *out = tail;
+	for (unsigned c = BFP_CLASSES; c-- > 0;) {
+		const bfp_mtab *t = plan_tab(pl, c);
+		if (!t)
+			continue;
+		const uint16_t *f = pl->rt->f[c], *cu = pl->rt->c[c];
+		for (uint32_t i = start[c + 1]; i-- > start[c];) {
+			unsigned nraw;
+			uint32_t raw;
+			unsigned s = bfp_tab_sym(bfp_mag(e->chg_delta[order[i]]), t->e, t->sb, &nraw,
+						 &raw);
+			s = s < t->ns - 1u ? s : t->ns - 1u;
+			bfp_rans_put(&x, &out, f[s], cu[s]);
+		}
+	}
+	bfp_st32(out, x);
+	return (size_t)(out - tail) + 4;
 }
 
 /* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
- * 3.9, 3.10). */
-void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
-		      bfp_bw *w)
+ * 3.9, 3.10, 3.11). */
+size_t bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl, bfp_bw *w,
+			uint8_t *tail)
 {
 	uint32_t start[BFP_CLASSES + 1], fill[BFP_CLASSES];
 	uint32_t *order = e->chg_order;
 	const int v2 = pl->enc != BFP_ENC_SPARSE;
-	const int modelled = pl->enc == BFP_ENC_MODEL || pl->enc == BFP_ENC_MODELLED;
+	const int modelled = bfp_encoding_has_model(pl->enc);
+	uint32_t ntab = 0, signs = 0;
 
-	if (pl->enc == BFP_ENC_MODEL)
+	if (pl->enc == BFP_ENC_MODEL || pl->enc == BFP_ENC_MODEL2)
 		write_model(w, pl->model);
-	else if (pl->enc == BFP_ENC_MODELLED)
+	else if (bfp_encoding_refers(pl->enc))
 		bfp_put_eg0(w, pl->dref - 1);
-	if (v2)
+	if (v2 && !enc_v2(pl->enc))
 		bfp_bw_put(w, pl->kn, 3);
 	if (v2 && !modelled) { /* encodings 5, 6: gap parameter base, default code */
 		if (pl->enc == BFP_ENC_SPARSE3)
@@ -826,7 +1153,7 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		if (v2)
-			put_eg(w, pl->n[c], pl->kn);
+			put_eg(w, pl->n[c], count_order(pl, c));
 		else
 			bfp_put_eg0(w, pl->n[c]);
 		if (!pl->n[c] || modelled)
@@ -846,6 +1173,7 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
+		const bfp_mtab *tab = plan_tab(pl, c);
 		uint32_t a = start[c], b = start[c + 1];
 		int due = 1;
 		for (uint32_t t = a; t < b; t++) {
@@ -869,7 +1197,23 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 		due = 1;
 		for (uint32_t t = a; t < b; t++) {
 			uint16_t d = e->chg_delta[order[t]];
-			unsigned m = bfp_mag(d);
+			unsigned m = bfp_mag(d), sign = ((int16_t)d < 0) ? 1u : 0u;
+			if (tab) { /* sign (unless the rANS state carries it),
+				      escape, raw bits; the symbol goes to the tail */
+				unsigned nraw;
+				uint32_t raw;
+				const unsigned s = bfp_tab_sym(m, tab->e, tab->sb, &nraw, &raw),
+					       top = tab->ns - 1u;
+				if (ntab < BFP_RANS_SIGNS)
+					signs |= sign << ntab;
+				else
+					bfp_bw_put(w, sign, 1);
+				ntab++;
+				if (s >= top)
+					bfp_put_eg0(w, s - top);
+				bfp_bw_put(w, raw, nraw);
+				continue;
+			}
 			if (ms->runs && !ms->all && due) {
 				uint32_t r = 0;
 				while (t + r < b && bfp_mag(e->chg_delta[order[t + r]]) == ms->common)
@@ -877,13 +1221,14 @@ void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 				bfp_put_rice(w, r, ms->kr);
 				due = 0;
 			}
-			bfp_bw_put(w, ((int16_t)d < 0) ? 1u : 0u, 1);
+			bfp_bw_put(w, sign, 1);
 			if (!ms->runs || (!ms->all && m != ms->common)) {
 				put_eg(w, mag_other(v2, ms, m), ms->k);
 				due = 1;
 			}
 		}
 	}
+	return ntab ? write_tail(e, pl, start, order, signs, tail) : 0;
 }
 
 /* A magnitude code, absolute or relative to below (write_mag_code); 0
@@ -917,13 +1262,11 @@ static int parse_mag_code(bfp_br *r, const bfp_seq *below, bfp_seq *m)
 	return !r->err;
 }
 
-/* Encoding 5 and 6 class header after the count; prev: the magnitude code
- * of class c - 1 if it has changes, else NULL. */
-static int parse_class_v2(bfp_br *r, unsigned enc, int gk0, const bfp_seq *mdef,
-			  const bfp_seq *prev, unsigned c, bfp_seq *gs, bfp_seq *ms)
+/* A class's gap fields (write_gap_fields); 0 if invalid. */
+static int parse_gap_fields(bfp_br *r, unsigned enc, unsigned pred, bfp_seq *gs)
 {
 	const int v3 = enc == BFP_ENC_SPARSE3;
-	const unsigned top = v3 ? LEVEL_MAX : 31, pred = gk_pred(enc, gk0, c);
+	const unsigned top = v3 ? LEVEL_MAX : 31;
 	unsigned gk;
 	gs->runs = (uint8_t)bfp_br_get(r, 1);
 	if (v3) {
@@ -944,11 +1287,52 @@ static int parse_class_v2(bfp_br *r, unsigned enc, int gk0, const bfp_seq *mdef,
 	gs->k = (uint8_t)(v3 ? gk : rice_level(gk));
 	if (gs->runs)
 		gs->kr = (uint8_t)bfp_br_get(r, 4);
-	if (bfp_br_get(r, 1))
-		*ms = *mdef;
-	else if (!parse_mag_code(r, v3 ? prev : NULL, ms))
-		return 0;
 	return !r->err;
+}
+
+/* The bit d and, if 0, the class's own magnitude code (write_mag_fields). */
+static int parse_mag_fields(bfp_br *r, const bfp_seq *mdef, const bfp_seq *below, bfp_seq *ms)
+{
+	if (bfp_br_get(r, 1)) {
+		*ms = *mdef;
+		return !r->err;
+	}
+	return parse_mag_code(r, below, ms);
+}
+
+/* Encoding 5 and 6 class header after the count; prev: the magnitude code
+ * of class c - 1 if it has changes, else NULL. */
+static int parse_class_v2(bfp_br *r, unsigned enc, int gk0, const bfp_seq *mdef,
+			  const bfp_seq *prev, unsigned c, bfp_seq *gs, bfp_seq *ms)
+{
+	return parse_gap_fields(r, enc, gk_pred(enc, gk0, c), gs) &&
+	       parse_mag_fields(r, mdef, enc == BFP_ENC_SPARSE3 ? prev : NULL, ms);
+}
+
+/* A magnitude table (write_tab); 0 when invalid: e above 6, sb above 2 or
+ * above e, more symbols than the shape has, a weight outside 0..29, or
+ * weights whose frequencies do not work out (FORMAT.md 3.11). */
+static int parse_tab(bfp_br *r, bfp_mtab *t)
+{
+	uint16_t f[BFP_TAB_SYMS];
+	t->on = 1;
+	t->e = (uint8_t)bfp_br_get(r, 3);
+	t->sb = (uint8_t)bfp_br_get(r, 2);
+	if (r->err || t->e > BFP_TAB_EMAX || t->sb > BFP_TAB_SBMAX || t->sb > t->e)
+		return 0;
+	uint32_t ns1 = bfp_get_eg0(r);
+	if (r->err || ns1 >= bfp_tab_nsym(t->e, t->sb))
+		return 0;
+	t->ns = (uint8_t)(ns1 + 1);
+	int64_t q = bfp_br_get(r, 5);
+	for (unsigned i = 0; i < t->ns; i++) {
+		if (i)
+			q += unzigzag(bfp_get_eg0(r));
+		if (r->err || q < 0 || q > (int64_t)BFP_TAB_QMAX)
+			return 0;
+		t->q[i] = (uint8_t)q;
+	}
+	return bfp_tab_freqs(t, f);
 }
 
 static int parse_class_v1(bfp_br *r, bfp_seq *gs, bfp_seq *ms)
@@ -1077,22 +1461,115 @@ static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_se
 	return 1;
 }
 
-int bfp_model_parse(bfp_br *r, bfp_model *m)
+int bfp_model_parse(bfp_br *r, int v2, bfp_model *m)
 {
 	BFP_MEMSET(m, 0, sizeof(*m));
+	m->v2 = (uint8_t)v2;
 	m->gk0 = (int8_t)((int)bfp_br_get(r, 7) - 64);
 	if (!parse_mag_code(r, NULL, &m->mdef))
 		return 0;
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		if (!parse_class_v2(r, BFP_ENC_SPARSE3, m->gk0, &m->mdef, c ? &m->mag[c - 1] : NULL,
-				    c, &m->gap[c], &m->mag[c]))
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		if (!v2) {
+			if (!parse_class_v2(r, BFP_ENC_SPARSE3, m->gk0, &m->mdef,
+					    c ? &m->mag[c - 1] : NULL, c, &m->gap[c], &m->mag[c]))
+				return 0;
+			continue;
+		}
+		m->kc[c] = (uint8_t)bfp_br_get(r, 4);
+		if (!parse_gap_fields(r, BFP_ENC_SPARSE3, gk_pred(BFP_ENC_SPARSE3, m->gk0, c),
+				      &m->gap[c]))
 			return 0;
+		if (bfp_br_get(r, 1)) {
+			if (!parse_tab(r, &m->tab[c]))
+				return 0;
+			m->mag[c] = m->mdef;
+		} else if (!parse_mag_fields(r, &m->mdef, model_below(m, c), &m->mag[c])) {
+			return 0;
+		}
+	}
 	return !r->err;
 }
 
-bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, uint32_t len,
-			    uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
-			    uint16_t *steps, bfp_frame_stats *st)
+/* The steps of a table-coded class with n changes (FORMAT.md 3.11); 0
+ * if corrupt. Symbols come from the rANS part a; while fewer than
+ * BFP_RANS_SIGNS table-coded changes came before, a change's sign is
+ * left for the final state (its step is stored positive, its index in
+ * defer) and is not in the bit stream. */
+static __attribute__((noinline)) int read_steps_tab(bfp_br *rd, bfp_rd *a, const bfp_mtab *t,
+						    const bfp_rtab *rt, unsigned c, uint32_t n,
+						    uint16_t *step, uint32_t first, uint32_t *ntab,
+						    uint32_t *defer)
+{
+	bfp_br rl = *rd, *r = &rl;
+	bfp_rd al = *a;
+	const unsigned top = t->ns - 1u, nsym = bfp_tab_nsym(t->e, t->sb);
+	const uint8_t *slot = rt->slot[c];
+	const uint16_t *f = rt->f[c], *cu = rt->c[c];
+	uint32_t nt = *ntab;
+	for (uint32_t j = 0; j < n; j++) {
+		unsigned sign = 0;
+		if (nt < BFP_RANS_SIGNS)
+			defer[nt] = first + j;
+		else
+			sign = bfp_br_get(r, 1);
+		nt++;
+		unsigned s = bfp_rans_get(&al, slot, f, cu), nraw;
+		if (s == top) {
+			uint32_t x = bfp_get_eg0(r);
+			if (r->err || x >= nsym - s)
+				return 0;
+			s += x;
+		}
+		uint32_t m = bfp_tab_base(s, t->e, t->sb, &nraw);
+		m += bfp_br_get(r, nraw);
+		/* FORMAT.md 3.2: +32768 is written as -32768 (deferred signs
+		 * are checked with the final state) */
+		if (m > 32768u || (m == 32768u && !sign && nt > BFP_RANS_SIGNS))
+			return 0;
+		step[j] = (uint16_t)(sign ? 0x10000u - m : m);
+	}
+	if (r->err || al.err)
+		return 0;
+	*rd = rl;
+	*a = al;
+	*ntab = nt;
+	return 1;
+}
+
+/* Encodings 9 and 10: the rANS part ends the payload with its state. */
+static int tail_open(const bfp_br *r, bfp_rd *a)
+{
+	if (r->len < 4)
+		return 0;
+	a->buf = r->buf;
+	a->p = r->len - 4;
+	a->x = bfp_ld32(r->buf + a->p);
+	a->err = 0;
+	return a->x >= BFP_RANS_L && a->x < 256u * BFP_RANS_L;
+}
+
+/* ... and decodes back to the state it started from: BFP_RANS_L plus the
+ * signs of the first nt (at most BFP_RANS_SIGNS) table-coded changes,
+ * which then go to their steps. */
+static int tail_close(const bfp_rd *a, uint32_t nt, const uint32_t *defer, uint16_t *steps)
+{
+	const uint32_t d = nt < BFP_RANS_SIGNS ? nt : BFP_RANS_SIGNS;
+	if (a->err || a->x < BFP_RANS_L || a->x - BFP_RANS_L >= (1u << d))
+		return 0;
+	const uint32_t signs = a->x - BFP_RANS_L;
+	for (uint32_t i = 0; i < d; i++) {
+		uint16_t *st = &steps[defer[i]];
+		if ((signs >> i) & 1)
+			*st = (uint16_t)(0x10000u - *st);
+		else if (*st == 0x8000u) /* +32768 */
+			return 0;
+	}
+	return 1;
+}
+
+bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab *rt,
+			    uint32_t len, uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
+			    uint16_t *steps, bfp_frame_stats *st, size_t *tail)
 {
 	/* a local reader: its fields stay in registers (the stores to gaps
 	 * and steps could alias the caller's) */
@@ -1103,31 +1580,37 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, uint32_t
 	unsigned kn = 0;
 	int gk0 = 0;
 	const int v2 = enc != BFP_ENC_SPARSE;
-	const int modelled = enc == BFP_ENC_MODEL || enc == BFP_ENC_MODELLED;
+	const int modelled = bfp_encoding_has_model(enc), tabs = enc_v2(enc);
+	uint32_t nt = 0, ntab = 0, defer[BFP_RANS_SIGNS];
+	bfp_rd a = {0};
 
 	BFP_MEMSET(gs, 0, sizeof(gs));
 	BFP_MEMSET(ms, 0, sizeof(ms));
 	BFP_MEMSET(&mdef, 0, sizeof(mdef));
-	if (enc == BFP_ENC_MODEL)
-		BFP_CHECK(bfp_model_parse(r, model), BFP_E_CORRUPT);
-	if (v2) {
+	*tail = 0;
+	if (enc == BFP_ENC_MODEL || enc == BFP_ENC_MODEL2) {
+		BFP_CHECK(bfp_model_parse(r, tabs, model), BFP_E_CORRUPT);
+		bfp_model_tables(model, rt);
+	}
+	if (v2 && !tabs)
 		kn = bfp_br_get(r, 3);
+	if (v2 && !modelled) {
 		if (enc == BFP_ENC_SPARSE3)
 			gk0 = (int)bfp_br_get(r, 7) - 64;
-		else if (enc == BFP_ENC_SPARSE2)
+		else
 			gk0 = (int)bfp_br_get(r, 6) - 16;
-		if (!modelled)
-			BFP_CHECK(parse_mag_code(r, NULL, &mdef), BFP_E_CORRUPT);
+		BFP_CHECK(parse_mag_code(r, NULL, &mdef), BFP_E_CORRUPT);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		t0 = bfp_br_tell(r);
-		n[c] = v2 ? get_eg(r, kn) : bfp_get_eg0(r);
+		n[c] = v2 ? get_eg(r, tabs ? model->kc[c] : kn) : bfp_get_eg0(r);
 		total += n[c];
 		BFP_CHECK(!r->err && total <= BFP_CHANGES_MAX && total <= len,
 			  BFP_E_CORRUPT);
 		if (n[c] && modelled) {
 			gs[c] = model->gap[c];
 			ms[c] = model->mag[c];
+			nt += tabs && model->tab[c].on ? n[c] : 0;
 		} else if (n[c]) {
 			const bfp_seq *prev = c && n[c - 1] ? &ms[c - 1] : NULL;
 			int ok = v2 ? parse_class_v2(r, enc, gk0, &mdef, prev, c, &gs[c], &ms[c])
@@ -1140,6 +1623,7 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, uint32_t
 		}
 	}
 	BFP_CHECK(!r->err, BFP_E_CORRUPT);
+	BFP_CHECK(!nt || tail_open(r, &a), BFP_E_CORRUPT);
 	if (st)
 		st->model_bits = (uint32_t)bfp_br_tell(r);
 	start[0] = 0;
@@ -1152,12 +1636,26 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, uint32_t
 		if (st)
 			st->class_position_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
 		t0 = bfp_br_tell(r);
-		BFP_CHECK(read_steps(r, v2, &ms[c], n[c], steps + start[c]), BFP_E_CORRUPT);
+		/* rANS bytes read for the class count as its value bits; the
+		 * state's 4 go to the first table-coded class */
+		const size_t p0 = a.p;
+		const uint32_t nt0 = ntab;
+		if (tabs && n[c] && model->tab[c].on)
+			BFP_CHECK(read_steps_tab(r, &a, &model->tab[c], rt, c, n[c], steps + start[c],
+						 start[c], &ntab, defer),
+				  BFP_E_CORRUPT);
+		else
+			BFP_CHECK(read_steps(r, v2, &ms[c], n[c], steps + start[c]), BFP_E_CORRUPT);
 		if (st) {
-			st->class_value_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
+			const uint64_t tb = ntab > nt0 ? (uint64_t)(p0 - a.p + (nt0 ? 0 : 4)) * 8 : 0;
+			st->class_value_bits[c] = (uint32_t)(bfp_br_tell(r) - t0 + tb);
 			st->position_bits += st->class_position_bits[c];
 			st->value_bits += st->class_value_bits[c];
 		}
+	}
+	if (nt) {
+		BFP_CHECK(tail_close(&a, nt, defer, steps), BFP_E_CORRUPT);
+		*tail = r->len - a.p;
 	}
 	if (st)
 		st->n_changes = (uint32_t)total;

@@ -8,6 +8,7 @@
 #define BFP_SPARSE_H
 
 #include "internal.h"
+#include "rans.h"
 
 /* How one per-class sequence is coded. */
 typedef struct bfp_seq {
@@ -35,9 +36,12 @@ typedef struct bfp_gcode {
  * refer to it. */
 typedef struct bfp_model {
 	int8_t gk0;      /* gap levels predicted as gk0 + 2c */
+	uint8_t v2;      /* carried by a frame of encoding 9 (FORMAT.md 3.11) */
 	bfp_seq mdef;    /* the default magnitude code */
 	bfp_seq gap[BFP_CLASSES];
 	bfp_seq mag[BFP_CLASSES];
+	uint8_t kc[BFP_CLASSES];   /* v2: Exp-Golomb orders of the counts */
+	bfp_mtab tab[BFP_CLASSES]; /* v2: magnitude tables (tab[c].on) */
 } bfp_model;
 
 typedef struct bfp_sparse_plan {
@@ -54,9 +58,16 @@ typedef struct bfp_sparse_plan {
 	bfp_seq gap[BFP_CLASSES];
 	bfp_seq mag[BFP_CLASSES];
 	bfp_gcode gc[BFP_CLASSES]; /* the gap codes of gap[].k */
-	const bfp_model *model; /* encodings 7, 8: the codes come from it */
-	uint32_t dref;   /* encoding 8: frames back to the model's frame */
+	const bfp_model *model; /* encodings 7-10: the codes come from it */
+	const bfp_rtab *rt;     /* encodings 9, 10: the model's tables */
+	uint64_t mbits[BFP_CLASSES]; /* bfp_sparse_plan_make: estimated bits
+					of each class's magnitudes */
+	uint64_t gbits[BFP_CLASSES]; /* ... and of its gaps */
+	uint32_t dref;   /* encodings 8, 10: frames back to the model's frame */
 	uint64_t bits;
+	uint8_t stuck;   /* bfp_sparse_cut stopped at a change the model's
+			    codes cannot say (a class whose magnitudes were
+			    all one when the model was planned) */
 } bfp_sparse_plan;
 
 /* Choose codes for the first k gathered changes of e (cost model over
@@ -70,36 +81,51 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
  * predicted level and the default magnitude code. */
 void bfp_model_from_plan(const bfp_sparse_plan *pl, bfp_model *m);
 
-/* Bits of m's section at the start of an encoding 7 payload. */
+/* The model of encoding 9 (FORMAT.md 3.11) for the first k gathered
+ * changes of e and their plan for encoding 6: pl's codes, count orders
+ * for frames of budget_bits, and magnitude tables where they pay. */
+void bfp_model2_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+			  uint64_t budget_bits, bfp_model *m);
+
+/* Build the tables of a model's table-coded classes (m->v2). */
+void bfp_model_tables(const bfp_model *m, bfp_rtab *rt);
+
+/* Bits of m's section at the start of an encoding 7 or 9 payload. */
 unsigned bfp_model_bits(const bfp_model *m);
 
-/* A plan for encoding 7 (m carried; dref 0) or 8 (dref frames back to
- * the frame that carried m) of the first k gathered changes of e: the
- * codes are m's. */
+/* A plan for encoding 7 or 9 (m carried; dref 0) or 8 or 10 (dref
+ * frames back to the frame that carried m) of the first k gathered
+ * changes of e: the codes are m's (and rt its tables, encodings 9, 10). */
 void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
-			   const bfp_model *m, uint32_t dref, bfp_sparse_plan *pl);
+			   const bfp_model *m, const bfp_rtab *rt, uint32_t dref,
+			   bfp_sparse_plan *pl);
 
-/* Parse a model section (FORMAT.md 3.10); 0 if corrupt. */
-int bfp_model_parse(bfp_br *r, bfp_model *m);
+/* Parse a model section (FORMAT.md 3.10; 3.11 when v2); 0 if corrupt. */
+int bfp_model_parse(bfp_br *r, int v2, bfp_model *m);
 
 /* Largest prefix of the first k changes whose payload, with pl's codes,
- * fits budget_bits (exact count); sets pl->n and pl->bits for it. */
+ * fits budget_bits (exact count) and that pl's codes can say; sets pl->n,
+ * pl->bits and pl->stuck for it. */
 uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			uint64_t budget_bits);
 
-/* Write the payload of the first k changes with pl (pl->n must match). */
-void bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
-		      bfp_bw *w);
+/* Write the payload of the first k changes with pl (pl->n must match):
+ * the bit stream to w and, for encodings 9 and 10, the rANS part that
+ * follows it (after padding) to tail; returns the rANS part's length. */
+size_t bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl, bfp_bw *w,
+			uint8_t *tail);
 
 /* Parse a sparse payload of encoding enc into per-class gaps and steps
  * (grouped by class: start[c] .. start[c+1]). Checks every rule of
- * FORMAT.md 3.4, 3.8, 3.9 and 3.10 that does not need the base values.
- * Encoding 7: the model section is parsed into *model; encoding 8: r is
- * past the frame's model reference and *model holds the model it refers
- * to. st may be NULL; else bits are accounted. */
-bfp_status bfp_sparse_parse(bfp_br *r, unsigned enc, bfp_model *model, uint32_t len,
-			    uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
-			    uint16_t *steps, bfp_frame_stats *st);
+ * FORMAT.md 3.4, 3.8-3.11 that does not need the base values. Encodings
+ * 7 and 9: the model section is parsed into *model (and, 9, its tables
+ * built in *rt); encodings 8 and 10: r is past the frame's model
+ * reference and *model (*rt) holds the model it refers to. *tail gets the
+ * length of the rANS part at the payload's end (encodings 9, 10; else 0):
+ * the bit stream ends before it. st may be NULL; else bits are counted. */
+bfp_status bfp_sparse_parse(bfp_br *r, unsigned enc, bfp_model *model, bfp_rtab *rt,
+			    uint32_t len, uint32_t start[BFP_CLASSES + 1], uint32_t *gaps,
+			    uint16_t *steps, bfp_frame_stats *st, size_t *tail);
 
 static inline unsigned bfp_mag(uint16_t step)
 {

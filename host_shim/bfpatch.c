@@ -307,6 +307,7 @@ static int cmd_info(int argc, char **argv)
 		patch_free(&p);
 		return die("info", "out of memory");
 	}
+	bfp_decoder_init(dec, 0);
 	for (size_t i = 0; i < p.n; i++) {
 		bfp_frame_stats st;
 		bfp_status s = bfp_frame_stats_get(dec, p.buf + p.off[i], p.off[i + 1] - p.off[i], &st);
@@ -334,8 +335,9 @@ static int cmd_info(int argc, char **argv)
 	}
 	free(dec);
 	/* sparse frames of every sparse encoding; encoding 1, and the frames
-	 * that carry a model (7), also on their own */
+	 * that carry a model (7, 9), also on their own */
 	uint64_t sparse = 0;
+	const uint64_t with_model = by_enc[BFP_ENC_MODEL] + by_enc[BFP_ENC_MODEL2];
 	for (unsigned e = 0; e <= BFP_ENC_LAST; e++)
 		sparse += bfp_encoding_is_sparse(e) ? by_enc[e] : 0;
 	double bpc = changed ? (double)p.len * 8 / (double)changed : 0;
@@ -361,7 +363,7 @@ static int cmd_info(int argc, char **argv)
 		json_t *fe = json_object();
 		json_object_set_new(fe, "sparse", json_integer((json_int_t)sparse));
 		json_object_set_new(fe, "sparse_encoding1", json_integer((json_int_t)by_enc[BFP_ENC_SPARSE]));
-		json_object_set_new(fe, "sparse_with_model", json_integer((json_int_t)by_enc[BFP_ENC_MODEL]));
+		json_object_set_new(fe, "sparse_with_model", json_integer((json_int_t)with_model));
 		json_object_set_new(fe, "dense", json_integer((json_int_t)by_enc[BFP_ENC_DENSE]));
 		json_object_set_new(fe, "keyframe", json_integer((json_int_t)by_enc[BFP_ENC_KEY_RAW]));
 		json_object_set_new(fe, "keyframe_zstd", json_integer((json_int_t)by_enc[BFP_ENC_KEY_ZSTD]));
@@ -395,10 +397,10 @@ static int cmd_info(int argc, char **argv)
 		if (by_enc[BFP_ENC_SPARSE])
 			printf("                  %llu sparse frames in encoding 1 (FORMAT.md 3.4)\n",
 			       (unsigned long long)by_enc[BFP_ENC_SPARSE]);
-		if (by_enc[BFP_ENC_MODEL])
+		if (with_model)
 			printf("                  %llu sparse frames carry the model of the frames "
-			       "after them (FORMAT.md 3.10)\n",
-			       (unsigned long long)by_enc[BFP_ENC_MODEL]);
+			       "after them (FORMAT.md 3.10, 3.11)\n",
+			       (unsigned long long)with_model);
 		printf("bytes             %zu (headers %zu, code parameters %llu, positions %llu, values %llu)\n",
 		       p.len, p.n * BFP_HEADER_SIZE, (unsigned long long)(model_bits / 8),
 		       (unsigned long long)(pos_bits / 8), (unsigned long long)(val_bits / 8));

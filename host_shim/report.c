@@ -203,6 +203,7 @@ static int load_patches(rep *R)
 		free(dec);
 		return fail(R, "out of memory");
 	}
+	bfp_decoder_init(dec, 0);
 	int rc = 0;
 	for (size_t i = 0; i < in->n_patches && rc == 0; i++) {
 		R->steps[i].path = in->patches[i];

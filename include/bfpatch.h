@@ -103,16 +103,31 @@ typedef enum bfp_encoding {
 				 encoding 8 that follow it */
 	BFP_ENC_MODELLED = 8, /* sparse3 changes coded with the model of an
 				 earlier frame of encoding 7 */
+	BFP_ENC_MODEL2 = 9,   /* like 7, with a model that adds count orders
+				 and magnitude tables (rANS-coded) */
+	BFP_ENC_MODELLED2 = 10, /* like 8, with the model of an earlier
+				   frame of encoding 9 */
 } bfp_encoding;
 /* The highest encoding this build knows; frames carry 1..BFP_ENC_LAST. */
-#define BFP_ENC_LAST BFP_ENC_MODELLED
+#define BFP_ENC_LAST BFP_ENC_MODELLED2
 
-/* The sparse encodings (1, 5, 6, 7, 8). */
+/* The sparse encodings (1, 5-10). */
 static inline int bfp_encoding_is_sparse(unsigned encoding)
 {
-	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_SPARSE2 ||
-	       encoding == BFP_ENC_SPARSE3 || encoding == BFP_ENC_MODEL ||
-	       encoding == BFP_ENC_MODELLED;
+	return encoding == BFP_ENC_SPARSE ||
+	       (encoding >= BFP_ENC_SPARSE2 && encoding <= BFP_ENC_MODELLED2);
+}
+
+/* Encodings whose frames carry a model (7, 9) or refer to one (8, 10). */
+static inline int bfp_encoding_has_model(unsigned encoding)
+{
+	return encoding >= BFP_ENC_MODEL && encoding <= BFP_ENC_MODELLED2;
+}
+
+/* The frames of encodings 8 and 10 refer to an earlier frame's model. */
+static inline int bfp_encoding_refers(unsigned encoding)
+{
+	return encoding == BFP_ENC_MODELLED || encoding == BFP_ENC_MODELLED2;
 }
 
 /* Patch encodings (sparse, dense) apply to one base version; keyframe
@@ -250,12 +265,14 @@ typedef struct bfp_encode_opts {
 #define BFP_ENC_F_SPARSE2 32u  /* sparse frames in encoding 5 (for
 				  receivers older than encoding 6) */
 #define BFP_ENC_F_SPARSE3 64u  /* sparse frames in encoding 6, each with
-				  its own code parameters (for receivers
-				  older than encodings 7 and 8). Without a
-				  BFP_ENC_F_SPARSE* flag the sparse frames
-				  of a range share one model: its first
-				  sparse frame carries it (encoding 7), the
-				  others refer to it (8) */
+				  its own code parameters (paths without
+				  repair). Without a BFP_ENC_F_SPARSE* flag
+				  the sparse frames of a range share one
+				  model: its first sparse frame carries it
+				  (encoding 9), the others refer to it (10) */
+#define BFP_ENC_F_SPARSE4 128u /* sparse frames sharing a model without
+				  tables: encodings 7 and 8 (for
+				  comparison and known-answer vectors) */
 
 /* Encoder state. Large (scratch for one frame's changes); place it in
  * static or caller-allocated memory, not on a small stack. Its size does
@@ -278,7 +295,10 @@ typedef struct bfp_encoder {
 				  none for this range (too few changes, or
 				  frames too small for one) */
 	uint32_t model_index;  /* index of the frame that carried it */
-	uint64_t model_codes[96]; /* the model's codes (codec internal) */
+	uint64_t model_codes[256]; /* the model's codes (codec internal) */
+	uint64_t model_tables[5376]; /* the model's tables, ready to code with
+					(codec internal) */
+	uint8_t tail[BFP_PAYLOAD_MAX]; /* a payload's rANS bytes (internal) */
 	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
 	uint16_t chg_delta[BFP_CHANGES_MAX];
 	uint8_t chg_class[BFP_CHANGES_MAX];
@@ -353,7 +373,12 @@ typedef struct bfp_decoder {
 	uint32_t model_index;
 	uint32_t model_base, model_target;
 	uint64_t model_id;
-	uint64_t model_codes[96]; /* codec internal */
+	uint32_t model_v2;       /* it came with encoding 9 */
+	uint32_t tables_at;      /* which of model_tables is the model's */
+	uint64_t model_codes[256]; /* codec internal */
+	/* the loaded model's tables, and room to build a new model's while
+	 * its frame is checked (codec internal) */
+	uint64_t model_tables[2][5376];
 } bfp_decoder;
 
 /* Prepare a decoder; flags: BFP_DEC_F_SCALAR or 0. */
@@ -430,7 +455,9 @@ typedef struct bfp_frame_stats {
 
 /* Parse a frame and its payload structure (not the values, which need the
  * base) and count what it carries. Validates header, CRC and the payload
- * rules that do not need the base; dec is scratch. */
+ * rules that do not need the base. dec (from bfp_decoder_init) is scratch,
+ * and keeps the model of a frame that carries one for the frames after it
+ * that refer to it, as decoding does. */
 BFP_API bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 			       size_t frame_len, bfp_frame_stats *st);
 

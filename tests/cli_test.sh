@@ -59,42 +59,42 @@ def encs(path):
     return out
 v1, v6 = encs('$T/p01v1'), encs('$T/p01')
 j1, j6 = json.load(open('$T/v1.json')), json.load(open('$T/v6.json'))
-sparse = lambda e: sum(e.count(k) for k in (1, 5, 6, 7, 8))
-sys.exit(0 if 1 in v1 and not {5, 6, 7, 8} & set(v1) and sparse(v6) and not {1, 5} & set(v6)
+sparse = lambda e: sum(e.count(k) for k in (1, 5, 6, 7, 8, 9, 10))
+sys.exit(0 if 1 in v1 and not {5, 6, 7, 8, 9, 10} & set(v1) and sparse(v6) and not {1, 5} & set(v6)
          and j1['frames_by_encoding']['sparse_encoding1'] == v1.count(1)
          and j6['frames_by_encoding']['sparse'] == sparse(v6) else 1)
 \""
 
 # by default the sparse frames of each tensor chunk share one model
-# (encodings 7 and 8, FORMAT.md 3.10; at 400-byte frames, so that this
+# (encodings 9 and 10, FORMAT.md 3.11; at 400-byte frames, so that this
 # small model's largest tensors have enough changes for one): apply
 # reproduces NEW, and info counts the frames that carry a model (read back
 # from the encoding bytes)
 "$BFP" diff -q -s 400 "$S0" "$S1" -o "$T/p01m" && "$BFP" apply -q "$S0" "$T/p01m" -o "$T/om.safetensors"
 "$BFP" info --json "$T/p01m" > "$T/m.json"
-check "frames sharing a model: round trip exact, frames of encodings 7 and 8 counted by info" \
+check "frames sharing a model: round trip exact, frames of encodings 9 and 10 counted by info" \
 	"cmp -s '$T/om.safetensors' '$S1' && python3 -c \"
 import json, struct, sys
 d = open('$T/p01m', 'rb').read(); at = 0; e = []
 while at < len(d):
     e.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
 j = json.load(open('$T/m.json'))['frames_by_encoding']
-sys.exit(0 if e.count(7) > 0 and e.count(8) > 0 and j['sparse_with_model'] == e.count(7)
-         and j['sparse'] == sum(e.count(k) for k in (1, 5, 6, 7, 8)) else 1)
+sys.exit(0 if e.count(9) > 0 and e.count(10) > 0 and j['sparse_with_model'] == e.count(9)
+         and j['sparse'] == sum(e.count(k) for k in (1, 5, 6, 7, 8, 9, 10)) else 1)
 \""
 
 # --self-contained: sparse frames that each decode alone (encoding 6,
-# none of 7 or 8), round trip exact, no smaller than the default; with
+# none of 7-10), round trip exact, no smaller than the default; with
 # --sparse-v1 a usage error that writes nothing
 "$BFP" diff -q -s 400 --self-contained "$S0" "$S1" -o "$T/p01c" &&
 	"$BFP" apply -q "$S0" "$T/p01c" -o "$T/oc.safetensors"
-check "--self-contained: round trip exact, encoding 6 and none of 7 or 8, no smaller" \
+check "--self-contained: round trip exact, encoding 6 and none of 7-10, no smaller" \
 	"cmp -s '$T/oc.safetensors' '$S1' && [ \$(wc -c < '$T/p01c') -ge \$(wc -c < '$T/p01m') ] && python3 -c \"
 import struct, sys
 d = open('$T/p01c', 'rb').read(); at = 0; e = []
 while at < len(d):
     e.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
-sys.exit(0 if 6 in e and not {1, 5, 7, 8} & set(e) else 1)
+sys.exit(0 if 6 in e and not {1, 5, 7, 8, 9, 10} & set(e) else 1)
 \""
 "$BFP" diff -q --self-contained -1 "$S0" "$S1" -o "$T/x11" 2>/dev/null
 check "--self-contained with --sparse-v1 is a usage error, no output" "[ \$? -eq 2 ] && [ ! -e '$T/x11' ]"

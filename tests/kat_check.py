@@ -3,10 +3,12 @@
 
 Written from the format document, sharing no code with the C codec: it
 parses every frame of each NAME.patch, checks header rules and CRC32C,
-decodes sparse (encodings 1, 5, 6, 7 and 8), dense and keyframe payloads bit by
-bit, applies them to NAME.base and requires the result to equal NAME.target byte for byte.
+decodes sparse (encodings 1 and 5-10), dense and keyframe payloads bit by bit
+(and the rANS part of encodings 9 and 10 byte by byte), applies them to
+NAME.base and requires the result to equal NAME.target byte for byte.
 (The XXH3 range hash is not recomputed: Python's stdlib lacks XXH3.)
 """
+import bisect
 import os
 import struct
 import sys
@@ -179,16 +181,111 @@ def class5(bits, c, g0, default, below):
     return g, dict(default) if bits.get(1) else mag_code(bits)
 
 
-def class6(bits, c, g0, default, below):
-    """An encoding 6 class header after its count (FORMAT.md 3.9); below:
-    class c - 1's magnitude code when it has changes, else None."""
+def gap6(bits, c, g0):
+    """The gap fields of an encoding 6 class header (FORMAT.md 3.9)."""
     g = dict(runs=bits.get(1), kr=0)
     g["k"] = min(max(g0 + 2 * c, 0), 62) + unzigzag(bits.eg0())
     if not 0 <= g["k"] <= 62:
         raise ValueError("gap level out of range")
     if g["runs"]:
         g["kr"] = bits.get(4)
+    return g
+
+
+def class6(bits, c, g0, default, below):
+    """An encoding 6 class header after its count (FORMAT.md 3.9); below:
+    class c - 1's magnitude code when it has changes, else None."""
+    g = gap6(bits, c, g0)
     return g, dict(default) if bits.get(1) else mag_code(bits, below)
+
+
+# FORMAT.md 3.11: symbol weights on a half-octave scale
+WEIGHTS = [round(2 ** (q / 2 + 2)) for q in range(30)]
+
+
+def table(bits):
+    """A magnitude table (FORMAT.md 3.11) and its frequencies out of 2048."""
+    e, sb = bits.get(3), bits.get(2)
+    if e > 6 or sb > 2 or sb > e:
+        raise ValueError("table shape")
+    nsym = (1 << e) + ((15 - e) << sb)
+    ns = bits.eg0() + 1
+    if ns > nsym:
+        raise ValueError("table symbols")
+    q = [bits.get(5)]
+    for _ in range(ns - 1):
+        q.append(q[-1] + unzigzag(bits.eg0()))
+    if not all(0 <= x <= 29 for x in q):
+        raise ValueError("table weight")
+    w = [WEIGHTS[x] for x in q]
+    f = [max(1, x * 2048 // sum(w)) for x in w]
+    top = f.index(max(f))
+    f[top] += 2048 - sum(f)
+    if f[top] < 1:
+        raise ValueError("table frequencies")
+    cum = [sum(f[:i]) for i in range(ns)]
+    return dict(e=e, sb=sb, ns=ns, nsym=nsym, f=f, cum=cum)
+
+
+def model9(bits):
+    """The model section of an encoding 9 payload (FORMAT.md 3.11)."""
+    g0 = bits.get(7) - 64
+    default = mag_code(bits)
+    kc, gs, ms, tabs = [], [], [], []
+    for c in range(16):
+        kc.append(bits.get(4))
+        gs.append(gap6(bits, c, g0))
+        if bits.get(1):
+            tabs.append(table(bits))
+            ms.append(dict(default))
+        else:
+            tabs.append(None)
+            below = ms[c - 1] if c and tabs[c - 1] is None else None
+            ms.append(dict(default) if bits.get(1) else mag_code(bits, below))
+    return gs, ms, kc, tabs
+
+
+class Rans:
+    """The rANS part at the end of an encoding 9 or 10 payload: a 32-bit
+    state in its last 4 bytes, then bytes read backwards."""
+
+    def __init__(self, payload):
+        if len(payload) < 4:
+            raise ValueError("no rANS state")
+        self.buf, self.p = payload, len(payload) - 4
+        self.x = int.from_bytes(payload[self.p:], "little")
+        if not (1 << 23) <= self.x < (1 << 31):
+            raise ValueError("rANS state out of range")
+
+    def symbol(self, t):
+        slot = self.x & 2047
+        s = bisect.bisect_right(t["cum"], slot) - 1
+        self.x = t["f"][s] * (self.x >> 11) + slot - t["cum"][s]
+        while self.x < (1 << 23):
+            if self.p == 0:
+                raise ValueError("rANS part runs out")
+            self.p -= 1
+            self.x = (self.x << 8) | self.buf[self.p]
+        return s
+
+
+def table_magnitude(bits, rans, t):
+    """A table-coded magnitude: its symbol from the rANS part, then in the
+    bit stream the escape (last symbol) and the raw low bits."""
+    s = rans.symbol(t)
+    if s == t["ns"] - 1:
+        s += bits.eg0()
+        if s >= t["nsym"]:
+            raise ValueError("table symbol out of range")
+    e, sb = t["e"], t["sb"]
+    if s < (1 << e) - 1:
+        return s + 1
+    u = s - ((1 << e) - 1)
+    sh = e + (u >> sb) - sb
+    m = (((1 << sb) | (u & ((1 << sb) - 1))) << sh) + bits.get(sh)
+    if m > 32768:
+        raise ValueError("magnitude too large")
+    return m
 
 
 def headers_compact(bits, g0_bits, g0_bias, class_header):
@@ -228,18 +325,25 @@ def model7(bits):
 
 
 def headers_modelled(bits, model):
-    kn = bits.get(3)
-    n = [eg(bits, kn) for _ in range(16)]
+    if len(model) == 4:  # encodings 9, 10: an order per class
+        n = [eg(bits, k) for k in model[2]]
+    else:
+        kn = bits.get(3)
+        n = [eg(bits, kn) for _ in range(16)]
     return n, model[0], model[1]
 
 
-def sparse(bits, base, enc, model=None):
-    if enc in (7, 8):
+def sparse(bits, base, enc, model=None, payload=None):
+    """The changes of a sparse payload, and the length of its rANS part."""
+    if enc in (7, 8, 9, 10):
         n, gs, ms = headers_modelled(bits, model)
     else:
         n, gs, ms = {1: headers1, 5: headers5, 6: headers6}[enc](bits)
-    # the gap code: Rice(k) in encodings 1 and 5, a level in 6, 7 and 8
-    gap = bits.level if enc in (6, 7, 8) else bits.rice
+    tabs = model[3] if enc in (9, 10) else [None] * 16
+    rans = Rans(payload) if any(n[c] and tabs[c] for c in range(16)) else None
+    deferred = []  # the first 23 table-coded changes: signs in the state
+    # the gap code: Rice(k) in encodings 1 and 5, a level in 6-10
+    gap = bits.level if enc in (6, 7, 8, 9, 10) else bits.rice
     if sum(n) > len(base) or sum(n) > 35760:
         raise ValueError("too many changes")
     out = {}
@@ -270,6 +374,17 @@ def sparse(bits, base, enc, model=None):
             pos.append(members[r])  # IndexError: past the range
         # magnitudes: all equal; plain; or runs of the common one, then
         # the others (encoding 1: m - 1 skipping M; encodings 5, 6: folded)
+        if tabs[c]:
+            for j in range(n[c]):
+                sign = bits.get(1) if len(deferred) >= 23 else None
+                m = table_magnitude(bits, rans, tabs[c])
+                if sign is None:
+                    deferred.append((pos[j], m))
+                    continue
+                if m == 32768 and not sign:
+                    raise ValueError("+32768")
+                out[pos[j]] = newval(base[pos[j]], sign, m)
+            continue
         mm = ms[c]
         common = mm.get("C", mm.get("M"))
         due, run = True, 0
@@ -287,7 +402,7 @@ def sparse(bits, base, enc, model=None):
                 m = common
             else:
                 v = eg(bits, mm["k"])
-                if enc in (5, 6, 7, 8):
+                if enc != 1:
                     m = unfold(v + mm["runs"], common, mm["down"])
                 else:
                     m = v + 1 if (not mm["runs"] or v + 1 < common) else v + 2
@@ -295,7 +410,17 @@ def sparse(bits, base, enc, model=None):
                     raise ValueError("magnitude too large")
                 due = True
             out[pos[j]] = newval(base[pos[j]], sign, m)
-    return out
+    if not rans:
+        return out, 0
+    signs = rans.x - (1 << 23)
+    if not 0 <= signs < (1 << len(deferred)):
+        raise ValueError("rANS final state")
+    for i, (p, m) in enumerate(deferred):
+        sign = (signs >> i) & 1
+        if m == 32768 and not sign:
+            raise ValueError("+32768")
+        out[p] = newval(base[p], sign, m)
+    return out, len(payload) - rans.p
 
 
 def dense(bits, base):
@@ -316,7 +441,7 @@ def check(d, name):
     w = list(base)
     at = 0
     idx = 0
-    models = {}  # frame index -> model carried (encoding 7)
+    models = {}  # frame index -> (encoding, model carried): 7 or 9
     covered = 0
     count = None
     patch_base = None
@@ -342,19 +467,25 @@ def check(d, name):
             assert (tv > bv if flags else bv == 0) and pl == 2 * rl
             vals = struct.unpack("<%dH" % rl, payload)
             w[rb:rb + rl] = vals
-        elif enc in (1, 2, 5, 6, 7, 8):
+        elif enc in (1, 2, 5, 6, 7, 8, 9, 10):
             assert tv > bv
             bits = Bits(payload)
             model = None
-            if enc == 7:
-                model = models[idx] = model7(bits)
-            elif enc == 8:
+            if enc in (7, 9):
+                model = (model7 if enc == 7 else model9)(bits)
+                models[idx] = (enc, model)
+            elif enc in (8, 10):
                 back = bits.eg0()
                 assert back < idx, "model reference before frame 0"
-                model = models[idx - back - 1]  # KeyError: no model there
-            ch = dense(bits, seg) if enc == 2 else sparse(bits, seg, enc, model)
-            assert (bits.pos + 7) // 8 == pl, "payload length"
-            assert bits.get(pl * 8 - bits.pos) == 0, "padding"
+                kind, model = models[idx - back - 1]  # KeyError: no model there
+                assert kind == enc - 1, "a model of the other kind"
+            if enc == 2:
+                ch, tail = dense(bits, seg), 0
+            else:
+                ch, tail = sparse(bits, seg, enc, model, payload)
+            end = pl - tail  # the bit stream ends where the rANS part starts
+            assert (bits.pos + 7) // 8 == end, "payload length"
+            assert bits.get(end * 8 - bits.pos) == 0, "padding"
             for i, v in ch.items():
                 w[rb + i] = v
         else:

@@ -15,6 +15,9 @@ enum kat_kind {
 	KAT_REINIT,  /* KAT_WEIGHTS with a block of weights drawn anew (a
 			re-initialised layer): keyframe-coded frames inside the
 			patch, with FORMAT.md's IN_PATCH flag */
+	KAT_GROW,    /* KAT_RL with steps of more than one 8 times larger in
+			the last third: past the changes a model is planned
+			from, magnitudes beyond its tables' symbols (escapes) */
 };
 
 typedef struct kat_vector {
@@ -29,8 +32,10 @@ typedef struct kat_vector {
 
 /* The first five are encoding 1 vectors (format revision 1), the next
  * five encoding 5 (revision of 2026-11-30), then four of encoding 6 and
- * two of encodings 7 and 8 (a model shared by the frames of a range),
- * which the encoder emits by default (revisions of 2026-12-01). */
+ * two of encodings 7 and 8 (a model shared by the frames of a range;
+ * revisions of 2026-12-01), then three of encodings 9 and 10 (a model
+ * with magnitude tables), which the encoder emits by default (revision
+ * of 2026-12-02). */
 static const kat_vector kat_vectors[] = {
 	{"sparse", 60000, 50000, 1200, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 101},
 	{"dense", 3000, 400000, 600, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 102},
@@ -46,15 +51,20 @@ static const kat_vector kat_vectors[] = {
 	{"edge6", 777, 0, BFP_FRAME_SIZE_MIN, BFP_ENC_F_SPARSE3, KAT_EDGE, 112},
 	{"rl6", 40000, 5000, 1200, BFP_ENC_F_SPARSE3, KAT_RL, 113},
 	{"rl6-jumbo", 30011, 5000, 8900, BFP_ENC_F_SPARSE3, KAT_RL, 114},
-	{"sparse-model", 60000, 50000, 1200, 0, KAT_WEIGHTS, 115},
-	{"rl-model", 40000, 5000, 1200, 0, KAT_RL, 116},
+	{"sparse-model", 60000, 50000, 1200, BFP_ENC_F_SPARSE4, KAT_WEIGHTS, 115},
+	{"rl-model", 40000, 5000, 1200, BFP_ENC_F_SPARSE4, KAT_RL, 116},
+	{"sparse-tab", 60000, 50000, 1200, 0, KAT_WEIGHTS, 117},
+	{"rl-tab", 60000, 5000, 1200, 0, KAT_RL, 118},
+	{"rl-tab-jumbo", 50021, 8000, 8900, 0, KAT_RL, 119},
+	{"grow-tab", 100000, 100000, 1200, 0, KAT_GROW, 120},
 };
 
 /* KAT_RL: exponent field 100..127; a weight of exponent e changes with
  * probability ppm * 2^(118-e) (capped at 90%) by about 2^(118-e) steps,
- * more often fewer than more (all integer arithmetic). */
+ * more often fewer than more (all integer arithmetic); from grow on, by 8
+ * times as many where that is more than one. */
 static inline void kat_rl(uint16_t *base, uint16_t *tgt, size_t n, uint32_t ppm,
-			  uint64_t *s)
+			  size_t grow, uint64_t *s)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint64_t r = t_rand(s);
@@ -78,6 +88,8 @@ static inline void kat_rl(uint16_t *base, uint16_t *tgt, size_t n, uint32_t ppm,
 			mag = w < 12 ? top - (unsigned)((r >> 32) % (top / 2 + 1))
 				     : top + (unsigned)((r >> 32) % (top / 4 + 1));
 		}
+		if (i >= grow && sh > 0)
+			mag *= 8;
 		int step = (r >> 50) & 1 ? -(int)mag : (int)mag;
 		tgt[i] = bfp_unkey((uint16_t)(bfp_key(base[i]) + step));
 	}
@@ -86,8 +98,8 @@ static inline void kat_rl(uint16_t *base, uint16_t *tgt, size_t n, uint32_t ppm,
 static inline void kat_inputs(const kat_vector *v, uint16_t *base, uint16_t *tgt)
 {
 	uint64_t s = v->seed;
-	if (v->kind == KAT_RL) {
-		kat_rl(base, tgt, v->n, v->ppm, &s);
+	if (v->kind == KAT_RL || v->kind == KAT_GROW) {
+		kat_rl(base, tgt, v->n, v->ppm, v->kind == KAT_GROW ? 2 * v->n / 3 : v->n, &s);
 		return;
 	}
 	if (v->kind == KAT_WEIGHTS || v->kind == KAT_REINIT) {

@@ -71,6 +71,8 @@ static void roundtrip_all_sizes(const uint16_t *base, const uint16_t *tgt, size_
 		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_SPARSE3; /* encoding 6 likewise */
 		roundtrip(base, tgt, n, o);
+		o.flags = BFP_ENC_F_SPARSE4; /* encodings 7 and 8 likewise */
+		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_KEYFRAME;
 		o.base_version = 0;
 		roundtrip(NULL == base ? tgt : base, tgt, n, o);
@@ -150,6 +152,20 @@ static void test_nothing_changed_costs_only_headers(void **state)
 	free(b);
 }
 
+/* Weights of one binade, 60% of them one step away; from index two_from
+ * on, every 1000th two steps. */
+static void one_binade(uint16_t *b, uint16_t *t, size_t n, uint64_t s, size_t two_from)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = t_rand(&s);
+		b[i] = (uint16_t)(((r >> 8) & 0x8000u) | (120u << 7) | (r & 0x7Fu));
+		int step = (r >> 20) % 10 < 6 ? ((r >> 30) & 1 ? 1 : -1) : 0;
+		if (i >= two_from && i % 1000 == 0)
+			step = 2;
+		t[i] = bfp_unkey((uint16_t)(bfp_key(b[i]) + step));
+	}
+}
+
 /* Sparse frames are filled to the size limit also where the encoder's
  * gather estimate runs high: weights of one binade, 60% of them one step
  * away (zero gaps run-coded, magnitudes all one: about two bits a change
@@ -160,14 +176,8 @@ static void test_sparse_frames_are_full(void **state)
 	(void)state;
 	size_t n = 300000;
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
-	uint64_t s = 5;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t r = t_rand(&s);
-		b[i] = (uint16_t)(((r >> 8) & 0x8000u) | (120u << 7) | (r & 0x7Fu));
-		int step = (r >> 20) % 10 < 6 ? ((r >> 30) & 1 ? 1 : -1) : 0;
-		t[i] = bfp_unkey((uint16_t)(bfp_key(b[i]) + step));
-	}
-	for (size_t f = 0; f < 4; f++) {
+	one_binade(b, t, n, 5, n);
+	for (size_t f = 0; f < T_SPARSE_N; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
 		o.flags = t_sparse_flags[f];
@@ -176,7 +186,7 @@ static void test_sparse_frames_are_full(void **state)
 		for (size_t i = 0; i + 1 < fr.n; i++) {
 			/* (by default the first frame carries the model) */
 			assert_int_equal(fr.buf[fr.off[i] + 5],
-					 f || i ? t_sparse_encs[f] : BFP_ENC_MODEL);
+					 i ? t_sparse_encs[f] : t_sparse_first[f]);
 			if (t_frame_len(&fr, i) < 1200 - 1200 / 64)
 				fail_msg("frame %zu of %zu: %zu bytes", i, fr.n, t_frame_len(&fr, i));
 		}
@@ -187,23 +197,23 @@ static void test_sparse_frames_are_full(void **state)
 	free(t);
 }
 
-/* FORMAT.md 3.10. Two ranges encoded by default: each range's
- * first frame carries its model (encoding 7), the others refer to it (8).
- * A frame of encoding 8 is rejected with BFP_E_NO_MODEL, the weights
- * untouched, by a decoder that holds no model or another range's; it
- * decodes once its model is loaded. Applied in reverse order, each frame
- * after loading its model from the frames by index, the patch gives the
- * target exactly. */
-static void test_model_frames_need_their_model(void **state)
+/* FORMAT.md 3.10, 3.11. Two ranges encoded with shared models (f: the
+ * default, encodings 9 and 10, or 7 and 8): each range's first frame
+ * carries its model, the others refer to it. A frame that refers to a
+ * model is rejected with BFP_E_NO_MODEL, the weights untouched, by a
+ * decoder that holds no model or another range's; it decodes once its
+ * model is loaded. Applied in reverse order, each frame after loading its
+ * model from the frames by index, the patch gives the target exactly.
+ * Returns the frames. */
+static t_frames model_frames_need_their_model(size_t f)
 {
-	(void)state;
 	size_t n = 200000;
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2), *w = malloc(n * 2);
 	uint64_t s = 21;
 	t_weights_changed(b, t, n, 30000, &s);
 	t_frames fr = {0};
 	bfp_encode_opts o = opts(1200);
-	o.flags = BFP_ENC_F_NO_DENSE;
+	o.flags = BFP_ENC_F_NO_DENSE | t_sparse_flags[f];
 	assert_int_equal(t_encode(&o, b, t, n, 0, n / 2, &fr), BFP_OK);
 	const size_t second = fr.n;
 	o.first_index = (uint32_t)second;
@@ -215,7 +225,7 @@ static void test_model_frames_need_their_model(void **state)
 		fp[i] = fr.buf + fr.off[i];
 		fl[i] = (uint32_t)t_frame_len(&fr, i);
 		uint32_t mi = 0;
-		const uint8_t want = (i == 0 || i == second) ? BFP_ENC_MODEL : BFP_ENC_MODELLED;
+		const uint8_t want = (i == 0 || i == second) ? t_sparse_first[f] : t_sparse_encs[f];
 		assert_int_equal(fp[i][5], want);
 		assert_int_equal(bfp_frame_model_index(fp[i], fl[i], &mi), BFP_OK);
 		assert_int_equal(mi, i < second ? 0 : second);
@@ -258,10 +268,61 @@ static void test_model_frames_need_their_model(void **state)
 	assert_words_equal(w, b, n);
 	free(fp);
 	free(fl);
-	t_frames_free(&fr);
 	free(b);
 	free(t);
 	free(w);
+	return fr;
+}
+
+static void test_model_frames_need_their_model(void **state)
+{
+	(void)state;
+	t_frames v2 = model_frames_need_their_model(0), v1 = model_frames_need_their_model(1);
+	/* the model of a frame of encoding 7 does not serve a frame of
+	 * encoding 10 that refers to a frame of the same index, nor one of 9
+	 * a frame of 8 */
+	static bfp_decoder d;
+	static uint16_t w[200000];
+	bfp_apply_opts ao = aopts();
+	assert_int_equal(bfp_decoder_init(&d, 0), BFP_OK);
+	assert_int_equal(bfp_decoder_load_model(&d, v1.buf, t_frame_len(&v1, 0)), BFP_OK);
+	assert_int_equal(bfp_decode_apply(&d, &ao, v2.buf + v2.off[1], t_frame_len(&v2, 1), w,
+					  200000, NULL),
+			 BFP_E_NO_MODEL);
+	assert_int_equal(bfp_decoder_load_model(&d, v2.buf, t_frame_len(&v2, 0)), BFP_OK);
+	assert_int_equal(bfp_decode_apply(&d, &ao, v1.buf + v1.off[1], t_frame_len(&v1, 1), w,
+					  200000, NULL),
+			 BFP_E_NO_MODEL);
+	t_frames_free(&v1);
+	t_frames_free(&v2);
+}
+
+/* A model is planned from the changes at the start of a range; a change
+ * after them that its codes cannot say (here a two-step change in a class
+ * whose planned changes were all single steps) ends the frame before it,
+ * and the next frame carries a new model. Found by a known-answer vector:
+ * the encoder had coded such a change as a single step, and the frame
+ * failed its hash. */
+static void test_model_codes_take_changes_past_the_plan(void **state)
+{
+	(void)state;
+	size_t n = 150000;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
+	one_binade(b, t, n, 23, 100001);
+	for (size_t f = 0; f < 2; f++) {
+		t_frames fr = {0};
+		bfp_encode_opts o = opts(1200);
+		o.flags = t_sparse_flags[f] | BFP_ENC_F_NO_DENSE;
+		roundtrip(b, t, n, o);
+		assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
+		size_t models = 0;
+		for (size_t i = 0; i < fr.n; i++)
+			models += fr.buf[fr.off[i] + 5] == t_sparse_first[f];
+		assert_true(models >= 2);
+		t_frames_free(&fr);
+	}
+	free(b);
+	free(t);
 }
 
 /* bfp_frame_stats splits a sparse frame's bits by class: the changes of
@@ -276,7 +337,8 @@ static void test_frame_stats_by_class(void **state)
 	uint64_t s = 11;
 	t_weights_changed(b, t, n, 30000, &s);
 	static bfp_decoder dec;
-	for (size_t f = 0; f < 4; f++) {
+	assert_int_equal(bfp_decoder_init(&dec, 0), BFP_OK);
+	for (size_t f = 0; f < T_SPARSE_N; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
 		o.flags = t_sparse_flags[f] | BFP_ENC_F_NO_DENSE;
@@ -290,7 +352,7 @@ static void test_frame_stats_by_class(void **state)
 			uint64_t sum_h = 0, sum_p = 0, sum_v = 0;
 			assert_int_equal(bfp_frame_parse(p, t_frame_len(&fr, i), &h), BFP_OK);
 			assert_int_equal(bfp_frame_stats_get(&dec, p, t_frame_len(&fr, i), &st), BFP_OK);
-			assert_int_equal(st.encoding, f || i ? t_sparse_encs[f] : BFP_ENC_MODEL);
+			assert_int_equal(st.encoding, i ? t_sparse_encs[f] : t_sparse_first[f]);
 			for (uint64_t x = h.range_begin; x < h.range_begin + h.range_len; x++) {
 				unsigned e = (b[x] >> 7) & 0xFF;
 				if (b[x] != t[x])
@@ -357,8 +419,8 @@ static void test_keyframe_coded_patch_frames_say_in_patch(void **state)
 	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
 	uint64_t s = 11;
 	t_weights_changed(b, t, n, 20000, &s);
-	for (size_t i = 2 * n / 5; i < 3 * n / 5; i++)
-		t[i] = t_weight(&s);
+	for (size_t i = 2 * n / 5; i < 3 * n / 5; i++) /* any bit pattern */
+		t[i] = (uint16_t)(t_rand(&s) >> 20);
 	bfp_encode_opts o = opts(1200);
 	t_frames f = {0};
 	assert_int_equal(t_encode(&o, b, t, n, 0, n, &f), BFP_OK);
@@ -1100,7 +1162,7 @@ static void test_reject_corrupt_payload_under_valid_crc(void **state)
 	corrupt_payloads(frame, frame_len);
 	/* the same for frames of the other self-contained sparse encodings */
 	static bfp_encoder enc;
-	for (size_t f = 2; f < 4; f++) {
+	for (size_t f = 3; f < T_SPARSE_N; f++) {
 		bfp_encode_opts o = opts(1200);
 		o.flags = t_sparse_flags[f];
 		size_t len;
@@ -1109,20 +1171,23 @@ static void test_reject_corrupt_payload_under_valid_crc(void **state)
 		assert_int_equal(p[5], t_sparse_encs[f]);
 		corrupt_payloads(p, len);
 	}
-	/* and for a frame that carries a model (7), then one that refers to
-	 * it (8), with that model loaded */
-	bfp_encode_opts o = opts(BFP_FRAME_SIZE_MIN); /* two frames at least */
-	uint8_t p8[BFP_FRAME_SIZE_MAX];
-	size_t len, len8;
-	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
-	assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &len), BFP_OK);
-	assert_int_equal(p[5], BFP_ENC_MODEL);
-	bfp_status st8 = bfp_encode_next(&enc, p8, sizeof(p8), &len8);
-	corrupt_payloads(p, len);
-	assert_int_equal(st8, BFP_OK);
-	assert_int_equal(p8[5], BFP_ENC_MODELLED);
-	assert_int_equal(bfp_decoder_load_model(&rdec, p, len), BFP_OK);
-	corrupt_payloads(p8, len8);
+	/* and for a frame that carries a model (9, 7), then one that refers
+	 * to it (10, 8), with that model loaded */
+	for (size_t f = 0; f < 2; f++) {
+		bfp_encode_opts o = opts(BFP_FRAME_SIZE_MIN); /* two frames at least */
+		uint8_t p8[BFP_FRAME_SIZE_MAX];
+		size_t len, len8;
+		o.flags = t_sparse_flags[f];
+		assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
+		assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &len), BFP_OK);
+		assert_int_equal(p[5], t_sparse_first[f]);
+		bfp_status st8 = bfp_encode_next(&enc, p8, sizeof(p8), &len8);
+		corrupt_payloads(p, len);
+		assert_int_equal(st8, BFP_OK);
+		assert_int_equal(p8[5], t_sparse_encs[f]);
+		assert_int_equal(bfp_decoder_load_model(&rdec, p, len), BFP_OK);
+		corrupt_payloads(p8, len8);
+	}
 	/* a payload shortened by one byte (header length adjusted) */
 	memcpy(p, frame, frame_len);
 	put32(p + 44, (uint32_t)(frame_len - BFP_HEADER_SIZE - 1));
@@ -1465,6 +1530,7 @@ int main(void)
 		cmocka_unit_test(test_sparse_frames_are_full),
 		cmocka_unit_test(test_frame_stats_by_class),
 		cmocka_unit_test(test_model_frames_need_their_model),
+		cmocka_unit_test(test_model_codes_take_changes_past_the_plan),
 		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
 		cmocka_unit_test(test_hash_loops_agree),

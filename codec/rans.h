@@ -1,0 +1,180 @@
+/*
+ * rans.h: the magnitude tables of encodings 9 and 10 (FORMAT.md 3.11) and
+ * the rANS coder their symbols go through. A table maps each magnitude to
+ * a symbol (small magnitudes one each, larger ones by bit length and the
+ * bits after the leading one) and gives each symbol a frequency out of
+ * 2^11, derived with integer arithmetic from weights on a half-octave
+ * scale. The rANS state is 32 bits, renormalised a byte at a time; its
+ * bytes fill the end of the payload, read backwards, and the state it
+ * starts from carries the signs of the first table-coded changes.
+ */
+#ifndef BFP_RANS_H
+#define BFP_RANS_H
+
+#include "internal.h"
+
+#define BFP_RANS_BITS 11u
+#define BFP_RANS_M (1u << BFP_RANS_BITS)
+#define BFP_RANS_L (1u << 23)     /* states lie in [L, 256 L) */
+#define BFP_RANS_SIGNS 23u        /* signs carried by the initial state */
+#define BFP_TAB_EMAX 6u           /* magnitudes below 2^e one symbol each */
+#define BFP_TAB_SBMAX 2u          /* 2^sb symbols per larger bit length */
+#define BFP_TAB_SYMS 100u         /* symbols of e = 6, sb = 2 */
+#define BFP_TAB_QMAX 29u
+
+/* A class's magnitude table as a model carries it. */
+typedef struct bfp_mtab {
+	uint8_t on;  /* 1: the class's magnitudes are table-coded */
+	uint8_t e, sb;
+	uint8_t ns;  /* symbols 0..ns-1; ns-1 also stands for the ones above */
+	uint8_t q[BFP_TAB_SYMS];
+} bfp_mtab;
+
+/* The tables of a model, ready to code with: frequencies, cumulative
+ * frequencies, the decoder's slot-to-symbol map and the encoder's costs
+ * in 1/256 bit (never below the exact cost). */
+typedef struct bfp_rtab {
+	uint16_t f[BFP_CLASSES][BFP_TAB_SYMS];
+	uint16_t c[BFP_CLASSES][BFP_TAB_SYMS];
+	uint16_t cost[BFP_CLASSES][BFP_TAB_SYMS];
+	uint8_t slot[BFP_CLASSES][BFP_RANS_M];
+} bfp_rtab;
+
+/* Symbol count of a table of parameters e, sb (e >= sb): 2^e - 1 single
+ * magnitudes, then 2^sb symbols for each bit length from e + 1 to 15, and
+ * one for 32768. */
+static inline unsigned bfp_tab_nsym(unsigned e, unsigned sb)
+{
+	return (1u << e) + ((15u - e) << sb);
+}
+
+/* Symbol of magnitude m (1..32768); *nraw low bits *raw follow it. */
+static inline unsigned bfp_tab_sym(unsigned m, unsigned e, unsigned sb, unsigned *nraw,
+				   uint32_t *raw)
+{
+	if (m < (1u << e)) {
+		*nraw = 0;
+		*raw = 0;
+		return m - 1;
+	}
+	const unsigned j = bfp_bitlen32(m) - 1, sh = j - sb;
+	*nraw = sh;
+	*raw = m & ((1u << sh) - 1);
+	return (1u << e) - 1 + ((j - e) << sb) + ((m >> sh) & ((1u << sb) - 1));
+}
+
+/* The magnitude of symbol s (< bfp_tab_nsym) before its raw bits, and
+ * how many raw bits follow (they are added to the returned value). */
+static inline uint32_t bfp_tab_base(unsigned s, unsigned e, unsigned sb, unsigned *nraw)
+{
+	const unsigned single = (1u << e) - 1;
+	if (s < single) {
+		*nraw = 0;
+		return s + 1;
+	}
+	const unsigned u = s - single, j = e + (u >> sb), sh = j - sb;
+	*nraw = sh;
+	return (((1u << sb) | (u & ((1u << sb) - 1))) << sh);
+}
+
+/* Symbol weights: round(2^(q/2 + 2)), q = 0..29. */
+static const uint32_t bfp_tab_w[BFP_TAB_QMAX + 1] = {
+	4,     6,     8,     11,    16,    23,    32,    45,    64,    91,
+	128,   181,   256,   362,   512,   724,   1024,  1448,  2048,  2896,
+	4096,  5793,  8192,  11585, 16384, 23170, 32768, 46341, 65536, 92682};
+
+/* Frequencies of a table (FORMAT.md 3.11): each weight's share of 2^11,
+ * rounded down, at least 1; the first largest takes up the difference.
+ * 0 when that leaves it below 1 (the table is invalid). */
+static inline int bfp_tab_freqs(const bfp_mtab *t, uint16_t *f)
+{
+	uint32_t s = 0, sum = 0;
+	unsigned top = 0;
+	for (unsigned i = 0; i < t->ns; i++)
+		s += bfp_tab_w[t->q[i]];
+	for (unsigned i = 0; i < t->ns; i++) {
+		uint32_t v = bfp_tab_w[t->q[i]] * BFP_RANS_M / s;
+		v = v ? v : 1;
+		f[i] = (uint16_t)v;
+		sum += v;
+		if (v > f[top])
+			top = i;
+	}
+	int32_t adj = (int32_t)f[top] + (int32_t)BFP_RANS_M - (int32_t)sum;
+	if (adj < 1)
+		return 0;
+	f[top] = (uint16_t)adj;
+	return 1;
+}
+
+/* floor(256 log2 v) or a little less, v >= 1, integer arithmetic only. */
+static inline unsigned bfp_log2_fp8(uint32_t v)
+{
+	const unsigned ip = bfp_bitlen32(v) - 1;
+	uint64_t x = (uint64_t)v << (31 - ip); /* v / 2^ip in Q31, in [1, 2) */
+	unsigned frac = 0;
+	for (unsigned i = 0; i < 8; i++) {
+		x = (x * x) >> 31;
+		frac <<= 1;
+		if (x >= (2ull << 31)) {
+			x >>= 1;
+			frac |= 1;
+		}
+	}
+	return ip * 256 + frac;
+}
+
+/* Fill t's class c from table m (valid: bfp_tab_freqs gave 1). */
+static inline void bfp_rtab_build(const bfp_mtab *m, bfp_rtab *t, unsigned c)
+{
+	uint16_t *f = t->f[c], *cu = t->c[c];
+	unsigned at = 0;
+	(void)bfp_tab_freqs(m, f);
+	for (unsigned s = 0; s < m->ns; s++) {
+		cu[s] = (uint16_t)at;
+		t->cost[c][s] = (uint16_t)(BFP_RANS_BITS * 256 - bfp_log2_fp8(f[s]));
+		BFP_MEMSET(t->slot[c] + at, (int)s, f[s]);
+		at += f[s];
+	}
+}
+
+/* ---- encoder: symbols go in backwards; bytes come out forwards and
+ * are read back from the end ---- */
+static inline void bfp_rans_put(uint32_t *x, uint8_t **out, unsigned f, unsigned c)
+{
+	const uint32_t xmax = (uint32_t)f << (23 - BFP_RANS_BITS + 8);
+	uint32_t v = *x;
+	while (v >= xmax) {
+		*(*out)++ = (uint8_t)v;
+		v >>= 8;
+	}
+	*x = ((v / f) << BFP_RANS_BITS) + v % f + c;
+}
+
+/* ---- decoder ---- */
+typedef struct bfp_rd {
+	const uint8_t *buf;
+	size_t p;    /* bytes below the next one to read: buf[p - 1] is next */
+	uint32_t x;
+	int err;
+} bfp_rd;
+
+static inline unsigned bfp_rans_get(bfp_rd *d, const uint8_t *slot, const uint16_t *f,
+				    const uint16_t *cu)
+{
+	uint32_t x = d->x;
+	const unsigned sl = x & (BFP_RANS_M - 1), s = slot[sl];
+	x = f[s] * (x >> BFP_RANS_BITS) + sl - cu[s];
+	while (x < BFP_RANS_L) { /* at most twice: x >= 2^12 here */
+		if (BFP_UNLIKELY(d->p == 0)) {
+			d->err = 1;
+			x = BFP_RANS_L;
+			break;
+		}
+		x = (x << 8) | d->buf[--d->p];
+	}
+	d->x = x;
+	return s;
+}
+
+#endif
