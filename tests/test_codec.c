@@ -1455,6 +1455,243 @@ static void test_reject_sparse6_rules(void **state)
 	assert_int_equal(crafted(&t, BFP_ENC_SPARSE2, NULL), BFP_E_CORRUPT);
 }
 
+/* FORMAT.md 3.11, written out for the test: a table's frequencies, a
+ * magnitude's symbol, and rANS coding. */
+typedef struct ttab {
+	unsigned e, sb, ns;
+	int q[100];
+	uint32_t f[100], cum[100];
+} ttab;
+
+static int ttab_freqs(ttab *t)
+{
+	static const uint32_t w[30] = {4,     6,     8,     11,    16,    23,    32,    45,
+				       64,    91,    128,   181,   256,   362,   512,   724,
+				       1024,  1448,  2048,  2896,  4096,  5793,  8192,  11585,
+				       16384, 23170, 32768, 46341, 65536, 92682};
+	uint32_t sum = 0, tot = 0;
+	unsigned top = 0;
+	for (unsigned i = 0; i < t->ns; i++)
+		sum += w[t->q[i]];
+	for (unsigned i = 0; i < t->ns; i++) {
+		t->f[i] = w[t->q[i]] * 2048 / sum;
+		t->f[i] += t->f[i] == 0;
+		top = t->f[i] > t->f[top] ? i : top;
+		tot += t->f[i];
+	}
+	if ((int64_t)t->f[top] + 2048 - tot < 1)
+		return 0;
+	t->f[top] = t->f[top] + 2048 - tot;
+	for (unsigned i = 0, c = 0; i < t->ns; c += t->f[i], i++)
+		t->cum[i] = c;
+	return 1;
+}
+
+/* An encoding 9 payload over the crafted range: g0 0, default code "all
+ * one", every class plain gaps at the predicted level, the default
+ * magnitude code, count order 0; class 0 has table tb and n changes
+ * (gaps 0) of magnitudes mag[] (sign = neg[]), coded with tb's shape and
+ * frequencies (out of its rules, where they still work out; a table whose
+ * frequencies do not goes with n 0); esc_extra is added to every escape;
+ * state_add to the rANS initial state (or state_set replaces its final
+ * one); gap_bytes stray bytes sit between the bit stream and the rANS
+ * part. */
+typedef struct t9 {
+	ttab tb;
+	unsigned n;
+	unsigned mag[40], neg[40];
+	unsigned esc_extra, gap_bytes;
+	uint32_t state_add, state_set;
+} t9;
+
+static void teg0(tbits *t, uint32_t v);
+
+static unsigned tsym(const ttab *tb, unsigned m, unsigned *nraw)
+{
+	if (m < (1u << tb->e)) {
+		*nraw = 0;
+		return m - 1;
+	}
+	unsigned j = 0;
+	while ((m >> (j + 1)) != 0)
+		j++;
+	*nraw = j - tb->sb;
+	return (1u << tb->e) - 1 + ((j - tb->e) << tb->sb) +
+	       ((m >> (j - tb->sb)) & ((1u << tb->sb) - 1));
+}
+
+static void payload9(tbits *t, const t9 *x)
+{
+	uint8_t tail[64];
+	unsigned sym[40], nt = 0;
+	uint32_t signs = 0;
+	ttab tb = x->tb;
+	memset(t, 0, sizeof(*t));
+	assert_true(ttab_freqs(&tb) || x->n == 0);
+	tput(t, 64, 7);          /* g0 = 0 */
+	teg0(t, 0);              /* default: C = 1 */
+	tput(t, 3, 2);           /* runs, all */
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		tput(t, 0, 4);   /* kc */
+		tput(t, 0, 1);   /* gr */
+		teg0(t, 0);      /* the predicted level */
+		tput(t, c == 0, 1);
+		if (c) {
+			tput(t, 1, 1); /* the default magnitude code */
+			continue;
+		}
+		tput(t, x->tb.e, 3);
+		tput(t, x->tb.sb, 2);
+		teg0(t, x->tb.ns - 1);
+		tput(t, (unsigned)x->tb.q[0], 5);
+		for (unsigned i = 1; i < x->tb.ns; i++) {
+			int d = x->tb.q[i] - x->tb.q[i - 1];
+			teg0(t, d >= 0 ? 2u * (unsigned)d : 2u * (unsigned)(-d) - 1);
+		}
+	}
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		teg0(t, c ? 0 : x->n); /* counts in EG0 (order 0) */
+	for (unsigned j = 0; j < x->n; j++)
+		tput(t, 1, 1); /* gap 0 at level 0: Rice(0) */
+	for (unsigned j = 0; j < x->n; j++) {
+		unsigned nraw, s = tsym(&tb, x->mag[j], &nraw), top = tb.ns - 1;
+		if (nt < 23)
+			signs |= x->neg[j] << nt;
+		else
+			tput(t, x->neg[j], 1);
+		nt++;
+		if (s >= top)
+			teg0(t, s - top + x->esc_extra);
+		tput(t, x->mag[j], nraw);
+		sym[j] = s < top ? s : top;
+	}
+	t->n = (t->n + 7) / 8 * 8;
+	if (!x->n)
+		return;
+	for (unsigned i = 0; i < x->gap_bytes; i++)
+		tput(t, 0x5A, 8);
+	uint32_t st = x->state_set ? x->state_set : (1u << 23) + signs + x->state_add;
+	size_t k = 0;
+	for (unsigned j = x->n; j-- > 0;) {
+		uint32_t f = tb.f[sym[j]];
+		while (st >= (f << 20)) {
+			tail[k++] = (uint8_t)st;
+			st >>= 8;
+		}
+		st = ((st / f) << 11) + st % f + tb.cum[sym[j]];
+	}
+	for (size_t i = 0; i < k; i++)
+		tput(t, tail[i], 8);
+	tput(t, x->state_set ? x->state_set : st, 32);
+}
+
+/* FORMAT.md 3.11: the rules of encoding 9's tables and rANS part, each
+ * on a payload that differs from a well-formed one by that rule only. */
+/* The status of the stats of y's encoding 9 payload. */
+static void expect9(const t9 *y, bfp_status want)
+{
+	tbits t;
+	bfp_frame_stats fs;
+	payload9(&t, y);
+	assert_int_equal(crafted(&t, BFP_ENC_MODEL2, &fs), want);
+}
+
+static void test_reject_sparse9_rules(void **state)
+{
+	(void)state;
+	tbits t;
+	bfp_frame_stats fs;
+	static const unsigned mags[30] = {1, 2, 3, 4, 5, 1, 1, 2, 7, 300, 1, 2, 1, 3, 2,
+					  1, 1, 32768, 2, 1, 4, 1, 9, 1, 2, 32768, 1, 2, 3, 1};
+	t9 x = {.tb = {.e = 2, .sb = 1, .ns = 4, .q = {20, 18, 16, 10}}, .n = 30};
+	assert_true(ttab_freqs(&x.tb));
+	for (unsigned j = 0; j < x.n; j++) {
+		x.mag[j] = mags[j];
+		x.neg[j] = mags[j] == 32768 || (j * 7) % 3 == 0;
+	}
+	/* well formed: escapes, raw bits, -32768 with its sign in the state
+	 * (change 17) and in the bit stream (25) */
+	payload9(&t, &x);
+	assert_int_equal(crafted(&t, BFP_ENC_MODEL2, &fs), BFP_OK);
+	assert_int_equal(fs.n_changes, 30);
+	assert_int_equal(fs.class_changes[0], 30);
+	/* each shape rule on a table whose payload decodes otherwise (30
+	 * single steps, one symbol each): e above 6; sb above 2; sb above e;
+	 * more symbols than the shape has (e 0, sb 0: 16) */
+	t9 one = x;
+	for (unsigned j = 0; j < one.n; j++)
+		one.mag[j] = 1;
+	static const unsigned shapes[4][3] = {{7, 1, 4}, {3, 3, 4}, {1, 2, 4}, {0, 0, 17}};
+	for (unsigned i = 0; i < 4; i++) {
+		t9 y = one;
+		y.tb.e = shapes[i][0];
+		y.tb.sb = shapes[i][1];
+		y.tb.ns = shapes[i][2];
+		for (unsigned k = 0; k < y.tb.ns; k++)
+			y.tb.q[k] = 10 + (int)k % 3;
+		expect9(&y, BFP_E_CORRUPT);
+	}
+	/* a weight of 30, and one below 0 (the weights would be out of the
+	 * table: kept as a rule of their own) */
+	t9 y = one;
+	y.n = 0;
+	y.tb.q[0] = 30;
+	expect9(&y, BFP_E_CORRUPT);
+	y.tb.q[0] = 20;
+	y.tb.q[3] = -1;
+	expect9(&y, BFP_E_CORRUPT);
+	/* weights whose frequencies leave the largest below 1: 40 symbols of
+	 * weight 29 and 60 of weight 0 (each rounded up to 1); no changes */
+	y = x;
+	y.tb.e = 6;
+	y.tb.sb = 2;
+	y.tb.ns = 100;
+	for (unsigned i = 0; i < 100; i++)
+		y.tb.q[i] = i < 40 ? 29 : 0;
+	assert_false(ttab_freqs(&y.tb));
+	y.n = 0;
+	expect9(&y, BFP_E_CORRUPT);
+	y.tb.ns = 90; /* (with 50 of weight 0 they do) */
+	assert_true(ttab_freqs(&y.tb));
+	expect9(&y, BFP_OK);
+	/* an escape past the last symbol of the shape (30 for e 2, sb 1;
+	 * its magnitude would be past 32768 too; the rule bounds the raw
+	 * bits that follow) */
+	y = x;
+	y.esc_extra = 26;
+	expect9(&y, BFP_E_CORRUPT);
+	/* a magnitude above 32768: the last symbol with raw bits not 0 */
+	y = x;
+	y.mag[9] = 32769;
+	expect9(&y, BFP_E_CORRUPT);
+	/* +32768, its sign in the state, then in the bit stream */
+	y = x;
+	y.neg[17] = 0;
+	expect9(&y, BFP_E_CORRUPT);
+	y = x;
+	y.neg[25] = 0;
+	expect9(&y, BFP_E_CORRUPT);
+	/* the rANS state: below 2^23, at 2^31 */
+	y = x;
+	y.n = 1;
+	y.state_set = (1u << 23) - 1;
+	expect9(&y, BFP_E_CORRUPT);
+	y.state_set = 1u << 31;
+	expect9(&y, BFP_E_CORRUPT);
+	/* the decoding ends at another state than 2^23 plus the signs: one
+	 * more than 23 signs' worth */
+	y = x;
+	y.state_add = 1u << 23;
+	expect9(&y, BFP_E_CORRUPT);
+	/* a byte between the bit stream and the rANS part */
+	y = x;
+	y.gap_bytes = 1;
+	expect9(&y, BFP_E_CORRUPT);
+	/* the same payload is not a valid encoding 7 */
+	payload9(&t, &x);
+	assert_int_equal(crafted(&t, BFP_ENC_MODEL, &fs), BFP_E_CORRUPT);
+}
+
 static void test_reject_wrong_target_hash(void **state)
 {
 	(void)state;
@@ -1556,6 +1793,7 @@ int main(void)
 		cmocka_unit_test_setup(test_reject_corrupt_payload_under_valid_crc, reject_setup),
 		cmocka_unit_test_setup(test_reject_sparse5_rules, reject_setup),
 		cmocka_unit_test_setup(test_reject_sparse6_rules, reject_setup),
+		cmocka_unit_test_setup(test_reject_sparse9_rules, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_target_hash, reject_setup),
 		cmocka_unit_test_setup(test_check_target_detects_applied_frames, reject_setup),
 		cmocka_unit_test_setup(test_set_index_reseals_the_frame, reject_setup),
