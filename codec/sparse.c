@@ -1536,6 +1536,17 @@ static __attribute__((noinline)) int read_steps_tab(bfp_br *rd, bfp_rd *a, const
 	return 1;
 }
 
+/* Stats: the bits n table-coded magnitudes cost in the rANS part (their
+ * symbols' costs, rounded). */
+static uint64_t tab_value_bits(const bfp_mtab *t, const uint16_t *cost, const uint16_t *step,
+			       uint32_t n)
+{
+	uint64_t r256 = 0;
+	for (uint32_t j = 0; j < n; j++)
+		(void)tab_bits_of(t, cost, bfp_mag(step[j]), &r256);
+	return (r256 + 128) / 256;
+}
+
 /* Encodings 9 and 10: the rANS part ends the payload with its state. */
 static int tail_open(const bfp_br *r, bfp_rd *a)
 {
@@ -1582,6 +1593,7 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 	const int v2 = enc != BFP_ENC_SPARSE;
 	const int modelled = bfp_encoding_has_model(enc), tabs = enc_v2(enc);
 	uint32_t nt = 0, ntab = 0, defer[BFP_RANS_SIGNS];
+	uint64_t rbits = 0; /* stats: bits the rANS part's symbols and signs cost */
 	bfp_rd a = {0};
 
 	BFP_MEMSET(gs, 0, sizeof(gs));
@@ -1636,9 +1648,6 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 		if (st)
 			st->class_position_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
 		t0 = bfp_br_tell(r);
-		/* rANS bytes read for the class count as its value bits; the
-		 * state's 4 go to the first table-coded class */
-		const size_t p0 = a.p;
 		const uint32_t nt0 = ntab;
 		if (tabs && n[c] && model->tab[c].on)
 			BFP_CHECK(read_steps_tab(r, &a, &model->tab[c], rt, c, n[c], steps + start[c],
@@ -1647,8 +1656,15 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 		else
 			BFP_CHECK(read_steps(r, v2, &ms[c], n[c], steps + start[c]), BFP_E_CORRUPT);
 		if (st) {
-			const uint64_t tb = ntab > nt0 ? (uint64_t)(p0 - a.p + (nt0 ? 0 : 4)) * 8 : 0;
-			st->class_value_bits[c] = (uint32_t)(bfp_br_tell(r) - t0 + tb);
+			st->class_value_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
+			if (ntab > nt0) {
+				const uint64_t b = tab_value_bits(&model->tab[c], rt->cost[c],
+								  steps + start[c], n[c]) +
+						   (ntab < BFP_RANS_SIGNS ? ntab : BFP_RANS_SIGNS) -
+						   (nt0 < BFP_RANS_SIGNS ? nt0 : BFP_RANS_SIGNS);
+				st->class_value_bits[c] += (uint32_t)b;
+				rbits += b;
+			}
 			st->position_bits += st->class_position_bits[c];
 			st->value_bits += st->class_value_bits[c];
 		}
@@ -1656,6 +1672,19 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 	if (nt) {
 		BFP_CHECK(tail_close(&a, nt, defer, steps), BFP_E_CORRUPT);
 		*tail = r->len - a.p;
+		/* what the rANS part takes beyond its symbols' costs and the
+		 * signs it carries (about the state's 4 bytes less those
+		 * signs) goes to the first table-coded class */
+		if (st) {
+			unsigned c = 0;
+			while (!(n[c] && model->tab[c].on))
+				c++;
+			const int64_t over = (int64_t)*tail * 8 - (int64_t)rbits;
+			const int64_t v = (int64_t)st->class_value_bits[c] + over;
+			st->value_bits = (uint32_t)((int64_t)st->value_bits - st->class_value_bits[c] +
+						    (v > 0 ? v : 0));
+			st->class_value_bits[c] = (uint32_t)(v > 0 ? v : 0);
+		}
 	}
 	if (st)
 		st->n_changes = (uint32_t)total;
