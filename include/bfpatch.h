@@ -60,7 +60,7 @@ typedef enum bfp_status {
 	BFP_E_UNSUPPORTED = -15, /* feature not compiled in (e.g. zstd) */
 	BFP_E_MANIFEST = -16,    /* manifest invalid */
 	BFP_E_LENGTH = -17,      /* frame length differs from header */
-	BFP_E_NO_MODEL = -18,    /* encoding 8 frame without its model loaded
+	BFP_E_NO_MODEL = -18,    /* encoding 8 or 10 frame without its model loaded
 				    (bfp_decoder_load_model) */
 } bfp_status;
 
@@ -412,21 +412,22 @@ BFP_API bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 				  const uint16_t *weights, uint64_t n_params,
 				  int *at_target);
 
-/* Frames of encoding 8 are coded with the model (code parameters) that an
- * earlier frame of encoding 7 of the same patch carries (FORMAT.md 3.10).
- * bfp_frame_model_index gives the index of that frame (for encoding 7 the
- * frame's own index; BFP_E_UNSUPPORTED for other encodings); after the
- * header checks of bfp_frame_parse. bfp_decoder_load_model parses and
- * checks an encoding 7 frame (header, CRC, model) and keeps its model in
- * dec for the frames of encoding 8 that refer to it; decoding an encoding
- * 7 frame successfully loads its model too. A frame of encoding 8 whose
- * model is not the one loaded is rejected with BFP_E_NO_MODEL. */
+/* Frames of encoding 10 (8) are coded with the model (code parameters,
+ * tables) that an earlier frame of encoding 9 (7) of the same patch
+ * carries (FORMAT.md 3.10, 3.11). bfp_frame_model_index gives the index
+ * of that frame (for encodings 9 and 7 the frame's own index;
+ * BFP_E_UNSUPPORTED for other encodings); after the header checks of
+ * bfp_frame_parse. bfp_decoder_load_model parses and checks a frame of
+ * encoding 9 or 7 (header, CRC, model) and keeps its model in dec for the
+ * frames that refer to it; decoding such a frame successfully loads its
+ * model too. A frame of encoding 10 or 8 whose model is not the one
+ * loaded is rejected with BFP_E_NO_MODEL. */
 BFP_API bfp_status bfp_frame_model_index(const void *frame, size_t frame_len,
 				 uint32_t *index);
 BFP_API bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame,
 				  size_t frame_len);
 /* For a receiver that holds a patch's frames by index: if frame is of
- * encoding 8 and dec does not hold its model, load it from
+ * encoding 10 or 8 and dec does not hold its model, load it from
  * frames[model index] (lens[] their lengths, NULL where missing).
  * BFP_E_NO_MODEL when that frame is missing or is not the model's; BFP_OK
  * (nothing to do) for other encodings and for frames whose reference the
