@@ -728,7 +728,7 @@ static int tab_try(const mag_hist *h, unsigned e, unsigned sb, bfp_mtab *t, uint
 		raw += (uint64_t)h->one[m] * nraw;
 	}
 	for (unsigned j = 6; j < 16; j++)
-		for (unsigned t2 = 0; t2 < 4; t2++) {
+		for (unsigned t2 = 0; t2 < (j < 15 ? 4u : 1u); t2++) { /* 32768 alone */
 			unsigned s = (1u << e) - 1 + ((j - e) << sb) + (t2 >> (2 - sb));
 			cnt[s] += h->big[j - 6][t2];
 			raw += (uint64_t)h->big[j - 6][t2] * (j - sb);

@@ -73,8 +73,8 @@ static const char publish_usage[] =
 	"  -1, --sparse-v1           sparse frames in encoding 1, for shims built\n"
 	"                            before encoding 5 (docs/FORMAT.md 3.8)\n"
 	"      --self-contained      sparse frames that each decode alone (encoding\n"
-	"                            6), not sharing a model per tensor chunk (3.10):\n"
-	"                            1-2% more bytes\n"
+	"                            6), not sharing a model per tensor chunk (3.11):\n"
+	"                            2-5% more bytes\n"
 
 	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
 	"  -n, --steps N             stop after publishing version N\n"
