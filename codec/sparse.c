@@ -750,7 +750,8 @@ static int tab_try(const mag_hist *h, unsigned e, unsigned sb, bfp_mtab *t, uint
 	if (!bfp_tab_freqs(t, f))
 		return 0;
 	for (unsigned s = 0; s < ns; s++)
-		r256 += (uint64_t)cnt[s] * (BFP_RANS_BITS * 256 - bfp_log2_fp8(f[s]));
+		if (cnt[s])
+			r256 += (uint64_t)cnt[s] * (BFP_RANS_BITS * 256 - bfp_log2_fp8(f[s]));
 	*bits = r256 / 256 + raw + tab_bits(t);
 	return 1;
 }
@@ -775,7 +776,19 @@ static void plan_tables(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan 
 		if (!pl->n[c] || pl->mag[c].all)
 			continue; /* all one magnitude: the parametric code is free */
 		uint64_t best = pl->mbits[c] + 1 + mag_code_bits(&m->mag[c], NULL), bits;
-		for (unsigned ee = 0; ee <= BFP_TAB_EMAX; ee++)
+		/* past the e whose single symbols hold every magnitude, shapes
+		 * only cost the same again (and the first of equals is kept) */
+		unsigned etop = BFP_TAB_EMAX;
+		for (unsigned b = 0; b < 10 * 4; b++)
+			etop = h[c].big[b / 4][b % 4] ? BFP_TAB_EMAX + 1 : etop;
+		if (etop == BFP_TAB_EMAX) {
+			unsigned mmax = 63;
+			while (mmax > 1 && !h[c].one[mmax])
+				mmax--;
+			etop = bfp_bitlen32(mmax);
+		}
+		etop = etop < BFP_TAB_EMAX ? etop : BFP_TAB_EMAX;
+		for (unsigned ee = 0; ee <= etop; ee++)
 			for (unsigned sb = 0; sb <= BFP_TAB_SBMAX && sb <= ee; sb++) {
 				bfp_mtab t;
 				if (tab_try(&h[c], ee, sb, &t, &bits) && bits < best) {
