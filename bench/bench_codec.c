@@ -441,7 +441,8 @@ int main(int argc, char **argv)
 		}
 		const uint16_t *a = prev, *b = cur.params;
 		uint64_t changed = count_diff(a, b, n);
-		size_t b1200, f1200, b8900, f8900, sp_raw, sc1200, scf1200, sc8900, scf8900;
+		size_t b1200, f1200, b8900, f8900, sp_raw, sc1200, scf1200, sc8900, scf8900, m1200,
+			mf1200;
 		spend sp;
 		double te1 = encode_time(&cur, a, b, 1200, 0, 1, &b1200, &f1200, NULL);
 		double ten = encode_time(&cur, a, b, 1200, 0, threads, &b1200, &f1200, &sp);
@@ -454,6 +455,10 @@ int main(int argc, char **argv)
 					  NULL);
 		(void)encode_time(&cur, a, b, 8900, BFP_ENC_F_SPARSE3, threads, &sc8900, &scf8900, NULL);
 		double tsa1 = apply_time(&cur, a, b, 1200, BFP_ENC_F_SPARSE3, 1, scratch);
+		/* and with the model of encodings 7 and 8 (no tables, one count
+		 * order), the default before encodings 9 and 10 */
+		double tme1 = encode_time(&cur, a, b, 1200, BFP_ENC_F_SPARSE4, 1, &m1200, &mf1200, NULL);
+		double tma1 = apply_time(&cur, a, b, 1200, BFP_ENC_F_SPARSE4, 1, scratch);
 		size_t pulse = pulse_size(&cur, a, b);
 		size_t sparrow_z = sparrow_size(a, b, n, &sp_raw);
 		size_t xz = xor_zstd_size(a, b, n);
@@ -475,6 +480,7 @@ int main(int argc, char **argv)
 			{"bfpatch, 8900 B frames", (double)b8900},
 			{"bfpatch, 1200 B, self-contained", (double)sc1200},
 			{"bfpatch, 8900 B, self-contained", (double)sc8900},
+			{"bfpatch, 1200 B, model w/o tables", (double)m1200},
 			{"PULSESync-style (COO + zstd-1)", (double)pulse},
 			{"SparrowRL-style (LEB128 + raw)", (double)sp_raw},
 			{"SparrowRL-style + zstd-1", (double)sparrow_z},
@@ -497,6 +503,9 @@ int main(int argc, char **argv)
 		printf("bfpatch 1200 B self-contained frames (encoding 6, no shared model): %zu frames; %.1f%% above the entropy estimate (8900 B: %.1f%%); encode 1 thread %.2f G params/s, decode+apply 1 thread %.2f G params/s\n",
 		       scf1200, 100.0 * ((double)sc1200 * 8 / H - 1), 100.0 * ((double)sc8900 * 8 / H - 1),
 		       (double)n / tse1 / 1e9, (double)n / tsa1 / 1e9);
+		printf("bfpatch 1200 B frames with a model without tables (encodings 7 and 8): %zu frames; %.1f%% above the entropy estimate; encode 1 thread %.2f G params/s, decode+apply 1 thread %.2f G params/s (default: %.2f and %.2f)\n",
+		       mf1200, 100.0 * ((double)m1200 * 8 / H - 1), (double)n / tme1 / 1e9,
+		       (double)n / tma1 / 1e9, (double)n / te1 / 1e9, (double)n / ta1 / 1e9);
 		double cbw1 = (double)n / tc1, cbwn = (double)n / tcn;
 		printf("compare two BF16 arrays: 1 thread %.2f G params/s (%.1f GB/s of input), %d threads %.2f G params/s\n",
 		       cbw1 / 1e9, cbw1 * 4 / 1e9, threads, cbwn / 1e9);
