@@ -90,7 +90,7 @@ bfp_status bfp_frame_model_index(const void *frame, size_t frame_len, uint32_t *
 	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
 	if (st != BFP_OK)
 		return st;
-	if (h.encoding == BFP_ENC_MODEL || h.encoding == BFP_ENC_MODEL2) {
+	if (bfp_encoding_carries_model(h.encoding)) {
 		*index = h.frame_index;
 		return BFP_OK;
 	}
@@ -133,7 +133,7 @@ bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame, size_t fr
 	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
 	if (st != BFP_OK)
 		return st;
-	BFP_CHECK(h.encoding == BFP_ENC_MODEL || h.encoding == BFP_ENC_MODEL2, BFP_E_ARG);
+	BFP_CHECK(bfp_encoding_carries_model(h.encoding), BFP_E_ARG);
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
 	BFP_CHECK(bfp_model_parse(&r, h.encoding == BFP_ENC_MODEL2, &m), BFP_E_CORRUPT);
 	bfp_model_tables(&m, model_tables(dec, 1));
@@ -159,26 +159,35 @@ static bfp_status check_end(bfp_br *r, size_t payload_len)
 	return BFP_OK;
 }
 
-/* FORMAT.md 3.4, 3.8-3.11 (sparse encodings 1, 5-10); the model of
- * encodings 7-10 in *m (a new one's tables built in the spare room) */
+/* Parse and check a sparse payload (FORMAT.md 3.4, 3.8-3.11: encodings 1,
+ * 5-10) into d's per-class scratch, counting into st if not NULL; the
+ * model of encodings 7-10 in *m (a new one's tables built in the spare
+ * room). */
+static bfp_status parse_sparse(bfp_decoder *d, const bfp_frame_header *h, const uint8_t *pl,
+			       bfp_model *m, uint32_t start[BFP_CLASSES + 1], bfp_frame_stats *st)
+{
+	bfp_br r;
+	size_t tail = 0;
+	bfp_br_init(&r, pl, h->payload_len);
+	bfp_status s = BFP_OK;
+	if (bfp_encoding_refers(h->encoding))
+		s = loaded_model(d, &r, h, m);
+	if (s == BFP_OK)
+		s = bfp_sparse_parse(&r, h->encoding, m,
+				     model_tables(d, h->encoding == BFP_ENC_MODEL2), h->range_len,
+				     start, d->grp_pos, d->grp_val, st, &tail);
+	if (s == BFP_OK)
+		s = check_end(&r, h->payload_len - tail);
+	return s;
+}
+
+/* ... and turn it into positions and new values over base */
 static bfp_status decode_sparse(bfp_decoder *d, const bfp_frame_header *h, const uint8_t *pl,
 				const uint16_t *base, bfp_model *m)
 {
 	uint32_t start[BFP_CLASSES + 1];
-	const size_t pl_len = h->payload_len;
 	const uint32_t len = h->range_len;
-	bfp_br r;
-	bfp_br_init(&r, pl, pl_len);
-	bfp_status st = BFP_OK;
-	size_t tail = 0;
-	if (bfp_encoding_refers(h->encoding))
-		st = loaded_model(d, &r, h, m);
-	if (st == BFP_OK)
-		st = bfp_sparse_parse(&r, h->encoding, m,
-				      model_tables(d, h->encoding == BFP_ENC_MODEL2), len, start,
-				      d->grp_pos, d->grp_val, NULL, &tail);
-	if (st == BFP_OK)
-		st = check_end(&r, pl_len - tail);
+	bfp_status st = parse_sparse(d, h, pl, m, start, NULL);
 	if (st == BFP_OK)
 		st = bfp_positions(d->cpu, base, len, start, d->grp_pos, d->grp_val,
 				   d->chg_pos, d->chg_val);
@@ -265,7 +274,7 @@ static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *f
 		  BFP_E_HASH);
 	/* a frame that carries a model and checked out: its model is the
 	 * one for the frames that refer to it */
-	if (h->encoding == BFP_ENC_MODEL || h->encoding == BFP_ENC_MODEL2)
+	if (bfp_encoding_carries_model(h->encoding))
 		keep_model(d, h, &m);
 	return BFP_OK;
 }
@@ -378,20 +387,9 @@ bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 	if (bfp_encoding_is_sparse(h.encoding)) {
 		uint32_t start[BFP_CLASSES + 1];
 		bfp_model m;
-		size_t tail = 0;
-		if (bfp_encoding_refers(h.encoding)) {
-			st = loaded_model(dec, &r, &h, &m);
-			if (st != BFP_OK)
-				return st;
-		}
-		st = bfp_sparse_parse(&r, h.encoding, &m,
-				      model_tables(dec, h.encoding == BFP_ENC_MODEL2), h.range_len,
-				      start, dec->grp_pos, dec->grp_val, out, &tail);
-		if (st != BFP_OK)
-			return st;
-		st = check_end(&r, h.payload_len - tail);
+		st = parse_sparse(dec, &h, (const uint8_t *)frame + BFP_HEADER_SIZE, &m, start, out);
 		/* like decoding it, reading a frame that carries a model loads it */
-		if (st == BFP_OK && (h.encoding == BFP_ENC_MODEL || h.encoding == BFP_ENC_MODEL2))
+		if (st == BFP_OK && bfp_encoding_carries_model(h.encoding))
 			keep_model(dec, &h, &m);
 		return st;
 	} else if (h.encoding == BFP_ENC_DENSE) {

@@ -325,7 +325,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 				h.encoding = (uint8_t)enc;
 				tail = bfp_sparse_write(e, k, &pl, &w, e->tail);
 				e->changed += k;
-				if (enc == BFP_ENC_MODEL || enc == BFP_ENC_MODEL2) {
+				if (bfp_encoding_carries_model(enc)) {
 					/* the frames after it refer to it */
 					e->model_state = 2;
 					e->model_index = index;

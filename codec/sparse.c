@@ -868,7 +868,7 @@ void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
 		pl->mag[c] = m->mag[c];
 		gcode_of(pl->gap[c].k, &pl->gc[c]);
 	}
-	const int carries = enc == BFP_ENC_MODEL || enc == BFP_ENC_MODEL2;
+	const int carries = bfp_encoding_carries_model(enc);
 	if (!enc_v2(enc))
 		plan_kn(pl); /* encodings 7, 8: one order for all counts */
 	pl->fbits = (enc_v2(enc) ? 0 : 3) + (carries ? bfp_model_bits(m) : bfp_eg0_bits(dref - 1));
@@ -1151,7 +1151,7 @@ size_t bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl, b
 	const int modelled = bfp_encoding_has_model(pl->enc);
 	uint32_t ntab = 0, signs = 0;
 
-	if (pl->enc == BFP_ENC_MODEL || pl->enc == BFP_ENC_MODEL2)
+	if (bfp_encoding_carries_model(pl->enc))
 		write_model(w, pl->model);
 	else if (bfp_encoding_refers(pl->enc))
 		bfp_put_eg0(w, pl->dref - 1);
@@ -1613,7 +1613,7 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 	BFP_MEMSET(ms, 0, sizeof(ms));
 	BFP_MEMSET(&mdef, 0, sizeof(mdef));
 	*tail = 0;
-	if (enc == BFP_ENC_MODEL || enc == BFP_ENC_MODEL2) {
+	if (bfp_encoding_carries_model(enc)) {
 		BFP_CHECK(bfp_model_parse(r, tabs, model), BFP_E_CORRUPT);
 		bfp_model_tables(model, rt);
 	}

@@ -124,6 +124,12 @@ static inline int bfp_encoding_has_model(unsigned encoding)
 	return encoding >= BFP_ENC_MODEL && encoding <= BFP_ENC_MODELLED2;
 }
 
+/* The frames of encodings 7 and 9 carry a model for the frames after them. */
+static inline int bfp_encoding_carries_model(unsigned encoding)
+{
+	return encoding == BFP_ENC_MODEL || encoding == BFP_ENC_MODEL2;
+}
+
 /* The frames of encodings 8 and 10 refer to an earlier frame's model. */
 static inline int bfp_encoding_refers(unsigned encoding)
 {
