@@ -727,11 +727,13 @@ static int tab_try(const mag_hist *h, unsigned e, unsigned sb, bfp_mtab *t, uint
 		cnt[s] += h->one[m];
 		raw += (uint64_t)h->one[m] * nraw;
 	}
-	for (unsigned j = 6; j < 16; j++)
+	for (unsigned j = 6; j < 16; j++) /* each bucket by its first magnitude */
 		for (unsigned t2 = 0; t2 < (j < 15 ? 4u : 1u); t2++) { /* 32768 alone */
-			unsigned s = (1u << e) - 1 + ((j - e) << sb) + (t2 >> (2 - sb));
+			unsigned nraw;
+			uint32_t rv;
+			unsigned s = bfp_tab_sym((4u + t2) << (j - 2), e, sb, &nraw, &rv);
 			cnt[s] += h->big[j - 6][t2];
-			raw += (uint64_t)h->big[j - 6][t2] * (j - sb);
+			raw += (uint64_t)h->big[j - 6][t2] * nraw;
 		}
 	for (unsigned s = 0; s < bfp_tab_nsym(e, sb); s++) {
 		if (cnt[s])
@@ -778,16 +780,13 @@ static void plan_tables(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan 
 		uint64_t best = pl->mbits[c] + 1 + mag_code_bits(&m->mag[c], NULL), bits;
 		/* past the e whose single symbols hold every magnitude, shapes
 		 * only cost the same again (and the first of equals is kept) */
-		unsigned etop = BFP_TAB_EMAX;
+		unsigned etop = BFP_TAB_EMAX, mmax = 63, big = 0;
 		for (unsigned b = 0; b < 10 * 4; b++)
-			etop = h[c].big[b / 4][b % 4] ? BFP_TAB_EMAX + 1 : etop;
-		if (etop == BFP_TAB_EMAX) {
-			unsigned mmax = 63;
-			while (mmax > 1 && !h[c].one[mmax])
-				mmax--;
+			big |= h[c].big[b / 4][b % 4];
+		while (!big && mmax > 1 && !h[c].one[mmax])
+			mmax--;
+		if (!big && bfp_bitlen32(mmax) < etop)
 			etop = bfp_bitlen32(mmax);
-		}
-		etop = etop < BFP_TAB_EMAX ? etop : BFP_TAB_EMAX;
 		for (unsigned ee = 0; ee <= etop; ee++)
 			for (unsigned sb = 0; sb <= BFP_TAB_SBMAX && sb <= ee; sb++) {
 				bfp_mtab t;
@@ -1092,15 +1091,16 @@ static void write_class_v1(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
  * 3.11). */
 static void write_model(bfp_bw *w, const bfp_model *m)
 {
-	bfp_sparse_plan p;
-	model_as_plan(m, &p);
 	bfp_bw_put(w, (unsigned)(m->gk0 + 64), 7);
 	write_mag_code(w, &m->mdef, NULL);
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		if (!m->v2) {
+	if (!m->v2) {
+		bfp_sparse_plan p;
+		model_as_plan(m, &p);
+		for (unsigned c = 0; c < BFP_CLASSES; c++)
 			write_class_v2(w, &p, c);
-			continue;
-		}
+		return;
+	}
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		bfp_bw_put(w, m->kc[c], 4);
 		write_gap_fields(w, BFP_ENC_SPARSE3, &m->gap[c], m->gap[c].k,
 				 gk_pred(BFP_ENC_SPARSE3, m->gk0, c));
