@@ -71,6 +71,15 @@ int bad_value(const char *cmd, const char *opt, const char *val)
 	return 2;
 }
 
+int sparse_flags_clash(const char *cmd, uint32_t enc_flags)
+{
+	if (!(enc_flags & BFP_ENC_F_SPARSE1) || !(enc_flags & BFP_ENC_F_SPARSE3))
+		return 0;
+	fprintf(stderr, "bfpatch %s: --sparse-v1 and --self-contained pick different sparse "
+		"encodings; give one\n", cmd);
+	return 2;
+}
+
 /* ---- diff ---- */
 
 static const char diff_usage[] =
@@ -145,11 +154,8 @@ static int cmd_diff(int argc, char **argv)
 		fputs(diff_usage, stderr);
 		return 2;
 	}
-	if ((po.enc_flags & BFP_ENC_F_SPARSE1) && (po.enc_flags & BFP_ENC_F_SPARSE3)) {
-		fputs("bfpatch diff: --sparse-v1 and --self-contained pick different sparse "
-		      "encodings; give one\n", stderr);
+	if (sparse_flags_clash("diff", po.enc_flags))
 		return 2;
-	}
 	for (int i = 0; i < 2; i++)
 		if (same_file(out, argv[optind + i])) {
 			fprintf(stderr, "bfpatch diff: -o %s is the input %s: the patch would replace "

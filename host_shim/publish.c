@@ -1164,11 +1164,8 @@ int cmd_publish(int argc, char **argv)
 			publish_usage);
 		return 2;
 	}
-	if ((po.enc_flags & BFP_ENC_F_SPARSE1) && (po.enc_flags & BFP_ENC_F_SPARSE3)) {
-		fputs("bfpatch publish: --sparse-v1 and --self-contained pick different sparse "
-		      "encodings; give one\n", stderr);
+	if (sparse_flags_clash("publish", po.enc_flags))
 		return 2;
-	}
 	if (P.auth.n_keys) { /* the trailer rides in the same datagram */
 		if (po.frame_size < BFP_FRAME_SIZE_MIN + RP_AUTH_LEN) {
 			fprintf(stderr, "bfpatch publish: --frame-size too small for a signed frame\n");
