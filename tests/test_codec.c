@@ -1504,8 +1504,6 @@ typedef struct t9 {
 	uint32_t state_add, state_set;
 } t9;
 
-static void teg0(tbits *t, uint32_t v);
-
 static unsigned tsym(const ttab *tb, unsigned m, unsigned *nraw)
 {
 	if (m < (1u << tb->e)) {
