@@ -323,7 +323,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 			} else {
 				len = sparse_len;
 				h.encoding = (uint8_t)enc;
-				tail = bfp_sparse_write(e, k, &pl, &w, e->tail);
+				tail = bfp_sparse_write(e, &pl, &w, e->tail);
 				e->changed += k;
 				if (bfp_encoding_carries_model(enc)) {
 					/* the frames after it refer to it */

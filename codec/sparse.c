@@ -903,81 +903,116 @@ static inline unsigned tab_bits_of(const bfp_mtab *t, const uint16_t *cost, unsi
 	return nraw + bfp_eg0_bits(s - top);
 }
 
-uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
-			uint64_t budget_bits)
+/* bfp_sparse_cut's per-class pass: the changes of class c (order[a..b),
+ * in frame order) one after another, each one's bits packed into
+ * cost[t] (CUT_*). Returns the index of the first change the class's
+ * codes cannot say (a model's class whose magnitudes were all one), or
+ * UINT32_MAX. Going through one class at a time keeps the branches on
+ * its codes predictable. */
+#define CUT_ADD(x) ((x) & 0xFFFu)        /* bits it adds for good */
+#define CUT_OPEN(x) (((x) >> 12) & 0xFFu) /* its class's open runs after it */
+#define CUT_R256(x) ((x) >> 20)           /* its rANS symbol's cost */
+static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
+			  uint32_t a, uint32_t b, uint32_t *cost)
 {
-	uint32_t n[BFP_CLASSES] = {0}, grun[BFP_CLASSES], mrun[BFP_CLASSES];
-	uint8_t gopen[BFP_CLASSES] = {0}, mopen[BFP_CLASSES] = {0};
-	uint64_t var[BFP_CLASSES];
-	uint64_t committed = pl->fbits, vsum = 0, r256 = 0;
-	uint32_t nt = 0;
+	const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
+	const bfp_gcode *gc = &pl->gc[c];
+	const bfp_mtab *tab = plan_tab(pl, c);
+	const uint16_t *tcost = tab ? pl->rt->cost[c] : NULL;
 	const int v2 = pl->enc != BFP_ENC_SPARSE;
-
-	pl->stuck = 0;
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		var[c] = count_bits(pl, c, 0);
-		vsum += var[c];
-	}
-	uint32_t j = 0;
-	for (; j < k; j++) {
-		unsigned c = e->chg_class[j];
-		const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
-		const bfp_mtab *tab = plan_tab(pl, c);
-		uint32_t g = e->chg_rank[j];
-		unsigned m = bfp_mag(e->chg_delta[j]);
-		uint64_t add = 1; /* sign */
-		if (BFP_UNLIKELY(!tab && ms->all && m != ms->common)) {
-			/* a model's class whose magnitudes were all one */
-			pl->stuck = 1;
-			break;
-		}
-		uint64_t nr256 = r256;
+	uint32_t grun = 0, mrun = 0;
+	unsigned gopen = 0, mopen = 0;
+	for (uint32_t t = a; t < b; t++) {
+		const uint32_t j = e->chg_order[t], g = e->chg_rank[j];
+		const unsigned m = bfp_mag(e->chg_delta[j]);
+		unsigned add = 1; /* sign */
+		uint64_t r256 = 0;
+		if (BFP_UNLIKELY(!tab && ms->all && m != ms->common))
+			return j;
 		if (!gs->runs) {
-			add += gc_bits(g, &pl->gc[c]);
+			add += gc_bits(g, gc);
 		} else {
-			if (!gopen[c]) {
-				gopen[c] = 1;
-				grun[c] = 0;
+			if (!gopen) {
+				gopen = 1;
+				grun = 0;
 			}
 			if (g == 0) {
-				grun[c]++;
+				grun++;
 			} else {
-				add += bfp_rice_bits(grun[c], gs->kr) + gc_bits(g - 1, &pl->gc[c]);
-				gopen[c] = 0;
+				add += bfp_rice_bits(grun, gs->kr) + gc_bits(g - 1, gc);
+				gopen = 0;
 			}
 		}
 		if (tab) {
-			add += tab_bits_of(tab, pl->rt->cost[c], m, &nr256);
+			add += tab_bits_of(tab, tcost, m, &r256);
 		} else if (ms->all) {
 			/* the magnitude is implied */
 		} else if (!ms->runs) {
 			add += eg_bits(mag_other(v2, ms, m), ms->k);
 		} else {
-			if (!mopen[c]) {
-				mopen[c] = 1;
-				mrun[c] = 0;
+			if (!mopen) {
+				mopen = 1;
+				mrun = 0;
 			}
 			if (m == ms->common) {
-				mrun[c]++;
+				mrun++;
 			} else {
-				add += bfp_rice_bits(mrun[c], ms->kr) +
-				       eg_bits(mag_other(v2, ms, m), ms->k);
-				mopen[c] = 0;
+				add += bfp_rice_bits(mrun, ms->kr) + eg_bits(mag_other(v2, ms, m), ms->k);
+				mopen = 0;
 			}
 		}
+		const unsigned open = (gopen ? bfp_rice_bits(grun, gs->kr) : 0) +
+				      (mopen ? bfp_rice_bits(mrun, ms->kr) : 0);
+		cost[t] = add | open << 12 | (uint32_t)r256 << 20;
+	}
+	return UINT32_MAX;
+}
+
+uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
+			uint64_t budget_bits)
+{
+	uint32_t n[BFP_CLASSES] = {0}, fill[BFP_CLASSES];
+	uint64_t var[BFP_CLASSES];
+	uint64_t committed = pl->fbits, vsum = 0, r256 = 0;
+	uint32_t nt = 0, stop = k;
+	uint32_t *start = pl->start, *cost = e->chg_cost;
+	uint8_t tabbed[BFP_CLASSES];
+
+	/* the changes grouped by class, in frame order within each */
+	for (uint32_t j = 0; j < k; j++)
+		n[e->chg_class[j]]++;
+	start[0] = 0;
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		start[c + 1] = start[c] + n[c];
+		fill[c] = start[c];
+		n[c] = 0;
+	}
+	for (uint32_t j = 0; j < k; j++)
+		e->chg_order[fill[e->chg_class[j]]++] = j;
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		uint32_t s = cut_class(e, pl, c, start[c], start[c + 1], cost);
+		stop = s < stop ? s : stop;
+		tabbed[c] = plan_tab(pl, c) != NULL;
+		var[c] = count_bits(pl, c, 0);
+		vsum += var[c];
+	}
+	/* then in frame order, the size of each prefix */
+	uint32_t j = 0;
+	for (; j < stop; j++) {
+		const unsigned c = e->chg_class[j];
+		const uint32_t x = cost[start[c] + n[c]];
 		/* the first change of class c turns the header of class c + 1,
 		 * if it has changes, to its other form (encoding 6) */
 		int64_t adj = 0;
 		if (!n[c] && c + 1 < BFP_CLASSES && n[c + 1])
 			adj = (int64_t)pl->hbits[1][c + 1] - (int64_t)pl->hbits[0][c + 1];
 		n[c]++;
-		uint64_t v = count_bits(pl, c, n[c]) + pl->hbits[c && n[c - 1]][c] +
-			     (gopen[c] ? bfp_rice_bits(grun[c], gs->kr) : 0) +
-			     (mopen[c] ? bfp_rice_bits(mrun[c], ms->kr) : 0);
-		const uint32_t nnt = nt + (tab != NULL);
-		uint64_t total = committed + add + vsum - var[c] + v + (uint64_t)adj +
-				 tail_bits(nnt, nr256);
-		if (total > budget_bits) {
+		const uint64_t v = count_bits(pl, c, n[c]) + pl->hbits[c && n[c - 1]][c] + CUT_OPEN(x);
+		const uint32_t nnt = nt + tabbed[c];
+		const uint64_t nr256 = r256 + CUT_R256(x);
+		const uint64_t add = CUT_ADD(x);
+		if (committed + add + vsum - var[c] + v + (uint64_t)adj + tail_bits(nnt, nr256) >
+		    budget_bits) {
 			n[c]--;
 			break;
 		}
@@ -989,6 +1024,7 @@ uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		nt = nnt;
 		r256 = nr256;
 	}
+	pl->stuck = j == stop && stop < k;
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		pl->n[c] = n[c];
 	pl->bits = committed + vsum + tail_bits(nt, r256);
@@ -1116,10 +1152,10 @@ static void write_model(bfp_bw *w, const bfp_model *m)
  * magnitudes (in decoding order: by class, then position), coded
  * backwards from a state that holds the signs the bit stream left out.
  * Returns its length. */
-static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl,
-			 const uint32_t *start, const uint32_t *order, uint32_t signs,
+static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32_t signs,
 			 uint8_t *tail)
 {
+	const uint32_t *order = e->chg_order;
 	uint32_t x = BFP_RANS_L + signs;
 	uint8_t *out = tail;
 	for (unsigned c = BFP_CLASSES; c-- > 0;) {
@@ -1127,7 +1163,7 @@ static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl,
 		if (!t)
 			continue;
 		const uint16_t *f = pl->rt->f[c], *cu = pl->rt->c[c];
-		for (uint32_t i = start[c + 1]; i-- > start[c];) {
+		for (uint32_t i = pl->start[c] + pl->n[c]; i-- > pl->start[c];) {
 			unsigned nraw;
 			uint32_t raw;
 			unsigned s = bfp_tab_sym(bfp_mag(e->chg_delta[order[i]]), t->e, t->sb, &nraw,
@@ -1142,11 +1178,10 @@ static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl,
 
 /* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
  * 3.9, 3.10, 3.11). */
-size_t bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl, bfp_bw *w,
+size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *w,
 			uint8_t *tail)
 {
-	uint32_t start[BFP_CLASSES + 1], fill[BFP_CLASSES];
-	uint32_t *order = e->chg_order;
+	const uint32_t *order = e->chg_order;
 	const int v2 = pl->enc != BFP_ENC_SPARSE;
 	const int modelled = bfp_encoding_has_model(pl->enc);
 	uint32_t ntab = 0, signs = 0;
@@ -1176,18 +1211,10 @@ size_t bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl, b
 		else
 			write_class_v1(w, pl, c);
 	}
-	start[0] = 0;
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		start[c + 1] = start[c] + pl->n[c];
-	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		fill[c] = start[c];
-	for (uint32_t j = 0; j < k; j++)
-		order[fill[e->chg_class[j]]++] = j;
-
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
 		const bfp_mtab *tab = plan_tab(pl, c);
-		uint32_t a = start[c], b = start[c + 1];
+		uint32_t a = pl->start[c], b = a + pl->n[c];
 		int due = 1;
 		for (uint32_t t = a; t < b; t++) {
 			uint32_t g = e->chg_rank[order[t]];
@@ -1241,7 +1268,7 @@ size_t bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl, b
 			}
 		}
 	}
-	return ntab ? write_tail(e, pl, start, order, signs, tail) : 0;
+	return ntab ? write_tail(e, pl, signs, tail) : 0;
 }
 
 /* A magnitude code, absolute or relative to below (write_mag_code); 0

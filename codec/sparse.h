@@ -52,6 +52,9 @@ typedef struct bfp_sparse_plan {
 	bfp_seq mdef;    /* encodings 5, 6: the default magnitude code */
 	uint32_t fbits;  /* bits before the first class count */
 	uint32_t n[BFP_CLASSES];
+	/* bfp_sparse_cut: where each class's changes start in e->chg_order
+	 * (the first n[c] of them are the frame's) */
+	uint32_t start[BFP_CLASSES + 1];
 	/* class header bits after its count, [0] when the class below has no
 	 * changes, [1] when it has (they differ in encoding 6 only) */
 	uint16_t hbits[2][BFP_CLASSES];
@@ -105,14 +108,16 @@ int bfp_model_parse(bfp_br *r, int v2, bfp_model *m);
 
 /* Largest prefix of the first k changes whose payload, with pl's codes,
  * fits budget_bits (exact count) and that pl's codes can say; sets pl->n,
- * pl->bits and pl->stuck for it. */
-uint32_t bfp_sparse_cut(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
+ * pl->bits and pl->stuck for it, and groups the changes by class in
+ * e->chg_order (pl->start) for bfp_sparse_write. */
+uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			uint64_t budget_bits);
 
-/* Write the payload of the first k changes with pl (pl->n must match):
+/* Write the payload of the changes bfp_sparse_cut took, with pl, as it
+ * left them (pl->n, pl->start, e->chg_order):
  * the bit stream to w and, for encodings 9 and 10, the rANS part that
  * follows it (after padding) to tail; returns the rANS part's length. */
-size_t bfp_sparse_write(bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl, bfp_bw *w,
+size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *w,
 			uint8_t *tail);
 
 /* Parse a sparse payload of encoding enc into per-class gaps and steps
