@@ -419,6 +419,16 @@ AVX512G_INLINE __m256i count_row_avx512g(__m512i k, __m256i r, uint16_t *row)
 #include "scan_tmpl.h"
 #endif
 
+uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
+{
+#ifdef BFP_X86
+	if (e->cpu & BFP_CPU_AVX512BW)
+		return (e->cpu & BFP_CPU_GFNI) ? gather_snap_avx512g(e, end)
+					       : gather_snap_avx512(e, end);
+#endif
+	return gather_snap_generic(e, end);
+}
+
 uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
 {
 #ifdef BFP_X86
@@ -427,6 +437,22 @@ uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
 					       : gather_avx512(e, end, limit_bits);
 #endif
 	return gather_generic(e, end, limit_bits);
+}
+
+void bfp_class_counts(uint32_t cpu, const uint16_t *base, uint64_t n,
+		      uint64_t cnt[BFP_CLASSES])
+{
+	(void)cpu;
+#ifdef BFP_X86
+	if (cpu & BFP_CPU_AVX512BW) {
+		if (cpu & BFP_CPU_GFNI)
+			class_counts_avx512g(base, n, cnt);
+		else
+			class_counts_avx512(base, n, cnt);
+		return;
+	}
+#endif
+	class_counts_generic(base, n, cnt);
 }
 
 bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,

@@ -16,6 +16,27 @@
  * first position not examined. */
 uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits);
 
+/* Elements between the class-count snapshots of e->bat_snap. */
+#define BFP_SNAP_EVERY 8192u
+#define BFP_SNAP_MAX (sizeof(((bfp_encoder *)0)->bat_snap) / sizeof(((bfp_encoder *)0)->bat_snap[0]))
+
+/* bfp_gather with no size limit that also takes a snapshot of the class
+ * counts every BFP_SNAP_EVERY elements (e->bat_snap, e->bat_nsnap). */
+uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end);
+
+/* The gather's size estimate of a change of gap gap and magnitude m:
+ * 1 + (m > 1 ? EG0(m - 2) : 0) + bitlen(gap) + 2, without branches. */
+static inline unsigned bfp_gather_est(uint32_t gap, unsigned m)
+{
+	const unsigned mb = bfp_eg0_bits(m - 2 + (m < 2));
+	return 3u + (m > 1 ? mb : 0u) + (64u - (unsigned)__builtin_clzll((uint64_t)gap * 2 + 1)) -
+	       1u;
+}
+
+/* Add the number of elements of each class among base[0, n) to cnt. */
+void bfp_class_counts(uint32_t cpu, const uint16_t *base, uint64_t n,
+		      uint64_t cnt[BFP_CLASSES]);
+
 /* Elements per scan chunk; a divisor of the decoder's hash chunk, so
  * changes ordered by scan chunk are in the order the range hash needs. */
 #define BFP_SCAN_CHUNK 4096u

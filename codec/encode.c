@@ -35,6 +35,107 @@ _Static_assert(sizeof(bfp_rtab) <= sizeof(((bfp_encoder *)0)->model_tables),
 #define GATHER_SCALE_MIN 64u
 #define GATHER_SCALE_MAX (256u * 64)
 
+/* The batch: plan_model gathers the changes of about 20 frames ahead, and
+ * the frames after it take theirs from that batch instead of gathering
+ * them again. They are the same changes; only the gap of each class's
+ * first change in a frame counts from the frame's start instead: its rank
+ * in the batch less the class's elements between the batch's start and
+ * the frame's (a snapshot of the gather's counts, and a count of the few
+ * thousand elements after it). batch_gather gives what bfp_gather from
+ * e->pos would, or nothing when the batch cannot say (the frame reaches
+ * past it): then the frame gathers, and the batch is gone. */
+static void batch_start(bfp_encoder *e, uint64_t end, uint64_t scanned)
+{
+	e->bat_ok = 1;
+	e->bat_n = e->n_changes;
+	e->bat_at = 0;
+	e->chg0 = 0;
+	e->bat_begin = e->pos;
+	e->bat_end = scanned;
+	e->bat_limit = end;
+	e->bat_nsaved = 0;
+	BFP_MEMSET(e->bat_next, 0, sizeof(e->bat_next));
+}
+
+/* Put back the batch's gaps that a frame rewrote. */
+static void batch_restore(bfp_encoder *e)
+{
+	for (uint32_t i = 0; i < e->bat_nsaved; i++)
+		e->chg_rank[e->bat_saved[i][0]] = e->bat_saved[i][1];
+	e->bat_nsaved = 0;
+}
+
+/* bfp_gather(e, end, limit_bits) from the batch: the frame's changes are
+ * e->chg_*[e->chg0 ..] (their offsets count from bat_begin). Returns 0
+ * if the batch cannot say. */
+static int batch_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits, uint64_t *scanned)
+{
+	uint64_t next[BFP_CLASSES], cnt[BFP_CLASSES], est = 16 + 8 * 10;
+	uint32_t seen = 0, n = 0;
+
+	batch_restore(e);
+	const uint64_t off = e->pos - e->bat_begin, snap = off / BFP_SNAP_EVERY;
+	if (!e->bat_ok || end != e->bat_limit || snap >= e->bat_nsnap ||
+	    (e->opts.flags & BFP_ENC_F_NO_BATCH))
+		return 0;
+	/* the class counts from the batch's start to the frame's */
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		cnt[c] = e->bat_snap[snap][c];
+	bfp_class_counts(e->cpu, e->base + e->bat_begin + snap * BFP_SNAP_EVERY,
+			 off - snap * BFP_SNAP_EVERY, cnt);
+	BFP_MEMCPY(next, e->bat_next, sizeof(next));
+	for (uint32_t i = e->bat_at; i < e->bat_n; i++) {
+		const unsigned c = e->chg_class[i];
+		uint32_t g = e->chg_rank[i];
+		const uint64_t r = next[c] + g;
+		next[c] = r + 1;
+		if (!(seen & (1u << c))) {
+			seen |= 1u << c;
+			e->bat_saved[e->bat_nsaved][0] = i;
+			e->bat_saved[e->bat_nsaved][1] = g;
+			e->bat_nsaved++;
+			g = (uint32_t)(r - cnt[c]);
+			e->chg_rank[i] = g;
+		}
+		est += bfp_gather_est(g, bfp_mag(e->chg_delta[i]));
+		n++;
+		if (n == BFP_CHANGES_MAX || est > limit_bits) {
+			*scanned = e->bat_begin + e->chg_pos[i] + 1;
+			goto done;
+		}
+	}
+	if (e->bat_end < end) { /* the batch stopped short of the range's end */
+		batch_restore(e);
+		return 0;
+	}
+	*scanned = end;
+done:
+	e->n_changes = n;
+	e->chg0 = e->bat_at;
+	return 1;
+}
+
+/* After a frame: the batch's changes before e->pos are behind. */
+static void batch_advance(bfp_encoder *e)
+{
+	batch_restore(e);
+	e->chg0 = 0;
+	if (!e->bat_ok)
+		return;
+	const uint64_t off = e->pos - e->bat_begin;
+	uint32_t i = e->bat_at;
+	for (; i < e->bat_n && e->chg_pos[i] < off; i++)
+		e->bat_next[e->chg_class[i]] += (uint64_t)e->chg_rank[i] + 1;
+	e->bat_at = i;
+}
+
+/* Offset from the frame's start of its j-th gathered change. */
+static uint64_t change_offset(const bfp_encoder *e, uint32_t j)
+{
+	const uint32_t i = e->chg0 + j;
+	return e->bat_ok ? e->chg_pos[i] - (e->pos - e->bat_begin) : e->chg_pos[i];
+}
+
 /* Plan a model from the changes ahead of e->pos; 0 when the rest of the
  * range has so few changes (two frames' worth at a byte each) that a
  * model would not pay for itself, or when the model would take more than
@@ -43,7 +144,9 @@ static int plan_model(bfp_encoder *e, uint64_t end, size_t budget, int v2, bfp_m
 		      bfp_rtab *rt)
 {
 	bfp_sparse_plan pl;
-	if (bfp_gather(e, end, UINT64_MAX) >= end && e->n_changes < 2 * budget)
+	const uint64_t scanned = bfp_gather_snap(e, end);
+	batch_start(e, end, scanned);
+	if (scanned >= end && e->n_changes < 2 * budget)
 		return 0;
 	bfp_sparse_plan_make(e, e->n_changes, BFP_ENC_SPARSE3, &pl);
 	if (v2) {
@@ -168,7 +271,8 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 	const uint32_t any_sparse = BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3 |
 				    BFP_ENC_F_SPARSE4;
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
-				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR | any_sparse)),
+				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR | BFP_ENC_F_NO_BATCH |
+				    any_sparse)),
 		  BFP_E_ARG);
 	/* one sparse encoding at most */
 	const uint32_t sparse_flags = opts->flags & any_sparse;
@@ -209,6 +313,9 @@ bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 	enc->gather_scale = GATHER_SCALE0;
 	enc->model_state = 0;
 	enc->model_index = 0;
+	enc->bat_ok = 0;
+	enc->bat_nsaved = 0;
+	enc->chg0 = 0;
 	return BFP_OK;
 }
 
@@ -272,7 +379,12 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 							  : (v2 ? BFP_ENC_MODELLED2 : BFP_ENC_MODELLED);
 		}
 		for (int round = 0;; round++) {
-			scanned = bfp_gather(e, end, bits * e->gather_scale / 256);
+			const uint64_t limit = bits * e->gather_scale / 256;
+			if (!batch_gather(e, end, limit, &scanned)) {
+				e->bat_ok = 0; /* the gather overwrites it */
+				e->chg0 = 0;
+				scanned = bfp_gather(e, end, limit);
+			}
 			n = e->n_changes;
 			if (bfp_encoding_has_model(enc))
 				bfp_sparse_plan_model(e, n, enc, model, rt, index - e->model_index, &pl);
@@ -303,7 +415,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 			e->gather_scale = clamp_scale((uint64_t)e->gather_scale * bits * 33 / 32 /
 						      (pl.bits ? pl.bits : 1));
 		}
-		uint64_t sparse_len = k < n ? e->chg_pos[k] : scanned - e->pos;
+		uint64_t sparse_len = k < n ? change_offset(e, k) : scanned - e->pos;
 		uint64_t dense_len = 0;
 		uint64_t key_len = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;
 		if (!(e->opts.flags & BFP_ENC_F_NO_DENSE) &&
@@ -355,6 +467,7 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 	bfp_header_write(p, &h);
 	bfp_frame_seal(p, BFP_HEADER_SIZE + pl_len);
 	e->pos += len;
+	batch_advance(e);
 	e->emitted++;
 	*out_len = BFP_HEADER_SIZE + pl_len;
 	return BFP_OK;

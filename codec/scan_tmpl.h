@@ -19,8 +19,8 @@
  * changes (the first four of a block without branches); the second
  * walks that list in a loop of known length. */
 #define GATHER_CHUNK 1024u
-T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
-				      uint64_t limit_bits)
+T_ATTR static inline __attribute__((always_inline)) uint64_t
+T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int snap)
 {
 	const uint64_t s = e->pos;
 	uint64_t cnt[BFP_CLASSES] = {0}, next[BFP_CLASSES] = {0};
@@ -32,10 +32,17 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 	uint16_t rows[GATHER_CHUNK / 64][BFP_CLASSES] __attribute__((aligned(64)));
 	uint16_t tot[BFP_CLASSES] __attribute__((aligned(64)));
 
+	if (snap)
+		e->bat_nsnap = 0;
 	while (i0 < end) {
 		uint32_t cn = end - i0 < GATHER_CHUNK ? (uint32_t)(end - i0) : GATHER_CHUNK;
 		T_RUN run = t_run_zero();
 		uint32_t ni = 0;
+		if (snap && ((i0 - s) & (BFP_SNAP_EVERY - 1)) == 0 && e->bat_nsnap < BFP_SNAP_MAX) {
+			for (unsigned c = 0; c < BFP_CLASSES; c++)
+				e->bat_snap[e->bat_nsnap][c] = (uint32_t)cnt[c];
+			e->bat_nsnap++;
+		}
 		for (uint32_t off = 0; off < cn; off += 64) {
 			unsigned len = cn - off < 64 ? cn - off : 64u;
 			const uint16_t *b = e->base + i0 + off;
@@ -78,10 +85,7 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 			e->chg_class[n] = (uint8_t)c;
 			e->chg_rank[n] = gap;
 			e->chg_delta[n] = d;
-			/* 1 + (m > 1 ? EG0(m - 2) : 0) + bitlen(gap) + 2, without branches */
-			unsigned mb = bfp_eg0_bits(m - 2 + (m < 2));
-			est += 3u + (m > 1 ? mb : 0u) +
-			       (64u - (unsigned)__builtin_clzll((uint64_t)gap * 2 + 1)) - 1u;
+			est += bfp_gather_est(gap, m);
 			n++;
 			if (BFP_UNLIKELY(n == BFP_CHANGES_MAX || est > limit_bits)) {
 				e->n_changes = n;
@@ -94,6 +98,37 @@ T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end,
 	}
 	e->n_changes = n;
 	return end;
+}
+
+T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
+{
+	return T_NAME(gather_t)(e, end, limit_bits, 0);
+}
+
+T_ATTR static uint64_t T_NAME(gather_snap)(bfp_encoder *e, uint64_t end)
+{
+	return T_NAME(gather_t)(e, end, UINT64_MAX, 1);
+}
+
+/* Add the number of elements of each class among base[0, n) to cnt. */
+T_ATTR static void T_NAME(class_counts)(const uint16_t *base, uint64_t n,
+					uint64_t cnt[BFP_CLASSES])
+{
+	uint16_t row[BFP_CLASSES] __attribute__((aligned(64)));
+	uint16_t tot[BFP_CLASSES] __attribute__((aligned(64)));
+	for (uint64_t i0 = 0; i0 < n; i0 += GATHER_CHUNK) {
+		uint32_t cn = n - i0 < GATHER_CHUNK ? (uint32_t)(n - i0) : GATHER_CHUNK;
+		T_RUN run = t_run_zero();
+		for (uint32_t off = 0; off < cn; off += 64) {
+			__builtin_prefetch(base + i0 + off + 1024);
+			__builtin_prefetch(base + i0 + off + 1024 + 32);
+			T_CLS k = t_classes(base + i0 + off, cn - off < 64 ? cn - off : 64u);
+			run = t_count_row(k, run, row);
+		}
+		t_run_store(run, tot);
+		for (unsigned c = 0; c < BFP_CLASSES; c++)
+			cnt[c] += tot[c];
+	}
 }
 
 /* Turn per-class gaps into positions (FORMAT.md 3.4). gaps and steps are

@@ -14,6 +14,11 @@
  */
 #include "sparse.h"
 
+/* The current frame's gathered changes: e->chg_* from e->chg0 on. */
+#define CHG_CLASS(e) ((e)->chg_class + (e)->chg0)
+#define CHG_RANK(e) ((e)->chg_rank + (e)->chg0)
+#define CHG_DELTA(e) ((e)->chg_delta + (e)->chg0)
+
 #define LEVEL_MAX 62u /* encoding 6 gap levels: 0..62 */
 
 #define MAG_BINS 64u /* magnitudes 1..64 counted one by one */
@@ -546,6 +551,9 @@ static void plan_frame_v2(bfp_sparse_plan *pl)
 void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 			  bfp_sparse_plan *pl)
 {
+	const uint8_t *const cls = CHG_CLASS(e);
+	const uint32_t *const rank = CHG_RANK(e);
+	const uint16_t *const delta = CHG_DELTA(e);
 	cls_acc a[BFP_CLASSES];
 	const int v2 = enc != BFP_ENC_SPARSE;
 
@@ -555,9 +563,9 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		a[c].mmin = UINT32_MAX;
 	for (uint32_t j = 0; j < k; j++) { /* no data-dependent branches */
-		unsigned c = e->chg_class[j];
-		uint32_t g = e->chg_rank[j];
-		unsigned m = bfp_mag(e->chg_delta[j]);
+		unsigned c = cls[j];
+		uint32_t g = rank[j];
+		unsigned m = bfp_mag(delta[j]);
 		unsigned big = m > MAG_BINS;
 		pl->n[c]++;
 		a[c].gsum += g;
@@ -763,10 +771,12 @@ static int tab_try(const mag_hist *h, unsigned e, unsigned sb, bfp_mtab *t, uint
 static void plan_tables(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 			bfp_model *m)
 {
+	const uint8_t *const cls = CHG_CLASS(e);
+	const uint16_t *const delta = CHG_DELTA(e);
 	mag_hist h[BFP_CLASSES];
 	BFP_MEMSET(h, 0, sizeof(h));
 	for (uint32_t j = 0; j < k; j++) {
-		unsigned c = e->chg_class[j], mg = bfp_mag(e->chg_delta[j]);
+		unsigned c = cls[j], mg = bfp_mag(delta[j]);
 		if (mg < 64) {
 			h[c].one[mg]++;
 		} else {
@@ -806,6 +816,7 @@ static void plan_tables(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan 
 static void plan_counts(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
 			uint64_t budget_bits, bfp_model *m)
 {
+	const uint8_t *const cls = CHG_CLASS(e);
 	uint64_t est = 0, cost[BFP_CLASSES][16];
 	uint32_t cnt[BFP_CLASSES], in = 0;
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
@@ -815,7 +826,7 @@ static void plan_counts(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan 
 	BFP_MEMSET(cost, 0, sizeof(cost));
 	BFP_MEMSET(cnt, 0, sizeof(cnt));
 	for (uint32_t j = 0; j < k; j++) {
-		cnt[e->chg_class[j]]++;
+		cnt[cls[j]]++;
 		if (++in < g)
 			continue;
 		for (unsigned c = 0; c < BFP_CLASSES; c++) {
@@ -853,6 +864,7 @@ void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
 			   const bfp_model *m, const bfp_rtab *rt, uint32_t dref,
 			   bfp_sparse_plan *pl)
 {
+	const uint8_t *const cls = CHG_CLASS(e);
 	BFP_MEMSET(pl, 0, sizeof(*pl));
 	pl->enc = (uint8_t)enc;
 	pl->model = m;
@@ -861,7 +873,7 @@ void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
 	pl->gk0 = m->gk0;
 	pl->mdef = m->mdef;
 	for (uint32_t j = 0; j < k; j++)
-		pl->n[e->chg_class[j]]++;
+		pl->n[cls[j]]++;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		pl->gap[c] = m->gap[c];
 		pl->mag[c] = m->mag[c];
@@ -915,6 +927,8 @@ static inline unsigned tab_bits_of(const bfp_mtab *t, const uint16_t *cost, unsi
 static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
 			  uint32_t a, uint32_t b, uint32_t *cost)
 {
+	const uint32_t *const rank = CHG_RANK(e);
+	const uint16_t *const delta = CHG_DELTA(e);
 	const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
 	const bfp_gcode *gc = &pl->gc[c];
 	const bfp_mtab *tab = plan_tab(pl, c);
@@ -923,8 +937,8 @@ static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsig
 	uint32_t grun = 0, mrun = 0;
 	unsigned gopen = 0, mopen = 0;
 	for (uint32_t t = a; t < b; t++) {
-		const uint32_t j = e->chg_order[t], g = e->chg_rank[j];
-		const unsigned m = bfp_mag(e->chg_delta[j]);
+		const uint32_t j = e->chg_order[t], g = rank[j];
+		const unsigned m = bfp_mag(delta[j]);
 		unsigned add = 1; /* sign */
 		uint64_t r256 = 0;
 		if (BFP_UNLIKELY(!tab && ms->all && m != ms->common))
@@ -971,6 +985,7 @@ static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsig
 uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			uint64_t budget_bits)
 {
+	const uint8_t *const cls = CHG_CLASS(e);
 	uint32_t n[BFP_CLASSES] = {0}, fill[BFP_CLASSES];
 	uint64_t var[BFP_CLASSES];
 	uint64_t committed = pl->fbits, vsum = 0, r256 = 0;
@@ -980,7 +995,7 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 
 	/* the changes grouped by class, in frame order within each */
 	for (uint32_t j = 0; j < k; j++)
-		n[e->chg_class[j]]++;
+		n[cls[j]]++;
 	start[0] = 0;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		start[c + 1] = start[c] + n[c];
@@ -988,7 +1003,7 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		n[c] = 0;
 	}
 	for (uint32_t j = 0; j < k; j++)
-		e->chg_order[fill[e->chg_class[j]]++] = j;
+		e->chg_order[fill[cls[j]]++] = j;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		uint32_t s = cut_class(e, pl, c, start[c], start[c + 1], cost);
 		stop = s < stop ? s : stop;
@@ -999,7 +1014,7 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 	/* then in frame order, the size of each prefix */
 	uint32_t j = 0;
 	for (; j < stop; j++) {
-		const unsigned c = e->chg_class[j];
+		const unsigned c = cls[j];
 		const uint32_t x = cost[start[c] + n[c]];
 		/* the first change of class c turns the header of class c + 1,
 		 * if it has changes, to its other form (encoding 6) */
@@ -1155,6 +1170,7 @@ static void write_model(bfp_bw *w, const bfp_model *m)
 static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32_t signs,
 			 uint8_t *tail)
 {
+	const uint16_t *const delta = CHG_DELTA(e);
 	const uint32_t *order = e->chg_order;
 	uint32_t x = BFP_RANS_L + signs;
 	uint8_t *out = tail;
@@ -1166,7 +1182,7 @@ static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32
 		for (uint32_t i = pl->start[c] + pl->n[c]; i-- > pl->start[c];) {
 			unsigned nraw;
 			uint32_t raw;
-			unsigned s = bfp_tab_sym(bfp_mag(e->chg_delta[order[i]]), t->e, t->sb, &nraw,
+			unsigned s = bfp_tab_sym(bfp_mag(delta[order[i]]), t->e, t->sb, &nraw,
 						 &raw);
 			s = s < t->ns - 1u ? s : t->ns - 1u;
 			bfp_rans_put(&x, &out, f[s], cu[s]);
@@ -1181,6 +1197,8 @@ static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32
 size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *w,
 			uint8_t *tail)
 {
+	const uint32_t *const rank = CHG_RANK(e);
+	const uint16_t *const delta = CHG_DELTA(e);
 	const uint32_t *order = e->chg_order;
 	const int v2 = pl->enc != BFP_ENC_SPARSE;
 	const int modelled = bfp_encoding_has_model(pl->enc);
@@ -1217,14 +1235,14 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 		uint32_t a = pl->start[c], b = a + pl->n[c];
 		int due = 1;
 		for (uint32_t t = a; t < b; t++) {
-			uint32_t g = e->chg_rank[order[t]];
+			uint32_t g = rank[order[t]];
 			if (!gs->runs) {
 				put_gc(w, g, &pl->gc[c]);
 				continue;
 			}
 			if (due) {
 				uint32_t r = 0;
-				while (t + r < b && e->chg_rank[order[t + r]] == 0)
+				while (t + r < b && rank[order[t + r]] == 0)
 					r++;
 				bfp_put_rice(w, r, gs->kr);
 				due = 0;
@@ -1236,7 +1254,7 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 		}
 		due = 1;
 		for (uint32_t t = a; t < b; t++) {
-			uint16_t d = e->chg_delta[order[t]];
+			uint16_t d = delta[order[t]];
 			unsigned m = bfp_mag(d), sign = ((int16_t)d < 0) ? 1u : 0u;
 			if (tab) { /* sign (unless the rANS state carries it),
 				      escape, raw bits; the symbol goes to the tail */
@@ -1256,7 +1274,7 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 			}
 			if (ms->runs && !ms->all && due) {
 				uint32_t r = 0;
-				while (t + r < b && bfp_mag(e->chg_delta[order[t + r]]) == ms->common)
+				while (t + r < b && bfp_mag(delta[order[t + r]]) == ms->common)
 					r++;
 				bfp_put_rice(w, r, ms->kr);
 				due = 0;

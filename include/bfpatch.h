@@ -279,6 +279,9 @@ typedef struct bfp_encode_opts {
 #define BFP_ENC_F_SPARSE4 128u /* sparse frames sharing a model without
 				  tables: encodings 7 and 8 (for
 				  comparison and known-answer vectors) */
+#define BFP_ENC_F_NO_BATCH 256u /* gather each frame's changes afresh,
+				   not from those gathered for its model
+				   (tests: the same bytes either way) */
 
 /* Encoder state. Large (scratch for one frame's changes); place it in
  * static or caller-allocated memory, not on a small stack. Its size does
@@ -301,6 +304,22 @@ typedef struct bfp_encoder {
 				  none for this range (too few changes, or
 				  frames too small for one) */
 	uint32_t model_index;  /* index of the frame that carried it */
+	/* the changes gathered to plan the model, which the frames after it
+	 * take theirs from (codec internal) */
+	uint32_t bat_ok;       /* 1: chg_* hold them */
+	uint32_t bat_n;        /* how many */
+	uint32_t bat_at;       /* the first after the frames emitted */
+	uint32_t chg0;         /* the current frame's changes start here */
+	uint64_t bat_begin;    /* ranks and offsets count from here */
+	uint64_t bat_end;      /* gathered up to (exclusive) */
+	uint64_t bat_limit;    /* the range end they were gathered for */
+	uint64_t bat_next[BFP_CLASSES]; /* rank after the last change of each class
+					   before bat_at */
+	uint32_t bat_saved[BFP_CLASSES][2]; /* gaps the current frame rewrote: index, gap */
+	uint32_t bat_nsaved;
+	uint32_t bat_nsnap;
+	uint32_t bat_snap[1024][BFP_CLASSES]; /* elements of each class from
+						  bat_begin to every 8192nd */
 	uint64_t model_codes[256]; /* the model's codes (codec internal) */
 	uint64_t model_tables[5376]; /* the model's tables, ready to code with
 					(codec internal) */

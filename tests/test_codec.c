@@ -551,6 +551,49 @@ static void test_encoder_is_canonical_and_simd_matches_scalar(void **state)
 	free(w2);
 }
 
+/* The frames after a model take their changes from the batch gathered to
+ * plan it (codec/encode.c): the same bytes as gathering each frame's
+ * afresh (BFP_ENC_F_NO_BATCH), with the vector and the scalar scans, for
+ * ranges where the batch runs out (2% changed), where frames turn dense
+ * (30%), and where it spans more than the class-count snapshots cover
+ * (0.4%, about 9 M parameters a batch); and they apply exactly. */
+static void test_frames_from_the_model_batch_match_fresh_gathers(void **state)
+{
+	(void)state;
+	const size_t n = 11500000, cut[] = {0, 2000000, 2500000, n};
+	const uint32_t ppm[] = {20000, 300000, 4000};
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2), *w = malloc(n * 2);
+	uint64_t s = 41;
+	for (size_t i = 0; i < n; i++)
+		b[i] = t_weight(&s);
+	for (size_t k = 0; k < 3; k++)
+		t_mutate(b + cut[k], t + cut[k], cut[k + 1] - cut[k], ppm[k], &s);
+	const uint32_t fs[] = {1200, 8900}, flags[] = {0, BFP_ENC_F_SPARSE4, BFP_ENC_F_SCALAR};
+	for (size_t i = 0; i < 2; i++) {
+		for (size_t j = 0; j < 3; j++) {
+			t_frames f1 = {0}, f2 = {0};
+			bfp_encode_opts o = opts(fs[i]);
+			o.flags = flags[j];
+			for (size_t k = 0; k < 3; k++)
+				assert_int_equal(t_encode(&o, b, t, n, cut[k], cut[k + 1], &f1), BFP_OK);
+			o.flags |= BFP_ENC_F_NO_BATCH;
+			for (size_t k = 0; k < 3; k++)
+				assert_int_equal(t_encode(&o, b, t, n, cut[k], cut[k + 1], &f2), BFP_OK);
+			assert_int_equal(f1.len, f2.len);
+			assert_memory_equal(f1.buf, f2.buf, f1.len);
+			memcpy(w, b, n * 2);
+			bfp_apply_opts ao = aopts();
+			t_apply_all(&f1, &ao, w, n);
+			assert_words_equal(w, t, n);
+			t_frames_free(&f1);
+			t_frames_free(&f2);
+		}
+	}
+	free(b);
+	free(t);
+	free(w);
+}
+
 /* The codec's internal hash entry points (codec/internal.h), so that each
  * vector loop is exercised whatever this machine picks by default. */
 uint32_t bfp_cpu_features(void);
@@ -1769,6 +1812,7 @@ int main(void)
 		cmocka_unit_test(test_model_codes_take_changes_past_the_plan),
 		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
+		cmocka_unit_test(test_frames_from_the_model_batch_match_fresh_gathers),
 		cmocka_unit_test(test_hash_loops_agree),
 		cmocka_unit_test(test_scan_paths_agree),
 		cmocka_unit_test(test_bit_codes_read_back),
