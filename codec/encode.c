@@ -1,8 +1,9 @@
 /*
  * encode.c: the streaming encoder. Each call covers as many parameters as
- * fit one frame: it gathers the changes ahead, sizes the sparse payload
- * exactly for a prefix of them, compares with dense and keyframe coverage,
- * and writes the encoding that covers the most parameters (FORMAT.md 3).
+ * fit one frame: it gathers the changes ahead (or takes them from those
+ * gathered to plan its model), sizes the sparse payload exactly for a
+ * prefix of them, compares with dense and keyframe coverage, and writes
+ * the encoding that covers the most parameters (FORMAT.md 3).
  */
 #include "classes.h"
 #include "sparse.h"

@@ -17,7 +17,10 @@
  * of the per-change work: the first computes each block's change mask,
  * class bytes and per-class counts before the block, and lists the
  * changes (the first four of a block without branches); the second
- * walks that list in a loop of known length. */
+ * walks that list in a loop of known length. With snap (a constant at
+ * each use) it also keeps the class counts every BFP_SNAP_EVERY elements
+ * in e->bat_snap, for the frames that take their changes from these
+ * (encode.c, the batch). */
 #define GATHER_CHUNK 1024u
 T_ATTR static inline __attribute__((always_inline)) uint64_t
 T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int snap)

@@ -113,13 +113,16 @@ static inline void put_gc(bfp_bw *w, uint32_t v, const bfp_gcode *g)
 		bfp_bw_put(w, v, 32);
 		return;
 	}
-	bfp_bw_put(w, 1ull << q, q + 1);
+	/* the unary quotient and the remainder in one put: at most 24 + 32
+	 * bits */
+	uint64_t r = rem;
+	unsigned nr = g->k;
 	if (rem >= g->cut) {
 		uint64_t x = rem - g->cut;
-		bfp_bw_put(w, (g->cut + (x >> 1)) | ((x & 1) << g->k), g->k + 1u);
-	} else {
-		bfp_bw_put(w, rem, g->k);
+		r = (g->cut + (x >> 1)) | ((x & 1) << g->k);
+		nr++;
 	}
+	bfp_bw_put(w, (1ull << q) | (r << (q + 1)), q + 1 + nr);
 }
 
 /* A gap of code g; values above 2^32 - 1 come back as they are (the
@@ -1262,13 +1265,17 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 				uint32_t raw;
 				const unsigned s = bfp_tab_sym(m, tab->e, tab->sb, &nraw, &raw),
 					       top = tab->ns - 1u;
-				if (ntab < BFP_RANS_SIGNS)
+				const unsigned in_state = ntab < BFP_RANS_SIGNS;
+				if (in_state)
 					signs |= sign << ntab;
-				else
-					bfp_bw_put(w, sign, 1);
 				ntab++;
-				if (s >= top)
-					bfp_put_eg0(w, s - top);
+				if (BFP_LIKELY(s < top)) { /* sign and raw bits in one put */
+					bfp_bw_put(w, in_state ? raw : sign | raw << 1, nraw + !in_state);
+					continue;
+				}
+				if (!in_state)
+					bfp_bw_put(w, sign, 1);
+				bfp_put_eg0(w, s - top);
 				bfp_bw_put(w, raw, nraw);
 				continue;
 			}
