@@ -919,16 +919,18 @@ static inline unsigned tab_bits_of(const bfp_mtab *t, const uint16_t *cost, unsi
 }
 
 /* bfp_sparse_cut's per-class pass: the changes of class c (order[a..b),
- * in frame order) one after another, each one's bits packed into
- * cost[t] (CUT_*). Returns the index of the first change the class's
- * codes cannot say (a model's class whose magnitudes were all one), or
- * UINT32_MAX. Going through one class at a time keeps the branches on
- * its codes predictable. */
-#define CUT_ADD(x) ((x) & 0xFFFu)        /* bits it adds for good */
-#define CUT_OPEN(x) (((x) >> 12) & 0xFFu) /* its class's open runs after it */
-#define CUT_R256(x) ((x) >> 20)           /* its rANS symbol's cost */
+ * in frame order) one after another, each one's running totals for its
+ * class in cost[t] (CUT_*: the bits of the class's changes up to it that
+ * stay whatever follows, and the bits of the runs still open after it)
+ * and rcost[t] (their rANS symbols' costs, 1/256 bit). Returns the index
+ * of the first change the class's codes cannot say (a model's class
+ * whose magnitudes were all one), or UINT32_MAX. Going through one class
+ * at a time keeps the branches on its codes predictable. */
+#define CUT_BITS(x) ((x) & 0xFFFFFFu) /* a change adds at most 219 bits */
+#define CUT_OPEN(x) ((x) >> 24)
+_Static_assert(BFP_CHANGES_MAX * 256ull < (1ull << 24), "CUT_BITS holds a class's bits");
 static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
-			  uint32_t a, uint32_t b, uint32_t *cost)
+			  uint32_t a, uint32_t b, uint32_t *cost, uint32_t *rcost)
 {
 	const uint32_t *const rank = CHG_RANK(e);
 	const uint16_t *const delta = CHG_DELTA(e);
@@ -937,13 +939,13 @@ static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsig
 	const bfp_mtab *tab = plan_tab(pl, c);
 	const uint16_t *tcost = tab ? pl->rt->cost[c] : NULL;
 	const int v2 = pl->enc != BFP_ENC_SPARSE;
-	uint32_t grun = 0, mrun = 0;
+	uint32_t grun = 0, mrun = 0, bits = 0;
+	uint64_t r256 = 0;
 	unsigned gopen = 0, mopen = 0;
 	for (uint32_t t = a; t < b; t++) {
 		const uint32_t j = e->chg_order[t], g = rank[j];
 		const unsigned m = bfp_mag(delta[j]);
 		unsigned add = 1; /* sign */
-		uint64_t r256 = 0;
 		if (BFP_UNLIKELY(!tab && ms->all && m != ms->common))
 			return j;
 		if (!gs->runs) {
@@ -980,9 +982,42 @@ static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsig
 		}
 		const unsigned open = (gopen ? bfp_rice_bits(grun, gs->kr) : 0) +
 				      (mopen ? bfp_rice_bits(mrun, ms->kr) : 0);
-		cost[t] = add | open << 12 | (uint32_t)r256 << 20;
+		bits += add;
+		cost[t] = bits | open << 24;
+		rcost[t] = (uint32_t)r256;
 	}
 	return UINT32_MAX;
+}
+
+/* The payload bits of the first len changes, for a model's codes (no
+ * class headers): each class's running totals at its last change among
+ * them (a binary search in its list of changes) and the count orders;
+ * n gets the per-class counts. */
+static uint64_t prefix_bits(const bfp_encoder *e, const bfp_sparse_plan *pl,
+			    const uint8_t *tabbed, uint32_t len, uint32_t *n)
+{
+	const uint32_t *order = e->chg_order, *start = pl->start;
+	uint64_t bits = pl->fbits, r256 = 0;
+	uint32_t nt = 0;
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		uint32_t lo = start[c], hi = start[c + 1];
+		while (lo < hi) { /* the first of the class at len or later */
+			const uint32_t mid = lo + (hi - lo) / 2;
+			if (order[mid] < len)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		n[c] = lo - start[c];
+		bits += count_bits(pl, c, n[c]);
+		if (n[c]) {
+			const uint32_t x = e->chg_cost[lo - 1];
+			bits += CUT_BITS(x) + CUT_OPEN(x);
+			r256 += e->chg_rcost[lo - 1];
+			nt += tabbed[c] ? n[c] : 0;
+		}
+	}
+	return bits + tail_bits(nt, r256);
 }
 
 uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
@@ -993,7 +1028,7 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 	uint64_t var[BFP_CLASSES];
 	uint64_t committed = pl->fbits, vsum = 0, r256 = 0;
 	uint32_t nt = 0, stop = k;
-	uint32_t *start = pl->start, *cost = e->chg_cost;
+	uint32_t *start = pl->start, *cost = e->chg_cost, *rcost = e->chg_rcost;
 	uint8_t tabbed[BFP_CLASSES];
 
 	/* the changes grouped by class, in frame order within each */
@@ -1008,44 +1043,70 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 	for (uint32_t j = 0; j < k; j++)
 		e->chg_order[fill[cls[j]]++] = j;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		uint32_t s = cut_class(e, pl, c, start[c], start[c + 1], cost);
+		uint32_t s = cut_class(e, pl, c, start[c], start[c + 1], cost, rcost);
 		stop = s < stop ? s : stop;
 		tabbed[c] = plan_tab(pl, c) != NULL;
 		var[c] = count_bits(pl, c, 0);
 		vsum += var[c];
 	}
-	/* then in frame order, the size of each prefix */
 	uint32_t j = 0;
-	for (; j < stop; j++) {
-		const unsigned c = cls[j];
-		const uint32_t x = cost[start[c] + n[c]];
-		/* the first change of class c turns the header of class c + 1,
-		 * if it has changes, to its other form (encoding 6) */
-		int64_t adj = 0;
-		if (!n[c] && c + 1 < BFP_CLASSES && n[c + 1])
-			adj = (int64_t)pl->hbits[1][c + 1] - (int64_t)pl->hbits[0][c + 1];
-		n[c]++;
-		const uint64_t v = count_bits(pl, c, n[c]) + pl->hbits[c && n[c - 1]][c] + CUT_OPEN(x);
-		const uint32_t nnt = nt + tabbed[c];
-		const uint64_t nr256 = r256 + CUT_R256(x);
-		const uint64_t add = CUT_ADD(x);
-		if (committed + add + vsum - var[c] + v + (uint64_t)adj + tail_bits(nnt, nr256) >
-		    budget_bits) {
-			n[c]--;
-			break;
+	if (bfp_encoding_has_model(pl->enc)) {
+		/* No class headers here, so the size only grows with the prefix:
+		 * each change's class totals, and its count, grow; a run that
+		 * closes moves its open bits into the totals; a table-coded
+		 * change whose sign the rANS state carries adds a bit less to
+		 * the rANS part, and its sign was counted in its class's bits.
+		 * The longest prefix that fits: a binary search. */
+		uint32_t lo = 0, hi = stop; /* fits(lo) or lo == 0; !fits(hi + 1) */
+		if (prefix_bits(e, pl, tabbed, stop, n) <= budget_bits) {
+			lo = stop;
+		} else {
+			while (lo + 1 < hi) {
+				const uint32_t mid = lo + (hi - lo) / 2;
+				if (prefix_bits(e, pl, tabbed, mid, n) <= budget_bits)
+					lo = mid;
+				else
+					hi = mid;
+			}
 		}
-		committed += add;
-		vsum += v - var[c] + (uint64_t)adj;
-		var[c] = v;
-		if (adj)
-			var[c + 1] += (uint64_t)adj;
-		nt = nnt;
-		r256 = nr256;
+		pl->bits = prefix_bits(e, pl, tabbed, lo, n);
+		j = lo;
+	} else {
+		/* in frame order, the size of each prefix */
+		for (; j < stop; j++) {
+			const unsigned c = cls[j];
+			const uint32_t t = start[c] + n[c];
+			const uint32_t x = cost[t], px = n[c] ? cost[t - 1] : 0;
+			/* the first change of class c turns the header of class
+			 * c + 1, if it has changes, to its other form (encoding 6) */
+			int64_t adj = 0;
+			if (!n[c] && c + 1 < BFP_CLASSES && n[c + 1])
+				adj = (int64_t)pl->hbits[1][c + 1] - (int64_t)pl->hbits[0][c + 1];
+			n[c]++;
+			const uint64_t v =
+				count_bits(pl, c, n[c]) + pl->hbits[c && n[c - 1]][c] + CUT_OPEN(x);
+			const uint32_t nnt = nt + tabbed[c];
+			const uint64_t nr256 = r256 + rcost[t] - (n[c] > 1 ? rcost[t - 1] : 0);
+			const uint64_t add = CUT_BITS(x) - CUT_BITS(px);
+			if (committed + add + vsum - var[c] + v + (uint64_t)adj +
+				    tail_bits(nnt, nr256) >
+			    budget_bits) {
+				n[c]--;
+				break;
+			}
+			committed += add;
+			vsum += v - var[c] + (uint64_t)adj;
+			var[c] = v;
+			if (adj)
+				var[c + 1] += (uint64_t)adj;
+			nt = nnt;
+			r256 = nr256;
+		}
+		pl->bits = committed + vsum + tail_bits(nt, r256);
 	}
 	pl->stuck = j == stop && stop < k;
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		pl->n[c] = n[c];
-	pl->bits = committed + vsum + tail_bits(nt, r256);
 	return j;
 }
 

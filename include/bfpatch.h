@@ -329,7 +329,9 @@ typedef struct bfp_encoder {
 	uint8_t chg_class[BFP_CHANGES_MAX];
 	uint32_t chg_rank[BFP_CHANGES_MAX]; /* class elements skipped */
 	uint32_t chg_order[BFP_CHANGES_MAX];
-	uint32_t chg_cost[BFP_CHANGES_MAX]; /* bits of each (internal) */
+	uint32_t chg_cost[BFP_CHANGES_MAX];  /* bits of each class's changes
+						so far (internal) */
+	uint32_t chg_rcost[BFP_CHANGES_MAX]; /* ... and of their rANS symbols */
 } bfp_encoder;
 
 /* Start encoding parameters [begin, end) of the model. base and target
