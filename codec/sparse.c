@@ -1000,14 +1000,18 @@ static uint64_t prefix_bits(const bfp_encoder *e, const bfp_sparse_plan *pl,
 	uint64_t bits = pl->fbits, r256 = 0;
 	uint32_t nt = 0;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		uint32_t lo = start[c], hi = start[c + 1];
-		while (lo < hi) { /* the first of the class at len or later */
-			const uint32_t mid = lo + (hi - lo) / 2;
-			if (order[mid] < len)
-				lo = mid + 1;
-			else
-				hi = mid;
+		/* the class's changes before len: a search without branches */
+		const uint32_t *p = order + start[c];
+		uint32_t m = start[c + 1] - start[c];
+		if (m) {
+			while (m > 1) {
+				const uint32_t half = m / 2;
+				p = p[half] < len ? p + half : p;
+				m -= half;
+			}
+			p += *p < len;
 		}
+		const uint32_t lo = (uint32_t)(p - order);
 		n[c] = lo - start[c];
 		bits += count_bits(pl, c, n[c]);
 		if (n[c]) {
