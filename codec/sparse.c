@@ -1320,6 +1320,20 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 				due = 1;
 			}
 		}
+		if (!tab && ms->all) { /* signs only (ms->runs too): 57 a put */
+			uint64_t acc = 0;
+			unsigned nb = 0;
+			for (uint32_t t = a; t < b; t++) {
+				acc |= (uint64_t)(delta[order[t]] >> 15) << nb;
+				if (++nb == 57) {
+					bfp_bw_put(w, acc, 57);
+					acc = 0;
+					nb = 0;
+				}
+			}
+			bfp_bw_put(w, acc, nb);
+			continue;
+		}
 		due = 1;
 		for (uint32_t t = a; t < b; t++) {
 			uint16_t d = delta[order[t]];
