@@ -28,9 +28,8 @@ uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end);
  * 1 + (m > 1 ? EG0(m - 2) : 0) + bitlen(gap) + 2, without branches. */
 static inline unsigned bfp_gather_est(uint32_t gap, unsigned m)
 {
-	const unsigned mb = bfp_eg0_bits(m - 2 + (m < 2));
-	return 3u + (m > 1 ? mb : 0u) + (64u - (unsigned)__builtin_clzll((uint64_t)gap * 2 + 1)) -
-	       1u;
+	const unsigned mb = bfp_eg0_bits(m - 2 + (m < 2)) & (0u - (unsigned)(m > 1));
+	return 3u + mb + (64u - (unsigned)__builtin_clzll((uint64_t)gap * 2 + 1)) - 1u;
 }
 
 /* Add the number of elements of each class among base[0, n) to cnt. */
