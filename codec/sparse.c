@@ -1262,7 +1262,7 @@ static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32
 
 /* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
  * 3.9, 3.10, 3.11). */
-size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *w,
+size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *wout,
 			uint8_t *tail)
 {
 	const uint32_t *const rank = CHG_RANK(e);
@@ -1273,30 +1273,33 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 	uint32_t ntab = 0, signs = 0;
 
 	if (bfp_encoding_carries_model(pl->enc))
-		write_model(w, pl->model);
+		write_model(wout, pl->model);
 	else if (bfp_encoding_refers(pl->enc))
-		bfp_put_eg0(w, pl->dref - 1);
+		bfp_put_eg0(wout, pl->dref - 1);
 	if (v2 && !enc_v2(pl->enc))
-		bfp_bw_put(w, pl->kn, 3);
+		bfp_bw_put(wout, pl->kn, 3);
 	if (v2 && !modelled) { /* encodings 5, 6: gap parameter base, default code */
 		if (pl->enc == BFP_ENC_SPARSE3)
-			bfp_bw_put(w, (unsigned)(pl->gk0 + 64), 7);
+			bfp_bw_put(wout, (unsigned)(pl->gk0 + 64), 7);
 		else
-			bfp_bw_put(w, (unsigned)(pl->gk0 + 16), 6);
-		write_mag_code(w, &pl->mdef, NULL);
+			bfp_bw_put(wout, (unsigned)(pl->gk0 + 16), 6);
+		write_mag_code(wout, &pl->mdef, NULL);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		if (v2)
-			put_eg(w, pl->n[c], count_order(pl, c));
+			put_eg(wout, pl->n[c], count_order(pl, c));
 		else
-			bfp_put_eg0(w, pl->n[c]);
+			bfp_put_eg0(wout, pl->n[c]);
 		if (!pl->n[c] || modelled)
 			continue;
 		if (v2)
-			write_class_v2(w, pl, c);
+			write_class_v2(wout, pl, c);
 		else
-			write_class_v1(w, pl, c);
+			write_class_v1(wout, pl, c);
 	}
+	/* the changes through a local writer: nothing else sees its address,
+	 * so its fields stay in registers (the output bytes cannot alias it) */
+	bfp_bw wl = *wout, *const w = &wl;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
 		const bfp_mtab *tab = plan_tab(pl, c);
@@ -1372,6 +1375,7 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 			}
 		}
 	}
+	*wout = wl;
 	return ntab ? write_tail(e, pl, signs, tail) : 0;
 }
 
