@@ -14,6 +14,7 @@
 
 #define BFP_RELAY_NO_MAIN
 #include "../dpdk_app/relay.c"
+#include "eal_rundir.h"
 
 static relay *T;
 static const uint8_t PEER_MAC[6] = {2, 0, 0, 0, 0, 0x42};
@@ -30,6 +31,7 @@ static int eal_up(void)
 			"--vdev=net_null0", "--log-level=lib.eal:error", NULL};
 	if (rte_eal_init(10, args) < 0)
 		return -1;
+	t_eal_rundir_at_exit();
 	done = 1;
 	return 0;
 }

@@ -24,6 +24,8 @@
 #include <rte_interrupts.h>
 #include <rte_mbuf.h>
 
+#include "eal_rundir.h"
+
 #define MODEL_ID 0x5EED5EED12345678ull
 #define DATA_PORT 7400
 #define OUR_IP 0x0A000002u   /* 10.0.0.2 */
@@ -42,6 +44,7 @@ static int eal_up(void **state)
 		fprintf(stderr, "%s\n", err);
 		return -1;
 	}
+	t_eal_rundir_at_exit();
 	return bfp_decoder_init(&dec, 0) == BFP_OK ? 0 : -1;
 }
 
