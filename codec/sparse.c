@@ -1029,9 +1029,7 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 {
 	const uint8_t *const cls = CHG_CLASS(e);
 	uint32_t n[BFP_CLASSES] = {0}, fill[BFP_CLASSES];
-	uint64_t var[BFP_CLASSES];
-	uint64_t committed = pl->fbits, vsum = 0, r256 = 0;
-	uint32_t nt = 0, stop = k;
+	uint32_t stop = k;
 	uint32_t *start = pl->start, *cost = e->chg_cost, *rcost = e->chg_rcost;
 	uint8_t tabbed[BFP_CLASSES];
 
@@ -1050,8 +1048,6 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		uint32_t s = cut_class(e, pl, c, start[c], start[c + 1], cost, rcost);
 		stop = s < stop ? s : stop;
 		tabbed[c] = plan_tab(pl, c) != NULL;
-		var[c] = count_bits(pl, c, 0);
-		vsum += var[c];
 	}
 	uint32_t j = 0;
 	if (bfp_encoding_has_model(pl->enc)) {
@@ -1061,10 +1057,10 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		 * change whose sign the rANS state carries adds a bit less to
 		 * the rANS part, and its sign was counted in its class's bits.
 		 * The longest prefix that fits: a binary search. */
-		uint32_t lo = 0, hi = stop; /* fits(lo) or lo == 0; !fits(hi + 1) */
-		if (prefix_bits(e, pl, tabbed, stop, n) <= budget_bits) {
-			lo = stop;
-		} else {
+		pl->bits = prefix_bits(e, pl, tabbed, stop, n);
+		j = stop;
+		if (pl->bits > budget_bits) {
+			uint32_t lo = 0, hi = stop; /* fits(lo) or lo == 0; !fits(hi) */
 			while (lo + 1 < hi) {
 				const uint32_t mid = lo + (hi - lo) / 2;
 				if (prefix_bits(e, pl, tabbed, mid, n) <= budget_bits)
@@ -1072,11 +1068,18 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 				else
 					hi = mid;
 			}
+			pl->bits = prefix_bits(e, pl, tabbed, lo, n); /* n for lo */
+			j = lo;
 		}
-		pl->bits = prefix_bits(e, pl, tabbed, lo, n);
-		j = lo;
 	} else {
 		/* in frame order, the size of each prefix */
+		uint64_t var[BFP_CLASSES];
+		uint64_t committed = pl->fbits, vsum = 0, r256 = 0;
+		uint32_t nt = 0;
+		for (unsigned c = 0; c < BFP_CLASSES; c++) {
+			var[c] = count_bits(pl, c, 0);
+			vsum += var[c];
+		}
 		for (; j < stop; j++) {
 			const unsigned c = cls[j];
 			const uint32_t t = start[c] + n[c];
