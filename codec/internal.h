@@ -155,9 +155,7 @@ static inline void bfp_br_refill(bfp_br *r)
 /* Read nbits (<= 32). Past the end it returns zeros and sets err. */
 static inline uint32_t bfp_br_get(bfp_br *r, unsigned nbits)
 {
-	if (nbits == 0)
-		return 0;
-	if (r->n < nbits) {
+	if (r->n < nbits) { /* never for nbits 0: no branch on it */
 		bfp_br_refill(r);
 		if (r->n < nbits) {
 			r->err = 1;

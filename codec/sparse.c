@@ -1509,104 +1509,156 @@ static int parse_class_v1(bfp_br *r, bfp_seq *gs, bfp_seq *ms)
  * fields stay in registers; one per kind of level. */
 static inline __attribute__((always_inline)) int read_gaps_t(bfp_br *rd, const bfp_seq *gs,
 							     uint32_t n, uint32_t len,
-							     uint32_t *gap, const int golomb)
+							     uint32_t *gap, uint32_t room,
+							     const int golomb)
 {
 	bfp_br rl = *rd, *r = &rl;
-	uint32_t run = 0;
-	int due = 1;
-	const int runs = gs->runs;
 	const unsigned kr = gs->kr;
 	bfp_gcode gc;
 	gcode_of(gs->k, &gc);
-	for (uint32_t j = 0; j < n; j++) {
-		uint64_t g;
-		if (!runs) {
-			g = get_gc(r, &gc, golomb);
-		} else {
-			if (due) {
-				run = bfp_get_rice(r, kr);
-				if (r->err || run > n - j)
-					return 0;
-				due = 0;
-			}
-			if (run > 0) {
-				run--;
-				g = 0;
-			} else {
-				g = get_gc(r, &gc, golomb) + 1;
-				due = 1;
-			}
+	if (!gs->runs) {
+		for (uint32_t j = 0; j < n; j++) {
+			uint64_t g = get_gc(r, &gc, golomb);
+			/* a gap can never reach past the range (FORMAT.md 3.4) */
+			if (r->err || g >= len)
+				return 0;
+			gap[j] = (uint32_t)g;
 		}
-		/* a gap can never reach past the range (FORMAT.md 3.4) */
+		*rd = rl;
+		return 1;
+	}
+	/* run by run: a run of zero gaps, then (unless the class ends) a
+	 * gap of one or more */
+	for (uint32_t j = 0; j < n;) {
+		const uint32_t run = bfp_get_rice(r, kr);
+		if (r->err || run > n - j || (run && !len))
+			return 0;
+		if (run <= 16 && room - j >= 16) {
+			BFP_MEMSET(gap + j, 0, 16 * sizeof(*gap));
+		} else {
+			for (uint32_t i = 0; i < run; i++)
+				gap[j + i] = 0;
+		}
+		j += run;
+		if (j == n)
+			break;
+		uint64_t g = get_gc(r, &gc, golomb) + 1;
 		if (r->err || g >= len)
 			return 0;
-		gap[j] = (uint32_t)g;
+		gap[j++] = (uint32_t)g;
 	}
 	*rd = rl;
 	return 1;
 }
 
 static __attribute__((noinline)) int read_gaps_rice(bfp_br *rd, const bfp_seq *gs, uint32_t n,
-						    uint32_t len, uint32_t *gap)
+						    uint32_t len, uint32_t *gap, uint32_t room)
 {
-	return read_gaps_t(rd, gs, n, len, gap, 0);
+	return read_gaps_t(rd, gs, n, len, gap, room, 0);
 }
 
 static __attribute__((noinline)) int read_gaps_golomb(bfp_br *rd, const bfp_seq *gs, uint32_t n,
-						      uint32_t len, uint32_t *gap)
+						      uint32_t len, uint32_t *gap, uint32_t room)
 {
-	return read_gaps_t(rd, gs, n, len, gap, 1);
+	return read_gaps_t(rd, gs, n, len, gap, room, 1);
 }
 
-static int read_gaps(bfp_br *rd, const bfp_seq *gs, uint32_t n, uint32_t len, uint32_t *gap)
+/* room (>= n): the entries of gap that may be written */
+static int read_gaps(bfp_br *rd, const bfp_seq *gs, uint32_t n, uint32_t len, uint32_t *gap,
+		     uint32_t room)
 {
-	return lv_golomb(gs->k) ? read_gaps_golomb(rd, gs, n, len, gap)
-				: read_gaps_rice(rd, gs, n, len, gap);
+	return lv_golomb(gs->k) ? read_gaps_golomb(rd, gs, n, len, gap, room)
+				: read_gaps_rice(rd, gs, n, len, gap, room);
 }
 
-/* The steps of a class with n changes; 0 if corrupt. */
+/* The magnitude a non-common change codes (FORMAT.md 3.4, 3.8); 0 if
+ * corrupt. */
+static inline uint32_t read_mag(bfp_br *r, int v2, const bfp_seq *ms)
+{
+	uint32_t v = get_eg(r, ms->k);
+	if (r->err)
+		return 0;
+	if (v2)
+		return mag_unfold((uint64_t)v + ms->runs, ms->common, ms->down);
+	if (v >= 32768u)
+		return 0;
+	uint32_t m = (!ms->runs || v + 1 < ms->common) ? v + 1 : v + 2;
+	return m > 32768u ? 0 : m;
+}
+
+/* cnt (<= 32) steps of magnitude m from cnt sign bits; 0 if one of them
+ * is +32768 (FORMAT.md 3.2: written as -32768). Writes 32 entries when
+ * room allows, so that the loop has no branch on cnt. */
+static inline int put_signs(uint16_t *step, uint32_t room, uint32_t bits, unsigned cnt,
+			    uint32_t m)
+{
+	const uint16_t pos = (uint16_t)m, flip = (uint16_t)(pos ^ (uint16_t)(0x10000u - m));
+	if (m >= 32768u && bits != (uint32_t)((1ull << cnt) - 1))
+		return 0;
+	if (room >= 32) {
+		typedef uint16_t v8u16 __attribute__((vector_size(16)));
+		const v8u16 lo = {1, 2, 4, 8, 16, 32, 64, 128};
+		const v8u16 hi = lo << 8;
+		for (unsigned q = 0; q < 4; q++) {
+			const uint16_t half = (uint16_t)(bits >> (q / 2 * 16));
+			v8u16 b = {half, half, half, half, half, half, half, half};
+			v8u16 neg = (v8u16)((b & ((q & 1) ? hi : lo)) != 0);
+			v8u16 v = (v8u16){pos, pos, pos, pos, pos, pos, pos, pos} ^
+				  ((v8u16){flip, flip, flip, flip, flip, flip, flip, flip} & neg);
+			BFP_MEMCPY(step + 8 * q, &v, sizeof(v));
+		}
+	} else {
+		for (unsigned i = 0; i < cnt; i++)
+			step[i] = (uint16_t)(pos ^ (flip & (0u - ((bits >> i) & 1u))));
+	}
+	return 1;
+}
+
+/* cnt steps of magnitude m from the next cnt bits (signs); 0 if corrupt */
+static inline int read_signs(bfp_br *r, uint16_t *step, uint32_t room, uint32_t cnt, uint32_t m)
+{
+	while (cnt) {
+		const unsigned t = cnt < 32 ? cnt : 32;
+		if (!put_signs(step, room, bfp_br_get(r, t), t, m))
+			return 0;
+		step += t;
+		room -= t;
+		cnt -= t;
+	}
+	return !r->err;
+}
+
+/* The steps of a class with n changes; 0 if corrupt. room (>= n): the
+ * entries of step that may be written. A class's changes go run by run:
+ * the signs of a run of the common magnitude are read together. */
 static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_seq *ms,
-						uint32_t n, uint16_t *step)
+						uint32_t n, uint16_t *step, uint32_t room)
 {
 	bfp_br rl = *rd, *r = &rl;
-	const int all = ms->all, runs = ms->runs && !all;
-	uint32_t run = 0;
-	int due = 1;
-	for (uint32_t j = 0; j < n; j++) {
-		uint32_t m;
-		if (runs && due) {
+	if (ms->all) {
+		if (!read_signs(r, step, room, n, ms->common))
+			return 0;
+		*rd = rl;
+		return 1;
+	}
+	for (uint32_t j = 0; j < n;) {
+		uint32_t run = 0;
+		if (ms->runs) {
 			run = bfp_get_rice(r, ms->kr);
 			if (r->err || run > n - j)
 				return 0;
-			due = 0;
+			if (!read_signs(r, step + j, room - j, run, ms->common))
+				return 0;
+			j += run;
+			if (j == n)
+				break;
 		}
 		unsigned sign = bfp_br_get(r, 1);
-		if (all) {
-			m = ms->common;
-		} else if (runs && run > 0) {
-			run--;
-			m = ms->common;
-		} else {
-			uint32_t v = get_eg(r, ms->k);
-			if (r->err)
-				return 0;
-			if (v2) {
-				m = mag_unfold((uint64_t)v + ms->runs, ms->common, ms->down);
-				if (m == 0)
-					return 0;
-			} else {
-				if (v >= 32768u)
-					return 0;
-				m = (!ms->runs || v + 1 < ms->common) ? v + 1 : v + 2;
-				if (m > 32768u)
-					return 0;
-			}
-			due = 1;
-		}
+		uint32_t m = read_mag(r, v2, ms);
 		/* FORMAT.md 3.2: +32768 is written as -32768 */
-		if (m >= 32768u && !sign)
+		if (m == 0 || (m >= 32768u && !sign))
 			return 0;
-		step[j] = (uint16_t)(sign ? 0x10000u - m : m);
+		step[j++] = (uint16_t)(sign ? 0x10000u - m : m);
 	}
 	*rd = rl;
 	return 1;
@@ -1795,7 +1847,9 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		t0 = bfp_br_tell(r);
-		BFP_CHECK(read_gaps(r, &gs[c], n[c], len, gaps + start[c]), BFP_E_CORRUPT);
+		BFP_CHECK(read_gaps(r, &gs[c], n[c], len, gaps + start[c],
+				    BFP_CHANGES_MAX - start[c]),
+			  BFP_E_CORRUPT);
 		if (st)
 			st->class_position_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
 		t0 = bfp_br_tell(r);
@@ -1805,7 +1859,9 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 						 start[c], &ntab, defer),
 				  BFP_E_CORRUPT);
 		else
-			BFP_CHECK(read_steps(r, v2, &ms[c], n[c], steps + start[c]), BFP_E_CORRUPT);
+			BFP_CHECK(read_steps(r, v2, &ms[c], n[c], steps + start[c],
+					     BFP_CHANGES_MAX - start[c]),
+				  BFP_E_CORRUPT);
 		if (st) {
 			st->class_value_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
 			if (ntab > nt0) {

@@ -408,6 +408,49 @@ static void test_everything_changed_never_worse_than_keyframes(void **state)
 	free(t);
 }
 
+/* Frames that hold as many changes as a frame may (BFP_CHANGES_MAX):
+ * the decoder reads runs of zero gaps and of signs a block at a time,
+ * writing past the run where the scratch has room; at the end of the
+ * scratch it must not. Two classes: a few changes in class 0, whose steps
+ * are decoded first, and the rest in class 8, in runs (one element in 24
+ * unchanged), with a step of 2 now and then so that the magnitudes go in
+ * runs too. Every sparse encoding, at two frame sizes. */
+static void test_frames_at_the_change_limit_decode_exactly(void **state)
+{
+	(void)state;
+	const size_t n = BFP_CHANGES_MAX * 25 / 24 + 5000;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
+	uint64_t s = 11;
+	for (size_t i = 0; i < n; i++) {
+		const uint16_t mant = (uint16_t)(t_rand(&s) & 0x7F);
+		b[i] = (uint16_t)((i % 50 == 0 ? 100u << 7 : 116u << 7) | mant);
+		const uint64_t r = t_rand(&s) % 2400;
+		const unsigned step = r < 100 ? 0 : r < 124 ? 2 : 1;
+		t[i] = bfp_unkey((uint16_t)(bfp_key(b[i]) + step));
+	}
+	static const uint32_t sizes[] = {8900, BFP_FRAME_SIZE_MAX};
+	for (size_t z = 0; z < 2; z++) {
+		for (size_t f = 0; f < T_SPARSE_N; f++) {
+			bfp_encode_opts o = opts(sizes[z]);
+			o.flags = t_sparse_flags[f] | BFP_ENC_F_NO_DENSE;
+			t_frames fr = {0};
+			bfp_decoder dec;
+			bfp_frame_stats st;
+			assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
+			assert_int_equal(bfp_decoder_init(&dec, 0), BFP_OK);
+			assert_int_equal(bfp_frame_stats_get(&dec, fr.buf, t_frame_len(&fr, 0), &st),
+					 BFP_OK);
+			if (st.n_changes != BFP_CHANGES_MAX || !st.class_changes[0])
+				fail_msg("flags %u size %u: %u changes, %u of class 0", o.flags,
+					 sizes[z], st.n_changes, st.class_changes[0]);
+			t_frames_free(&fr);
+			roundtrip(b, t, n, o);
+		}
+	}
+	free(b);
+	free(t);
+}
+
 /* A re-initialised block makes keyframe-coded frames inside a patch: they
  * carry IN_PATCH and the patch's base version (FORMAT.md 2.1), so that
  * receivers file them with the patch, while a keyframe stream's frames
@@ -1805,6 +1848,7 @@ int main(void)
 		cmocka_unit_test(test_special_values_and_huge_jumps_round_trip),
 		cmocka_unit_test(test_nothing_changed_costs_only_headers),
 		cmocka_unit_test(test_everything_changed_never_worse_than_keyframes),
+		cmocka_unit_test(test_frames_at_the_change_limit_decode_exactly),
 		cmocka_unit_test(test_keyframe_coded_patch_frames_say_in_patch),
 		cmocka_unit_test(test_sparse_frames_are_full),
 		cmocka_unit_test(test_frame_stats_by_class),
