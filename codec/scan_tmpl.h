@@ -150,7 +150,9 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 					   uint32_t *pos, uint16_t *val)
 {
 	enum { NB = BFP_SCAN_CHUNK / 64 };
-	uint64_t cnt[BFP_CLASSES] = {0}, target[BFP_CLASSES] = {0};
+	/* rel[c]: rank of class c's next change among the class's elements
+	 * from the chunk's start */
+	uint64_t rel[BFP_CLASSES] = {0};
 	uint32_t idx[BFP_CLASSES];
 	uint32_t active = 0, o = 0;
 	uint8_t cb[BFP_SCAN_CHUNK] __attribute__((aligned(64)));
@@ -164,7 +166,7 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 		idx[c] = start[c];
 		if (start[c] < start[c + 1]) {
 			active |= 1u << c;
-			target[c] = gaps[start[c]];
+			rel[c] = gaps[start[c]];
 		}
 	}
 	for (uint32_t i0 = 0; i0 < len && active; i0 += BFP_SCAN_CHUNK) {
@@ -185,30 +187,33 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 		if (nb < NB)
 			BFP_MEMSET(rows[nb], 0xFF, sizeof(rows[0]) * (NB - nb));
 		t_transpose(rows, before);
+		uint32_t *po = pos + o;
+		uint16_t *vo = val + o;
 		for (uint32_t a = active; a; a &= a - 1) {
-			unsigned c = (unsigned)__builtin_ctz(a);
-			uint64_t cc = cnt[c], tg = target[c];
-			uint32_t ix = idx[c];
-			const uint32_t last = start[c + 1];
-			while (tg - cc < run[c]) {
-				unsigned r = (unsigned)(tg - cc);
+			const unsigned c = (unsigned)__builtin_ctz(a);
+			const uint32_t rc = run[c];
+			uint64_t rr = rel[c];
+			const uint32_t *g = gaps + idx[c];
+			const uint32_t *const gend = gaps + start[c + 1];
+			const uint16_t *st = steps + idx[c];
+			while (rr < rc) {
+				unsigned r = (unsigned)rr;
 				unsigned k = t_blocks_upto(before[c], r) - 1;
 				uint64_t m = t_cmask_mem(cb + k * 64, c);
 				unsigned l = (unsigned)__builtin_ctzll(t_select(m, r - before[c][k]));
 				uint32_t p = k * 64 + l;
-				pos[o] = i0 + p;
-				val[o] = bfp_unkey((uint16_t)(bfp_key(b[p]) + steps[ix]));
-				o++;
-				if (++ix == last) {
+				*po++ = i0 + p;
+				*vo++ = bfp_unkey((uint16_t)(bfp_key(b[p]) + *st++));
+				if (++g == gend) {
 					active &= ~(1u << c);
 					break;
 				}
-				tg += (uint64_t)gaps[ix] + 1;
+				rr += (uint64_t)*g + 1;
 			}
-			cnt[c] = cc + run[c];
-			target[c] = tg;
-			idx[c] = ix;
+			rel[c] = rr - rc;
+			idx[c] = (uint32_t)(g - gaps);
 		}
+		o = (uint32_t)(po - pos);
 	}
 	return active ? BFP_E_CORRUPT : BFP_OK;
 }

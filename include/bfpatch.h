@@ -496,12 +496,13 @@ BFP_API bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
  * adjacent representable values differ by 1 (-0 and +0 are adjacent). */
 static inline uint16_t bfp_key(uint16_t x)
 {
-	return (uint16_t)((x & 0x8000u) ? (~x & 0xFFFFu) : (x | 0x8000u));
+	/* negative: every bit flipped; else the sign bit set */
+	return (uint16_t)(x ^ (0x8000u | (0u - (unsigned)(x >> 15))));
 }
 
 static inline uint16_t bfp_unkey(uint16_t k)
 {
-	return (uint16_t)((k & 0x8000u) ? (k & 0x7FFFu) : (~k & 0xFFFFu));
+	return (uint16_t)(k ^ (0x8000u | ((unsigned)(k >> 15) - 1u)));
 }
 
 /* Base-exponent context of a BF16 pattern (FORMAT.md 3.3). */
