@@ -141,12 +141,6 @@ bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame, size_t fr
 	return BFP_OK;
 }
 
-/* Signed value delta from sign bit and magnitude, as a key difference. */
-static inline uint16_t delta_of(unsigned sign, unsigned m)
-{
-	return (uint16_t)(sign ? 0x10000u - m : m);
-}
-
 /* FORMAT.md 3.1: the payload ends in the byte holding its last bit and
  * the padding bits after it are zero. */
 static bfp_status check_end(bfp_br *r, size_t payload_len)
@@ -219,7 +213,7 @@ static bfp_status decode_dense(bfp_decoder *d, const uint8_t *pl,
 		BFP_CHECK(!r.err && (m < 32768u || sign), BFP_E_CORRUPT);
 		BFP_CHECK(k < BFP_CHANGES_MAX, BFP_E_CORRUPT);
 		d->chg_pos[k] = i;
-		d->chg_val[k] = bfp_unkey((uint16_t)(bfp_key(base[i]) + delta_of(sign, m)));
+		d->chg_val[k] = bfp_unkey((uint16_t)(bfp_key(base[i]) + bfp_signed_step(sign, m)));
 		k++;
 	}
 	bfp_status st = check_end(&r, pl_len);

@@ -213,6 +213,13 @@ static inline uint64_t bfp_br_tell(const bfp_br *r)
 	return (uint64_t)r->pos * 8 - r->n;
 }
 
+/* The step of sign (0 or 1) and magnitude m as a key difference:
+ * 0x10000 - m when negative. Without a branch: signs are coin flips. */
+static inline uint16_t bfp_signed_step(unsigned sign, uint32_t m)
+{
+	return (uint16_t)((m ^ (0u - sign)) + sign);
+}
+
 /* ---- integer codes of FORMAT.md 3.1 ---- */
 
 #define BFP_RICE_ESC 24u /* quotient that announces a 32-bit literal */

@@ -1655,10 +1655,11 @@ static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_se
 		}
 		unsigned sign = bfp_br_get(r, 1);
 		uint32_t m = read_mag(r, v2, ms);
-		/* FORMAT.md 3.2: +32768 is written as -32768 */
-		if (m == 0 || (m >= 32768u && !sign))
+		/* FORMAT.md 3.2: +32768 is written as -32768; no branch on
+		 * the sign */
+		if ((m == 0) | ((m >= 32768u) & (sign ^ 1u)))
 			return 0;
-		step[j++] = (uint16_t)(sign ? 0x10000u - m : m);
+		step[j++] = bfp_signed_step(sign, m);
 	}
 	*rd = rl;
 	return 1;
@@ -1726,10 +1727,11 @@ static __attribute__((noinline)) int read_steps_tab(bfp_br *rd, bfp_rd *a, const
 		uint32_t m = bfp_tab_base(s, t->e, t->sb, &nraw);
 		m += bfp_br_get(r, nraw);
 		/* FORMAT.md 3.2: +32768 is written as -32768 (deferred signs
-		 * are checked with the final state) */
-		if (m > 32768u || (m == 32768u && !sign && nt > BFP_RANS_SIGNS))
+		 * are checked with the final state); no branch on the sign */
+		const unsigned may = sign | (nt <= BFP_RANS_SIGNS); /* 32768 allowed */
+		if (m + 1u - may > 32768u)
 			return 0;
-		step[j] = (uint16_t)(sign ? 0x10000u - m : m);
+		step[j] = bfp_signed_step(sign, m);
 	}
 	if (r->err || al.err)
 		return 0;

@@ -1437,6 +1437,14 @@ static void test_reject_sparse5_rules(void **state)
 	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
 	one_change5(&t, c, 1, 65535);
 	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	/* ... and v = 0 is magnitude 32768 itself: +32768 (sign 0) is
+	 * corrupt, -32768 valid */
+	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
+	one_change5(&t, c, 0, 0);
+	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
+	one_change5(&t, c, 1, 0);
+	assert_int_equal(crafted5(&t, &fs), BFP_OK);
 	/* a run of common magnitudes longer than the class (2 of 1) */
 	head5(&t, 16 - c, c, 1, 0, 1, 1, 0);
 	tail5(&t, c);
