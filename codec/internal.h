@@ -71,12 +71,12 @@ static inline void bfp_bw_init(bfp_bw *w, uint8_t *buf, size_t cap)
 	w->overflow = 0;
 }
 
-/* Append the low nbits (<= 32) of v. Whole bytes go out with one 8-byte
- * store while at least 8 bytes of room are left (no branch per byte);
- * near the end, byte by byte. */
-static inline void bfp_bw_put(bfp_bw *w, uint64_t v, unsigned nbits)
+/* Append v, which is below 2^nbits, nbits <= 56. Whole bytes go out with
+ * one 8-byte store while at least 8 bytes of room are left (no branch per
+ * byte); near the end, byte by byte. Fewer than 64 bits are ever pending,
+ * so the shift after a store needs no special case. */
+static inline void bfp_bw_put_clean(bfp_bw *w, uint64_t v, unsigned nbits)
 {
-	v &= (nbits >= 64) ? ~0ull : ((1ull << nbits) - 1);
 	w->acc |= v << w->n; /* n < 8 here, so nothing is lost */
 	w->n += nbits;
 	if (BFP_LIKELY(w->pos + 8 <= w->cap)) {
@@ -87,7 +87,7 @@ static inline void bfp_bw_put(bfp_bw *w, uint64_t v, unsigned nbits)
 		BFP_MEMCPY(w->buf + w->pos, &a, 8);
 		unsigned k = w->n >> 3;
 		w->pos += k;
-		w->acc = k == 8 ? 0 : w->acc >> (k * 8);
+		w->acc >>= k * 8;
 		w->n &= 7;
 		return;
 	}
@@ -99,6 +99,12 @@ static inline void bfp_bw_put(bfp_bw *w, uint64_t v, unsigned nbits)
 		w->acc >>= 8;
 		w->n -= 8;
 	}
+}
+
+/* Append the low nbits (<= 56) of v. */
+static inline void bfp_bw_put(bfp_bw *w, uint64_t v, unsigned nbits)
+{
+	bfp_bw_put_clean(w, v & ((1ull << nbits) - 1), nbits);
 }
 
 /* Flush pending bits, zero-padded to a byte; returns bytes written. */

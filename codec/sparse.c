@@ -122,7 +122,7 @@ static inline void put_gc(bfp_bw *w, uint32_t v, const bfp_gcode *g)
 		r = (g->cut + (x >> 1)) | ((x & 1) << g->k);
 		nr++;
 	}
-	bfp_bw_put(w, (1ull << q) | (r << (q + 1)), q + 1 + nr);
+	bfp_bw_put_clean(w, (1ull << q) | (r << (q + 1)), q + 1 + nr);
 }
 
 /* A gap of code g; values above 2^32 - 1 come back as they are (the
@@ -1326,18 +1326,18 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 				due = 1;
 			}
 		}
-		if (!tab && ms->all) { /* signs only (ms->runs too): 57 a put */
+		if (!tab && ms->all) { /* signs only (ms->runs too): 56 a put */
 			uint64_t acc = 0;
 			unsigned nb = 0;
 			for (uint32_t t = a; t < b; t++) {
 				acc |= (uint64_t)(delta[order[t]] >> 15) << nb;
-				if (++nb == 57) {
-					bfp_bw_put(w, acc, 57);
+				if (++nb == 56) {
+					bfp_bw_put_clean(w, acc, 56);
 					acc = 0;
 					nb = 0;
 				}
 			}
-			bfp_bw_put(w, acc, nb);
+			bfp_bw_put_clean(w, acc, nb);
 			continue;
 		}
 		due = 1;
@@ -1355,7 +1355,8 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 					signs |= sign << ntab;
 				ntab++;
 				if (BFP_LIKELY(s < top)) { /* sign and raw bits in one put */
-					bfp_bw_put(w, in_state ? raw : sign | raw << 1, nraw + !in_state);
+					bfp_bw_put_clean(w, in_state ? raw : sign | raw << 1,
+							 nraw + !in_state);
 					continue;
 				}
 				if (!in_state)
