@@ -929,8 +929,10 @@ static inline unsigned tab_bits_of(const bfp_mtab *t, const uint16_t *cost, unsi
 #define CUT_BITS(x) ((x) & 0xFFFFFFu) /* a change adds at most 219 bits */
 #define CUT_OPEN(x) ((x) >> 24)
 _Static_assert(BFP_CHANGES_MAX * 256ull < (1ull << 24), "CUT_BITS holds a class's bits");
-static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
-			  uint32_t a, uint32_t b, uint32_t *cost, uint32_t *rcost)
+enum { MAG_TAB, MAG_ALL, MAG_PLAIN, MAG_RUNS }; /* how a class codes magnitudes */
+static inline __attribute__((always_inline)) uint32_t
+cut_class_t(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, uint32_t b,
+	    uint32_t *cost, uint32_t *rcost, const int gruns, const int mode)
 {
 	const uint32_t *const rank = CHG_RANK(e);
 	const uint16_t *const delta = CHG_DELTA(e);
@@ -946,9 +948,9 @@ static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsig
 		const uint32_t j = e->chg_order[t], g = rank[j];
 		const unsigned m = bfp_mag(delta[j]);
 		unsigned add = 1; /* sign */
-		if (BFP_UNLIKELY(!tab && ms->all && m != ms->common))
+		if (BFP_UNLIKELY(mode == MAG_ALL && m != ms->common))
 			return j;
-		if (!gs->runs) {
+		if (!gruns) {
 			add += gc_bits(g, gc);
 		} else {
 			if (!gopen) {
@@ -962,11 +964,11 @@ static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsig
 				gopen = 0;
 			}
 		}
-		if (tab) {
+		if (mode == MAG_TAB) {
 			add += tab_bits_of(tab, tcost, m, &r256);
-		} else if (ms->all) {
+		} else if (mode == MAG_ALL) {
 			/* the magnitude is implied */
-		} else if (!ms->runs) {
+		} else if (mode == MAG_PLAIN) {
 			add += eg_bits(mag_other(v2, ms, m), ms->k);
 		} else {
 			if (!mopen) {
@@ -987,6 +989,39 @@ static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsig
 		rcost[t] = (uint32_t)r256;
 	}
 	return UINT32_MAX;
+}
+
+/* cut_class_t for each way a class codes its gaps and magnitudes, so
+ * that each loop tests none of it */
+#define CUT_CLASS_GR(gr)                                                                    \
+	static __attribute__((noinline)) uint32_t cut_class_##gr(                          \
+		const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a,    \
+		uint32_t b, uint32_t *cost, uint32_t *rcost, int mode)                      \
+	{                                                                                   \
+		switch (mode) {                                                             \
+		case MAG_TAB:                                                               \
+			return cut_class_t(e, pl, c, a, b, cost, rcost, gr, MAG_TAB);       \
+		case MAG_ALL:                                                               \
+			return cut_class_t(e, pl, c, a, b, cost, rcost, gr, MAG_ALL);       \
+		case MAG_PLAIN:                                                             \
+			return cut_class_t(e, pl, c, a, b, cost, rcost, gr, MAG_PLAIN);     \
+		default:                                                                    \
+			return cut_class_t(e, pl, c, a, b, cost, rcost, gr, MAG_RUNS);      \
+		}                                                                           \
+	}
+CUT_CLASS_GR(0)
+CUT_CLASS_GR(1)
+
+static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
+			  uint32_t a, uint32_t b, uint32_t *cost, uint32_t *rcost)
+{
+	const bfp_seq *ms = &pl->mag[c];
+	const int mode = plan_tab(pl, c) ? MAG_TAB
+			 : ms->all      ? MAG_ALL
+			 : !ms->runs    ? MAG_PLAIN
+					: MAG_RUNS;
+	return pl->gap[c].runs ? cut_class_1(e, pl, c, a, b, cost, rcost, mode)
+			       : cut_class_0(e, pl, c, a, b, cost, rcost, mode);
 }
 
 /* The payload bits of the first len changes, for a model's codes (no
