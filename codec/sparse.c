@@ -189,14 +189,9 @@ static inline uint32_t mag_unfold(uint64_t v, unsigned c, unsigned down)
 	return (uint32_t)((v & 1) ? c + (v + 1) / 2 : c - v / 2);
 }
 
-/* Other-symbol values: gaps in run mode skip 0; magnitudes skip 0 and,
- * in run mode, the common magnitude M (encoding 1), or are folded around
- * M, less one in run mode (encoding 5). */
-static inline uint32_t gap_other(const bfp_seq *s, uint32_t g)
-{
-	return s->runs ? g - 1 : g;
-}
-
+/* Other-symbol values (gaps in run mode skip 0: write_gaps_t):
+ * magnitudes skip 0 and, in run mode, the common magnitude M (encoding
+ * 1), or are folded around M, less one in run mode (encoding 5). */
 static inline uint32_t mag_other(int v2, const bfp_seq *s, unsigned m)
 {
 	if (v2) /* encodings 5 and 6 */
@@ -1300,6 +1295,109 @@ static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32
 
 /* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
  * 3.9, 3.10, 3.11). */
+/* bfp_sparse_write's loops over a class's changes order[a..b): its gaps
+ * (with runs of zero gaps or without), then its magnitudes: table-coded,
+ * all one (signs only), or in their own code with runs of the common one
+ * or without. Each is inlined with its kind fixed, so that no loop tests
+ * it per change. */
+static inline __attribute__((always_inline)) void
+write_gaps_t(bfp_bw *w, const uint32_t *rank, const uint32_t *order, uint32_t a, uint32_t b,
+	     const bfp_seq *gs, const bfp_gcode *gc, const int runs)
+{
+	int due = 1;
+	for (uint32_t t = a; t < b; t++) {
+		uint32_t g = rank[order[t]];
+		if (!runs) {
+			put_gc(w, g, gc);
+			continue;
+		}
+		if (due) {
+			uint32_t r = 0;
+			while (t + r < b && rank[order[t + r]] == 0)
+				r++;
+			bfp_put_rice(w, r, gs->kr);
+			due = 0;
+		}
+		if (g != 0) {
+			put_gc(w, g - 1, gc);
+			due = 1;
+		}
+	}
+}
+
+/* signs only (with runs too): 56 a put */
+static inline __attribute__((always_inline)) void
+write_signs_t(bfp_bw *w, const uint16_t *delta, const uint32_t *order, uint32_t a, uint32_t b)
+{
+	uint64_t acc = 0;
+	unsigned nb = 0;
+	for (uint32_t t = a; t < b; t++) {
+		acc |= (uint64_t)(delta[order[t]] >> 15) << nb;
+		if (++nb == 56) {
+			bfp_bw_put_clean(w, acc, 56);
+			acc = 0;
+			nb = 0;
+		}
+	}
+	bfp_bw_put_clean(w, acc, nb);
+}
+
+/* sign (unless the rANS state carries it), escape, raw bits; the symbol
+ * goes to the tail */
+static inline __attribute__((always_inline)) void
+write_tab_t(bfp_bw *w, const uint16_t *delta, const uint32_t *order, uint32_t a, uint32_t b,
+	    const bfp_mtab *tab, uint32_t *ntabp, uint32_t *signsp)
+{
+	uint32_t ntab = *ntabp, signs = *signsp;
+	for (uint32_t t = a; t < b; t++) {
+		uint16_t d = delta[order[t]];
+		unsigned m = bfp_mag(d), sign = ((int16_t)d < 0) ? 1u : 0u;
+		unsigned nraw;
+		uint32_t raw;
+		const unsigned s = bfp_tab_sym(m, tab->e, tab->sb, &nraw, &raw),
+			       top = tab->ns - 1u;
+		const unsigned in_state = ntab < BFP_RANS_SIGNS;
+		if (in_state)
+			signs |= sign << ntab;
+		ntab++;
+		if (BFP_LIKELY(s < top)) { /* sign and raw bits in one put */
+			bfp_bw_put_clean(w, in_state ? raw : sign | raw << 1, nraw + !in_state);
+			continue;
+		}
+		if (!in_state)
+			bfp_bw_put(w, sign, 1);
+		bfp_put_eg0(w, s - top);
+		bfp_bw_put(w, raw, nraw);
+	}
+	*ntabp = ntab;
+	*signsp = signs;
+}
+
+/* in the class's own code (not all one), with runs of the common
+ * magnitude or without */
+static inline __attribute__((always_inline)) void
+write_mags_t(bfp_bw *w, const uint16_t *delta, const uint32_t *order, uint32_t a, uint32_t b,
+	     int v2, const bfp_seq *ms, const int runs)
+{
+	int due = 1;
+	for (uint32_t t = a; t < b; t++) {
+		uint16_t d = delta[order[t]];
+		unsigned m = bfp_mag(d), sign = ((int16_t)d < 0) ? 1u : 0u;
+		if (runs && due) {
+			uint32_t r = 0;
+			while (t + r < b && bfp_mag(delta[order[t + r]]) == ms->common)
+				r++;
+			bfp_put_rice(w, r, ms->kr);
+			due = 0;
+		}
+		bfp_bw_put(w, sign, 1);
+		if (!runs || m != ms->common) {
+			put_eg(w, mag_other(v2, ms, m), ms->k);
+			due = 1;
+		}
+	}
+}
+
 size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *wout,
 			uint8_t *tail)
 {
@@ -1342,77 +1440,18 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 		const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
 		const bfp_mtab *tab = plan_tab(pl, c);
 		uint32_t a = pl->start[c], b = a + pl->n[c];
-		int due = 1;
-		for (uint32_t t = a; t < b; t++) {
-			uint32_t g = rank[order[t]];
-			if (!gs->runs) {
-				put_gc(w, g, &pl->gc[c]);
-				continue;
-			}
-			if (due) {
-				uint32_t r = 0;
-				while (t + r < b && rank[order[t + r]] == 0)
-					r++;
-				bfp_put_rice(w, r, gs->kr);
-				due = 0;
-			}
-			if (g != 0) {
-				put_gc(w, gap_other(gs, g), &pl->gc[c]);
-				due = 1;
-			}
-		}
-		if (!tab && ms->all) { /* signs only (ms->runs too): 56 a put */
-			uint64_t acc = 0;
-			unsigned nb = 0;
-			for (uint32_t t = a; t < b; t++) {
-				acc |= (uint64_t)(delta[order[t]] >> 15) << nb;
-				if (++nb == 56) {
-					bfp_bw_put_clean(w, acc, 56);
-					acc = 0;
-					nb = 0;
-				}
-			}
-			bfp_bw_put_clean(w, acc, nb);
-			continue;
-		}
-		due = 1;
-		for (uint32_t t = a; t < b; t++) {
-			uint16_t d = delta[order[t]];
-			unsigned m = bfp_mag(d), sign = ((int16_t)d < 0) ? 1u : 0u;
-			if (tab) { /* sign (unless the rANS state carries it),
-				      escape, raw bits; the symbol goes to the tail */
-				unsigned nraw;
-				uint32_t raw;
-				const unsigned s = bfp_tab_sym(m, tab->e, tab->sb, &nraw, &raw),
-					       top = tab->ns - 1u;
-				const unsigned in_state = ntab < BFP_RANS_SIGNS;
-				if (in_state)
-					signs |= sign << ntab;
-				ntab++;
-				if (BFP_LIKELY(s < top)) { /* sign and raw bits in one put */
-					bfp_bw_put_clean(w, in_state ? raw : sign | raw << 1,
-							 nraw + !in_state);
-					continue;
-				}
-				if (!in_state)
-					bfp_bw_put(w, sign, 1);
-				bfp_put_eg0(w, s - top);
-				bfp_bw_put(w, raw, nraw);
-				continue;
-			}
-			if (ms->runs && !ms->all && due) {
-				uint32_t r = 0;
-				while (t + r < b && bfp_mag(delta[order[t + r]]) == ms->common)
-					r++;
-				bfp_put_rice(w, r, ms->kr);
-				due = 0;
-			}
-			bfp_bw_put(w, sign, 1);
-			if (!ms->runs || (!ms->all && m != ms->common)) {
-				put_eg(w, mag_other(v2, ms, m), ms->k);
-				due = 1;
-			}
-		}
+		if (gs->runs)
+			write_gaps_t(w, rank, order, a, b, gs, &pl->gc[c], 1);
+		else
+			write_gaps_t(w, rank, order, a, b, gs, &pl->gc[c], 0);
+		if (tab)
+			write_tab_t(w, delta, order, a, b, tab, &ntab, &signs);
+		else if (ms->all)
+			write_signs_t(w, delta, order, a, b);
+		else if (ms->runs)
+			write_mags_t(w, delta, order, a, b, v2, ms, 1);
+		else
+			write_mags_t(w, delta, order, a, b, v2, ms, 0);
 	}
 	*wout = wl;
 	return ntab ? write_tail(e, pl, signs, tail) : 0;
