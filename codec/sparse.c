@@ -986,27 +986,8 @@ cut_class_t(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_
 	return UINT32_MAX;
 }
 
-/* cut_class_t for each way a class codes its gaps and magnitudes, so
- * that each loop tests none of it */
-#define CUT_CLASS_GR(gr)                                                                    \
-	static __attribute__((noinline)) uint32_t cut_class_##gr(                          \
-		const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a,    \
-		uint32_t b, uint32_t *cost, uint32_t *rcost, int mode)                      \
-	{                                                                                   \
-		switch (mode) {                                                             \
-		case MAG_TAB:                                                               \
-			return cut_class_t(e, pl, c, a, b, cost, rcost, gr, MAG_TAB);       \
-		case MAG_ALL:                                                               \
-			return cut_class_t(e, pl, c, a, b, cost, rcost, gr, MAG_ALL);       \
-		case MAG_PLAIN:                                                             \
-			return cut_class_t(e, pl, c, a, b, cost, rcost, gr, MAG_PLAIN);     \
-		default:                                                                    \
-			return cut_class_t(e, pl, c, a, b, cost, rcost, gr, MAG_RUNS);      \
-		}                                                                           \
-	}
-CUT_CLASS_GR(0)
-CUT_CLASS_GR(1)
-
+/* cut_class_t for each way a class codes its gaps (runs or not) and its
+ * magnitudes, so that no loop tests that per change */
 static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
 			  uint32_t a, uint32_t b, uint32_t *cost, uint32_t *rcost)
 {
@@ -1015,8 +996,21 @@ static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsig
 			 : ms->all      ? MAG_ALL
 			 : !ms->runs    ? MAG_PLAIN
 					: MAG_RUNS;
-	return pl->gap[c].runs ? cut_class_1(e, pl, c, a, b, cost, rcost, mode)
-			       : cut_class_0(e, pl, c, a, b, cost, rcost, mode);
+#define CUT_CASE(gr, md)                                                                 \
+	case (gr) * 4 + (md):                                                            \
+		return cut_class_t(e, pl, c, a, b, cost, rcost, gr, md)
+	switch (pl->gap[c].runs * 4 + mode) {
+		CUT_CASE(0, MAG_TAB);
+		CUT_CASE(0, MAG_ALL);
+		CUT_CASE(0, MAG_PLAIN);
+		CUT_CASE(0, MAG_RUNS);
+		CUT_CASE(1, MAG_TAB);
+		CUT_CASE(1, MAG_ALL);
+		CUT_CASE(1, MAG_PLAIN);
+	default:
+		return cut_class_t(e, pl, c, a, b, cost, rcost, 1, MAG_RUNS);
+	}
+#undef CUT_CASE
 }
 
 /* The payload bits of the first len changes, for a model's codes (no
@@ -1293,8 +1287,6 @@ static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32
 	return (size_t)(out - tail) + 4;
 }
 
-/* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
- * 3.9, 3.10, 3.11). */
 /* bfp_sparse_write's loops over a class's changes order[a..b): its gaps
  * (with runs of zero gaps or without), then its magnitudes: table-coded,
  * all one (signs only), or in their own code with runs of the common one
@@ -1398,6 +1390,8 @@ write_mags_t(bfp_bw *w, const uint16_t *delta, const uint32_t *order, uint32_t a
 	}
 }
 
+/* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
+ * 3.9, 3.10, 3.11). */
 size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *wout,
 			uint8_t *tail)
 {
