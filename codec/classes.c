@@ -91,11 +91,23 @@ static inline unsigned popcnt_generic(uint64_t x)
 	return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
+/* The bit of the r-th set bit of m (r < popcount(m)): the byte that
+ * holds it from the bytes' running popcounts, then at most 7 steps in
+ * that byte. */
 static inline uint64_t select_generic(uint64_t m, unsigned r)
 {
-	while (r--)
-		m &= m - 1;
-	return m & (0ull - m);
+	uint64_t x = m - ((m >> 1) & 0x5555555555555555ull);
+	x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+	x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+	const uint64_t run = x * 0x0101010101010101ull; /* byte i: bits in bytes 0..i */
+	unsigned byte = 0;
+	for (unsigned i = 0; i < 7; i++)
+		byte += ((run >> (8 * i)) & 0xFF) <= r;
+	const unsigned before = byte ? (unsigned)((run >> (8 * (byte - 1))) & 0xFF) : 0;
+	uint64_t b = (m >> (8 * byte)) & 0xFF;
+	for (unsigned k = r - before; k; k--)
+		b &= b - 1;
+	return (b & (0ull - b)) << (8 * byte);
 }
 
 static inline cls_generic classes_generic(const uint16_t *b, unsigned n)
@@ -149,11 +161,23 @@ static inline void cls_store_generic(uint8_t *dst, cls_generic k)
 		dst[l] = l < k.n ? k.v[l] : 0xFF;
 }
 
+/* The lanes of a 64-byte block equal to c, eight bytes a word: a byte
+ * of x = word ^ c is zero where they match; its high bit is set by the
+ * exact zero-byte test, and a multiply gathers the eight high bits. */
 static inline uint64_t cmask_mem_generic(const uint8_t *src, unsigned c)
 {
+	const uint64_t lo7 = 0x7F7F7F7F7F7F7F7Full, cc = 0x0101010101010101ull * (c & 0xFF);
 	uint64_t m = 0;
-	for (unsigned l = 0; l < 64; l++)
-		m |= (uint64_t)(src[l] == c) << l;
+	for (unsigned w = 0; w < 8; w++) {
+		uint64_t v;
+		BFP_MEMCPY(&v, src + 8 * w, 8);
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+		v = __builtin_bswap64(v);
+#endif
+		const uint64_t x = v ^ cc;
+		const uint64_t z = ~(((x & lo7) + lo7) | x | lo7); /* 0x80 where x's byte is 0 */
+		m |= (((z >> 7) * 0x0102040810204080ull) >> 56) << (8 * w);
+	}
 	return m;
 }
 
@@ -166,13 +190,14 @@ static inline uint64_t neq_generic(const uint16_t *a, const uint16_t *b,
 	return m;
 }
 
-/* How many of the 64 block counts are at most r. */
+/* How many of the 64 block counts are at most r: they never decrease
+ * (0xFFFF past the chunk's end), so a search without branches. */
 static inline unsigned blocks_upto_generic(const uint16_t *before, unsigned r)
 {
 	unsigned n = 0;
-	for (unsigned k = 0; k < BFP_SCAN_CHUNK / 64; k++)
-		n += before[k] <= r;
-	return n;
+	for (unsigned half = BFP_SCAN_CHUNK / 128; half; half /= 2)
+		n += (before[n + half - 1] <= r) ? half : 0;
+	return n + (before[n] <= r);
 }
 
 #define T_ATTR
