@@ -83,12 +83,17 @@ typedef struct cls_generic {
 	unsigned n;
 } cls_generic;
 
-static inline unsigned popcnt_generic(uint64_t x)
+/* Each byte of x replaced by the number of its set bits. */
+static inline uint64_t byte_counts_generic(uint64_t x)
 {
 	x = x - ((x >> 1) & 0x5555555555555555ull);
 	x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-	x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
-	return (unsigned)((x * 0x0101010101010101ull) >> 56);
+	return (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+}
+
+static inline unsigned popcnt_generic(uint64_t x)
+{
+	return (unsigned)((byte_counts_generic(x) * 0x0101010101010101ull) >> 56);
 }
 
 /* The bit of the r-th set bit of m (r < popcount(m)): the byte that
@@ -96,10 +101,8 @@ static inline unsigned popcnt_generic(uint64_t x)
  * that byte. */
 static inline uint64_t select_generic(uint64_t m, unsigned r)
 {
-	uint64_t x = m - ((m >> 1) & 0x5555555555555555ull);
-	x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-	x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
-	const uint64_t run = x * 0x0101010101010101ull; /* byte i: bits in bytes 0..i */
+	/* byte i: the set bits in bytes 0..i */
+	const uint64_t run = byte_counts_generic(m) * 0x0101010101010101ull;
 	unsigned byte = 0;
 	for (unsigned i = 0; i < 7; i++)
 		byte += ((run >> (8 * i)) & 0xFF) <= r;

@@ -913,6 +913,16 @@ static inline unsigned tab_bits_of(const bfp_mtab *t, const uint16_t *cost, unsi
 	return nraw + bfp_eg0_bits(s - top);
 }
 
+/* How class c of a plan codes its magnitudes: table-coded, all of the
+ * common one (signs only), in its own code without runs or with runs of
+ * the common one. */
+enum { MAG_TAB, MAG_ALL, MAG_PLAIN, MAG_RUNS };
+static inline int mag_mode(const bfp_sparse_plan *pl, unsigned c)
+{
+	const bfp_seq *ms = &pl->mag[c];
+	return plan_tab(pl, c) ? MAG_TAB : ms->all ? MAG_ALL : !ms->runs ? MAG_PLAIN : MAG_RUNS;
+}
+
 /* bfp_sparse_cut's per-class pass: the changes of class c (order[a..b),
  * in frame order) one after another, each one's running totals for its
  * class in cost[t] (CUT_*: the bits of the class's changes up to it that
@@ -924,7 +934,6 @@ static inline unsigned tab_bits_of(const bfp_mtab *t, const uint16_t *cost, unsi
 #define CUT_BITS(x) ((x) & 0xFFFFFFu) /* a change adds at most 219 bits */
 #define CUT_OPEN(x) ((x) >> 24)
 _Static_assert(BFP_CHANGES_MAX * 256ull < (1ull << 24), "CUT_BITS holds a class's bits");
-enum { MAG_TAB, MAG_ALL, MAG_PLAIN, MAG_RUNS }; /* how a class codes magnitudes */
 static inline __attribute__((always_inline)) uint32_t
 cut_class_t(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, uint32_t b,
 	    uint32_t *cost, uint32_t *rcost, const int gruns, const int mode)
@@ -991,15 +1000,10 @@ cut_class_t(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_
 static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
 			  uint32_t a, uint32_t b, uint32_t *cost, uint32_t *rcost)
 {
-	const bfp_seq *ms = &pl->mag[c];
-	const int mode = plan_tab(pl, c) ? MAG_TAB
-			 : ms->all      ? MAG_ALL
-			 : !ms->runs    ? MAG_PLAIN
-					: MAG_RUNS;
 #define CUT_CASE(gr, md)                                                                 \
 	case (gr) * 4 + (md):                                                            \
 		return cut_class_t(e, pl, c, a, b, cost, rcost, gr, md)
-	switch (pl->gap[c].runs * 4 + mode) {
+	switch (pl->gap[c].runs * 4 + mag_mode(pl, c)) {
 		CUT_CASE(0, MAG_TAB);
 		CUT_CASE(0, MAG_ALL);
 		CUT_CASE(0, MAG_PLAIN);
@@ -1432,20 +1436,24 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 	bfp_bw wl = *wout, *const w = &wl;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
-		const bfp_mtab *tab = plan_tab(pl, c);
 		uint32_t a = pl->start[c], b = a + pl->n[c];
 		if (gs->runs)
 			write_gaps_t(w, rank, order, a, b, gs, &pl->gc[c], 1);
 		else
 			write_gaps_t(w, rank, order, a, b, gs, &pl->gc[c], 0);
-		if (tab)
-			write_tab_t(w, delta, order, a, b, tab, &ntab, &signs);
-		else if (ms->all)
+		switch (mag_mode(pl, c)) {
+		case MAG_TAB:
+			write_tab_t(w, delta, order, a, b, plan_tab(pl, c), &ntab, &signs);
+			break;
+		case MAG_ALL:
 			write_signs_t(w, delta, order, a, b);
-		else if (ms->runs)
-			write_mags_t(w, delta, order, a, b, v2, ms, 1);
-		else
+			break;
+		case MAG_PLAIN:
 			write_mags_t(w, delta, order, a, b, v2, ms, 0);
+			break;
+		default:
+			write_mags_t(w, delta, order, a, b, v2, ms, 1);
+		}
 	}
 	*wout = wl;
 	return ntab ? write_tail(e, pl, signs, tail) : 0;
@@ -1661,7 +1669,7 @@ static inline uint32_t read_mag(bfp_br *r, int v2, const bfp_seq *ms)
 static inline int put_signs(uint16_t *step, uint32_t room, uint32_t bits, unsigned cnt,
 			    uint32_t m)
 {
-	const uint16_t pos = (uint16_t)m, flip = (uint16_t)(pos ^ (uint16_t)(0x10000u - m));
+	const uint16_t pos = bfp_signed_step(0, m), flip = (uint16_t)(pos ^ bfp_signed_step(1, m));
 	if (m >= 32768u && bits != (uint32_t)((1ull << cnt) - 1))
 		return 0;
 	if (room >= 32) {
@@ -1678,7 +1686,7 @@ static inline int put_signs(uint16_t *step, uint32_t room, uint32_t bits, unsign
 		}
 	} else {
 		for (unsigned i = 0; i < cnt; i++)
-			step[i] = (uint16_t)(pos ^ (flip & (0u - ((bits >> i) & 1u))));
+			step[i] = bfp_signed_step((bits >> i) & 1u, m);
 	}
 	return 1;
 }
