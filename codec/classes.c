@@ -96,21 +96,22 @@ static inline unsigned popcnt_generic(uint64_t x)
 	return (unsigned)((byte_counts_generic(x) * 0x0101010101010101ull) >> 56);
 }
 
-/* The bit of the r-th set bit of m (r < popcount(m)): the byte that
- * holds it from the bytes' running popcounts, then at most 7 steps in
- * that byte. */
-static inline uint64_t select_generic(uint64_t m, unsigned r)
+/* The index of the r-th set bit of m (r < popcount(m)), without
+ * branches: the byte that holds it is the first whose running popcount
+ * exceeds r (bytes compared eight at a time; the counts never exceed 64,
+ * so no byte borrows from the next), then the same inside that byte, its
+ * bits spread one to a byte. */
+static inline unsigned select_generic(uint64_t m, unsigned r)
 {
+	const uint64_t L = 0x0101010101010101ull, H = 0x8080808080808080ull;
 	/* byte i: the set bits in bytes 0..i */
-	const uint64_t run = byte_counts_generic(m) * 0x0101010101010101ull;
-	unsigned byte = 0;
-	for (unsigned i = 0; i < 7; i++)
-		byte += ((run >> (8 * i)) & 0xFF) <= r;
-	const unsigned before = byte ? (unsigned)((run >> (8 * (byte - 1))) & 0xFF) : 0;
-	uint64_t b = (m >> (8 * byte)) & 0xFF;
-	for (unsigned k = r - before; k; k--)
-		b &= b - 1;
-	return (b & (0ull - b)) << (8 * byte);
+	const uint64_t run = byte_counts_generic(m) * L;
+	const unsigned byte = (unsigned)__builtin_ctzll(((run | H) - (r + 1) * L) & H) / 8;
+	const unsigned k = r - (unsigned)(((run << 8) >> (8 * byte)) & 0xFF);
+	const uint64_t b = (m >> (8 * byte)) & 0xFF;
+	/* byte i: bit i of b, then the set bits among bits 0..i */
+	const uint64_t in = (((((b * L) & 0x8040201008040201ull) + 0x7F7F7F7F7F7F7F7Full) & H) >> 7) * L;
+	return 8 * byte + (unsigned)__builtin_ctzll(((in | H) - (k + 1) * L) & H) / 8;
 }
 
 static inline cls_generic classes_generic(const uint16_t *b, unsigned n)
@@ -236,6 +237,157 @@ static inline unsigned blocks_upto_generic(const uint16_t *before, unsigned r)
 #undef t_blocks_upto
 
 #ifdef BFP_X86
+/* ---- AVX2 block helpers (x86 without AVX-512BW: AMD Zen 1-3, Intel
+ * client cores). No pdep: it is microcoded on AMD before Zen 3, so the
+ * select is the portable one. ---- */
+#define AVX2_ATTR __attribute__((target("avx2,popcnt")))
+#define AVX2_INLINE AVX2_ATTR static inline __attribute__((always_inline))
+
+typedef struct cls_avx2 {
+	__m256i lo, hi; /* class bytes of lanes 0-31 and 32-63 */
+} cls_avx2;
+
+/* 16-bit lanes to bytes in lane order: a pack interleaves the 128-bit
+ * halves of its two sources, the permute puts them back. */
+AVX2_INLINE __m256i pack_bytes_avx2(__m256i a, __m256i b)
+{
+	return _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xD8);
+}
+
+AVX2_INLINE __m256i class32_avx2(const uint16_t *b)
+{
+	const __m256i ff = _mm256_set1_epi16(0xFF);
+	__m256i e0 = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)b), 7), ff);
+	__m256i e1 = _mm256_and_si256(
+		_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(b + 16)), 7), ff);
+	return _mm256_min_epu8(_mm256_subs_epu8(pack_bytes_avx2(e0, e1),
+						_mm256_set1_epi8((char)BFP_CLASS_EXP0)),
+			       _mm256_set1_epi8(15));
+}
+
+/* Class bytes of 64 values; lanes past n hold 0xFF, matching no class. */
+AVX2_INLINE cls_avx2 classes_avx2(const uint16_t *b, unsigned n)
+{
+	cls_avx2 k;
+	if (BFP_LIKELY(n >= 64)) {
+		k.lo = class32_avx2(b);
+		k.hi = class32_avx2(b + 32);
+		return k;
+	}
+	uint16_t tmp[64] __attribute__((aligned(32)));
+	BFP_MEMSET(tmp, 0, sizeof(tmp));
+	BFP_MEMCPY(tmp, b, (size_t)n * 2);
+	const __m256i idx = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+					     17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+	const __m256i nn = _mm256_set1_epi8((char)n), n32 = _mm256_set1_epi8((char)(n - 32));
+	/* 0xFF in the lanes at or past n */
+	__m256i past_lo = _mm256_cmpeq_epi8(_mm256_min_epu8(nn, idx), nn);
+	__m256i past_hi = n >= 32 ? _mm256_cmpeq_epi8(_mm256_min_epu8(n32, idx), n32)
+				  : _mm256_set1_epi8((char)0xFF);
+	k.lo = _mm256_or_si256(class32_avx2(tmp), past_lo);
+	k.hi = _mm256_or_si256(class32_avx2(tmp + 32), past_hi);
+	return k;
+}
+
+AVX2_INLINE uint64_t cmask_avx2(cls_avx2 k, unsigned c)
+{
+	const __m256i v = _mm256_set1_epi8((char)c);
+	return (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(k.lo, v)) |
+	       ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(k.hi, v)) << 32);
+}
+
+AVX2_INLINE void cls_store_avx2(uint8_t *dst, cls_avx2 k)
+{
+	_mm256_store_si256((__m256i *)dst, k.lo);
+	_mm256_store_si256((__m256i *)(dst + 32), k.hi);
+}
+
+AVX2_INLINE uint64_t cmask_mem_avx2(const uint8_t *src, unsigned c)
+{
+	cls_avx2 k = {_mm256_load_si256((const __m256i *)src),
+		      _mm256_load_si256((const __m256i *)(src + 32))};
+	return cmask_avx2(k, c);
+}
+
+AVX2_INLINE uint32_t eq32_avx2(const uint16_t *a, const uint16_t *b)
+{
+	__m256i e0 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)a),
+					_mm256_loadu_si256((const __m256i *)b));
+	__m256i e1 = _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(a + 16)),
+					_mm256_loadu_si256((const __m256i *)(b + 16)));
+	/* packs keeps 0 and -1 */
+	return (uint32_t)_mm256_movemask_epi8(
+		_mm256_permute4x64_epi64(_mm256_packs_epi16(e0, e1), 0xD8));
+}
+
+AVX2_INLINE uint64_t neq_avx2(const uint16_t *a, const uint16_t *b, unsigned n)
+{
+	if (BFP_LIKELY(n >= 64))
+		return ~((uint64_t)eq32_avx2(a, b) | ((uint64_t)eq32_avx2(a + 32, b + 32) << 32));
+	return neq_generic(a, b, n);
+}
+
+/* How many of the 64 block counts are at most r (a count c is at most r
+ * where min(c, r) == c); order does not matter, so no permute. */
+AVX2_INLINE unsigned blocks_upto_avx2(const uint16_t *before, unsigned r)
+{
+	const __m256i v = _mm256_set1_epi16((short)r);
+	__m256i le[4];
+	for (unsigned j = 0; j < 4; j++) {
+		__m256i x = _mm256_load_si256((const __m256i *)(before + 16 * j));
+		le[j] = _mm256_cmpeq_epi16(_mm256_min_epu16(x, v), x);
+	}
+	return (unsigned)__builtin_popcount((unsigned)_mm256_movemask_epi8(
+		       _mm256_packs_epi16(le[0], le[1]))) +
+	       (unsigned)__builtin_popcount((unsigned)_mm256_movemask_epi8(
+		       _mm256_packs_epi16(le[2], le[3])));
+}
+
+AVX2_INLINE unsigned popcnt_avx2(uint64_t x)
+{
+	return (unsigned)__builtin_popcountll(x);
+}
+
+AVX2_INLINE run16 count_row_avx2(cls_avx2 k, run16 r, uint16_t *row)
+{
+	BFP_MEMCPY(row, r.v, sizeof(r.v));
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
+		r.v[c] = (uint16_t)(r.v[c] + __builtin_popcountll(cmask_avx2(k, c)));
+	return r;
+}
+
+#define T_ATTR AVX2_ATTR
+#define T_NAME(x) x##_avx2
+#define T_CLS cls_avx2
+#define T_RUN run16
+#define t_classes classes_avx2
+#define t_run_zero run_zero_generic
+#define t_run_store run_store_generic
+#define t_count_row count_row_avx2
+#define t_transpose transpose_generic
+#define t_cls_store cls_store_avx2
+#define t_cmask_mem cmask_mem_avx2
+#define t_neq neq_avx2
+#define t_popcnt popcnt_avx2
+#define t_select select_generic
+#define t_blocks_upto blocks_upto_avx2
+#include "scan_tmpl.h"
+#undef T_ATTR
+#undef T_NAME
+#undef T_CLS
+#undef T_RUN
+#undef t_classes
+#undef t_run_zero
+#undef t_run_store
+#undef t_count_row
+#undef t_transpose
+#undef t_cls_store
+#undef t_cmask_mem
+#undef t_neq
+#undef t_popcnt
+#undef t_select
+#undef t_blocks_upto
+
 _Static_assert(BFP_SCAN_CHUNK == 64 * 64, "blocks_upto_avx512 compares 64 block counts");
 #define AVX512_ATTR __attribute__((target("avx512f,avx512bw,bmi2,popcnt")))
 #define AVX512_INLINE AVX512_ATTR static inline __attribute__((always_inline))
@@ -313,9 +465,9 @@ AVX512_INLINE unsigned popcnt_avx512(uint64_t x)
 	return (unsigned)__builtin_popcountll(x);
 }
 
-AVX512_INLINE uint64_t select_avx512(uint64_t m, unsigned r)
+AVX512_INLINE unsigned select_avx512(uint64_t m, unsigned r)
 {
-	return _pdep_u64(1ull << r, m);
+	return (unsigned)__builtin_ctzll(_pdep_u64(1ull << r, m));
 }
 
 /* Rows of counts (block k: 16 classes) to lines (class c: 64 blocks), 16
@@ -453,6 +605,8 @@ uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
 	if (e->cpu & BFP_CPU_AVX512BW)
 		return (e->cpu & BFP_CPU_GFNI) ? gather_snap_avx512g(e, end)
 					       : gather_snap_avx512(e, end);
+	if (e->cpu & BFP_CPU_AVX2)
+		return gather_snap_avx2(e, end);
 #endif
 	return gather_snap_generic(e, end);
 }
@@ -463,6 +617,8 @@ uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
 	if (e->cpu & BFP_CPU_AVX512BW)
 		return (e->cpu & BFP_CPU_GFNI) ? gather_avx512g(e, end, limit_bits)
 					       : gather_avx512(e, end, limit_bits);
+	if (e->cpu & BFP_CPU_AVX2)
+		return gather_avx2(e, end, limit_bits);
 #endif
 	return gather_generic(e, end, limit_bits);
 }
@@ -477,6 +633,10 @@ void bfp_class_counts(uint32_t cpu, const uint16_t *base, uint64_t n,
 			class_counts_avx512g(base, n, cnt);
 		else
 			class_counts_avx512(base, n, cnt);
+		return;
+	}
+	if (cpu & BFP_CPU_AVX2) {
+		class_counts_avx2(base, n, cnt);
 		return;
 	}
 #endif
@@ -494,6 +654,8 @@ bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,
 		return (cpu & BFP_CPU_GFNI)
 			       ? positions_avx512g(base, len, start, gaps, steps, pos, val)
 			       : positions_avx512(base, len, start, gaps, steps, pos, val);
+	if (cpu & BFP_CPU_AVX2)
+		return positions_avx2(base, len, start, gaps, steps, pos, val);
 #endif
 	return positions_generic(base, len, start, gaps, steps, pos, val);
 }

@@ -200,7 +200,7 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 				unsigned r = (unsigned)rr;
 				unsigned k = t_blocks_upto(before[c], r) - 1;
 				uint64_t m = t_cmask_mem(cb + k * 64, c);
-				unsigned l = (unsigned)__builtin_ctzll(t_select(m, r - before[c][k]));
+				unsigned l = t_select(m, r - before[c][k]);
 				uint32_t p = k * 64 + l;
 				*po++ = i0 + p;
 				*vo++ = bfp_unkey((uint16_t)(bfp_key(b[p]) + *st++));
