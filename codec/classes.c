@@ -13,6 +13,24 @@
 #endif
 
 #ifdef BFP_X86
+/* pdep is microcoded, tens to hundreds of cycles, on AMD (and Hygon)
+ * before Zen 3 (family 19h); one instruction elsewhere. */
+static int slow_pdep(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid(0, &a, &b, &c, &d))
+		return 1;
+	const int amd = (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u) || /* AuthenticAMD */
+			(b == 0x6f677948u && d == 0x6e65476eu && c == 0x656e6975u);   /* HygonGenuine */
+	if (!amd)
+		return 0;
+	__get_cpuid(1, &a, &b, &c, &d);
+	unsigned family = (a >> 8) & 0xF;
+	if (family == 0xF)
+		family += (a >> 20) & 0xFF;
+	return family < 0x19;
+}
+
 uint32_t bfp_cpu_features(void)
 {
 	unsigned a, b, c, d;
@@ -24,11 +42,14 @@ uint32_t bfp_cpu_features(void)
 	__asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
 	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
 		return 0;
-	if ((xlo & 0x6) == 0x6 && (b & (1u << 5)))
+	const unsigned bmi2 = (b >> 8) & 1;
+	if ((xlo & 0x6) == 0x6 && (b & (1u << 5))) {
 		f |= BFP_CPU_AVX2;
+		if (bmi2 && !slow_pdep())
+			f |= BFP_CPU_PDEP;
+	}
 	/* the AVX-512 paths also use pdep (BMI2) and popcnt */
-	if ((xlo & 0xE6) == 0xE6 && (b & (1u << 16)) && (b & (1u << 30)) &&
-	    (b & (1u << 8)) && popcnt) {
+	if ((xlo & 0xE6) == 0xE6 && (b & (1u << 16)) && (b & (1u << 30)) && bmi2 && popcnt) {
 		f |= BFP_CPU_AVX512BW;
 		if ((c & (1u << 8)) && (c & (1u << 12))) /* GFNI, AVX512-BITALG */
 			f |= BFP_CPU_GFNI;
@@ -348,6 +369,14 @@ AVX2_INLINE unsigned popcnt_avx2(uint64_t x)
 	return (unsigned)__builtin_popcountll(x);
 }
 
+/* The index of the r-th set bit of m: one pdep (AVX-512 paths, and AVX2
+ * where pdep is fast). */
+__attribute__((target("bmi2"))) static inline __attribute__((always_inline)) unsigned
+select_pdep(uint64_t m, unsigned r)
+{
+	return (unsigned)__builtin_ctzll(_pdep_u64(1ull << r, m));
+}
+
 AVX2_INLINE run16 count_row_avx2(cls_avx2 k, run16 r, uint16_t *row)
 {
 	BFP_MEMCPY(row, r.v, sizeof(r.v));
@@ -371,6 +400,15 @@ AVX2_INLINE run16 count_row_avx2(cls_avx2 k, run16 r, uint16_t *row)
 #define t_popcnt popcnt_avx2
 #define t_select select_generic
 #define t_blocks_upto blocks_upto_avx2
+#include "scan_tmpl.h"
+#undef T_ATTR
+#undef T_NAME
+#undef t_select
+
+/* AVX2 where pdep is fast (BFP_CPU_PDEP): the select is one pdep. */
+#define T_ATTR __attribute__((target("avx2,popcnt,bmi2")))
+#define T_NAME(x) x##_avx2p
+#define t_select select_pdep
 #include "scan_tmpl.h"
 #undef T_ATTR
 #undef T_NAME
@@ -465,11 +503,6 @@ AVX512_INLINE unsigned popcnt_avx512(uint64_t x)
 	return (unsigned)__builtin_popcountll(x);
 }
 
-AVX512_INLINE unsigned select_avx512(uint64_t m, unsigned r)
-{
-	return (unsigned)__builtin_ctzll(_pdep_u64(1ull << r, m));
-}
-
 /* Rows of counts (block k: 16 classes) to lines (class c: 64 blocks), 16
  * blocks at a time: eight registers of two rows each go through three
  * rounds of two-register word permutes; each round splits the classes of
@@ -540,7 +573,7 @@ AVX512_INLINE run16 count_row_avx512(__m512i k, run16 r, uint16_t *row)
 #define t_cmask_mem cmask_mem_avx512
 #define t_neq neq_avx512
 #define t_popcnt popcnt_avx512
-#define t_select select_avx512
+#define t_select select_pdep
 #define t_blocks_upto blocks_upto_avx512
 #include "scan_tmpl.h"
 #undef T_ATTR
@@ -606,7 +639,8 @@ uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
 		return (e->cpu & BFP_CPU_GFNI) ? gather_snap_avx512g(e, end)
 					       : gather_snap_avx512(e, end);
 	if (e->cpu & BFP_CPU_AVX2)
-		return gather_snap_avx2(e, end);
+		return (e->cpu & BFP_CPU_PDEP) ? gather_snap_avx2p(e, end)
+					       : gather_snap_avx2(e, end);
 #endif
 	return gather_snap_generic(e, end);
 }
@@ -618,7 +652,8 @@ uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
 		return (e->cpu & BFP_CPU_GFNI) ? gather_avx512g(e, end, limit_bits)
 					       : gather_avx512(e, end, limit_bits);
 	if (e->cpu & BFP_CPU_AVX2)
-		return gather_avx2(e, end, limit_bits);
+		return (e->cpu & BFP_CPU_PDEP) ? gather_avx2p(e, end, limit_bits)
+					       : gather_avx2(e, end, limit_bits);
 #endif
 	return gather_generic(e, end, limit_bits);
 }
@@ -636,7 +671,10 @@ void bfp_class_counts(uint32_t cpu, const uint16_t *base, uint64_t n,
 		return;
 	}
 	if (cpu & BFP_CPU_AVX2) {
-		class_counts_avx2(base, n, cnt);
+		if (cpu & BFP_CPU_PDEP)
+			class_counts_avx2p(base, n, cnt);
+		else
+			class_counts_avx2(base, n, cnt);
 		return;
 	}
 #endif
@@ -655,7 +693,9 @@ bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,
 			       ? positions_avx512g(base, len, start, gaps, steps, pos, val)
 			       : positions_avx512(base, len, start, gaps, steps, pos, val);
 	if (cpu & BFP_CPU_AVX2)
-		return positions_avx2(base, len, start, gaps, steps, pos, val);
+		return (cpu & BFP_CPU_PDEP)
+			       ? positions_avx2p(base, len, start, gaps, steps, pos, val)
+			       : positions_avx2(base, len, start, gaps, steps, pos, val);
 #endif
 	return positions_generic(base, len, start, gaps, steps, pos, val);
 }

@@ -698,17 +698,17 @@ static void test_hash_loops_agree(void **state)
 	free(val);
 }
 
-/* Every scan path the codec may pick on this CPU (scalar, AVX2, AVX-512BW,
- * AVX-512BW with GFNI and BITALG), forced through the public cpu fields,
- * writes the scalar path's frames byte for byte and decodes them to the
- * target: base values of every class (runs of one class across whole
- * chunks too), change densities from none to all, lengths around the
- * 64-element block and the 4096-element chunk. */
+/* Every scan path the codec may pick on this CPU (scalar, AVX2, AVX2 with
+ * pdep, AVX-512BW, AVX-512BW with GFNI and BITALG), forced through the
+ * public cpu fields, writes the scalar path's frames byte for byte and
+ * decodes them to the target: base values of every class (runs of one
+ * class across whole chunks too), change densities from none to all,
+ * lengths around the 64-element block and the 4096-element chunk. */
 static void test_scan_paths_agree(void **state)
 {
 	(void)state;
 	const uint32_t feats = bfp_cpu_features();
-	const uint32_t paths[] = {0, 1u, 1u | 2u, 1u | 2u | 4u};
+	const uint32_t paths[] = {0, 1u, 1u | 8u, 1u | 2u, 1u | 2u | 4u};
 	static const size_t lens[] = {1, 63, 64, 65, 4095, 4097, 12289, 100003};
 	static const uint32_t ppm[] = {0, 3000, 30000, 250000, 1000000};
 	static bfp_encoder enc;
