@@ -5,6 +5,7 @@
  * All versions return identical results (tests force each one).
  */
 #include "classes.h"
+#include "select8_table.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define BFP_X86 1
@@ -120,8 +121,7 @@ static inline unsigned popcnt_generic(uint64_t x)
 /* The index of the r-th set bit of m (r < popcount(m)), without
  * branches: the byte that holds it is the first whose running popcount
  * exceeds r (bytes compared eight at a time; the counts never exceed 64,
- * so no byte borrows from the next), then the same inside that byte, its
- * bits spread one to a byte. */
+ * so no byte borrows from the next), then a table look-up in that byte. */
 static inline unsigned select_generic(uint64_t m, unsigned r)
 {
 	const uint64_t L = 0x0101010101010101ull, H = 0x8080808080808080ull;
@@ -129,10 +129,7 @@ static inline unsigned select_generic(uint64_t m, unsigned r)
 	const uint64_t run = byte_counts_generic(m) * L;
 	const unsigned byte = (unsigned)__builtin_ctzll(((run | H) - (r + 1) * L) & H) / 8;
 	const unsigned k = r - (unsigned)(((run << 8) >> (8 * byte)) & 0xFF);
-	const uint64_t b = (m >> (8 * byte)) & 0xFF;
-	/* byte i: bit i of b, then the set bits among bits 0..i */
-	const uint64_t in = (((((b * L) & 0x8040201008040201ull) + 0x7F7F7F7F7F7F7F7Full) & H) >> 7) * L;
-	return 8 * byte + (unsigned)__builtin_ctzll(((in | H) - (k + 1) * L) & H) / 8;
+	return 8 * byte + bfp_select8[(m >> (8 * byte)) & 0xFF][k];
 }
 
 static inline cls_generic classes_generic(const uint16_t *b, unsigned n)
