@@ -11,6 +11,9 @@
 #define BFP_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define BFP_NEON 1
+#include <arm_neon.h>
 #endif
 
 #ifdef BFP_X86
@@ -76,6 +79,11 @@ static uint64_t diff_avx2(const uint16_t *a, const uint16_t *b, uint64_t n)
 		if (a[i] != b[i])
 			return i;
 	return n;
+}
+#elif defined(BFP_NEON)
+uint32_t bfp_cpu_features(void)
+{
+	return BFP_CPU_NEON;
 }
 #else
 uint32_t bfp_cpu_features(void)
@@ -629,6 +637,161 @@ AVX512G_INLINE __m256i count_row_avx512g(__m512i k, __m256i r, uint16_t *row)
 #include "scan_tmpl.h"
 #endif
 
+#ifdef BFP_NEON
+/* ---- AArch64 Advanced SIMD block helpers (Grace, BlueField and other
+ * Arm cores). NEON has no byte mask, so masks are built by a weighted
+ * pairwise add (each byte's bit times its lane's bit value). ---- */
+#define NEON_INLINE static inline __attribute__((always_inline))
+
+typedef struct cls_neon {
+	uint8x16_t v[4]; /* class bytes of lanes 0-15, ..., 48-63 */
+} cls_neon;
+
+typedef struct run_neon {
+	uint16x8_t lo, hi; /* counts of classes 0-7 and 8-15 */
+} run_neon;
+
+/* The exponent byte of 16 values is the low byte of each value >> 7. */
+NEON_INLINE uint8x16_t class16_neon(const uint16_t *b)
+{
+	uint8x16_t e = vshrn_high_n_u16(vshrn_n_u16(vld1q_u16(b), 7), vld1q_u16(b + 8), 7);
+	return vminq_u8(vqsubq_u8(e, vdupq_n_u8(BFP_CLASS_EXP0)), vdupq_n_u8(15));
+}
+
+/* Class bytes of 64 values; lanes past n hold 0xFF, matching no class. */
+NEON_INLINE cls_neon classes_neon(const uint16_t *b, unsigned n)
+{
+	cls_neon k;
+	if (BFP_LIKELY(n >= 64)) {
+		for (unsigned j = 0; j < 4; j++)
+			k.v[j] = class16_neon(b + 16 * j);
+		return k;
+	}
+	uint16_t tmp[64];
+	BFP_MEMSET(tmp, 0, sizeof(tmp));
+	BFP_MEMCPY(tmp, b, (size_t)n * 2);
+	static const uint8_t lane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+	const uint8x16_t idx = vld1q_u8(lane);
+	for (unsigned j = 0; j < 4; j++) {
+		const uint8x16_t at = vaddq_u8(idx, vdupq_n_u8((uint8_t)(16 * j)));
+		k.v[j] = vorrq_u8(class16_neon(tmp + 16 * j), vcgeq_u8(at, vdupq_n_u8((uint8_t)n)));
+	}
+	return k;
+}
+
+/* 64 bytes of 0 or 0xFF to a 64-bit mask, lane i at bit i. */
+NEON_INLINE uint64_t mask64_neon(uint8x16_t a, uint8x16_t b, uint8x16_t c, uint8x16_t d)
+{
+	static const uint8_t w[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+	const uint8x16_t bit = vld1q_u8(w);
+	uint8x16_t ab = vpaddq_u8(vandq_u8(a, bit), vandq_u8(b, bit));
+	uint8x16_t cd = vpaddq_u8(vandq_u8(c, bit), vandq_u8(d, bit));
+	uint8x16_t x = vpaddq_u8(ab, cd);
+	return vgetq_lane_u64(vreinterpretq_u64_u8(vpaddq_u8(x, x)), 0);
+}
+
+NEON_INLINE uint64_t cmask_neon(const cls_neon *k, unsigned c)
+{
+	const uint8x16_t v = vdupq_n_u8((uint8_t)c);
+	return mask64_neon(vceqq_u8(k->v[0], v), vceqq_u8(k->v[1], v), vceqq_u8(k->v[2], v),
+			   vceqq_u8(k->v[3], v));
+}
+
+NEON_INLINE void cls_store_neon(uint8_t *dst, cls_neon k)
+{
+	for (unsigned j = 0; j < 4; j++)
+		vst1q_u8(dst + 16 * j, k.v[j]);
+}
+
+NEON_INLINE uint64_t cmask_mem_neon(const uint8_t *src, unsigned c)
+{
+	cls_neon k;
+	for (unsigned j = 0; j < 4; j++)
+		k.v[j] = vld1q_u8(src + 16 * j);
+	return cmask_neon(&k, c);
+}
+
+NEON_INLINE uint8x16_t eq16_neon(const uint16_t *a, const uint16_t *b)
+{
+	return vcombine_u8(vmovn_u16(vceqq_u16(vld1q_u16(a), vld1q_u16(b))),
+			   vmovn_u16(vceqq_u16(vld1q_u16(a + 8), vld1q_u16(b + 8))));
+}
+
+NEON_INLINE uint64_t neq_neon(const uint16_t *a, const uint16_t *b, unsigned n)
+{
+	if (BFP_LIKELY(n >= 64))
+		return ~mask64_neon(eq16_neon(a, b), eq16_neon(a + 16, b + 16),
+				    eq16_neon(a + 32, b + 32), eq16_neon(a + 48, b + 48));
+	return neq_generic(a, b, n);
+}
+
+/* How many of the 64 block counts are at most r: each compare is 0 or
+ * 0xFFFF, so their sum is minus the count. */
+NEON_INLINE unsigned blocks_upto_neon(const uint16_t *before, unsigned r)
+{
+	const uint16x8_t v = vdupq_n_u16((uint16_t)r);
+	uint16x8_t s = vdupq_n_u16(0);
+	for (unsigned j = 0; j < 8; j++)
+		s = vsubq_u16(s, vcleq_u16(vld1q_u16(before + 8 * j), v));
+	return vaddvq_u16(s);
+}
+
+NEON_INLINE unsigned popcnt_neon(uint64_t x)
+{
+	return (unsigned)vaddv_u8(vcnt_u8(vcreate_u8(x)));
+}
+
+NEON_INLINE run_neon run_zero_neon(void)
+{
+	run_neon r = {vdupq_n_u16(0), vdupq_n_u16(0)};
+	return r;
+}
+
+NEON_INLINE void run_store_neon(run_neon r, uint16_t *dst)
+{
+	vst1q_u16(dst, r.lo);
+	vst1q_u16(dst + 8, r.hi);
+}
+
+/* All 16 counts of a block: per class, the lanes that match (0 - 0xFF
+ * is 1) summed to 16 bytes of at most 4, then four rounds of pairwise
+ * adds fold the 16 classes' vectors to one byte each. */
+NEON_INLINE run_neon count_row_neon(cls_neon k, run_neon r, uint16_t *row)
+{
+	run_store_neon(r, row);
+	uint8x16_t s[BFP_CLASSES];
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		const uint8x16_t v = vdupq_n_u8((uint8_t)c);
+		uint8x16_t x = vaddq_u8(vceqq_u8(k.v[0], v), vceqq_u8(k.v[1], v));
+		uint8x16_t y = vaddq_u8(vceqq_u8(k.v[2], v), vceqq_u8(k.v[3], v));
+		s[c] = vsubq_u8(vdupq_n_u8(0), vaddq_u8(x, y));
+	}
+	for (unsigned w = BFP_CLASSES; w > 1; w /= 2)
+		for (unsigned c = 0; c < w / 2; c++)
+			s[c] = vpaddq_u8(s[2 * c], s[2 * c + 1]);
+	r.lo = vaddw_u8(r.lo, vget_low_u8(s[0]));
+	r.hi = vaddw_high_u8(r.hi, s[0]);
+	return r;
+}
+
+#define T_ATTR
+#define T_NAME(x) x##_neon
+#define T_CLS cls_neon
+#define T_RUN run_neon
+#define t_classes classes_neon
+#define t_run_zero run_zero_neon
+#define t_run_store run_store_neon
+#define t_count_row count_row_neon
+#define t_transpose transpose_generic
+#define t_cls_store cls_store_neon
+#define t_cmask_mem cmask_mem_neon
+#define t_neq neq_neon
+#define t_popcnt popcnt_neon
+#define t_select select_generic
+#define t_blocks_upto blocks_upto_neon
+#include "scan_tmpl.h"
+#endif
+
 uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
 {
 #ifdef BFP_X86
@@ -638,6 +801,9 @@ uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
 	if (e->cpu & BFP_CPU_AVX2)
 		return (e->cpu & BFP_CPU_PDEP) ? gather_snap_avx2p(e, end)
 					       : gather_snap_avx2(e, end);
+#elif defined(BFP_NEON)
+	if (e->cpu & BFP_CPU_NEON)
+		return gather_snap_neon(e, end);
 #endif
 	return gather_snap_generic(e, end);
 }
@@ -651,6 +817,9 @@ uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
 	if (e->cpu & BFP_CPU_AVX2)
 		return (e->cpu & BFP_CPU_PDEP) ? gather_avx2p(e, end, limit_bits)
 					       : gather_avx2(e, end, limit_bits);
+#elif defined(BFP_NEON)
+	if (e->cpu & BFP_CPU_NEON)
+		return gather_neon(e, end, limit_bits);
 #endif
 	return gather_generic(e, end, limit_bits);
 }
@@ -674,6 +843,11 @@ void bfp_class_counts(uint32_t cpu, const uint16_t *base, uint64_t n,
 			class_counts_avx2(base, n, cnt);
 		return;
 	}
+#elif defined(BFP_NEON)
+	if (cpu & BFP_CPU_NEON) {
+		class_counts_neon(base, n, cnt);
+		return;
+	}
 #endif
 	class_counts_generic(base, n, cnt);
 }
@@ -693,6 +867,9 @@ bfp_status bfp_positions(uint32_t cpu, const uint16_t *base, uint32_t len,
 		return (cpu & BFP_CPU_PDEP)
 			       ? positions_avx2p(base, len, start, gaps, steps, pos, val)
 			       : positions_avx2(base, len, start, gaps, steps, pos, val);
+#elif defined(BFP_NEON)
+	if (cpu & BFP_CPU_NEON)
+		return positions_neon(base, len, start, gaps, steps, pos, val);
 #endif
 	return positions_generic(base, len, start, gaps, steps, pos, val);
 }

@@ -322,8 +322,10 @@ static inline uint32_t bfp_get_eg0(bfp_br *r)
 #define BFP_CPU_AVX512BW 2u
 #define BFP_CPU_GFNI 4u /* with AVX512BW: GFNI and AVX512-BITALG too */
 #define BFP_CPU_PDEP 8u /* with AVX2: BMI2 whose pdep is fast (not AMD before Zen 3) */
+#define BFP_CPU_NEON 16u /* AArch64 Advanced SIMD (every AArch64 CPU) */
 
-/* CPU features usable by the codec (0 on other architectures). */
+/* CPU features usable by the codec (0 on architectures without a SIMD
+ * path). */
 uint32_t bfp_cpu_features(void);
 
 /* ---- shared helpers implemented in frame.c ---- */

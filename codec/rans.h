@@ -85,11 +85,13 @@ static const uint32_t bfp_tab_w[BFP_TAB_QMAX + 1] = {
 
 /* Frequencies of a table (FORMAT.md 3.11): each weight's share of 2^11,
  * rounded down, at least 1; the first largest takes up the difference.
- * 0 when that leaves it below 1 (the table is invalid). */
+ * 0 when that leaves it below 1, or for no symbols (the table is invalid). */
 static inline int bfp_tab_freqs(const bfp_mtab *t, uint16_t *f)
 {
 	uint32_t s = 0, sum = 0;
 	unsigned top = 0;
+	if (t->ns == 0)
+		return 0;
 	for (unsigned i = 0; i < t->ns; i++)
 		s += bfp_tab_w[t->q[i]];
 	for (unsigned i = 0; i < t->ns; i++) {

@@ -1,7 +1,8 @@
 /*
  * bfp_test.h: shared helpers and domain asserts for the cmocka suites:
- * a seeded generator of RL-like BF16 deltas, whole-range encode into a
- * frame list, and apply-all with an independent byte compare.
+ * the seeded generator of RL-like BF16 deltas (bfp_gen.h), whole-range
+ * encode into a frame list, and apply-all with an independent byte
+ * compare.
  */
 #ifndef BFP_TEST_H
 #define BFP_TEST_H
@@ -15,48 +16,7 @@
 #include <cmocka.h>
 
 #include "bfpatch.h"
-
-static inline uint64_t t_rand(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-/* Base values shaped like weights: exponents 112..127 and some others. */
-static inline uint16_t t_weight(uint64_t *s)
-{
-	uint64_t r = t_rand(s);
-	unsigned e = 116 + (unsigned)(r % 8);
-	if ((r >> 8) % 50 == 0)
-		e = 126 + (unsigned)((r >> 16) % 2);
-	return (uint16_t)(((r >> 20) & 0x8000u) | (e << 7) | ((r >> 32) & 0x7Fu));
-}
-
-/* Target from base: each element changes with probability ppm/1e6, by
- * +-1 step mostly, sometimes more, rarely anything. */
-static inline void t_mutate(const uint16_t *base, uint16_t *tgt, size_t n,
-			    uint32_t ppm, uint64_t *s)
-{
-	for (size_t i = 0; i < n; i++) {
-		tgt[i] = base[i];
-		uint64_t r = t_rand(s);
-		if (r % 1000000u >= ppm)
-			continue;
-		unsigned k = (unsigned)((r >> 24) % 100);
-		int step = k < 85 ? 1 : (k < 92 ? 2 : (k < 99 ? 3 + (int)((r >> 32) % 14) : 0));
-		if (step == 0) {
-			tgt[i] = (uint16_t)(r >> 40);
-			if (tgt[i] == base[i])
-				tgt[i] ^= 1;
-			continue;
-		}
-		if ((r >> 50) & 1)
-			step = -step;
-		tgt[i] = bfp_unkey((uint16_t)(bfp_key(base[i]) + step));
-	}
-}
+#include "bfp_gen.h"
 
 /* The sparse encodings: the encoder flags that ask for each, the id of
  * a range's first frame and of the others (the default and

@@ -698,85 +698,6 @@ static void test_hash_loops_agree(void **state)
 	free(val);
 }
 
-/* Every scan path the codec may pick on this CPU (scalar, AVX2, AVX2 with
- * pdep, AVX-512BW, AVX-512BW with GFNI and BITALG), forced through the
- * public cpu fields, writes the scalar path's frames byte for byte and
- * decodes them to the target: base values of every class (runs of one
- * class across whole chunks too), change densities from none to all,
- * lengths around the 64-element block and the 4096-element chunk. */
-static void test_scan_paths_agree(void **state)
-{
-	(void)state;
-	const uint32_t feats = bfp_cpu_features();
-	const uint32_t paths[] = {0, 1u, 1u | 8u, 1u | 2u, 1u | 2u | 4u};
-	static const size_t lens[] = {1, 63, 64, 65, 4095, 4097, 12289, 100003};
-	static const uint32_t ppm[] = {0, 3000, 30000, 250000, 1000000};
-	static bfp_encoder enc;
-	static bfp_decoder dec;
-	static uint8_t out[BFP_FRAME_SIZE_MAX];
-	const size_t maxn = 100003;
-	uint16_t *b = malloc(maxn * 2), *t = malloc(maxn * 2), *w = malloc(maxn * 2);
-	uint64_t s = 99;
-	size_t tried = 0;
-	for (unsigned shape = 0; shape < 3; shape++) {
-		for (size_t i = 0; i < maxn; i++) {
-			uint64_t r = t_rand(&s);
-			if (shape == 0) /* every exponent */
-				b[i] = (uint16_t)r;
-			else if (shape == 1)
-				b[i] = t_weight(&s);
-			else /* one class per 5000 elements, a new one each time */
-				b[i] = (uint16_t)((((i / 5000) * 7 % 16 + BFP_CLASS_EXP0) << 7) |
-						  (r & 0x807Fu));
-		}
-		for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
-			for (size_t d = 0; d < sizeof(ppm) / sizeof(ppm[0]); d++) {
-				const size_t n = lens[l];
-				t_mutate(b, t, n, ppm[d], &s);
-				bfp_encode_opts o = opts(1200);
-				o.flags = BFP_ENC_F_NO_DENSE; /* sparse frames at every density */
-				t_frames ref = {0};
-				for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++) {
-					if ((paths[p] & feats) != paths[p])
-						continue;
-					t_frames f = {0};
-					size_t len;
-					bfp_status st;
-					assert_int_equal(bfp_encoder_init(&enc, &o, b, t, n, 0, n), BFP_OK);
-					enc.cpu = paths[p];
-					while ((st = bfp_encode_next(&enc, out, sizeof(out), &len)) == BFP_OK)
-						t_frames_push(&f, out, len);
-					assert_int_equal(st, BFP_DONE);
-					if (p == 0) {
-						ref = f;
-					} else {
-						assert_int_equal(f.len, ref.len);
-						assert_memory_equal(f.buf, ref.buf, f.len);
-						t_frames_free(&f);
-					}
-					assert_int_equal(bfp_decoder_init(&dec, 0), BFP_OK);
-					dec.cpu = paths[p];
-					memcpy(w, b, n * 2);
-					bfp_apply_opts ao = aopts();
-					for (size_t i = 0; i < ref.n; i++)
-						assert_int_equal(bfp_decode_apply(&dec, &ao, ref.buf + ref.off[i],
-										  t_frame_len(&ref, i), w, n,
-										  NULL),
-								 BFP_OK);
-					assert_words_equal(w, t, n);
-					tried++;
-				}
-				t_frames_free(&ref);
-			}
-		}
-	}
-	print_message("scan paths: %zu encodes and decodes agree (CPU features 0x%x)\n", tried,
-		      feats);
-	free(b);
-	free(t);
-	free(w);
-}
-
 /* Reference reader for test_bit_codes_read_back: one bit at a time,
  * LSB first (FORMAT.md 3.1); -1 past the end. */
 typedef struct ref_br {
@@ -1866,7 +1787,6 @@ int main(void)
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
 		cmocka_unit_test(test_frames_from_the_model_batch_match_fresh_gathers),
 		cmocka_unit_test(test_hash_loops_agree),
-		cmocka_unit_test(test_scan_paths_agree),
 		cmocka_unit_test(test_bit_codes_read_back),
 		cmocka_unit_test(test_zstd_keyframes_round_trip_and_reject_damage),
 	};
