@@ -19,6 +19,7 @@
 #include <immintrin.h>
 #endif
 
+#include "../codec/internal.h" /* bfp_cpu_features, BFP_CPU_*: the path table */
 #include "baseline.h"
 #include "bfpatch.h"
 #include "model.h"
@@ -382,11 +383,131 @@ static double apply_time(const model *m, const uint16_t *a, const uint16_t *b,
 	return best;
 }
 
+/* ---- each instruction-set path the codec has on this CPU, forced
+ * through the encoder's and decoder's cpu fields: one thread over
+ * 2^24-parameter ranges of 1200 B frames, bytes checked against the
+ * scalar path's and the applied values against the target ---- */
+static const struct {
+	const char *name;
+	uint32_t cpu;
+} paths[] = {{"portable C", 0},
+	     {"AVX2", BFP_CPU_AVX2},
+	     {"AVX2 + pdep", BFP_CPU_AVX2 | BFP_CPU_PDEP},
+	     {"AVX-512BW", BFP_CPU_AVX2 | BFP_CPU_AVX512BW},
+	     {"AVX-512BW + GFNI", BFP_CPU_AVX2 | BFP_CPU_AVX512BW | BFP_CPU_GFNI},
+	     {"Advanced SIMD", BFP_CPU_NEON}};
+
+#define PATH_RANGE (1u << 24)
+
+static size_t path_encode(uint32_t cpu, const uint16_t *a, const uint16_t *b, uint64_t n,
+			  uint8_t *out, size_t cap, size_t *lens, size_t *nf)
+{
+	static bfp_encoder enc;
+	size_t tot = 0;
+	*nf = 0;
+	for (uint64_t s = 0; s < n; s += PATH_RANGE) {
+		bfp_encode_opts o;
+		memset(&o, 0, sizeof(o));
+		o.frame_size = 1200;
+		o.model_id = 1;
+		o.base_version = 1;
+		o.target_version = 2;
+		o.first_index = (uint32_t)*nf;
+		if (bfp_encoder_init(&enc, &o, a, b, n, s, n - s < PATH_RANGE ? n : s + PATH_RANGE) !=
+		    BFP_OK) {
+			fputs("paths: encoder_init failed\n", stderr);
+			exit(1);
+		}
+		enc.cpu = cpu;
+		size_t len;
+		bfp_status st = BFP_OK;
+		while (cap - tot >= BFP_FRAME_SIZE_MAX &&
+		       (st = bfp_encode_next(&enc, out + tot, cap - tot, &len)) == BFP_OK) {
+			lens[(*nf)++] = len;
+			tot += len;
+		}
+		if (cap - tot < BFP_FRAME_SIZE_MAX || st != BFP_DONE) {
+			fprintf(stderr, "paths: encode failed (%s)\n",
+				cap - tot < BFP_FRAME_SIZE_MAX ? "buffer full" : bfp_status_str(st));
+			exit(1);
+		}
+	}
+	return tot;
+}
+
+static void print_paths(const uint16_t *a, const uint16_t *b, uint64_t n, uint16_t *scratch)
+{
+	const uint32_t feats = bfp_cpu_features();
+	const size_t cap = (size_t)n / 4 + (64u << 20), maxf = cap / 64;
+	uint8_t *ref = malloc(cap), *out = malloc(cap);
+	size_t *lens = malloc(maxf * sizeof(size_t)), ref_len = 0, ref_nf = 0;
+	if (!ref || !out || !lens) {
+		fputs("paths: out of memory\n", stderr);
+		exit(1);
+	}
+	static bfp_decoder dec;
+	printf("instruction-set paths on this CPU (1 thread, 2^24-parameter ranges, 1200 B frames):\n");
+	for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++) {
+		if ((paths[p].cpu & feats) != paths[p].cpu)
+			continue;
+		double te = 1e9, ta = 1e9;
+		size_t len = 0, nf = 0;
+		for (int rep = 0; rep < TIMING_REPS; rep++) {
+			double t0 = now_s();
+			len = path_encode(paths[p].cpu, a, b, n, p ? out : ref, cap, lens, &nf);
+			double dt = now_s() - t0;
+			te = dt < te ? dt : te;
+		}
+		if (p == 0) {
+			ref_len = len;
+			ref_nf = nf;
+		} else if (len != ref_len || nf != ref_nf || memcmp(out, ref, len) != 0) {
+			fprintf(stderr, "paths: %s writes other bytes than the portable path\n",
+				paths[p].name);
+			exit(1);
+		}
+		for (int rep = 0; rep < TIMING_REPS; rep++) {
+			memcpy(scratch, a, n * 2);
+			bfp_decoder_init(&dec, 0);
+			dec.cpu = paths[p].cpu;
+			bfp_apply_opts ao;
+			memset(&ao, 0, sizeof(ao));
+			ao.model_id = 1;
+			ao.base_version = 1;
+			double t0 = now_s();
+			size_t off = 0;
+			for (size_t i = 0; i < nf; i++) {
+				bfp_status st = bfp_decode_apply(&dec, &ao, ref + off, lens[i], scratch, n,
+								 NULL);
+				if (st != BFP_OK) {
+					fprintf(stderr, "paths: %s: decode: %s\n", paths[p].name,
+						bfp_status_str(st));
+					exit(1);
+				}
+				off += lens[i];
+			}
+			double dt = now_s() - t0;
+			ta = dt < ta ? dt : ta;
+			if (memcmp(scratch, b, n * 2) != 0) {
+				fprintf(stderr, "paths: %s: result differs from the target\n",
+					paths[p].name);
+				exit(1);
+			}
+		}
+		printf("  %-18s encode %5.2f G params/s, decode+apply %5.2f G params/s\n",
+		       paths[p].name, (double)n / te / 1e9, (double)n / ta / 1e9);
+	}
+	free(ref);
+	free(out);
+	free(lens);
+}
+
 static const char usage[] =
 	"usage: bench_codec [--params N] [--steps N] [--threads N] [--quick]\n"
 	"Runs three synthetic trajectories (lr 1e-6 off-grid, lr 1e-6 on-grid,\n"
 	"lr 1e-5 off-grid) and prints compression against the baselines and\n"
-	"throughput against this machine's compare bandwidth, all measured now.\n";
+	"throughput against this machine's compare bandwidth, all measured now;\n"
+	"then the speed of each instruction-set path this CPU has.\n";
 
 int main(int argc, char **argv)
 {
@@ -515,6 +636,7 @@ int main(int argc, char **argv)
 		printf("decode+apply: 1 thread %.2f G params/s (%.2f of compare), %d threads %.2f G params/s (%.2f)\n",
 		       (double)n / ta1 / 1e9, (double)n / ta1 / cbw1, threads,
 		       (double)n / tan / 1e9, (double)n / tan / cbwn);
+		print_paths(a, b, n, scratch);
 		free(prev);
 		free(scratch);
 		synth_free(s);
