@@ -5,14 +5,16 @@
  * (so mutations reach the payload decoders) and the weight buffer length,
  * and (bit 6) whether the input starts with a frame that carries a model
  * (encoding 7), loaded first, so that frames of encoding 8 that refer to
- * it reach their payload decoder; the rest is the frame, placed against a
- * guard page, as is the weight buffer. A rejected frame must leave the
- * weights untouched.
+ * it reach their payload decoder; (bits 2-3) which of this CPU's vector
+ * paths decodes, or (bit 7) the portable one; the rest is the frame,
+ * placed against a guard page, as is the weight buffer. A rejected frame
+ * must leave the weights untouched.
  */
 #include <stdlib.h>
 
 #include "bfpatch.h"
 #include "guard.h"
+#include "../../codec/internal.h" /* BFP_CPU_*: the decoder's paths */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -37,6 +39,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n = (mode & 2) ? 100001 : 4096 + ((mode & 63) >> 2);
 	size_t mlen = 0; /* bytes of the model frame before the frame */
 	bfp_decoder_init(&dec, (mode & 128) ? BFP_DEC_F_SCALAR : 0);
+	/* every path the CPU has: the widest, AVX2 with pdep, AVX2 without,
+	 * AVX-512BW without GFNI (Advanced SIMD on AArch64 for each) */
+	static const uint32_t path[4] = {
+		~0u, BFP_CPU_AVX2 | BFP_CPU_PDEP | BFP_CPU_NEON, BFP_CPU_AVX2 | BFP_CPU_NEON,
+		BFP_CPU_AVX2 | BFP_CPU_AVX512BW | BFP_CPU_PDEP | BFP_CPU_NEON};
+	dec.cpu &= path[(mode >> 2) & 3];
 	if ((mode & 64) && bfp_frame_length(data + 1, size - 1, &mlen) == BFP_OK) {
 		if (guarded_alloc(&in, mlen))
 			abort();
