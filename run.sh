@@ -3,7 +3,7 @@
 #   ./run.sh demo   install what is missing, build, run the end-to-end demo
 #   ./run.sh test   install what is missing, build, run every test suite
 #                   (gcc, clang -Werror, freestanding codec, aarch64 cross
-#                   build, ASan+UBSan)
+#                   build with its scan paths run under qemu, ASan+UBSan)
 set -eu
 cd "$(dirname "$0")"
 

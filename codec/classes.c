@@ -24,8 +24,9 @@ static int slow_pdep(void)
 	unsigned a, b, c, d;
 	if (!__get_cpuid(0, &a, &b, &c, &d))
 		return 1;
-	const int amd = (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u) || /* AuthenticAMD */
-			(b == 0x6f677948u && d == 0x6e65476eu && c == 0x656e6975u);   /* HygonGenuine */
+	/* the vendor string: AuthenticAMD or HygonGenuine */
+	const int amd = (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u) ||
+			(b == 0x6f677948u && d == 0x6e65476eu && c == 0x656e6975u);
 	if (!amd)
 		return 0;
 	__get_cpuid(1, &a, &b, &c, &d);
@@ -264,8 +265,8 @@ static inline unsigned blocks_upto_generic(const uint16_t *before, unsigned r)
 
 #ifdef BFP_X86
 /* ---- AVX2 block helpers (x86 without AVX-512BW: AMD Zen 1-3, Intel
- * client cores). No pdep: it is microcoded on AMD before Zen 3, so the
- * select is the portable one. ---- */
+ * client cores). The select is the portable one, or one pdep where pdep
+ * is fast (BFP_CPU_PDEP, the _avx2p functions below). ---- */
 #define AVX2_ATTR __attribute__((target("avx2,popcnt")))
 #define AVX2_INLINE AVX2_ATTR static inline __attribute__((always_inline))
 

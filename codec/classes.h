@@ -3,7 +3,9 @@
  * one base-exponent class (FORMAT.md 3.3), find the element of a class
  * with a given rank, find the next changed element. These are the inner
  * loops of sparse encode and decode, which walk each class in its own rank
- * space; x86 builds pick an AVX-512BW or AVX2 version at context init.
+ * space. Each has vector versions, picked at context init from
+ * bfp_cpu_features(): AVX-512BW (with GFNI and BITALG or without), AVX2
+ * (with a fast pdep or without) on x86, Advanced SIMD on AArch64.
  */
 #ifndef BFP_CLASSES_H
 #define BFP_CLASSES_H

@@ -7,8 +7,9 @@
  * class across whole chunks too), change densities from none to all,
  * lengths around the 64-element block and the 4096-element chunk.
  *
- * Plain C without cmocka, so that the cross build (cross/aarch64-linux-gnu.ini) runs it
- * under its emulator too. Exit status 0 when every path agrees.
+ * Plain C without cmocka, so that the cross build
+ * (cross/aarch64-linux-gnu.ini) runs it under its emulator too. Exit
+ * status 0 when every path agrees.
  */
 #include <stdio.h>
 #include <stdlib.h>
