@@ -391,10 +391,54 @@ AVX2_INLINE run16 count_row_avx2(cls_avx2 k, run16 r, uint16_t *row)
 	return r;
 }
 
+/* The gather's counts of a block, all 16 as one vector and with vector
+ * instructions only (the gather's own loop keeps the scalar ports busy,
+ * so there this is 11-13% faster; the count passes of decode run faster
+ * with the movemask and popcount above): per class, the lanes that match
+ * (0 - 0xFF is 1) summed by psadbw to four 64-bit partial sums, four
+ * classes' sums packed into the 16-bit fields of each, then the partial
+ * sums added across lanes. */
+AVX2_INLINE __m256i grun_zero_avx2(void)
+{
+	return _mm256_setzero_si256();
+}
+
+AVX2_INLINE void grun_store_avx2(__m256i r, uint16_t *dst)
+{
+	_mm256_store_si256((__m256i *)dst, r);
+}
+
+AVX2_INLINE __m256i gcount_row_avx2(cls_avx2 k, __m256i r, uint16_t *row)
+{
+	_mm256_store_si256((__m256i *)row, r);
+	const __m256i z = _mm256_setzero_si256();
+	__m256i q[4];
+	for (unsigned g = 0; g < 4; g++) {
+		__m256i acc = z;
+		for (unsigned j = 0; j < 4; j++) {
+			const __m256i v = _mm256_set1_epi8((char)(4 * g + j));
+			__m256i s = _mm256_sub_epi8(_mm256_sub_epi8(z, _mm256_cmpeq_epi8(k.lo, v)),
+						    _mm256_cmpeq_epi8(k.hi, v));
+			acc = _mm256_or_si256(acc, _mm256_slli_epi64(_mm256_sad_epu8(s, z), 16 * j));
+		}
+		q[g] = acc; /* 64-bit lane i: classes 4g..4g+3 of lanes 8i..8i+7, 32+8i.. */
+	}
+	__m256i x = _mm256_add_epi64(_mm256_unpacklo_epi64(q[0], q[1]),
+				     _mm256_unpackhi_epi64(q[0], q[1]));
+	__m256i y = _mm256_add_epi64(_mm256_unpacklo_epi64(q[2], q[3]),
+				     _mm256_unpackhi_epi64(q[2], q[3]));
+	return _mm256_add_epi16(r, _mm256_add_epi64(_mm256_permute2x128_si256(x, y, 0x20),
+						    _mm256_permute2x128_si256(x, y, 0x31)));
+}
+
 #define T_ATTR AVX2_ATTR
 #define T_NAME(x) x##_avx2
 #define T_CLS cls_avx2
 #define T_RUN run16
+#define T_GRUN __m256i
+#define t_grun_zero grun_zero_avx2
+#define t_grun_store grun_store_avx2
+#define t_gcount_row gcount_row_avx2
 #define t_classes classes_avx2
 #define t_run_zero run_zero_generic
 #define t_run_store run_store_generic
@@ -431,6 +475,10 @@ AVX2_INLINE run16 count_row_avx2(cls_avx2 k, run16 r, uint16_t *row)
 #undef t_popcnt
 #undef t_select
 #undef t_blocks_upto
+#undef T_GRUN
+#undef t_grun_zero
+#undef t_grun_store
+#undef t_gcount_row
 
 _Static_assert(BFP_SCAN_CHUNK == 64 * 64, "blocks_upto_avx512 compares 64 block counts");
 #define AVX512_ATTR __attribute__((target("avx512f,avx512bw,bmi2,popcnt")))

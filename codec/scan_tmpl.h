@@ -1,7 +1,9 @@
 /*
  * scan_tmpl.h: the block scans of sparse encode and decode, written once
  * and compiled per instruction set by classes.c (which defines T_ATTR,
- * T_NAME, T_CLS, T_RUN and the t_* helpers before including this). Each
+ * T_NAME, T_CLS, T_RUN and the t_* helpers before including this; and
+ * optionally T_GRUN, t_grun_zero, t_grun_store and t_gcount_row, the
+ * gather's own way to count, else the same as the others'). Each
  * 64-element block yields its class bytes and one row of 16 counts: how
  * many elements of each base-exponent class come before the block in its
  * chunk. A change's rank in its class is that count plus a popcount of
@@ -22,6 +24,13 @@
  * in e->bat_snap, for the frames that take their changes from these
  * (encode.c, the batch). */
 #define GATHER_CHUNK 1024u
+#ifndef T_GRUN
+#define T_GRUN T_RUN
+#define t_grun_zero t_run_zero
+#define t_grun_store t_run_store
+#define t_gcount_row t_count_row
+#define T_GRUN_SAME 1
+#endif
 T_ATTR static inline __attribute__((always_inline)) uint64_t
 T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int snap)
 {
@@ -39,7 +48,7 @@ T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int sn
 		e->bat_nsnap = 0;
 	while (i0 < end) {
 		uint32_t cn = end - i0 < GATHER_CHUNK ? (uint32_t)(end - i0) : GATHER_CHUNK;
-		T_RUN run = t_run_zero();
+		T_GRUN run = t_grun_zero();
 		uint32_t ni = 0;
 		if (snap && ((i0 - s) & (BFP_SNAP_EVERY - 1)) == 0 && e->bat_nsnap < BFP_SNAP_MAX) {
 			for (unsigned c = 0; c < BFP_CLASSES; c++)
@@ -56,7 +65,7 @@ T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int sn
 			uint64_t neq = t_neq(b, e->target + i0 + off, len);
 			T_CLS k = t_classes(b, len);
 			t_cls_store(cb + off, k);
-			run = t_count_row(k, run, rows[off / 64]);
+			run = t_gcount_row(k, run, rows[off / 64]);
 			/* list the changes: four without branches (slots past the
 			 * block's count are overwritten later), the rest in a loop */
 			const uint64_t top = 1ull << 63;
@@ -72,7 +81,7 @@ T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int sn
 			}
 			ni += pc;
 		}
-		t_run_store(run, tot);
+		t_grun_store(run, tot);
 		const uint16_t *b = e->base + i0;
 		const uint16_t *t = e->target + i0;
 		for (uint32_t q = 0; q < ni; q++) {
@@ -217,3 +226,11 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 	}
 	return active ? BFP_E_CORRUPT : BFP_OK;
 }
+
+#ifdef T_GRUN_SAME
+#undef T_GRUN
+#undef t_grun_zero
+#undef t_grun_store
+#undef t_gcount_row
+#undef T_GRUN_SAME
+#endif
