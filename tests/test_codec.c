@@ -5,6 +5,7 @@
  */
 #include "bfp_test.h"
 #include "../codec/internal.h" /* bit reader and writer (test_bit_codes_*) */
+#include "../codec/rans.h"     /* table symbols (test_table_symbols_invert) */
 
 #define MODEL 0x1122334455667788ull
 
@@ -741,6 +742,36 @@ static int ref_code(ref_br *r, int rice, unsigned k, uint64_t *v)
 	else
 		*v = ((1ull << z) | x) - 1;
 	return 1;
+}
+
+/* FORMAT.md 3.11's magnitude symbols, for every table shape a frame may
+ * carry: the encoder's symbol and raw bits of each magnitude 1..32768,
+ * through the decoder's base, give the magnitude back; symbols run
+ * 0..nsym-1 in the order of the magnitudes, each one used, and raw bits
+ * fit their count. (Both functions are branch-free; this pins them to
+ * each other and to the symbol count.) */
+static void test_table_symbols_invert(void **state)
+{
+	(void)state;
+	for (unsigned e = 0; e <= BFP_TAB_EMAX; e++) {
+		for (unsigned sb = 0; sb <= BFP_TAB_SBMAX && sb <= e; sb++) {
+			const unsigned nsym = bfp_tab_nsym(e, sb);
+			unsigned prev = 0;
+			for (unsigned m = 1; m <= 32768; m++) {
+				unsigned nraw, nraw2;
+				uint32_t raw;
+				const unsigned s = bfp_tab_sym(m, e, sb, &nraw, &raw);
+				assert_true(s < nsym);
+				assert_true(m == 1 ? s == 0 : s == prev || s == prev + 1);
+				assert_true(nraw < 32 && raw < (1u << nraw));
+				const uint32_t base = bfp_tab_base(s, e, sb, &nraw2);
+				assert_int_equal(nraw2, nraw);
+				assert_int_equal(base + raw, m);
+				prev = s;
+			}
+			assert_int_equal(prev, nsym - 1);
+		}
+	}
 }
 
 /* Rice and Exp-Golomb codes of every size, escapes included, written by
@@ -1788,6 +1819,7 @@ int main(void)
 		cmocka_unit_test(test_frames_from_the_model_batch_match_fresh_gathers),
 		cmocka_unit_test(test_hash_loops_agree),
 		cmocka_unit_test(test_bit_codes_read_back),
+		cmocka_unit_test(test_table_symbols_invert),
 		cmocka_unit_test(test_zstd_keyframes_round_trip_and_reject_damage),
 	};
 	const struct CMUnitTest rejects[] = {
