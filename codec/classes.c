@@ -247,21 +247,7 @@ static inline unsigned blocks_upto_generic(const uint16_t *before, unsigned r)
 #define t_popcnt popcnt_generic
 #define t_select select_generic
 #include "scan_tmpl.h"
-#undef T_ATTR
-#undef T_NAME
-#undef T_CLS
-#undef T_RUN
-#undef t_classes
-#undef t_run_zero
-#undef t_run_store
-#undef t_count_row
-#undef t_transpose
-#undef t_cls_store
-#undef t_cmask_mem
-#undef t_neq
-#undef t_popcnt
-#undef t_select
-#undef t_blocks_upto
+#include "scan_undef.h"
 
 #ifdef BFP_X86
 /* ---- AVX2 block helpers (x86 without AVX-512BW: AMD Zen 1-3, Intel
@@ -391,6 +377,18 @@ AVX2_INLINE run16 count_row_avx2(cls_avx2 k, run16 r, uint16_t *row)
 	return r;
 }
 
+/* Counts of 16 classes in one 256-bit register (the gather's on AVX2,
+ * all of them with GFNI) */
+AVX2_INLINE __m256i run_zero_v256(void)
+{
+	return _mm256_setzero_si256();
+}
+
+AVX2_INLINE void run_store_v256(__m256i r, uint16_t *dst)
+{
+	_mm256_store_si256((__m256i *)dst, r);
+}
+
 /* The gather's counts of a block, all 16 as one vector and with vector
  * instructions only (the gather's own loop keeps the scalar ports busy,
  * so there this is 11-13% faster; the count passes of decode run faster
@@ -398,16 +396,6 @@ AVX2_INLINE run16 count_row_avx2(cls_avx2 k, run16 r, uint16_t *row)
  * (0 - 0xFF is 1) summed by psadbw to four 64-bit partial sums, four
  * classes' sums packed into the 16-bit fields of each, then the partial
  * sums added across lanes. */
-AVX2_INLINE __m256i grun_zero_avx2(void)
-{
-	return _mm256_setzero_si256();
-}
-
-AVX2_INLINE void grun_store_avx2(__m256i r, uint16_t *dst)
-{
-	_mm256_store_si256((__m256i *)dst, r);
-}
-
 AVX2_INLINE __m256i gcount_row_avx2(cls_avx2 k, __m256i r, uint16_t *row)
 {
 	_mm256_store_si256((__m256i *)row, r);
@@ -436,8 +424,8 @@ AVX2_INLINE __m256i gcount_row_avx2(cls_avx2 k, __m256i r, uint16_t *row)
 #define T_CLS cls_avx2
 #define T_RUN run16
 #define T_GRUN __m256i
-#define t_grun_zero grun_zero_avx2
-#define t_grun_store grun_store_avx2
+#define t_grun_zero run_zero_v256
+#define t_grun_store run_store_v256
 #define t_gcount_row gcount_row_avx2
 #define t_classes classes_avx2
 #define t_run_zero run_zero_generic
@@ -460,25 +448,7 @@ AVX2_INLINE __m256i gcount_row_avx2(cls_avx2 k, __m256i r, uint16_t *row)
 #define T_NAME(x) x##_avx2p
 #define t_select select_pdep
 #include "scan_tmpl.h"
-#undef T_ATTR
-#undef T_NAME
-#undef T_CLS
-#undef T_RUN
-#undef t_classes
-#undef t_run_zero
-#undef t_run_store
-#undef t_count_row
-#undef t_transpose
-#undef t_cls_store
-#undef t_cmask_mem
-#undef t_neq
-#undef t_popcnt
-#undef t_select
-#undef t_blocks_upto
-#undef T_GRUN
-#undef t_grun_zero
-#undef t_grun_store
-#undef t_gcount_row
+#include "scan_undef.h"
 
 _Static_assert(BFP_SCAN_CHUNK == 64 * 64, "blocks_upto_avx512 compares 64 block counts");
 #define AVX512_ATTR __attribute__((target("avx512f,avx512bw,bmi2,popcnt")))
@@ -661,16 +631,6 @@ AVX512G_INLINE __m128i count16_avx512g(__m512i k)
 	return _mm_add_epi8(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
 }
 
-AVX512G_INLINE __m256i run_zero_avx512g(void)
-{
-	return _mm256_setzero_si256();
-}
-
-AVX512G_INLINE void run_store_avx512g(__m256i r, uint16_t *dst)
-{
-	_mm256_store_si256((__m256i *)dst, r);
-}
-
 AVX512G_INLINE __m256i count_row_avx512g(__m512i k, __m256i r, uint16_t *row)
 {
 	_mm256_store_si256((__m256i *)row, r);
@@ -680,10 +640,11 @@ AVX512G_INLINE __m256i count_row_avx512g(__m512i k, __m256i r, uint16_t *row)
 #define T_ATTR AVX512G_ATTR
 #define T_NAME(x) x##_avx512g
 #define T_RUN __m256i
-#define t_run_zero run_zero_avx512g
-#define t_run_store run_store_avx512g
+#define t_run_zero run_zero_v256
+#define t_run_store run_store_v256
 #define t_count_row count_row_avx512g
 #include "scan_tmpl.h"
+#include "scan_undef.h"
 #endif
 
 #ifdef BFP_NEON
@@ -839,6 +800,7 @@ NEON_INLINE run_neon count_row_neon(cls_neon k, run_neon r, uint16_t *row)
 #define t_select select_generic
 #define t_blocks_upto blocks_upto_neon
 #include "scan_tmpl.h"
+#include "scan_undef.h"
 #endif
 
 uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
