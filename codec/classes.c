@@ -443,7 +443,10 @@ AVX2_INLINE __m256i gcount_row_avx2(cls_avx2 k, __m256i r, uint16_t *row)
 #undef T_NAME
 #undef t_select
 
-/* AVX2 where pdep is fast (BFP_CPU_PDEP): the select is one pdep. */
+/* AVX2 where pdep is fast (BFP_CPU_PDEP): the select is one pdep. Only
+ * positions selects; the gathers and counts of this instantiation are
+ * those of _avx2 and go unused (bfp_gather and bfp_class_counts call
+ * the _avx2 ones whatever BFP_CPU_PDEP says). */
 #define T_ATTR __attribute__((target("avx2,popcnt,bmi2")))
 #define T_NAME(x) x##_avx2p
 #define t_select select_pdep
@@ -810,8 +813,7 @@ uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
 		return (e->cpu & BFP_CPU_GFNI) ? gather_snap_avx512g(e, end)
 					       : gather_snap_avx512(e, end);
 	if (e->cpu & BFP_CPU_AVX2)
-		return (e->cpu & BFP_CPU_PDEP) ? gather_snap_avx2p(e, end)
-					       : gather_snap_avx2(e, end);
+		return gather_snap_avx2(e, end);
 #elif defined(BFP_NEON)
 	if (e->cpu & BFP_CPU_NEON)
 		return gather_snap_neon(e, end);
@@ -826,8 +828,7 @@ uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
 		return (e->cpu & BFP_CPU_GFNI) ? gather_avx512g(e, end, limit_bits)
 					       : gather_avx512(e, end, limit_bits);
 	if (e->cpu & BFP_CPU_AVX2)
-		return (e->cpu & BFP_CPU_PDEP) ? gather_avx2p(e, end, limit_bits)
-					       : gather_avx2(e, end, limit_bits);
+		return gather_avx2(e, end, limit_bits);
 #elif defined(BFP_NEON)
 	if (e->cpu & BFP_CPU_NEON)
 		return gather_neon(e, end, limit_bits);
@@ -848,10 +849,7 @@ void bfp_class_counts(uint32_t cpu, const uint16_t *base, uint64_t n,
 		return;
 	}
 	if (cpu & BFP_CPU_AVX2) {
-		if (cpu & BFP_CPU_PDEP)
-			class_counts_avx2p(base, n, cnt);
-		else
-			class_counts_avx2(base, n, cnt);
+		class_counts_avx2(base, n, cnt);
 		return;
 	}
 #elif defined(BFP_NEON)
