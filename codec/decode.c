@@ -136,7 +136,7 @@ bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame, size_t fr
 	BFP_CHECK(bfp_encoding_carries_model(h.encoding), BFP_E_ARG);
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
 	BFP_CHECK(bfp_model_parse(&r, h.encoding == BFP_ENC_MODEL2, &m), BFP_E_CORRUPT);
-	bfp_model_tables(&m, model_tables(dec, 1));
+	bfp_model_tables(&m, model_tables(dec, 1), 0);
 	keep_model(dec, &h, &m);
 	return BFP_OK;
 }

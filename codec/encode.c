@@ -152,7 +152,7 @@ static int plan_model(bfp_encoder *e, uint64_t end, size_t budget, int v2, bfp_m
 	bfp_sparse_plan_make(e, e->n_changes, BFP_ENC_SPARSE3, &pl);
 	if (v2) {
 		bfp_model2_from_plan(e, e->n_changes, &pl, (uint64_t)budget * 8, m);
-		bfp_model_tables(m, rt);
+		bfp_model_tables(m, rt, 1);
 	} else {
 		bfp_model_from_plan(&pl, m);
 	}

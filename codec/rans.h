@@ -31,13 +31,17 @@ typedef struct bfp_mtab {
 } bfp_mtab;
 
 /* The tables of a model, ready to code with: frequencies, cumulative
- * frequencies, the decoder's slot-to-symbol map and the encoder's costs
- * in 1/256 bit (never below the exact cost). */
+ * frequencies, the encoder's costs in 1/256 bit (never below the exact
+ * cost), and the decoder's slot-to-symbol map or the encoder's symbols
+ * (bfp_rans_sym). */
 typedef struct bfp_rtab {
 	uint16_t f[BFP_CLASSES][BFP_TAB_SYMS];
 	uint16_t c[BFP_CLASSES][BFP_TAB_SYMS];
 	uint16_t cost[BFP_CLASSES][BFP_TAB_SYMS];
-	uint8_t slot[BFP_CLASSES][BFP_RANS_M];
+	union {
+		uint8_t slot[BFP_CLASSES][BFP_RANS_M];
+		uint64_t put[BFP_CLASSES][BFP_TAB_SYMS];
+	} u;
 } bfp_rtab;
 
 /* Symbol count of a table of parameters e, sb (e >= sb): 2^e - 1 single
@@ -130,8 +134,62 @@ static inline unsigned bfp_log2_fp8(uint32_t v)
 	return ip * 256 + frac;
 }
 
-/* Fill t's class c from table m (valid: bfp_tab_freqs gave 1). */
-static inline void bfp_rtab_build(const bfp_mtab *m, bfp_rtab *t, unsigned c)
+/* ---- encoder: symbols go in backwards; bytes come out forwards and
+ * are read back from the end ----
+ *
+ * Each symbol in the form the encoder puts it, one word: x / f by a
+ * multiply (q = (x * rcp) >> 32 >> sh, rcp = ceil(2^(31 + s) / f),
+ * s = ceil(log2 f), sh = s - 1: exact for every x < 2^31, Granlund and
+ * Montgomery, as x < 2^31 always is here), then x + bias + q * (M - f),
+ * which is q * M + x % f + cum. A frequency of 1 has rcp = 2^32 - 1,
+ * sh = 0 and bias cum + M - 1 (q comes out as x - 1, for x > 0). Bits 0-31 rcp,
+ * 32-43 bias, 44-55 M - f, 56-59 sh. */
+static inline uint64_t bfp_rans_sym(unsigned f, unsigned cum)
+{
+	uint64_t rcp, bias = cum, sh = 0;
+	if (f < 2) {
+		rcp = 0xFFFFFFFFu;
+		bias += BFP_RANS_M - 1;
+	} else {
+		const unsigned s = bfp_bitlen32(f - 1);
+		rcp = ((1ull << (s + 31)) + f - 1) / f;
+		sh = s - 1;
+	}
+	return rcp | bias << 32 | (uint64_t)(BFP_RANS_M - f) << 44 | sh << 56;
+}
+
+/* x coded with symbol sym (bfp_rans_sym), for 0 < x < 2^31 (a state
+ * that shed bytes is still at least L >> 16). */
+static inline uint32_t bfp_rans_step(uint32_t x, uint64_t sym)
+{
+	const uint32_t q = (uint32_t)(((uint64_t)x * (uint32_t)sym) >> 32) >> (sym >> 56);
+	return x + ((uint32_t)(sym >> 32) & 0xFFFu) + q * ((uint32_t)(sym >> 44) & 0xFFFu);
+}
+
+/* Put symbol sym into state x (below 2^31). The state first sheds 0, 1
+ * or 2 bytes (x >> 16 is below every bound f * 2^20). No branch and no
+ * division: two bytes are stored either way and out moves by those that
+ * count (the final state's 4 bytes go after them, so the room is there);
+ * the step is worked out for all three shifts of x at once, and the one
+ * that applies is picked, so the chain from one state to the next is
+ * the step alone. */
+static inline void bfp_rans_put(uint32_t *x, uint8_t **out, uint64_t sym)
+{
+	const uint64_t xmax = (uint64_t)(BFP_RANS_M - ((sym >> 44) & 0xFFFu))
+			      << (23 - BFP_RANS_BITS + 8);
+	const uint32_t v = *x;
+	const unsigned nb = (unsigned)(v >= xmax) + (unsigned)(v >= xmax << 8);
+	const uint32_t x0 = bfp_rans_step(v, sym), x1 = bfp_rans_step(v >> 8, sym),
+		       x2 = bfp_rans_step(v >> 16, sym);
+	(*out)[0] = (uint8_t)v;
+	(*out)[1] = (uint8_t)(v >> 8);
+	*out += nb;
+	*x = nb == 0 ? x0 : nb == 1 ? x1 : x2;
+}
+
+/* Fill t's class c from table m (valid: bfp_tab_freqs gave 1), for the
+ * encoder (its symbols) or the decoder (the slot map). */
+static inline void bfp_rtab_build(const bfp_mtab *m, bfp_rtab *t, unsigned c, int encoder)
 {
 	uint16_t *f = t->f[c], *cu = t->c[c];
 	unsigned at = 0;
@@ -139,22 +197,12 @@ static inline void bfp_rtab_build(const bfp_mtab *m, bfp_rtab *t, unsigned c)
 	for (unsigned s = 0; s < m->ns; s++) {
 		cu[s] = (uint16_t)at;
 		t->cost[c][s] = (uint16_t)(BFP_RANS_BITS * 256 - bfp_log2_fp8(f[s]));
-		BFP_MEMSET(t->slot[c] + at, (int)s, f[s]);
+		if (encoder)
+			t->u.put[c][s] = bfp_rans_sym(f[s], at);
+		else
+			BFP_MEMSET(t->u.slot[c] + at, (int)s, f[s]);
 		at += f[s];
 	}
-}
-
-/* ---- encoder: symbols go in backwards; bytes come out forwards and
- * are read back from the end ---- */
-static inline void bfp_rans_put(uint32_t *x, uint8_t **out, unsigned f, unsigned c)
-{
-	const uint32_t xmax = (uint32_t)f << (23 - BFP_RANS_BITS + 8);
-	uint32_t v = *x;
-	while (v >= xmax) {
-		*(*out)++ = (uint8_t)v;
-		v >>= 8;
-	}
-	*x = ((v / f) << BFP_RANS_BITS) + v % f + c;
 }
 
 /* ---- decoder ---- */

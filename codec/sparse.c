@@ -851,11 +851,11 @@ void bfp_model2_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_pla
 	plan_tables(e, k, pl, m);
 }
 
-void bfp_model_tables(const bfp_model *m, bfp_rtab *rt)
+void bfp_model_tables(const bfp_model *m, bfp_rtab *rt, int encoder)
 {
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		if (m->v2 && m->tab[c].on)
-			bfp_rtab_build(&m->tab[c], rt, c);
+			bfp_rtab_build(&m->tab[c], rt, c, encoder);
 }
 
 void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
@@ -898,17 +898,20 @@ static inline uint64_t tail_bits(uint32_t nt, uint64_t r256)
 }
 
 /* Bits of a table-coded magnitude in the bit stream (escape and raw
- * bits); its symbol's cost in the rANS part goes to *r256. */
+ * bits); its symbol (the top one for all above it) goes to *sym and its
+ * cost in the rANS part to *r256. */
 static inline unsigned tab_bits_of(const bfp_mtab *t, const uint16_t *cost, unsigned m,
-				   uint64_t *r256)
+				   uint8_t *sym, uint64_t *r256)
 {
 	unsigned nraw;
 	uint32_t raw;
 	const unsigned s = bfp_tab_sym(m, t->e, t->sb, &nraw, &raw), top = t->ns - 1u;
 	if (s < top) {
+		*sym = (uint8_t)s;
 		*r256 += cost[s];
 		return nraw;
 	}
+	*sym = (uint8_t)top;
 	*r256 += cost[top];
 	return nraw + bfp_eg0_bits(s - top);
 }
@@ -935,7 +938,7 @@ static inline int mag_mode(const bfp_sparse_plan *pl, unsigned c)
 #define CUT_OPEN(x) ((x) >> 24)
 _Static_assert(BFP_CHANGES_MAX * 256ull < (1ull << 24), "CUT_BITS holds a class's bits");
 static inline __attribute__((always_inline)) uint32_t
-cut_class_t(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, uint32_t b,
+cut_class_t(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, uint32_t b,
 	    uint32_t *cost, uint32_t *rcost, const int gruns, const int mode)
 {
 	const uint32_t *const rank = CHG_RANK(e);
@@ -969,7 +972,7 @@ cut_class_t(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_
 			}
 		}
 		if (mode == MAG_TAB) {
-			add += tab_bits_of(tab, tcost, m, &r256);
+			add += tab_bits_of(tab, tcost, m, &e->chg_sym[t], &r256);
 		} else if (mode == MAG_ALL) {
 			/* the magnitude is implied */
 		} else if (mode == MAG_PLAIN) {
@@ -997,7 +1000,7 @@ cut_class_t(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_
 
 /* cut_class_t for each way a class codes its gaps (runs or not) and its
  * magnitudes, so that no loop tests that per change */
-static uint32_t cut_class(const bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
+static uint32_t cut_class(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
 			  uint32_t a, uint32_t b, uint32_t *cost, uint32_t *rcost)
 {
 #define CUT_CASE(gr, md)                                                                 \
@@ -1269,23 +1272,15 @@ static void write_model(bfp_bw *w, const bfp_model *m)
 static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32_t signs,
 			 uint8_t *tail)
 {
-	const uint16_t *const delta = CHG_DELTA(e);
-	const uint32_t *order = e->chg_order;
+	const uint8_t *const sym = e->chg_sym;
 	uint32_t x = BFP_RANS_L + signs;
 	uint8_t *out = tail;
 	for (unsigned c = BFP_CLASSES; c-- > 0;) {
-		const bfp_mtab *t = plan_tab(pl, c);
-		if (!t)
+		if (!plan_tab(pl, c))
 			continue;
-		const uint16_t *f = pl->rt->f[c], *cu = pl->rt->c[c];
-		for (uint32_t i = pl->start[c] + pl->n[c]; i-- > pl->start[c];) {
-			unsigned nraw;
-			uint32_t raw;
-			unsigned s = bfp_tab_sym(bfp_mag(delta[order[i]]), t->e, t->sb, &nraw,
-						 &raw);
-			s = s < t->ns - 1u ? s : t->ns - 1u;
-			bfp_rans_put(&x, &out, f[s], cu[s]);
-		}
+		const uint64_t *put = pl->rt->u.put[c];
+		for (uint32_t i = pl->start[c] + pl->n[c]; i-- > pl->start[c];)
+			bfp_rans_put(&x, &out, put[sym[i]]);
 	}
 	bfp_st32(out, x);
 	return (size_t)(out - tail) + 4;
@@ -1784,7 +1779,7 @@ static __attribute__((noinline)) int read_steps_tab(bfp_br *rd, bfp_rd *a, const
 	bfp_br rl = *rd, *r = &rl;
 	bfp_rd al = *a;
 	const unsigned top = t->ns - 1u, nsym = bfp_tab_nsym(t->e, t->sb);
-	const uint8_t *slot = rt->slot[c];
+	const uint8_t *slot = rt->u.slot[c];
 	const uint16_t *f = rt->f[c], *cu = rt->c[c];
 	uint32_t nt = *ntab;
 	for (uint32_t j = 0; j < n; j++) {
@@ -1824,8 +1819,9 @@ static uint64_t tab_value_bits(const bfp_mtab *t, const uint16_t *cost, const ui
 			       uint32_t n)
 {
 	uint64_t r256 = 0;
+	uint8_t sym;
 	for (uint32_t j = 0; j < n; j++)
-		(void)tab_bits_of(t, cost, bfp_mag(step[j]), &r256);
+		(void)tab_bits_of(t, cost, bfp_mag(step[j]), &sym, &r256);
 	return (r256 + 128) / 256;
 }
 
@@ -1884,7 +1880,7 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 	*tail = 0;
 	if (bfp_encoding_carries_model(enc)) {
 		BFP_CHECK(bfp_model_parse(r, tabs, model), BFP_E_CORRUPT);
-		bfp_model_tables(model, rt);
+		bfp_model_tables(model, rt, 0);
 	}
 	if (v2 && !tabs)
 		kn = bfp_br_get(r, 3);

@@ -91,7 +91,7 @@ void bfp_model2_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_pla
 			  uint64_t budget_bits, bfp_model *m);
 
 /* Build the tables of a model's table-coded classes (m->v2). */
-void bfp_model_tables(const bfp_model *m, bfp_rtab *rt);
+void bfp_model_tables(const bfp_model *m, bfp_rtab *rt, int encoder);
 
 /* Bits of m's section at the start of an encoding 7 or 9 payload. */
 unsigned bfp_model_bits(const bfp_model *m);

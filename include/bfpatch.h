@@ -332,6 +332,7 @@ typedef struct bfp_encoder {
 	uint32_t chg_cost[BFP_CHANGES_MAX];  /* bits of each class's changes
 						so far (internal) */
 	uint32_t chg_rcost[BFP_CHANGES_MAX]; /* ... and of their rANS symbols */
+	uint8_t chg_sym[BFP_CHANGES_MAX];    /* ... the symbols (internal) */
 } bfp_encoder;
 
 /* Start encoding parameters [begin, end) of the model. base and target

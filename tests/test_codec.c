@@ -774,6 +774,66 @@ static void test_table_symbols_invert(void **state)
 	}
 }
 
+/* The rANS encoder's step without a division (bfp_rans_sym and
+ * bfp_rans_step) against x / f and x % f, for every frequency 1..2^11:
+ * at the edges of the quotients (x = k f + r, r = 0, 1, f / 2, f - 1, k
+ * from 0 to 2^20 - 1: every state a step starts from once renormalised
+ * lies in [1, f 2^20)) and at random such states; and a whole
+ * put, renormalisation included, against the reference loop that sheds
+ * one byte at a time: the same bytes and the same state. */
+static uint32_t rans_ref(uint32_t x, unsigned f, unsigned cum, uint8_t **out)
+{
+	while (x >= ((uint32_t)f << 20)) {
+		*(*out)++ = (uint8_t)x;
+		x >>= 8;
+	}
+	return ((x / f) << BFP_RANS_BITS) + x % f + cum;
+}
+
+static void test_rans_put_divides(void **state)
+{
+	(void)state;
+	uint64_t s = 99;
+	for (unsigned f = 1; f <= BFP_RANS_M; f++) {
+		const unsigned cum = (f * 7919u) % (BFP_RANS_M - f + 1);
+		const uint64_t sym = bfp_rans_sym(f, cum);
+		const uint32_t ks[] = {0, 1, 2, 1u << 19, (1u << 20) - 2, (1u << 20) - 1};
+		const uint32_t rs[] = {0, 1, f / 2, f - 1};
+		for (unsigned i = 0; i < 6; i++) {
+			for (unsigned j = 0; j < 4; j++) {
+				const uint64_t x = (uint64_t)ks[i] * f + rs[j];
+				if (x == 0)
+					continue; /* states are at least 2^7 */
+				const uint64_t want = ((x / f) << BFP_RANS_BITS) + x % f + cum;
+				assert_int_equal(bfp_rans_step((uint32_t)x, sym), want);
+			}
+		}
+		for (unsigned i = 0; i < 16; i++) {
+			const uint32_t x = (uint32_t)(t_rand(&s) % ((uint64_t)f << 20)) | 1u;
+			const uint64_t want = ((uint64_t)(x / f) << BFP_RANS_BITS) + x % f + cum;
+			assert_int_equal(bfp_rans_step(x, sym), want);
+		}
+		/* states the coder can hold, [L, 2^31): where it sheds one
+		 * byte and two, either side, then random ones */
+		const uint64_t edge[] = {((uint64_t)f << 20) - 1, (uint64_t)f << 20,
+					 ((uint64_t)f << 28) - 1, (uint64_t)f << 28};
+		for (unsigned i = 0; i < 20; i++) {
+			const uint32_t x =
+				i < 4 ? (uint32_t)edge[i]
+				      : BFP_RANS_L + (uint32_t)(t_rand(&s) % (0x80000000u - BFP_RANS_L));
+			if (x < BFP_RANS_L || x > 0x7FFFFFFFu || (i < 4 && edge[i] > 0x7FFFFFFFu))
+				continue;
+			uint8_t a[8] = {0}, b[8] = {0}, *pa = a, *pb = b;
+			const uint32_t want = rans_ref(x, f, cum, &pa);
+			uint32_t got = x;
+			bfp_rans_put(&got, &pb, sym);
+			assert_int_equal(got, want);
+			assert_int_equal(pb - b, pa - a);
+			assert_memory_equal(a, b, (size_t)(pa - a));
+		}
+	}
+}
+
 /* Rice and Exp-Golomb codes of every size, escapes included, written by
  * the codec's writer read back by its reader (whose fast path takes a
  * code at once when it is all buffered) exactly as a bit-by-bit reader
@@ -1820,6 +1880,7 @@ int main(void)
 		cmocka_unit_test(test_hash_loops_agree),
 		cmocka_unit_test(test_bit_codes_read_back),
 		cmocka_unit_test(test_table_symbols_invert),
+		cmocka_unit_test(test_rans_put_divides),
 		cmocka_unit_test(test_zstd_keyframes_round_trip_and_reject_damage),
 	};
 	const struct CMUnitTest rejects[] = {
