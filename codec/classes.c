@@ -602,6 +602,7 @@ AVX512_INLINE run16 count_row_avx512(__m512i k, run16 r, uint16_t *row)
 #define t_popcnt popcnt_avx512
 #define t_select select_pdep
 #define t_blocks_upto blocks_upto_avx512
+#define t_low(m, l) _bzhi_u64((m), (l)) /* BMI2, which both AVX-512 paths have */
 #include "scan_tmpl.h"
 #undef T_ATTR
 #undef T_NAME

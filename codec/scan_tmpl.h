@@ -3,7 +3,8 @@
  * and compiled per instruction set by classes.c (which defines T_ATTR,
  * T_NAME, T_CLS, T_RUN and the t_* helpers before including this; and
  * optionally T_GRUN, t_grun_zero, t_grun_store and t_gcount_row, the
- * gather's own way to count, else the same as the others'). Each
+ * gather's own way to count, else the same as the others'; and t_low,
+ * the low l bits of a mask, else by a shifted mask). Each
  * 64-element block yields its class bytes and one row of 16 counts: how
  * many elements of each base-exponent class come before the block in its
  * chunk. A change's rank in its class is that count plus a popcount of
@@ -30,6 +31,10 @@
 #define t_grun_store t_run_store
 #define t_gcount_row t_count_row
 #define T_GRUN_SAME 1
+#endif
+#ifndef t_low
+#define t_low(m, l) ((m) & ((1ull << (l)) - 1))
+#define T_LOW_SAME 1
 #endif
 T_ATTR static inline __attribute__((always_inline)) uint64_t
 T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int snap)
@@ -88,7 +93,7 @@ T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int sn
 			unsigned p = idx[q], blk = p / 64, l = p % 64;
 			unsigned c = cb[p];
 			uint64_t rank = cnt[c] + rows[blk][c] +
-					t_popcnt(t_cmask_mem(cb + blk * 64, c) & ((1ull << l) - 1));
+					t_popcnt(t_low(t_cmask_mem(cb + blk * 64, c), l));
 			uint32_t gap = (uint32_t)(rank - next[c]);
 			uint16_t d = (uint16_t)(bfp_key(t[p]) - bfp_key(b[p]));
 			unsigned m = (unsigned)((int16_t)d < 0 ? -(int32_t)(int16_t)d : (int16_t)d);
@@ -233,4 +238,8 @@ T_ATTR static bfp_status T_NAME(positions)(const uint16_t *base, uint32_t len,
 #undef t_grun_store
 #undef t_gcount_row
 #undef T_GRUN_SAME
+#endif
+#ifdef T_LOW_SAME
+#undef t_low
+#undef T_LOW_SAME
 #endif

@@ -22,3 +22,4 @@
 #undef t_popcnt
 #undef t_select
 #undef t_blocks_upto
+#undef t_low

@@ -6,6 +6,7 @@
 #include "bfp_test.h"
 #include "../codec/internal.h" /* bit reader and writer (test_bit_codes_*) */
 #include "../codec/rans.h"     /* table symbols (test_table_symbols_invert) */
+#include "../codec/classes.h"  /* the gather's estimate (test_gather_estimate) */
 
 #define MODEL 0x1122334455667788ull
 
@@ -830,6 +831,28 @@ static void test_rans_put_divides(void **state)
 			assert_int_equal(got, want);
 			assert_int_equal(pb - b, pa - a);
 			assert_memory_equal(a, b, (size_t)(pa - a));
+		}
+	}
+}
+
+/* The gather's size estimate, which decides how many changes a frame
+ * gathers (and so, for a frame whose changes all fit, its bytes), is the
+ * sum its comment gives, for every magnitude and gaps either side of
+ * every power of two. */
+static void test_gather_estimate(void **state)
+{
+	(void)state;
+	for (unsigned m = 1; m <= 32768; m++) {
+		for (unsigned b = 0; b <= 32; b++) {
+			for (int d = -1; d <= 1; d++) {
+				const uint64_t g64 = (b < 32 ? 1ull << b : 0xFFFFFFFFull) + (uint64_t)(int64_t)d;
+				if (g64 > 0xFFFFFFFFull)
+					continue;
+				const uint32_t gap = (uint32_t)g64;
+				const unsigned bitlen = gap ? 32u - (unsigned)__builtin_clz(gap) : 0u;
+				const unsigned want = 1u + (m > 1 ? bfp_eg0_bits(m - 2) : 0u) + bitlen + 2u;
+				assert_int_equal(bfp_gather_est(gap, m), want);
+			}
 		}
 	}
 }
@@ -1881,6 +1904,7 @@ int main(void)
 		cmocka_unit_test(test_bit_codes_read_back),
 		cmocka_unit_test(test_table_symbols_invert),
 		cmocka_unit_test(test_rans_put_divides),
+		cmocka_unit_test(test_gather_estimate),
 		cmocka_unit_test(test_zstd_keyframes_round_trip_and_reject_damage),
 	};
 	const struct CMUnitTest rejects[] = {
