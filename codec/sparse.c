@@ -943,33 +943,38 @@ cut_class_t(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, u
 {
 	const uint32_t *const rank = CHG_RANK(e);
 	const uint16_t *const delta = CHG_DELTA(e);
-	const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
-	const bfp_gcode *gc = &pl->gc[c];
+	/* the class's codes in locals: the stores below to cost, rcost and
+	 * the symbols could alias the plan's fields, which the loop would
+	 * then load again after each */
+	const bfp_seq gsv = pl->gap[c], msv = pl->mag[c], *gs = &gsv, *ms = &msv;
+	const bfp_gcode gcv = pl->gc[c], *gc = &gcv;
 	const bfp_mtab *tab = plan_tab(pl, c);
 	const uint16_t *tcost = tab ? pl->rt->cost[c] : NULL;
 	const int v2 = pl->enc != BFP_ENC_SPARSE;
 	uint32_t grun = 0, mrun = 0, bits = 0;
 	uint64_t r256 = 0;
-	unsigned gopen = 0, mopen = 0;
+	unsigned mopen = 0;
 	for (uint32_t t = a; t < b; t++) {
 		const uint32_t j = e->chg_order[t], g = rank[j];
 		const unsigned m = bfp_mag(delta[j]);
 		unsigned add = 1; /* sign */
 		if (BFP_UNLIKELY(mode == MAG_ALL && m != ms->common))
 			return j;
+		unsigned gopen_bits = 0;
 		if (!gruns) {
 			add += gc_bits(g, gc);
 		} else {
-			if (!gopen) {
-				gopen = 1;
-				grun = 0;
-			}
-			if (g == 0) {
-				grun++;
-			} else {
-				add += bfp_rice_bits(grun, gs->kr) + gc_bits(g - 1, gc);
-				gopen = 0;
-			}
+			/* Without a branch, as zero and other gaps mix (about
+			 * half are zero in the classes that take runs): grun
+			 * counts the zero gaps since the last other one. A zero
+			 * gap leaves the run open (its code's bits are the open
+			 * ones); another closes it with its code and its own
+			 * (of 0 for a zero gap, so as not to take the escape). */
+			const uint32_t z = 0u - (uint32_t)(g == 0);
+			const unsigned rb = bfp_rice_bits(grun + (z & 1u), gs->kr);
+			add += (rb + gc_bits((g - 1) & ~z, gc)) & ~z;
+			gopen_bits = rb & z;
+			grun = (grun + 1) & z;
 		}
 		if (mode == MAG_TAB) {
 			add += tab_bits_of(tab, tcost, m, &e->chg_sym[t], &r256);
@@ -989,8 +994,7 @@ cut_class_t(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, u
 				mopen = 0;
 			}
 		}
-		const unsigned open = (gopen ? bfp_rice_bits(grun, gs->kr) : 0) +
-				      (mopen ? bfp_rice_bits(mrun, ms->kr) : 0);
+		const unsigned open = gopen_bits + (mopen ? bfp_rice_bits(mrun, ms->kr) : 0);
 		bits += add;
 		cost[t] = bits | open << 24;
 		rcost[t] = (uint32_t)r256;
