@@ -1059,6 +1059,55 @@ static uint64_t prefix_bits(const bfp_encoder *e, const bfp_sparse_plan *pl,
 	return bits + tail_bits(nt, r256);
 }
 
+/* With a model's codes, the longest prefix that fits when the first len
+ * changes do not (n: their class counts, pl->bits: their bits), by
+ * taking the last change off one at a time: the gather took about 1/32
+ * more than fit, so this is a few dozen steps, each of one class's
+ * totals, where a binary search of prefix_bits takes ~log2(len) times
+ * 16 searches. Returns UINT32_MAX, n and pl->bits unchanged, when
+ * SHORTEN_MAX steps are not enough (the binary search then finds it). */
+#define SHORTEN_MAX 512u
+static uint32_t shorten(const bfp_encoder *e, bfp_sparse_plan *pl, const uint8_t *tabbed,
+			uint32_t len, uint64_t budget_bits, uint32_t *n)
+{
+	const uint8_t *const cls = CHG_CLASS(e);
+	const uint32_t *cost = e->chg_cost, *rcost = e->chg_rcost, *start = pl->start;
+	uint32_t m[BFP_CLASSES], nt = 0;
+	uint64_t body = pl->fbits, r256 = 0; /* all but the rANS part */
+	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+		m[c] = n[c];
+		body += count_bits(pl, c, m[c]);
+		if (m[c]) {
+			const uint32_t x = cost[start[c] + m[c] - 1];
+			body += CUT_BITS(x) + CUT_OPEN(x);
+			r256 += rcost[start[c] + m[c] - 1];
+			nt += tabbed[c] ? m[c] : 0;
+		}
+	}
+	for (uint32_t step = 0; step < SHORTEN_MAX && len > 0; step++) {
+		/* change len - 1 is the last of its class among the first len */
+		const unsigned c = cls[--len];
+		const uint32_t t = start[c] + --m[c], x = cost[t];
+		body -= count_bits(pl, c, m[c] + 1) + CUT_BITS(x) + CUT_OPEN(x);
+		body += count_bits(pl, c, m[c]);
+		r256 -= rcost[t];
+		if (m[c]) {
+			const uint32_t px = cost[t - 1];
+			body += CUT_BITS(px) + CUT_OPEN(px);
+			r256 += rcost[t - 1];
+		}
+		nt -= tabbed[c];
+		const uint64_t bits = body + tail_bits(nt, r256);
+		if (bits <= budget_bits) {
+			for (unsigned k = 0; k < BFP_CLASSES; k++)
+				n[k] = m[k];
+			pl->bits = bits;
+			return len;
+		}
+	}
+	return UINT32_MAX;
+}
+
 uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			uint64_t budget_bits)
 {
@@ -1094,7 +1143,9 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		 * The longest prefix that fits: a binary search. */
 		pl->bits = prefix_bits(e, pl, tabbed, stop, n);
 		j = stop;
-		if (pl->bits > budget_bits) {
+		if (pl->bits > budget_bits)
+			j = shorten(e, pl, tabbed, stop, budget_bits, n);
+		if (j == UINT32_MAX) {
 			uint32_t lo = 0, hi = stop; /* fits(lo) or lo == 0; !fits(hi) */
 			while (lo + 1 < hi) {
 				const uint32_t mid = lo + (hi - lo) / 2;
