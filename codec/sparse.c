@@ -1140,7 +1140,8 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		 * closes moves its open bits into the totals; a table-coded
 		 * change whose sign the rANS state carries adds a bit less to
 		 * the rANS part, and its sign was counted in its class's bits.
-		 * The longest prefix that fits: a binary search. */
+		 * The longest prefix that fits: the last change taken off
+		 * one at a time (shorten), or a binary search. */
 		pl->bits = prefix_bits(e, pl, tabbed, stop, n);
 		j = stop;
 		if (pl->bits > budget_bits)
