@@ -142,8 +142,8 @@ static inline unsigned bfp_log2_fp8(uint32_t v)
  * s = ceil(log2 f), sh = s - 1: exact for every x < 2^31, Granlund and
  * Montgomery, as x < 2^31 always is here), then x + bias + q * (M - f),
  * which is q * M + x % f + cum. A frequency of 1 has rcp = 2^32 - 1,
- * sh = 0 and bias cum + M - 1 (q comes out as x - 1, for x > 0). Bits 0-31 rcp,
- * 32-43 bias, 44-55 M - f, 56-59 sh. */
+ * sh = 0 and bias cum + M - 1 (q comes out as x - 1, for x > 0).
+ * Bits 0-31 rcp, 32-43 bias, 44-55 M - f, 56-59 sh. */
 static inline uint64_t bfp_rans_sym(unsigned f, unsigned cum)
 {
 	uint64_t rcp, bias = cum, sh = 0;
