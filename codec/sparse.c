@@ -1024,16 +1024,42 @@ static uint32_t cut_class(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
 #undef CUT_CASE
 }
 
-/* The payload bits of the first len changes, for a model's codes (no
- * class headers): each class's running totals at its last change among
- * them (a binary search in its list of changes) and the count orders;
- * n gets the per-class counts. */
-static uint64_t prefix_bits(const bfp_encoder *e, const bfp_sparse_plan *pl,
-			    const uint8_t *tabbed, uint32_t len, uint32_t *n)
+/* A prefix's bits with a model's codes (no class headers), kept by
+ * parts: all but the rANS part (body), and the rANS part's costs (r256,
+ * 1/256 bit) and count of table-coded changes (nt). */
+typedef struct {
+	uint64_t body, r256;
+	uint32_t nt;
+} prefix_acc;
+
+/* Class c's share of a prefix that holds its first nc changes: its
+ * count, and its running totals at the last of them. */
+static inline prefix_acc prefix_class(const bfp_encoder *e, const bfp_sparse_plan *pl,
+				      const uint8_t *tabbed, unsigned c, uint32_t nc)
+{
+	prefix_acc a = {count_bits(pl, c, nc), 0, 0};
+	if (nc) {
+		const uint32_t t = pl->start[c] + nc - 1, x = e->chg_cost[t];
+		a.body += CUT_BITS(x) + CUT_OPEN(x);
+		a.r256 = e->chg_rcost[t];
+		a.nt = tabbed[c] ? nc : 0;
+	}
+	return a;
+}
+
+static inline uint64_t prefix_total(const prefix_acc *a)
+{
+	return a->body + tail_bits(a->nt, a->r256);
+}
+
+/* The payload of the first len changes, for a model's codes: each
+ * class's share at its last change among them (a binary search in its
+ * list of changes); n gets the per-class counts. */
+static prefix_acc prefix_sum(const bfp_encoder *e, const bfp_sparse_plan *pl,
+			     const uint8_t *tabbed, uint32_t len, uint32_t *n)
 {
 	const uint32_t *order = e->chg_order, *start = pl->start;
-	uint64_t bits = pl->fbits, r256 = 0;
-	uint32_t nt = 0;
+	prefix_acc a = {pl->fbits, 0, 0};
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		/* the class's changes before len: a search without branches */
 		const uint32_t *p = order + start[c];
@@ -1046,58 +1072,49 @@ static uint64_t prefix_bits(const bfp_encoder *e, const bfp_sparse_plan *pl,
 			}
 			p += *p < len;
 		}
-		const uint32_t lo = (uint32_t)(p - order);
-		n[c] = lo - start[c];
-		bits += count_bits(pl, c, n[c]);
-		if (n[c]) {
-			const uint32_t x = e->chg_cost[lo - 1];
-			bits += CUT_BITS(x) + CUT_OPEN(x);
-			r256 += e->chg_rcost[lo - 1];
-			nt += tabbed[c] ? n[c] : 0;
-		}
+		n[c] = (uint32_t)(p - order) - start[c];
+		const prefix_acc x = prefix_class(e, pl, tabbed, c, n[c]);
+		a.body += x.body;
+		a.r256 += x.r256;
+		a.nt += x.nt;
 	}
-	return bits + tail_bits(nt, r256);
+	return a;
+}
+
+static uint64_t prefix_bits(const bfp_encoder *e, const bfp_sparse_plan *pl,
+			    const uint8_t *tabbed, uint32_t len, uint32_t *n)
+{
+	const prefix_acc a = prefix_sum(e, pl, tabbed, len, n);
+	return prefix_total(&a);
 }
 
 /* With a model's codes, the longest prefix that fits when the first len
- * changes do not (n: their class counts, pl->bits: their bits), by
- * taking the last change off one at a time: the gather took about 1/32
- * more than fit, so this is a few dozen steps, each of one class's
- * totals, where a binary search of prefix_bits takes ~log2(len) times
- * 16 searches. Returns UINT32_MAX, n and pl->bits unchanged, when
- * SHORTEN_MAX steps are not enough (the binary search then finds it). */
+ * changes do not (a: their payload, n: their class counts; prefix_sum),
+ * by taking the last change off
+ * one at a time: the gather took about 1/32 more than fit, so this is a
+ * few dozen steps, each of one class's share, where a binary search of
+ * prefix_bits takes ~log2(len) times 16 searches. Sets n and pl->bits
+ * for it; returns UINT32_MAX, n and pl->bits unchanged, when SHORTEN_MAX
+ * steps are not enough (the binary search then finds it). */
 #define SHORTEN_MAX 512u
 static uint32_t shorten(const bfp_encoder *e, bfp_sparse_plan *pl, const uint8_t *tabbed,
-			uint32_t len, uint64_t budget_bits, uint32_t *n)
+			prefix_acc a, uint32_t len, uint64_t budget_bits, uint32_t *n)
 {
 	const uint8_t *const cls = CHG_CLASS(e);
-	const uint32_t *cost = e->chg_cost, *rcost = e->chg_rcost, *start = pl->start;
-	uint32_t m[BFP_CLASSES], nt = 0;
-	uint64_t body = pl->fbits, r256 = 0; /* all but the rANS part */
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
+	uint32_t m[BFP_CLASSES];
+	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		m[c] = n[c];
-		body += count_bits(pl, c, m[c]);
-		if (m[c]) {
-			const uint32_t x = cost[start[c] + m[c] - 1];
-			body += CUT_BITS(x) + CUT_OPEN(x);
-			r256 += rcost[start[c] + m[c] - 1];
-			nt += tabbed[c] ? m[c] : 0;
-		}
-	}
 	for (uint32_t step = 0; step < SHORTEN_MAX && len > 0; step++) {
 		/* change len - 1 is the last of its class among the first len */
 		const unsigned c = cls[--len];
-		const uint32_t t = start[c] + --m[c], x = cost[t];
-		body -= count_bits(pl, c, m[c] + 1) + CUT_BITS(x) + CUT_OPEN(x);
-		body += count_bits(pl, c, m[c]);
-		r256 -= rcost[t];
-		if (m[c]) {
-			const uint32_t px = cost[t - 1];
-			body += CUT_BITS(px) + CUT_OPEN(px);
-			r256 += rcost[t - 1];
-		}
-		nt -= tabbed[c];
-		const uint64_t bits = body + tail_bits(nt, r256);
+		if (m[c] == 0)
+			__builtin_unreachable(); /* change len - 1 is one of them */
+		const prefix_acc was = prefix_class(e, pl, tabbed, c, m[c]),
+				 now = prefix_class(e, pl, tabbed, c, --m[c]);
+		a.body += now.body - was.body;
+		a.r256 += now.r256 - was.r256;
+		a.nt += now.nt - was.nt;
+		const uint64_t bits = prefix_total(&a);
 		if (bits <= budget_bits) {
 			for (unsigned k = 0; k < BFP_CLASSES; k++)
 				n[k] = m[k];
@@ -1142,10 +1159,11 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 		 * the rANS part, and its sign was counted in its class's bits.
 		 * The longest prefix that fits: the last change taken off
 		 * one at a time (shorten), or a binary search. */
-		pl->bits = prefix_bits(e, pl, tabbed, stop, n);
+		const prefix_acc all = prefix_sum(e, pl, tabbed, stop, n);
+		pl->bits = prefix_total(&all);
 		j = stop;
 		if (pl->bits > budget_bits)
-			j = shorten(e, pl, tabbed, stop, budget_bits, n);
+			j = shorten(e, pl, tabbed, all, stop, budget_bits, n);
 		if (j == UINT32_MAX) {
 			uint32_t lo = 0, hi = stop; /* fits(lo) or lo == 0; !fits(hi) */
 			while (lo + 1 < hi) {

@@ -109,12 +109,13 @@ int bfp_model_parse(bfp_br *r, int v2, bfp_model *m);
 /* Largest prefix of the first k changes whose payload, with pl's codes,
  * fits budget_bits (exact count) and that pl's codes can say; sets pl->n,
  * pl->bits and pl->stuck for it, and groups the changes by class in
- * e->chg_order (pl->start) for bfp_sparse_write. */
+ * e->chg_order (pl->start), with the rANS symbol of each table-coded one
+ * in e->chg_sym, for bfp_sparse_write. */
 uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			uint64_t budget_bits);
 
 /* Write the payload of the changes bfp_sparse_cut took, with pl, as it
- * left them (pl->n, pl->start, e->chg_order):
+ * left them (pl->n, pl->start, e->chg_order, e->chg_sym):
  * the bit stream to w and, for encodings 9 and 10, the rANS part that
  * follows it (after padding) to tail; returns the rANS part's length. */
 size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *w,
