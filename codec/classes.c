@@ -444,13 +444,14 @@ AVX2_INLINE __m256i gcount_row_avx2(cls_avx2 k, __m256i r, uint16_t *row)
 #undef t_select
 
 /* AVX2 where pdep is fast (BFP_CPU_PDEP): the select is one pdep. Only
- * positions selects; the gathers and counts of this instantiation are
- * those of _avx2 and go unused (bfp_gather and bfp_class_counts call
- * the _avx2 ones whatever BFP_CPU_PDEP says). */
+ * positions selects, so only it is compiled again (the gathers and
+ * counts are the _avx2 ones whatever BFP_CPU_PDEP says). */
 #define T_ATTR __attribute__((target("avx2,popcnt,bmi2")))
 #define T_NAME(x) x##_avx2p
 #define t_select select_pdep
+#define T_POSITIONS_ONLY
 #include "scan_tmpl.h"
+#undef T_POSITIONS_ONLY
 #include "scan_undef.h"
 
 _Static_assert(BFP_SCAN_CHUNK == 64 * 64, "blocks_upto_avx512 compares 64 block counts");

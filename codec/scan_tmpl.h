@@ -4,7 +4,8 @@
  * T_NAME, T_CLS, T_RUN and the t_* helpers before including this; and
  * optionally T_GRUN, t_grun_zero, t_grun_store and t_gcount_row, the
  * gather's own way to count, else the same as the others'; and t_low,
- * the low l bits of a mask, else by a shifted mask). Each
+ * the low l bits of a mask, else by a shifted mask; T_POSITIONS_ONLY
+ * compiles the decoder's positions alone). Each
  * 64-element block yields its class bytes and one row of 16 counts: how
  * many elements of each base-exponent class come before the block in its
  * chunk. A change's rank in its class is that count plus a popcount of
@@ -24,6 +25,7 @@
  * each use) it also keeps the class counts every BFP_SNAP_EVERY elements
  * in e->bat_snap, for the frames that take their changes from these
  * (encode.c, the batch). */
+#ifndef T_POSITIONS_ONLY
 #define GATHER_CHUNK 1024u
 #ifndef T_GRUN
 #define T_GRUN T_RUN
@@ -147,6 +149,7 @@ T_ATTR static void T_NAME(class_counts)(const uint16_t *base, uint64_t n,
 			cnt[c] += tot[c];
 	}
 }
+#endif /* T_POSITIONS_ONLY */
 
 /* Turn per-class gaps into positions (FORMAT.md 3.4). gaps and steps are
  * grouped by class (start[c] .. start[c+1]); writes pos/val of every
