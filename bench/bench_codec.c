@@ -399,40 +399,103 @@ static const struct {
 
 #define PATH_RANGE (1u << 24)
 
-static size_t path_encode(uint32_t cpu, const uint16_t *a, const uint16_t *b, uint64_t n,
-			  uint8_t *out, size_t cap, size_t *lens, size_t *nf)
+static bfp_encoder path_enc;
+static uint64_t path_changed; /* changes in path_encode's frames */
+
+/* Encode a -> b on path cpu in 2^24-parameter ranges, 1200 B frames, into
+ * out (lens[] their lengths), or with out NULL into one frame buffer
+ * (frames counted, not kept); flags: BFP_ENC_F_*. path_enc keeps the
+ * encoder's stage counters for all the ranges. */
+static size_t path_encode(uint32_t cpu, uint32_t flags, const uint16_t *a, const uint16_t *b,
+			  uint64_t n, uint8_t *out, size_t cap, size_t *lens, size_t *nf)
 {
-	static bfp_encoder enc;
+	static uint8_t frame[BFP_FRAME_BOUND(1200)];
+	bfp_encode_opts o;
+	memset(&o, 0, sizeof(o));
+	o.frame_size = 1200;
+	o.model_id = 1;
+	o.base_version = 1;
+	o.target_version = 2;
+	o.flags = flags;
+	if (bfp_encoder_init(&path_enc, &o, a, b, n, 0, 0) != BFP_OK) {
+		fputs("paths: encoder_init failed\n", stderr);
+		exit(1);
+	}
+	path_enc.cpu = cpu;
 	size_t tot = 0;
 	*nf = 0;
+	path_changed = 0;
 	for (uint64_t s = 0; s < n; s += PATH_RANGE) {
-		bfp_encode_opts o;
-		memset(&o, 0, sizeof(o));
-		o.frame_size = 1200;
-		o.model_id = 1;
-		o.base_version = 1;
-		o.target_version = 2;
-		o.first_index = (uint32_t)*nf;
-		if (bfp_encoder_init(&enc, &o, a, b, n, s, n - s < PATH_RANGE ? n : s + PATH_RANGE) !=
-		    BFP_OK) {
-			fputs("paths: encoder_init failed\n", stderr);
-			exit(1);
-		}
-		enc.cpu = cpu;
+		bfp_encoder_reset(&path_enc, a, b, n, s, n - s < PATH_RANGE ? n : s + PATH_RANGE,
+				  (uint32_t)*nf);
 		size_t len;
 		bfp_status st = BFP_OK;
-		while (cap - tot >= BFP_FRAME_SIZE_MAX &&
-		       (st = bfp_encode_next(&enc, out + tot, cap - tot, &len)) == BFP_OK) {
-			lens[(*nf)++] = len;
+		int full = 0;
+		for (;;) {
+			if (out && cap - tot < BFP_FRAME_SIZE_MAX) {
+				full = 1;
+				break;
+			}
+			st = bfp_encode_next(&path_enc, out ? out + tot : frame,
+					     out ? cap - tot : sizeof(frame), &len);
+			if (st != BFP_OK)
+				break;
+			if (out)
+				lens[*nf] = len;
+			(*nf)++;
 			tot += len;
 		}
-		if (cap - tot < BFP_FRAME_SIZE_MAX || st != BFP_DONE) {
+		if (full || st != BFP_DONE) {
 			fprintf(stderr, "paths: encode failed (%s)\n",
-				cap - tot < BFP_FRAME_SIZE_MAX ? "buffer full" : bfp_status_str(st));
+				full ? "buffer full" : bfp_status_str(st));
 			exit(1);
 		}
+		path_changed += bfp_encoder_changed(&path_enc);
 	}
 	return tot;
+}
+
+/* Where the encoder's time goes on this CPU's path: its stage counters
+ * (BFP_ENC_F_STAGES) in the best of three runs, each stage timed once a
+ * frame as the encoder runs it. */
+static void print_stages(const uint16_t *a, const uint16_t *b, uint64_t n)
+{
+	static const char *const name[BFP_STAGES] = {
+		"gather", "batch", "model", "plan", "cut", "write", "other", "hash", "all"};
+	uint64_t best[BFP_STAGES] = {0}, listed = 0, sized = 0, written = 0;
+	double wall = 0;
+	for (int rep = 0; rep < 3; rep++) {
+		size_t nf;
+		double t0 = now_s();
+		path_encode(bfp_cpu_features(), BFP_ENC_F_STAGES, a, b, n, NULL, 0, NULL, &nf);
+		double dt = now_s() - t0;
+		if (rep == 0 || path_enc.stage[BFP_STAGE_ALL] < best[BFP_STAGE_ALL]) {
+			memcpy(best, path_enc.stage, sizeof(best));
+			listed = path_enc.stage_listed;
+			sized = path_enc.stage_sized;
+			written = path_changed;
+			wall = dt;
+		}
+	}
+	const double all = (double)best[BFP_STAGE_ALL];
+	if (all == 0 || written == 0 || listed == 0 || sized == 0) {
+		printf("where encode time goes: no cycle counter on this CPU, or no changes\n");
+		return;
+	}
+	printf("where encode time goes (1 thread, 2^24-parameter ranges, 1200 B frames; the encoder's stage counters, best of 3 runs; %.2f G counter ticks/s):\n ",
+	       all / wall / 1e9);
+	uint64_t parts = 0;
+	for (unsigned st = 0; st < BFP_STAGE_ALL; st++) {
+		printf(" %s %.1f%%", name[st], 100.0 * (double)best[st] / all);
+		parts += best[st];
+	}
+	printf("  rest %.1f%%\n", 100.0 * (all - (double)parts) / all);
+	printf("  ticks a change: gather %.1f a listed one (the pass over base and target included), cut %.1f a sized one, write %.1f a written one (%.3f listed and %.3f sized a written one); %.1f a written change in all (%.1f ns)\n",
+	       (double)best[BFP_STAGE_GATHER] / (double)listed,
+	       (double)best[BFP_STAGE_CUT] / (double)sized,
+	       (double)best[BFP_STAGE_WRITE] / (double)written, (double)listed / (double)written,
+	       (double)sized / (double)written, all / (double)written,
+	       wall * 1e9 / (double)written);
 }
 
 static void print_paths(const uint16_t *a, const uint16_t *b, uint64_t n, uint16_t *scratch)
@@ -454,7 +517,7 @@ static void print_paths(const uint16_t *a, const uint16_t *b, uint64_t n, uint16
 		size_t len = 0, nf = 0;
 		for (int rep = 0; rep < TIMING_REPS; rep++) {
 			double t0 = now_s();
-			len = path_encode(paths[p].cpu, a, b, n, p ? out : ref, cap, lens, &nf);
+			len = path_encode(paths[p].cpu, 0, a, b, n, p ? out : ref, cap, lens, &nf);
 			double dt = now_s() - t0;
 			te = dt < te ? dt : te;
 		}
@@ -636,6 +699,7 @@ int main(int argc, char **argv)
 		printf("decode+apply: 1 thread %.2f G params/s (%.2f of compare), %d threads %.2f G params/s (%.2f)\n",
 		       (double)n / ta1 / 1e9, (double)n / ta1 / cbw1, threads,
 		       (double)n / tan / 1e9, (double)n / tan / cbwn);
+		print_stages(a, b, n);
 		print_paths(a, b, n, scratch);
 		free(prev);
 		free(scratch);

@@ -24,6 +24,32 @@ _Static_assert(sizeof(bfp_model) <= sizeof(((bfp_encoder *)0)->model_codes),
 _Static_assert(sizeof(bfp_rtab) <= sizeof(((bfp_encoder *)0)->model_tables),
 	       "the encoder's table space holds a model's tables");
 
+/* BFP_ENC_F_STAGES: a counter at a fixed rate, 0 where there is none */
+static inline uint64_t ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return __builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+	uint64_t v;
+	__asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
+	return v;
+#else
+	return 0;
+#endif
+}
+
+/* Time stmt as stage st of e when BFP_ENC_F_STAGES is set. */
+#define STAGE(e, st, stmt)                                                     \
+	do {                                                                   \
+		if (BFP_UNLIKELY((e)->opts.flags & BFP_ENC_F_STAGES)) {        \
+			const uint64_t t0_ = ticks();                          \
+			stmt;                                                  \
+			(e)->stage[st] += ticks() - t0_;                       \
+		} else {                                                       \
+			stmt;                                                  \
+		}                                                              \
+	} while (0)
+
 /* The gather stops at a size estimate of gather_scale / 256 times the
  * budget. The estimate runs high where most changes cost a bit or two
  * (run-coded classes), low where magnitudes are large, so the scale
@@ -273,7 +299,7 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 				    BFP_ENC_F_SPARSE4;
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
 				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR | BFP_ENC_F_NO_BATCH |
-				    any_sparse)),
+				    BFP_ENC_F_STAGES | any_sparse)),
 		  BFP_E_ARG);
 	/* one sparse encoding at most */
 	const uint32_t sparse_flags = opts->flags & any_sparse;
@@ -288,6 +314,8 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 #endif
 	enc->opts = *opts;
 	enc->opts.frame_size = fs;
+	BFP_MEMSET(enc->stage, 0, sizeof(enc->stage));
+	enc->stage_listed = enc->stage_sized = 0;
 	enc->cpu = (opts->flags & BFP_ENC_F_SCALAR) ? 0 : bfp_cpu_features();
 	enc->base = enc->target = NULL;
 	enc->pos = enc->end = 0;
@@ -335,10 +363,8 @@ uint64_t bfp_encoder_changed(const bfp_encoder *enc)
 	return enc->changed;
 }
 
-bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
-			   size_t *out_len)
+static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t *out_len)
 {
-	BFP_CHECK(e && out && out_len, BFP_E_ARG);
 	if (e->pos >= e->end)
 		return BFP_DONE;
 	BFP_CHECK(out_cap >= bfp_frame_bound(e->opts.frame_size), BFP_E_SPACE);
@@ -353,7 +379,8 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 
 	BFP_MEMSET(&h, 0, sizeof(h));
 	if (e->opts.flags & BFP_ENC_F_KEYFRAME) {
-		len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding, &pl_len);
+		STAGE(e, BFP_STAGE_OTHER,
+		      len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding, &pl_len));
 	} else {
 		/* sparse: the longest prefix of the gathered changes that fits */
 		const uint64_t bits = (uint64_t)budget * 8;
@@ -374,24 +401,33 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 			if (e->model_state == 2 && index - e->model_index >= MODEL_SPAN)
 				e->model_state = 0;
 			if (e->model_state == 0) /* plan one from the changes ahead */
-				e->model_state = plan_model(e, end, budget, v2, model, rt) ? 1 : 3;
+				STAGE(e, BFP_STAGE_MODEL,
+				      e->model_state = plan_model(e, end, budget, v2, model, rt) ? 1 : 3);
 			if (e->model_state != 3)
 				enc = e->model_state == 1 ? (v2 ? BFP_ENC_MODEL2 : BFP_ENC_MODEL)
 							  : (v2 ? BFP_ENC_MODELLED2 : BFP_ENC_MODELLED);
 		}
 		for (int round = 0;; round++) {
 			const uint64_t limit = bits * e->gather_scale / 256;
-			if (!batch_gather(e, end, limit, &scanned)) {
+			int from_batch;
+			STAGE(e, BFP_STAGE_BATCH, from_batch = batch_gather(e, end, limit, &scanned));
+			if (!from_batch) {
 				e->bat_ok = 0; /* the gather overwrites it */
 				e->chg0 = 0;
-				scanned = bfp_gather(e, end, limit);
+				STAGE(e, BFP_STAGE_GATHER, scanned = bfp_gather(e, end, limit));
+				if (e->opts.flags & BFP_ENC_F_STAGES)
+					e->stage_listed += e->n_changes;
 			}
 			n = e->n_changes;
 			if (bfp_encoding_has_model(enc))
-				bfp_sparse_plan_model(e, n, enc, model, rt, index - e->model_index, &pl);
+				STAGE(e, BFP_STAGE_PLAN,
+				      bfp_sparse_plan_model(e, n, enc, model, rt,
+							    index - e->model_index, &pl));
 			else
-				bfp_sparse_plan_make(e, n, enc, &pl);
-			k = bfp_sparse_cut(e, n, &pl, bits);
+				STAGE(e, BFP_STAGE_PLAN, bfp_sparse_plan_make(e, n, enc, &pl));
+			STAGE(e, BFP_STAGE_CUT, k = bfp_sparse_cut(e, n, &pl, bits));
+			if (e->opts.flags & BFP_ENC_F_STAGES)
+				e->stage_sized += n;
 			if (pl.stuck) {
 				/* the next change has a magnitude the model's codes
 				 * cannot say: end the frame before it, or, if it is
@@ -421,10 +457,11 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 		uint64_t key_len = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;
 		if (!(e->opts.flags & BFP_ENC_F_NO_DENSE) &&
 		    (uint64_t)k * 4 > sparse_len)
-			dense_len = dense_cover(e, end, budget, e->cpu);
+			STAGE(e, BFP_STAGE_OTHER, dense_len = dense_cover(e, end, budget, e->cpu));
 		if (key_len > sparse_len && key_len > dense_len) {
-			len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding,
-					&pl_len);
+			STAGE(e, BFP_STAGE_OTHER,
+			      len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding,
+					      &pl_len));
 		} else {
 			bfp_bw w;
 			size_t tail = 0;
@@ -432,11 +469,11 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 			if (dense_len > sparse_len) {
 				len = dense_len;
 				h.encoding = BFP_ENC_DENSE;
-				e->changed += write_dense(e, len, &w);
+				STAGE(e, BFP_STAGE_OTHER, e->changed += write_dense(e, len, &w));
 			} else {
 				len = sparse_len;
 				h.encoding = (uint8_t)enc;
-				tail = bfp_sparse_write(e, &pl, &w, e->tail);
+				STAGE(e, BFP_STAGE_WRITE, tail = bfp_sparse_write(e, &pl, &w, e->tail));
 				e->changed += k;
 				if (bfp_encoding_carries_model(enc)) {
 					/* the frames after it refer to it */
@@ -464,12 +501,23 @@ bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
 	h.range_begin = e->pos;
 	h.range_len = (uint32_t)len;
 	h.payload_len = (uint32_t)pl_len;
-	h.target_hash = bfp_hash_cpu(e->cpu, e->target + e->pos, (size_t)len * 2);
-	bfp_header_write(p, &h);
-	bfp_frame_seal(p, BFP_HEADER_SIZE + pl_len);
+	STAGE(e, BFP_STAGE_HASH, {
+		h.target_hash = bfp_hash_cpu(e->cpu, e->target + e->pos, (size_t)len * 2);
+		bfp_header_write(p, &h);
+		bfp_frame_seal(p, BFP_HEADER_SIZE + pl_len);
+	});
 	e->pos += len;
 	batch_advance(e);
 	e->emitted++;
 	*out_len = BFP_HEADER_SIZE + pl_len;
 	return BFP_OK;
+}
+
+bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
+			   size_t *out_len)
+{
+	BFP_CHECK(e && out && out_len, BFP_E_ARG);
+	bfp_status st;
+	STAGE(e, BFP_STAGE_ALL, st = encode_next(e, out, out_cap, out_len));
+	return st;
 }

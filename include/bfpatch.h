@@ -282,6 +282,31 @@ typedef struct bfp_encode_opts {
 #define BFP_ENC_F_NO_BATCH 256u /* gather each frame's changes afresh,
 				   not from those gathered for its model
 				   (tests: the same bytes either way) */
+#define BFP_ENC_F_STAGES 512u  /* count the time each stage of the encoder
+				  takes, in the CPU's cycle counter ticks
+				  (bfp_encoder.stage); the frames are the
+				  same */
+
+/* The encoder's stages (BFP_ENC_F_STAGES): the sums of their ticks over
+ * the frames since bfp_encoder_init. Ticks are the time-stamp counter on
+ * x86 and the virtual counter (cntvct_el0) on AArch64, both at a fixed
+ * rate; elsewhere nothing is counted. */
+enum bfp_stage {
+	BFP_STAGE_GATHER = 0, /* listing a frame's changes in one pass over
+				 base and target */
+	BFP_STAGE_BATCH,      /* taking them from the changes gathered to
+				 plan the model instead */
+	BFP_STAGE_MODEL,      /* planning a model, with the gather of the
+				 changes it is planned from */
+	BFP_STAGE_PLAN,       /* each frame's plan of its codes */
+	BFP_STAGE_CUT,        /* finding how many changes fit the frame */
+	BFP_STAGE_WRITE,      /* writing the sparse payload (rANS part
+				 included) */
+	BFP_STAGE_OTHER,      /* dense and keyframe coverage and payloads */
+	BFP_STAGE_HASH,       /* the target hash, header and CRC */
+	BFP_STAGE_ALL,        /* all of bfp_encode_next */
+	BFP_STAGES
+};
 
 /* Encoder state. Large (scratch for one frame's changes); place it in
  * static or caller-allocated memory, not on a small stack. Its size does
@@ -333,6 +358,11 @@ typedef struct bfp_encoder {
 						so far (internal) */
 	uint32_t chg_rcost[BFP_CHANGES_MAX]; /* ... and of their rANS symbols */
 	uint8_t chg_sym[BFP_CHANGES_MAX];    /* ... the symbols (internal) */
+	/* BFP_ENC_F_STAGES: ticks of each stage (enum bfp_stage), the
+	 * changes the gathers listed and those the cut sized (some more than
+	 * fit each frame) */
+	uint64_t stage[BFP_STAGES];
+	uint64_t stage_listed, stage_sized;
 } bfp_encoder;
 
 /* Start encoding parameters [begin, end) of the model. base and target

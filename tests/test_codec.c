@@ -639,6 +639,74 @@ static void test_frames_from_the_model_batch_match_fresh_gathers(void **state)
 	free(w);
 }
 
+/* BFP_ENC_F_STAGES: the same frames as without it; every stage the
+ * frames went through counted where the CPU has a counter (x86-64,
+ * AArch64), the stages within the whole; nothing counted without it. */
+static void test_stage_counters(void **state)
+{
+	(void)state;
+	const size_t n = 3000000, dense_at = 2000000, dense_n = 200000;
+	uint16_t *b = malloc(n * 2), *t = malloc(n * 2);
+	uint64_t s = 43;
+	for (size_t i = 0; i < n; i++)
+		b[i] = t_weight(&s);
+	t_mutate(b, t, n, 20000, &s);
+	t_mutate(b + dense_at, t + dense_at, dense_n, 400000, &s); /* dense frames */
+	static bfp_encoder enc;
+	uint8_t out[BFP_FRAME_BOUND(1200)];
+	for (int on = 0; on < 2; on++) {
+		t_frames ref = {0}, f = {0};
+		bfp_encode_opts o = opts(1200);
+		assert_int_equal(t_encode(&o, b, t, n, 0, n / 2, &ref), BFP_OK);
+		o.first_index = (uint32_t)ref.n;
+		assert_int_equal(t_encode(&o, b, t, n, n / 2, n, &ref), BFP_OK);
+		o.first_index = 0;
+		o.flags = on ? BFP_ENC_F_STAGES : 0;
+		assert_int_equal(bfp_encoder_init(&enc, &o, b, t, n, 0, n / 2), BFP_OK);
+		size_t len;
+		bfp_status st;
+		for (int half = 0; half < 2; half++) {
+			if (half) /* counts add up over ranges */
+				assert_int_equal(bfp_encoder_reset(&enc, b, t, n, n / 2, n,
+								   (uint32_t)f.n),
+						 BFP_OK);
+			while ((st = bfp_encode_next(&enc, out, sizeof(out), &len)) == BFP_OK)
+				t_frames_push(&f, out, len);
+			assert_int_equal(st, BFP_DONE);
+		}
+		assert_int_equal(f.len, ref.len);
+		assert_memory_equal(f.buf, ref.buf, f.len);
+		uint64_t parts = 0;
+		for (unsigned k = 0; k < BFP_STAGE_ALL; k++)
+			parts += enc.stage[k];
+#if defined(__x86_64__) || defined(__aarch64__)
+		const int counter = 1;
+#else
+		const int counter = 0;
+#endif
+		if (!on || !counter) {
+			assert_true(parts == 0 && enc.stage[BFP_STAGE_ALL] == 0);
+		} else {
+			const unsigned used[] = {BFP_STAGE_GATHER, BFP_STAGE_MODEL, BFP_STAGE_PLAN,
+						 BFP_STAGE_CUT, BFP_STAGE_WRITE, BFP_STAGE_OTHER,
+						 BFP_STAGE_HASH};
+			for (size_t k = 0; k < sizeof(used) / sizeof(used[0]); k++)
+				assert_true(enc.stage[used[k]] > 0);
+			assert_true(parts <= enc.stage[BFP_STAGE_ALL]);
+		}
+		if (on) { /* the cut sizes every change a gather lists */
+			assert_true(enc.stage_listed > 0);
+			assert_true(enc.stage_sized >= enc.stage_listed);
+		} else {
+			assert_true(enc.stage_listed == 0 && enc.stage_sized == 0);
+		}
+		t_frames_free(&ref);
+		t_frames_free(&f);
+	}
+	free(b);
+	free(t);
+}
+
 /* The codec's internal hash entry points (codec/internal.h), so that each
  * vector loop is exercised whatever this machine picks by default. */
 uint32_t bfp_cpu_features(void);
@@ -1900,6 +1968,7 @@ int main(void)
 		cmocka_unit_test(test_ranges_on_tensor_boundaries_apply_exactly),
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
 		cmocka_unit_test(test_frames_from_the_model_batch_match_fresh_gathers),
+		cmocka_unit_test(test_stage_counters),
 		cmocka_unit_test(test_hash_loops_agree),
 		cmocka_unit_test(test_bit_codes_read_back),
 		cmocka_unit_test(test_table_symbols_invert),
