@@ -50,8 +50,11 @@ test)
 	meson test -C build --print-errorlogs
 	CC=clang build build-clang -Dwerror=true
 	meson test -C build-clang --print-errorlogs --suite unit
+	# the freestanding codec: its symbols, and its own paths (the CRC32C
+	# by tables, where the hosted x86-64 build takes the crc32
+	# instruction) through the unit suite
 	build build-free -Dfreestanding=true
-	meson test -C build-free --print-errorlogs --suite symbols
+	meson test -C build-free --print-errorlogs
 	# the aarch64 cross build (BlueField, Grace) compiles, and its scan
 	# paths (Advanced SIMD against scalar) agree under qemu-aarch64
 	build build-aarch64 --cross-file cross/aarch64-linux-gnu.ini -Dfreestanding=true

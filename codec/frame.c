@@ -57,7 +57,9 @@ const char *bfp_status_str(bfp_status s)
 	return "unknown status";
 }
 
-uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len)
+/* CRC32C by tables, eight bytes a step: every CPU, and the freestanding
+ * build. */
+static uint32_t crc32c_table(uint32_t crc, const void *data, size_t len)
 {
 	const uint8_t *p = data;
 	crc = ~crc;
@@ -79,6 +81,40 @@ uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len)
 		crc = (crc >> 8) ^ bfp_crc32c_table[0][(crc ^ *p++) & 0xFF];
 	return ~crc;
 }
+
+#if defined(__x86_64__) && __STDC_HOSTED__ && (defined(__GNUC__) || defined(__clang__))
+/* The hosted x86-64 build picks the SSE4.2 crc32 instruction (the same
+ * polynomial, about ten times the tables' speed) when the CPU has it,
+ * once, when the library is loaded (an ifunc: the loader's choice, not a
+ * global of the codec's). The freestanding build has the tables only. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const void *data,
+							      size_t len)
+{
+	const uint8_t *p = data;
+	uint64_t c = ~crc;
+	for (; len >= 8; p += 8, len -= 8)
+		c = _mm_crc32_u64(c, bfp_ld64(p));
+	uint32_t c32 = (uint32_t)c;
+	while (len--)
+		c32 = _mm_crc32_u8(c32, *p++);
+	return ~c32;
+}
+
+typedef uint32_t crc32c_fn(uint32_t, const void *, size_t);
+static crc32c_fn *crc32c_pick(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("sse4.2") ? crc32c_sse42 : crc32c_table;
+}
+
+uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len)
+	__attribute__((ifunc("crc32c_pick")));
+#else
+uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len)
+{
+	return crc32c_table(crc, data, len);
+}
+#endif
 
 uint64_t bfp_hash_params(const uint16_t *params, size_t n)
 {
