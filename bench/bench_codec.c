@@ -580,6 +580,7 @@ int main(int argc, char **argv)
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	uint64_t params = 128000000;
 	int steps = 3, threads = cpu_count(), c;
+	malloc_keep_freed(); /* as bfpatch runs */
 	while ((c = getopt_long(argc, argv, "p:n:j:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p': params = strtoull(optarg, NULL, 0); break;

@@ -690,6 +690,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(writers) / sizeof(writers[0]); i++)
 		if (!strcmp(argv[1], writers[i]))
 			atomic_cleanup_on_signals(); /* no temporaries left by ^C */
+	malloc_keep_freed();
 	int rc = run(argv[1], argc - 1, argv + 1);
 	/* what a command printed (info, --help, tables) must have reached
 	 * stdout: a full disk or a closed stdout is an error, not exit 0 */

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -48,6 +49,15 @@ void *alloc_aligned(size_t n)
 #endif
 	memset(p, 0, n);
 	return p;
+}
+
+void malloc_keep_freed(void)
+{
+#ifdef M_TRIM_THRESHOLD
+	/* setting either ends glibc's own adjustment of both */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
 }
 
 static const struct {

@@ -1265,6 +1265,7 @@ int main(int argc, char **argv)
 	s.nack_backoff_ms = 100;
 	s.max_stage = 1ull << 30;
 	s.threads = cpu_count() < 8 ? cpu_count() : 8;
+	malloc_keep_freed();
 	int c;
 	while ((c = getopt_long(argc, argv, "b:i:V:u:l:r:c:t:n:m:E:N:T:A:h", lo, NULL)) != -1) {
 		switch (c) {
