@@ -460,42 +460,23 @@ static size_t path_encode(uint32_t cpu, uint32_t flags, const uint16_t *a, const
  * frame as the encoder runs it. */
 static void print_stages(const uint16_t *a, const uint16_t *b, uint64_t n)
 {
-	static const char *const name[BFP_STAGES] = {
-		"gather", "batch", "model", "plan", "cut", "write", "other", "hash", "all"};
-	uint64_t best[BFP_STAGES] = {0}, listed = 0, sized = 0, written = 0;
+	patch_stages best = {0};
 	double wall = 0;
 	for (int rep = 0; rep < 3; rep++) {
 		size_t nf;
 		double t0 = now_s();
 		path_encode(bfp_cpu_features(), BFP_ENC_F_STAGES, a, b, n, NULL, 0, NULL, &nf);
 		double dt = now_s() - t0;
-		if (rep == 0 || path_enc.stage[BFP_STAGE_ALL] < best[BFP_STAGE_ALL]) {
-			memcpy(best, path_enc.stage, sizeof(best));
-			listed = path_enc.stage_listed;
-			sized = path_enc.stage_sized;
-			written = path_changed;
+		if (rep == 0 || path_enc.stage[BFP_STAGE_ALL] < best.ticks[BFP_STAGE_ALL]) {
+			memcpy(best.ticks, path_enc.stage, sizeof(best.ticks));
+			best.listed = path_enc.stage_listed;
+			best.sized = path_enc.stage_sized;
+			best.changed = path_changed;
 			wall = dt;
 		}
 	}
-	const double all = (double)best[BFP_STAGE_ALL];
-	if (all == 0 || written == 0 || listed == 0 || sized == 0) {
-		printf("where encode time goes: no cycle counter on this CPU, or no changes\n");
-		return;
-	}
-	printf("where encode time goes (1 thread, 2^24-parameter ranges, 1200 B frames; the encoder's stage counters, best of 3 runs; %.2f G counter ticks/s):\n ",
-	       all / wall / 1e9);
-	uint64_t parts = 0;
-	for (unsigned st = 0; st < BFP_STAGE_ALL; st++) {
-		printf(" %s %.1f%%", name[st], 100.0 * (double)best[st] / all);
-		parts += best[st];
-	}
-	printf("  rest %.1f%%\n", 100.0 * (all - (double)parts) / all);
-	printf("  ticks a change: gather %.1f a listed one (the pass over base and target included), cut %.1f a sized one, write %.1f a written one (%.3f listed and %.3f sized a written one); %.1f a written change in all (%.1f ns)\n",
-	       (double)best[BFP_STAGE_GATHER] / (double)listed,
-	       (double)best[BFP_STAGE_CUT] / (double)sized,
-	       (double)best[BFP_STAGE_WRITE] / (double)written, (double)listed / (double)written,
-	       (double)sized / (double)written, all / (double)written,
-	       wall * 1e9 / (double)written);
+	printf("where encode time goes (1 thread, 2^24-parameter ranges, 1200 B frames; the encoder's stage counters, best of 3 runs):\n");
+	patch_stages_print(stdout, "  ", &best, wall);
 }
 
 static void print_paths(const uint16_t *a, const uint16_t *b, uint64_t n, uint16_t *scratch)

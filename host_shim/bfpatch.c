@@ -100,6 +100,8 @@ static const char diff_usage[] =
 	"                          2-5% more bytes\n"
 
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
+	"      --stages            print where the encoders' time went (their\n"
+	"                          stage counters, summed over the threads)\n"
 	"  -q, --quiet             no progress or summary\n"
 	"  -h, --help\n";
 
@@ -111,10 +113,11 @@ static int cmd_diff(int argc, char **argv)
 		{"target-version", required_argument, 0, 't'},
 		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
 		{"sparse-v1", no_argument, 0, '1'}, {"self-contained", no_argument, 0, 'C'},
-		{"threads", required_argument, 0, 'j'},
+		{"threads", required_argument, 0, 'j'}, {"stages", no_argument, 0, 'S'},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
+	patch_stages stages = {0};
 	int have_target = 0, quiet = 0, c;
 	uint32_t th = 0;
 	while ((c = getopt_long(argc, argv, "o:s:b:t:kz1j:qh", lo, NULL)) != -1) {
@@ -145,6 +148,7 @@ static int cmd_diff(int argc, char **argv)
 			if (parse_u32(optarg, 1, 256, &th))
 				return bad_value("diff", "--threads", optarg);
 			break;
+		case 'S': po.stages = &stages; break;
 		case 'q': quiet = 1; break;
 		case 'h': fputs(diff_usage, stdout); return 0;
 		default: fputs(diff_usage, stderr); return 2;
@@ -199,6 +203,9 @@ static int cmd_diff(int argc, char **argv)
 			"(%.1fx smaller than dense BF16), encoded in %.3f s\n",
 			(unsigned long long)b.n_params, p.n, p.len,
 			p.len ? (double)b.n_params * 2 / (double)p.len : 0.0, t1 - t0);
+	if (rc == 0 && po.stages) /* the rate from the wall time on one thread only */
+		patch_stages_print(stderr, "bfpatch diff: stages: ", &stages,
+				   po.threads == 1 ? t1 - t0 : 0);
 	if (rc == 0)
 		patch_free(&p);
 	model_free(&a);

@@ -158,7 +158,7 @@ static void *enc_worker(void *arg)
 	eo.model_id = j->model_id;
 	eo.base_version = j->o->base_version;
 	eo.target_version = j->o->target_version;
-	eo.flags = j->o->enc_flags;
+	eo.flags = j->o->enc_flags | (j->o->stages ? BFP_ENC_F_STAGES : 0);
 	eo.frame_count = 1; /* fixed up by patch_finish() */
 	void *ws = NULL;
 	if (eo.flags & BFP_ENC_F_ZSTD) {
@@ -194,9 +194,49 @@ static void *enc_worker(void *arg)
 			enc_encoded(j);
 		enc_notify(j, c, 1);
 	}
+	patch_stages *ps = j->o->stages;
+	if (ps) { /* this thread's share */
+		for (unsigned k = 0; k < BFP_STAGES; k++)
+			__atomic_fetch_add(&ps->ticks[k], enc->stage[k], __ATOMIC_RELAXED);
+		__atomic_fetch_add(&ps->listed, enc->stage_listed, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&ps->sized, enc->stage_sized, __ATOMIC_RELAXED);
+	}
 	free(ws);
 	free(enc);
 	return NULL;
+}
+
+void patch_stages_print(FILE *f, const char *prefix, const patch_stages *st, double wall)
+{
+	static const char *const name[BFP_STAGES] = {
+		"gather", "batch", "model", "plan", "cut", "write", "other", "hash", "all"};
+	const double all = (double)st->ticks[BFP_STAGE_ALL];
+	if (all == 0) {
+		fprintf(f, "%sno stage times: this CPU has no cycle counter the encoder reads\n",
+			prefix);
+		return;
+	}
+	fprintf(f, "%s", prefix);
+	uint64_t parts = 0;
+	for (unsigned k = 0; k < BFP_STAGE_ALL; k++) {
+		fprintf(f, "%s %.1f%%", name[k], 100.0 * (double)st->ticks[k] / all);
+		fputs(k + 1 < BFP_STAGE_ALL ? ", " : "", f);
+		parts += st->ticks[k];
+	}
+	fprintf(f, "; rest %.1f%%\n", 100.0 * (all - (double)parts) / all);
+	if (!st->sized || !st->changed)
+		return;
+	fprintf(f, "%sticks a change: ", prefix);
+	if (st->listed) /* none when every frame took its changes from a batch */
+		fprintf(f, "gather %.1f a listed one (its pass over the parameters included), ",
+			(double)st->ticks[BFP_STAGE_GATHER] / (double)st->listed);
+	fprintf(f, "cut %.1f a sized one, write %.1f a written one; %.1f a written change in all",
+		(double)st->ticks[BFP_STAGE_CUT] / (double)st->sized,
+		(double)st->ticks[BFP_STAGE_WRITE] / (double)st->changed, all / (double)st->changed);
+	if (wall > 0)
+		fprintf(f, " (%.1f ns; %.2f G ticks/s)", wall * 1e9 / (double)st->changed,
+			all / wall / 1e9);
+	fputc('\n', f);
 }
 
 typedef struct workers {
@@ -375,6 +415,8 @@ static int encode_chunks(const uint16_t *base, const uint16_t *target,
 	}
 	if (n_chunks == 0 && o->encoded)
 		o->encoded(o->stream_arg, 0, 0, 0);
+	if (o->stages)
+		o->stages->changed += atomic_load(&j.changed);
 	int rc = 0;
 	if (atomic_load(&j.failed))
 		rc = set_err(err, errlen, "encode failed: %s",

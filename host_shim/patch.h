@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "bfpatch.h"
 #include "model.h"
@@ -42,7 +43,23 @@ typedef struct patch_opts {
 	 * patch's frames, bytes and changed parameters (bfp_encoder_changed). */
 	void (*encoded)(void *arg, size_t frames, size_t bytes, uint64_t changed);
 	void *stream_arg;
+	/* Optional: the encoders' stage counters (BFP_ENC_F_STAGES), added
+	 * up over every thread */
+	struct patch_stages *stages;
 } patch_opts;
+
+/* Where an encode's time went: each stage's ticks summed over the
+ * threads' encoders (enum bfp_stage), the changes their gathers listed
+ * and their cuts sized, and the changed parameters of the frames. */
+typedef struct patch_stages {
+	uint64_t ticks[BFP_STAGES];
+	uint64_t listed, sized, changed;
+} patch_stages;
+
+/* Print st to f: each stage's share of all, then ticks a change; wall:
+ * the seconds the encode took on one thread (0: unknown), for the
+ * counter's rate. */
+void patch_stages_print(FILE *f, const char *prefix, const patch_stages *st, double wall);
 
 /* Chunk of parameters encoded as one unit: frames never span chunks or
  * tensors, so the output does not depend on the thread count. */

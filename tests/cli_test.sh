@@ -45,6 +45,11 @@ for fs in 128 1500 9000; do
 done
 "$BFP" diff -q -j 1 "$S0" "$S1" -o "$T/p01j1"
 check "output is the same for 1 thread and all threads (canonical)" "cmp -s '$T/p01' '$T/p01j1'"
+"$BFP" diff -q --stages "$S0" "$S1" -o "$T/p01s" 2>"$T/stages.txt"
+check "diff --stages writes the same patch" "cmp -s '$T/p01' '$T/p01s'"
+check "diff --stages prints each stage's share, and ticks a change" \
+	"grep -q '^bfpatch diff: stages: gather [0-9.]*%, batch .*, hash [0-9.]*%; rest' '$T/stages.txt' &&
+	 { [ \"\$(uname -m)\" != x86_64 ] || grep -q '^bfpatch diff: stages: ticks a change: .*cut [0-9.]* a sized one, write [0-9.]* a written one; [0-9.]* a written change in all' '$T/stages.txt'; }"
 "$BFP" diff -q -k "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
 check "keyframe patch restores NEW from any base" "cmp -s '$T/ok.safetensors' '$S1'"
 "$BFP" diff -q --sparse-v1 "$S0" "$S1" -o "$T/p01v1" && "$BFP" apply -q "$S0" "$T/p01v1" -o "$T/ov1.safetensors"
