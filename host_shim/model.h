@@ -70,8 +70,10 @@ void *alloc_aligned(size_t n);
  * back and faulted in again each time, they cost a process that encodes
  * version after version 15-20% of its encode time (32 M parameters
  * through patch_encode on one thread, 7 times: 1.31-1.37 G params/s,
- * 1.62 with this). Blocks of 32 MB and more still come from the kernel
- * and go back to it; up to 256 MB of free heap is kept. */
+ * 1.62 with this), where glibc's own thresholds had not risen yet
+ * (bench_e2e's publisher showed no difference). Blocks of 32 MB and
+ * more still come from the kernel and go back to it; up to 256 MB of
+ * free heap is kept. */
 void malloc_keep_freed(void);
 
 #endif
