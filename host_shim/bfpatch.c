@@ -175,9 +175,9 @@ static int cmd_diff(int argc, char **argv)
 	po.threads = (int)th;
 	char err[ERRLEN] = "";
 	model a, b;
-	if (model_load(&a, argv[optind], err, sizeof(err)))
+	if (model_map(&a, argv[optind], err, sizeof(err)))
 		return die("diff", err);
-	if (model_load(&b, argv[optind + 1], err, sizeof(err))) {
+	if (model_map(&b, argv[optind + 1], err, sizeof(err))) {
 		model_free(&a);
 		return die("diff", err);
 	}

@@ -101,7 +101,10 @@ void model_free(model *m)
 	if (!m)
 		return;
 	free(m->header);
-	free(m->params);
+	if (m->map)
+		munmap(m->map, m->map_len);
+	else
+		free(m->params);
 	for (size_t i = 0; m->names && i < m->n_tensors; i++)
 		free(m->names[i]);
 	free(m->names);
@@ -265,18 +268,19 @@ static int read_full(int fd, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
-int model_init_raw(model *m, uint64_t n)
+/* A raw model's manifest (one BF16 tensor "" of n words); no params. */
+static int raw_model(model *m, uint64_t n)
 {
 	memset(m, 0, sizeof(*m));
-	m->params = alloc_aligned((size_t)n * 2);
 	m->tensors = calloc(1, sizeof(bfp_tensor));
 	m->names = calloc(1, sizeof(char *));
-	if (!m->params || !m->tensors || !m->names) {
+	if (m->names)
+		m->names[0] = strdup("");
+	if (!m->tensors || !m->names || !m->names[0]) {
 		model_free(m);
 		return -1;
 	}
 	m->n_tensors = 1;
-	m->names[0] = strdup("");
 	m->tensors[0].name = m->names[0];
 	m->tensors[0].dtype = BFP_DT_BF16;
 	m->tensors[0].ndim = 1;
@@ -290,13 +294,52 @@ int model_init_raw(model *m, uint64_t n)
 	return 0;
 }
 
+int model_init_raw(model *m, uint64_t n)
+{
+	if (raw_model(m, n))
+		return -1;
+	m->params = alloc_aligned((size_t)n * 2);
+	if (!m->params) {
+		model_free(m);
+		return -1;
+	}
+	return 0;
+}
+
 static int has_suffix(const char *s, const char *suf)
 {
 	size_t a = strlen(s), b = strlen(suf);
 	return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-int model_load(model *m, const char *path, char *err, size_t errlen)
+/* Set when a model is mapped: a SIGBUS then most likely means its file
+ * shrank under the mapping, and on_fatal_signal says so. */
+static atomic_int mapped_files;
+
+/* Map the file read-only with the data section as m->params, when the
+ * section is a whole number of words at an even offset (else 0: the
+ * caller reads it). Files up to half the machine's memory are read in
+ * and mapped at once (MAP_POPULATE): faulting 64 MB in page by page as
+ * a pass reached it took 6-28 ms here, populating it 4-6 ms. */
+static int map_params(model *m, int fd, uint64_t size)
+{
+	if (m->header_len % 2 || m->data_bytes % 2 || m->data_bytes == 0 || size > SIZE_MAX)
+		return 0;
+	const long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	int flags = MAP_PRIVATE;
+	if (pages > 0 && psize > 0 && size <= (uint64_t)pages * (uint64_t)psize / 2)
+		flags |= MAP_POPULATE;
+	void *p = mmap(NULL, (size_t)size, PROT_READ, flags, fd, 0);
+	if (p == MAP_FAILED)
+		return 0;
+	atomic_store(&mapped_files, 1);
+	m->map = p;
+	m->map_len = (size_t)size;
+	m->params = (uint16_t *)(void *)((uint8_t *)p + m->header_len);
+	return 1;
+}
+
+static int model_open(model *m, const char *path, int map, char *err, size_t errlen)
 {
 	struct stat sb;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -341,10 +384,14 @@ int model_load(model *m, const char *path, char *err, size_t errlen)
 			return set_err(err, errlen, "%s: raw BF16 file has an odd size (%llu bytes)",
 				    path, (unsigned long long)size);
 		}
-		if (model_init_raw(m, size / 2)) {
+		if ((map ? raw_model(m, size / 2) : model_init_raw(m, size / 2))) {
 			close(fd);
 			return set_err(err, errlen, "out of memory");
 		}
+	}
+	if (map && map_params(m, fd, size)) {
+		close(fd);
+		return 0;
 	}
 	if (!m->params)
 		m->params = alloc_aligned((size_t)m->n_params * 2);
@@ -361,6 +408,16 @@ int model_load(model *m, const char *path, char *err, size_t errlen)
 	}
 	close(fd);
 	return 0;
+}
+
+int model_load(model *m, const char *path, char *err, size_t errlen)
+{
+	return model_open(m, path, 0, err, errlen);
+}
+
+int model_map(model *m, const char *path, char *err, size_t errlen)
+{
+	return model_open(m, path, 1, err, errlen);
 }
 
 /* ---- temporary files removed when a signal ends the process ----
@@ -395,6 +452,10 @@ static void tmp_unlist(int slot)
 
 static void on_fatal_signal(int sig)
 {
+	static const char bus[] = "bus error: a mapped input file shrank while in use "
+				  "(rewritten in place?)\n";
+	if (sig == SIGBUS && atomic_load(&mapped_files))
+		(void)!write(2, bus, sizeof(bus) - 1);
 	for (int i = 0; i < TMP_SLOTS; i++)
 		if (atomic_load(&tmp_state[i]) == 1)
 			unlink(tmp_paths[i]);
@@ -404,7 +465,7 @@ static void on_fatal_signal(int sig)
 
 void atomic_cleanup_on_signals(void)
 {
-	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGBUS};
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
 		struct sigaction old, sa;
 		/* a signal ignored by whoever started us stays ignored */

@@ -15,13 +15,16 @@ typedef struct model {
 	int safetensors;       /* 0: raw flat BF16 */
 	uint8_t *header;       /* safetensors: 8-byte length + JSON, verbatim */
 	size_t header_len;
-	uint16_t *params;      /* data section as words; odd tail zero-padded */
+	uint16_t *params;      /* data section as words; odd tail zero-padded;
+				* read-only when mapped (model_map) */
 	uint64_t n_params;
 	uint64_t data_bytes;
 	bfp_tensor *tensors;   /* sorted by byte_begin */
 	size_t n_tensors;
 	char **names;          /* owned storage behind tensors[i].name */
 	uint64_t model_id;
+	void *map;             /* model_map: the file's mapping, else NULL */
+	size_t map_len;
 } model;
 
 /* Parse a safetensors header (the 8-byte length and JSON). file_size is
@@ -34,6 +37,15 @@ int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
  * BF16 (even size). */
 int model_load(model *m, const char *path, char *err, size_t errlen);
 
+/* model_load for inputs that are only read (diff, report): the data
+ * section is mapped read-only from the page cache instead of copied into
+ * fresh memory, which on the VMs measured cost more than the encode
+ * (README). Falls back to model_load's copy when the section is not a
+ * whole number of words at an even offset. The file must not change
+ * while mapped: one rewritten in place (not replaced by a rename) shows
+ * through, and one truncated ends the process with SIGBUS
+ * (atomic_cleanup_on_signals says why). */
+int model_map(model *m, const char *path, char *err, size_t errlen);
 /* Write m to path atomically: temporary file in the same directory,
  * fsync, rename, fsync of the directory. Leaves nothing on error. */
 int model_save(const model *m, const char *path, char *err, size_t errlen);
@@ -52,9 +64,10 @@ void model_free(model *m);
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen);
 
-/* For the tools: SIGINT, SIGTERM and SIGHUP (unless ignored) first remove
- * the temporaries write_file_atomic() is writing, then end the process as
- * before; SIGXFSZ is ignored, so a file size limit is a write error. */
+/* For the tools: SIGINT, SIGTERM, SIGHUP and SIGBUS (unless ignored)
+ * first remove the temporaries write_file_atomic() is writing (a SIGBUS
+ * with a model mapped also says that its file shrank), then end the
+ * process as before; SIGXFSZ is ignored, so a file size limit is a write error. */
 void atomic_cleanup_on_signals(void);
 
 /* Format an error message into err (errlen bytes); returns -1. */

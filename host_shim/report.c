@@ -291,7 +291,7 @@ static int check_step(rep *R, pstep *s, const char *bpath, const char *tpath, in
 	patch p = {0};
 	uint16_t *w = NULL;
 	int rc = -1;
-	if (model_load(&a, bpath, e, sizeof(e))) {
+	if (model_map(&a, bpath, e, sizeof(e))) {
 		fail(R, "%s", e);
 		goto out;
 	}
@@ -300,7 +300,7 @@ static int check_step(rep *R, pstep *s, const char *bpath, const char *tpath, in
 		     s->path, (unsigned long long)a.model_id, (unsigned long long)s->model_id);
 		goto out;
 	}
-	if (tpath && model_load(&b, tpath, e, sizeof(e))) {
+	if (tpath && model_map(&b, tpath, e, sizeof(e))) {
 		fail(R, "%s", e);
 		goto out;
 	}

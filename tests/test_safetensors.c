@@ -1,15 +1,20 @@
 /*
  * test_safetensors.c: the safetensors header parser accepts valid headers
  * and rejects everything the format forbids, with a message, never
- * reading outside the given bytes.
+ * reading outside the given bytes; model_map gives the words model_load
+ * reads, and a mapped file that shrinks ends the process with a message.
  */
+#include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "model.h"
@@ -120,6 +125,120 @@ static void test_bad_header_lengths_are_rejected(void **state)
 	assert_int_equal(model_parse_safetensors(&m, h2, 4, 4, err, sizeof(err)), -1);
 }
 
+/* Write a safetensors file: header JSON padded with spaces to hlen
+ * bytes, then data_bytes of a pattern; returns the temporary's path. */
+static char *write_st(uint64_t hlen, uint64_t data_bytes)
+{
+	static char path[64];
+	char json[8192];
+	snprintf(path, sizeof(path), "/tmp/bfp_st_XXXXXX.safetensors");
+	int fd = mkstemps(path, 12);
+	assert_true(fd >= 0);
+	int n = snprintf(json, sizeof(json),
+			 "{\"w\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[0,%llu]}}",
+			 (unsigned long long)data_bytes, (unsigned long long)data_bytes);
+	assert_true(n > 0 && (uint64_t)n <= hlen && hlen < sizeof(json));
+	memset(json + n, ' ', (size_t)(hlen - (uint64_t)n));
+	uint8_t len8[8];
+	for (int i = 0; i < 8; i++)
+		len8[i] = (uint8_t)(hlen >> (8 * i));
+	uint8_t *data = malloc(data_bytes);
+	for (uint64_t i = 0; i < data_bytes; i++)
+		data[i] = (uint8_t)(i * 131 + (i >> 9)); /* not the same per page */
+	assert_int_equal(write(fd, len8, 8), 8);
+	assert_int_equal(write(fd, json, hlen), (ssize_t)hlen);
+	assert_int_equal(write(fd, data, data_bytes), (ssize_t)data_bytes);
+	free(data);
+	close(fd);
+	return path;
+}
+
+/* model_map gives the model model_load reads, word for word: mapped where
+ * the data section is whole words at an even offset, copied where not. */
+static void test_mapped_model_is_the_loaded_model(void **state)
+{
+	(void)state;
+	static const struct {
+		uint64_t hlen, data_bytes;
+		int mapped;
+	} cases[] = {
+		{128, 1 << 20, 1},   /* data at offset 136 */
+		{133, 1 << 20, 0},   /* odd offset: read */
+		{128, 100001, 0},    /* odd length: read, last word padded */
+		{4088, 8192, 1},     /* data at a page boundary */
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		char *path = write_st(cases[c].hlen, cases[c].data_bytes);
+		model a, b;
+		char err[256] = "";
+		assert_int_equal(model_load(&a, path, err, sizeof(err)), 0);
+		assert_int_equal(model_map(&b, path, err, sizeof(err)), 0);
+		assert_int_equal(b.map != NULL, cases[c].mapped);
+		assert_int_equal(a.n_params, b.n_params);
+		assert_true(a.model_id == b.model_id);
+		assert_memory_equal(a.params, b.params, a.n_params * 2);
+		if (cases[c].data_bytes % 2) /* the padding byte, zero */
+			assert_int_equal(b.params[b.n_params - 1] >> 8, 0);
+		model_free(&a);
+		model_free(&b);
+		unlink(path);
+	}
+	/* a raw BF16 file maps whole */
+	char raw[] = "/tmp/bfp_raw_XXXXXX";
+	int fd = mkstemp(raw);
+	uint16_t w[3000];
+	for (int i = 0; i < 3000; i++)
+		w[i] = (uint16_t)(i * 40503u);
+	assert_int_equal(write(fd, w, sizeof(w)), (ssize_t)sizeof(w));
+	close(fd);
+	model m;
+	char err[256];
+	assert_int_equal(model_map(&m, raw, err, sizeof(err)), 0);
+	assert_non_null(m.map);
+	assert_int_equal(m.n_params, 3000);
+	assert_memory_equal(m.params, w, sizeof(w));
+	model_free(&m);
+	unlink(raw);
+}
+
+/* A mapped file cut short under the process: the next read past its new
+ * end is a SIGBUS, which atomic_cleanup_on_signals turns into a line on
+ * stderr saying why before the process dies of it. */
+static void test_mapped_file_that_shrinks_ends_with_a_message(void **state)
+{
+	(void)state;
+	char *path = write_st(128, 64 << 10);
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		model m;
+		char err[256];
+		dup2(pfd[1], 2);
+		atomic_cleanup_on_signals();
+		if (model_map(&m, path, err, sizeof(err)) || !m.map)
+			_exit(3);
+		if (truncate(path, 4096) != 0)
+			_exit(4);
+		volatile uint16_t last = m.params[m.n_params - 1];
+		(void)last;
+		_exit(0); /* not reached when the read faults */
+	}
+	close(pfd[1]);
+	char msg[512] = "";
+	ssize_t got = 0, r;
+	while ((r = read(pfd[0], msg + got, sizeof(msg) - 1 - (size_t)got)) > 0)
+		got += r;
+	close(pfd[0]);
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	unlink(path);
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGBUS);
+	assert_non_null(strstr(msg, "input file shrank"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -127,6 +246,8 @@ int main(void)
 		cmocka_unit_test(test_model_id_changes_with_the_layout),
 		cmocka_unit_test(test_forbidden_headers_are_rejected),
 		cmocka_unit_test(test_bad_header_lengths_are_rejected),
+		cmocka_unit_test(test_mapped_model_is_the_loaded_model),
+		cmocka_unit_test(test_mapped_file_that_shrinks_ends_with_a_message),
 	};
 	return cmocka_run_group_tests_name("safetensors", tests, NULL, NULL);
 }
