@@ -1,5 +1,6 @@
 /*
- * bfp_gen.h: a seeded generator of RL-like BF16 deltas for the tests,
+ * bfp_gen.h: a seeded generator of RL-like BF16 deltas for the tests
+ * and a bitwise CRC32C,
  * without cmocka (test_paths.c runs where cmocka is not built, under an
  * emulator in cross builds).
  */
@@ -17,6 +18,19 @@ static inline uint64_t t_rand(uint64_t *s)
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
 	return z ^ (z >> 31);
+}
+
+/* CRC32C one bit at a time, from its definition (FORMAT.md 2.1): the
+ * reference for the codec's table and instruction paths. */
+static inline uint32_t t_crc32c_bitwise(uint32_t crc, const uint8_t *p, size_t n)
+{
+	crc = ~crc;
+	while (n--) {
+		crc ^= *p++;
+		for (int k = 0; k < 8; k++)
+			crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+	}
+	return ~crc;
 }
 
 /* Base values shaped like weights: exponents 112..127 and some others. */

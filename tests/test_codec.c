@@ -708,40 +708,6 @@ static void test_stage_counters(void **state)
 	free(t);
 }
 
-/* bfp_crc32c (the crc32 instruction where the hosted x86-64 build finds
- * it, else tables) against CRC32C bit by bit: the check value, every
- * length to 300 at every alignment, and a CRC carried from one call to
- * the next. */
-static uint32_t crc32c_bitwise(uint32_t crc, const uint8_t *p, size_t n)
-{
-	crc = ~crc;
-	while (n--) {
-		crc ^= *p++;
-		for (int k = 0; k < 8; k++)
-			crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-	}
-	return ~crc;
-}
-
-static void test_crc32c(void **state)
-{
-	(void)state;
-	assert_int_equal(bfp_crc32c(0, "123456789", 9), 0xE3069283u);
-	uint8_t buf[320];
-	uint64_t s = 5;
-	for (size_t i = 0; i < sizeof(buf); i++)
-		buf[i] = (uint8_t)t_rand(&s);
-	for (size_t off = 0; off < 8; off++) {
-		for (size_t n = 0; n <= 300; n++) {
-			const uint32_t want = crc32c_bitwise(0, buf + off, n);
-			assert_int_equal(bfp_crc32c(0, buf + off, n), want);
-			const size_t h = n / 3;
-			assert_int_equal(bfp_crc32c(bfp_crc32c(0, buf + off, h), buf + off + h, n - h),
-					 want);
-		}
-	}
-}
-
 /* The codec's internal hash entry points (codec/internal.h), so that each
  * vector loop is exercised whatever this machine picks by default. */
 uint32_t bfp_cpu_features(void);
@@ -2004,7 +1970,6 @@ int main(void)
 		cmocka_unit_test(test_encoder_is_canonical_and_simd_matches_scalar),
 		cmocka_unit_test(test_frames_from_the_model_batch_match_fresh_gathers),
 		cmocka_unit_test(test_stage_counters),
-		cmocka_unit_test(test_crc32c),
 		cmocka_unit_test(test_hash_loops_agree),
 		cmocka_unit_test(test_bit_codes_read_back),
 		cmocka_unit_test(test_table_symbols_invert),

@@ -5,7 +5,10 @@
  * decoder's cpu fields, writes the scalar path's frames byte for byte and
  * decodes them to the target: base values of every class (runs of one
  * class across whole chunks too), change densities from none to all,
- * lengths around the 64-element block and the 4096-element chunk.
+ * lengths around the 64-element block and the 4096-element chunk. And the
+ * build's CRC32C (tables, or the crc32 instructions of SSE4.2 or of
+ * AArch64) against a bitwise one: encoder and decoder share it, so their
+ * agreeing would not show it right.
  *
  * Plain C without cmocka, so that the cross build
  * (cross/aarch64-linux-gnu.ini) runs it under its emulator too. Exit
@@ -32,6 +35,25 @@ enum { MAXN = 100003, OUT_CAP = 4u << 20 };
 
 static bfp_encoder enc;
 static bfp_decoder dec;
+
+/* bfp_crc32c at every length to 300 and alignment to 8, whole and in two
+ * parts, against the bitwise one; the check value of the CRC catalogue. */
+static void check_crc32c(void)
+{
+	uint8_t buf[320];
+	uint64_t s = 5;
+	CHECK(bfp_crc32c(0, "123456789", 9) == 0xE3069283u, "CRC32C check value");
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)t_rand(&s);
+	for (size_t off = 0; off < 8; off++)
+		for (size_t n = 0; n <= 300; n++) {
+			const uint32_t want = t_crc32c_bitwise(0, buf + off, n);
+			const size_t h = n / 3;
+			CHECK(bfp_crc32c(0, buf + off, n) == want &&
+				      bfp_crc32c(bfp_crc32c(0, buf + off, h), buf + off + h, n - h) == want,
+			      "CRC32C differs from the bitwise one (offset %zu, %zu bytes)", off, n);
+		}
+}
 
 /* Encode base->tgt on path cpu into out (frame i at off[i]); the number
  * of frames. */
@@ -78,6 +100,7 @@ int main(void)
 #ifdef __aarch64__
 	CHECK(feats & BFP_CPU_NEON, "AArch64 without the Advanced SIMD path");
 #endif
+	check_crc32c();
 	uint64_t s = 99;
 	size_t tried = 0, simd = 0;
 	for (unsigned shape = 0; shape < 3; shape++) {
