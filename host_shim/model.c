@@ -339,7 +339,10 @@ static int map_params(model *m, int fd, uint64_t size)
 	return 1;
 }
 
-static int model_open(model *m, const char *path, int map, char *err, size_t errlen)
+/* model_load, model_map and model_load_into: map (map) or read the data
+ * section, into buf when it is given and fits. */
+static int model_open(model *m, const char *path, int map, void *buf, size_t cap, char *err,
+		      size_t errlen)
 {
 	struct stat sb;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -384,7 +387,7 @@ static int model_open(model *m, const char *path, int map, char *err, size_t err
 			return set_err(err, errlen, "%s: raw BF16 file has an odd size (%llu bytes)",
 				    path, (unsigned long long)size);
 		}
-		if ((map ? raw_model(m, size / 2) : model_init_raw(m, size / 2))) {
+		if (raw_model(m, size / 2)) {
 			close(fd);
 			return set_err(err, errlen, "out of memory");
 		}
@@ -393,8 +396,13 @@ static int model_open(model *m, const char *path, int map, char *err, size_t err
 		close(fd);
 		return 0;
 	}
-	if (!m->params)
+	if (buf && cap >= (size_t)m->n_params * 2) {
+		m->params = buf;
+		if (m->n_params) /* an odd section's padding byte */
+			m->params[m->n_params - 1] = 0;
+	} else {
 		m->params = alloc_aligned((size_t)m->n_params * 2);
+	}
 	if (!m->params) {
 		close(fd);
 		model_free(m);
@@ -403,6 +411,8 @@ static int model_open(model *m, const char *path, int map, char *err, size_t err
 	}
 	if (read_full(fd, m->params, (size_t)m->data_bytes, m->header_len)) {
 		close(fd);
+		if (m->params == buf) /* still the caller's */
+			m->params = NULL;
 		model_free(m);
 		return set_err(err, errlen, "%s: read error", path);
 	}
@@ -412,12 +422,18 @@ static int model_open(model *m, const char *path, int map, char *err, size_t err
 
 int model_load(model *m, const char *path, char *err, size_t errlen)
 {
-	return model_open(m, path, 0, err, errlen);
+	return model_open(m, path, 0, NULL, 0, err, errlen);
+}
+
+int model_load_into(model *m, const char *path, void *buf, size_t cap, char *err,
+		    size_t errlen)
+{
+	return model_open(m, path, 0, buf, cap, err, errlen);
 }
 
 int model_map(model *m, const char *path, char *err, size_t errlen)
 {
-	return model_open(m, path, 1, err, errlen);
+	return model_open(m, path, 1, NULL, 0, err, errlen);
 }
 
 /* ---- temporary files removed when a signal ends the process ----

@@ -37,6 +37,13 @@ int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
  * BF16 (even size). */
 int model_load(model *m, const char *path, char *err, size_t errlen);
 
+/* model_load into buf (cap bytes from alloc_aligned) when the data
+ * section fits: m then owns buf. Otherwise, and on any error, buf stays
+ * the caller's. For a process that loads version after version (publish):
+ * the retired version's memory takes the next, where fresh memory would
+ * be faulted in and cleared again (README). */
+int model_load_into(model *m, const char *path, void *buf, size_t cap, char *err,
+		    size_t errlen);
 /* model_load for inputs that are only read (diff, report): the data
  * section is mapped read-only from the page cache instead of copied into
  * fresh memory, which on the VMs measured cost more than the encode

@@ -879,6 +879,8 @@ typedef struct source {
 	double failing_since;   /* ... since it was last said */
 	double failing_first;   /* ... since it first failed */
 	double last_scan;       /* --dir: for a step after a missing one */
+	void *spare;            /* a retired version's parameters, for the next */
+	size_t spare_cap;       /* (model_load_into): bytes */
 } source;
 
 /* Whether a process has path open for writing: a checkpoint written in
@@ -961,7 +963,7 @@ static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char 
 			return 0;
 		/* a file still being written fails its size check: try again,
 		 * and say so if it stays broken */
-		if (model_load(nw, path, err, errlen)) {
+		if (model_load_into(nw, path, S->spare, S->spare_cap, err, errlen)) {
 			if (S->failing != next) {
 				S->failing = next;
 				S->failing_since = S->failing_first = t;
@@ -971,6 +973,8 @@ static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char 
 			}
 			return 0;
 		}
+		if (nw->params == S->spare)
+			S->spare = NULL;
 		*nver = next;
 		return 1;
 	}
@@ -979,13 +983,17 @@ static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char 
 	if (v <= ver || atomic_load(&S->w.h->state) != WBUF_READY)
 		return 0;
 	*nw = S->proto; /* shares the layout; owns only its parameters */
-	nw->params = alloc_aligned((size_t)S->proto.n_params * 2 + 64);
+	const size_t need = (size_t)S->proto.n_params * 2 + 64;
+	nw->params = S->spare && S->spare_cap >= need ? S->spare : alloc_aligned(need);
 	if (!nw->params)
 		return set_err(err, errlen, "out of memory");
 	if (wbuf_snapshot(&S->w, nw->params, nver) || *nver <= ver) {
-		free(nw->params);
+		if (nw->params != S->spare)
+			free(nw->params);
 		return 0;
 	}
+	if (nw->params == S->spare)
+		S->spare = NULL;
 	return 1;
 }
 
@@ -1076,6 +1084,18 @@ static void source_free_model(source *S, model *m)
 	} else {
 		model_free(m);
 	}
+}
+
+/* A version retired: its parameters' memory becomes the spare the next
+ * version is read into (one spare at most). */
+static void source_retire_model(source *S, model *m)
+{
+	if (!S->spare && m->params && !m->map) {
+		S->spare = m->params;
+		S->spare_cap = (size_t)m->n_params * 2 + (S->is_buffer ? 64 : 0);
+		m->params = NULL;
+	}
+	source_free_model(S, m);
 }
 
 int cmd_publish(int argc, char **argv)
@@ -1347,7 +1367,7 @@ int cmd_publish(int argc, char **argv)
 			(double)nw.n_params * 2 / (double)p->len, (sc.t_first - sc.t0) * 1e3,
 			(sc.t_encoded - sc.t0) * 1e3, (t2 - sc.t0) * 1e3, P.n_subs);
 		history_put(&P, p, P.hist_base[slot], nver, old_base, old_ver);
-		source_free_model(&S, &cur);
+		source_retire_model(&S, &cur);
 		cur = nw;
 		ver = nver;
 		P.published_at = now_s();
@@ -1366,6 +1386,7 @@ int cmd_publish(int argc, char **argv)
 		patch_free(&P.hist[i]);
 	patch_free(&P.key);
 	source_free_model(&S, &cur);
+	free(S.spare);
 	if (S.is_buffer) {
 		model_free(&S.proto);
 		wbuf_close(&S.w);

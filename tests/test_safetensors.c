@@ -2,7 +2,8 @@
  * test_safetensors.c: the safetensors header parser accepts valid headers
  * and rejects everything the format forbids, with a message, never
  * reading outside the given bytes; model_map gives the words model_load
- * reads, and a mapped file that shrinks ends the process with a message.
+ * reads, and a mapped file that shrinks ends the process with a message;
+ * model_load_into reads into a spare buffer.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -201,6 +202,47 @@ static void test_mapped_model_is_the_loaded_model(void **state)
 	unlink(raw);
 }
 
+/* model_load_into reads into the caller's buffer when the data fits
+ * (the model then owns it; an odd section's padding byte is zeroed over
+ * whatever the buffer held), and leaves the buffer alone and the
+ * caller's when it does not fit or the load fails. */
+static void test_load_into_a_spare_buffer(void **state)
+{
+	(void)state;
+	static const uint64_t sizes[] = {1 << 20, 100001};
+	for (size_t c = 0; c < 2; c++) {
+		char *path = write_st(128, sizes[c]);
+		model a, b;
+		char err[256] = "";
+		const size_t cap = (size_t)sizes[c] + 1;
+		uint8_t *buf = alloc_aligned(cap);
+		memset(buf, 0xA5, cap);
+		assert_int_equal(model_load(&a, path, err, sizeof(err)), 0);
+		assert_int_equal(model_load_into(&b, path, buf, cap, err, sizeof(err)), 0);
+		assert_ptr_equal(b.params, buf);
+		assert_memory_equal(a.params, b.params, a.n_params * 2);
+		model_free(&b); /* frees buf */
+		/* too small: another buffer, this one untouched */
+		uint8_t *small = alloc_aligned(64);
+		memset(small, 0xA5, 64);
+		assert_int_equal(model_load_into(&b, path, small, 64, err, sizeof(err)), 0);
+		assert_true((uint8_t *)b.params != small);
+		assert_memory_equal(a.params, b.params, a.n_params * 2);
+		for (int i = 0; i < 64; i++)
+			assert_int_equal(small[i], 0xA5);
+		model_free(&b);
+		/* failures: the buffer is still the caller's (freed below once) */
+		assert_int_equal(model_load_into(&b, "/nonexistent/x.safetensors", small, 64, err,
+						 sizeof(err)), -1);
+		assert_int_equal(truncate(path, 100), 0);
+		assert_int_equal(model_load_into(&b, path, small, 64, err, sizeof(err)), -1);
+		assert_true(strlen(err) > 0);
+		free(small);
+		model_free(&a);
+		unlink(path);
+	}
+}
+
 /* A mapped file cut short under the process: the next read past its new
  * end is a SIGBUS, which atomic_cleanup_on_signals turns into a line on
  * stderr saying why before the process dies of it. */
@@ -248,6 +290,7 @@ int main(void)
 		cmocka_unit_test(test_bad_header_lengths_are_rejected),
 		cmocka_unit_test(test_mapped_model_is_the_loaded_model),
 		cmocka_unit_test(test_mapped_file_that_shrinks_ends_with_a_message),
+		cmocka_unit_test(test_load_into_a_spare_buffer),
 	};
 	return cmocka_run_group_tests_name("safetensors", tests, NULL, NULL);
 }
