@@ -2,7 +2,8 @@
 # bench_relay.sh [BUILD_DIR] [SECONDS]: bfpatch-relay's output rate at
 # fan-out 1, 4 and 16 for 1500- and 8000-byte packets, next to dpdk-testpmd
 # io forwarding on the same virtual devices in the same run, and the
-# repair path (NACKs answered from the cache). One lcore each: the relay
+# repair path (NACKs answered from the cache), and the rates of a relay
+# that verifies each frame's signature (--key). One lcore each: the relay
 # does RX, fan-out and TX on its main lcore; testpmd forwards on one lcore.
 # Devices: port 0 replays a pcap of valid frames forever (net_pcap,
 # infinite_rx), port 1 is net_null (TX discards).
@@ -51,7 +52,42 @@ for size in 1500 8000; do
 		awk -v p="$txp" -v s="$SECS" -v b="$size" -v tp="$tp" -v fan="$fan" -v fo="$fo" 'BEGIN {
 			mpps = p / s / 1e6
 			printf "%-6d %-7d %14.3f %12.2f %14s %10s %10s\n", b, fan, mpps, mpps * b * 8 / 1000,
-				tp == "" ? "n/a" : tp, tp == "" ? "n/a" : sprintf("%.2fx", mpps / tp), fo }'
+				tp == "" ? "n/a" : tp, tp == "" ? "n/a" : sprintf("%.2fx", mpps / tp), fo }' |
+			tee "$T/rate-$size-$fan"
+	done
+done
+
+# a relay with --key checks every frame's keyed BLAKE2b before it relays
+# it (docs/SECURITY.md): the same packets' sizes, signed
+echo
+echo "with --key (each frame's BLAKE2b verified on the lcore that received it; same packet"
+echo "sizes, signed frames; with 2 lcores a worker receives and verifies, the main one fans out):"
+printf '%-6s %-7s %-7s %14s %12s %18s %10s\n' bytes fanout lcores "relay Mpps" "relay Gb/s" "of 1-lcore unkeyed" drop_auth
+(umask 077; echo "1 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key")
+for size in 1500 8000; do
+	"$BFP" diff -q -k -s $((size - 42 - 32)) "$T/traj/step-0000.safetensors" \
+		"$T/traj/step-0000.safetensors" -o "$T/skey$size"
+	"$BFP" pcap "$T/skey$size" -o "$T/sin$size.pcap" --dst 198.18.0.1:7400 --key "$T/key"
+	mbuf=$((size + 1024))
+	for run in "1 0" "16 0" "1 0-1" "16 0-1"; do
+		fan=${run% *} lc=${run#* }
+		subs=""
+		i=1
+		while [ $i -le $fan ]; do
+			subs="$subs --subscriber 198.18.1.$i:7500,mac=02:00:00:00:01:$(printf %02x $i),eth=1"
+			i=$((i + 1))
+		done
+		"$RELAY" -l $lc $EAL --file-prefix bfpbench$$k \
+			--vdev=net_pcap0,rx_pcap="$T/sin$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
+			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --key "$T/key" $subs > "$T/relay.log" 2>&1
+		txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
+		da=$(awk '$1 == "drop_auth" {print $2}' "$T/relay.log")
+		plain=$(awk '{print $3}' "$T/rate-$size-$fan")
+		awk -v p="$txp" -v s="$SECS" -v b="$size" -v fan="$fan" -v pl="$plain" -v da="$da" \
+			-v lcs="$([ "$lc" = 0 ] && echo 1 || echo 2)" 'BEGIN {
+			mpps = p / s / 1e6
+			printf "%-6d %-7d %-7s %14.3f %12.2f %18s %10s\n", b, fan, lcs, mpps, mpps * b * 8 / 1000,
+				(pl > 0 ? sprintf("%.2f", mpps / pl) : "n/a"), (da == "" ? "n/a" : da) }'
 	done
 done
 

@@ -22,6 +22,7 @@
 #include "report.h"
 #include "synth.h"
 #include "proto.h"
+#include "auth.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -547,6 +548,9 @@ static const char pcap_usage[] =
 	"  -s, --src ADDR:PORT    source (default 198.18.0.100:7399)\n"
 	"      --dst-mac MAC      (default 02:00:00:00:00:01)\n"
 	"      --src-mac MAC      (default 02:00:00:00:00:64)\n"
+	"  -A, --key FILE         sign each frame with this key, as a publisher\n"
+	"                         with --key does (docs/SECURITY.md): the\n"
+	"                         trailer adds 32 bytes to each datagram\n"
 	"  -h, --help\n";
 
 static void put_le32(uint8_t *p, uint32_t v)
@@ -560,16 +564,25 @@ static int cmd_pcap(int argc, char **argv)
 	static const struct option lo[] = {
 		{"output", required_argument, 0, 'o'}, {"dst", required_argument, 0, 'd'},
 		{"src", required_argument, 0, 's'}, {"dst-mac", required_argument, 0, 'M'},
-		{"src-mac", required_argument, 0, 'S'}, {"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0}};
+		{"src-mac", required_argument, 0, 'S'}, {"key", required_argument, 0, 'A'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	static rp_auth auth;
 	const char *out = NULL;
 	uint32_t sip = 0xC6120064u, dip = 0;
 	uint16_t sport = 7399, dport = 0;
 	uint8_t smac[6] = {2, 0, 0, 0, 0, 0x64}, dmac[6] = {2, 0, 0, 0, 0, 1};
 	int c;
-	while ((c = getopt_long(argc, argv, "o:d:s:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:d:s:A:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
+		case 'A': {
+			char kerr[512] = "cannot initialise libsodium";
+			if (rp_auth_init() || rp_auth_load(&auth, optarg, kerr, sizeof(kerr))) {
+				fprintf(stderr, "bfpatch pcap: %s\n", kerr);
+				return 1;
+			}
+			break;
+		}
 		case 'd':
 			if (rp_parse_hostport(optarg, &dip, &dport, NULL))
 				return bad_value("pcap", "--dst", optarg);
@@ -599,7 +612,8 @@ static int cmd_pcap(int argc, char **argv)
 	if (patch_read(argv[optind], &p, err, sizeof(err)))
 		return die("pcap", err);
 	/* pcap: global header, then per packet a 16-byte record header */
-	size_t total = 24 + p.n * (16 + RP_HDRS) + p.len;
+	const size_t tl = auth.n_keys ? RP_AUTH_LEN : 0; /* the trailer */
+	size_t total = 24 + p.n * (16 + RP_HDRS + tl) + p.len;
 	uint8_t *buf = malloc(total), *w = buf;
 	if (!buf) {
 		patch_free(&p);
@@ -614,15 +628,18 @@ static int cmd_pcap(int argc, char **argv)
 	w += 24;
 	for (size_t i = 0; i < p.n; i++) {
 		const uint8_t *f = p.buf + p.off[i];
-		size_t fl = p.off[i + 1] - p.off[i];
-		uint32_t len = (uint32_t)(RP_HDRS + fl);
+		const size_t fl = p.off[i + 1] - p.off[i], dl = fl + tl;
+		uint32_t len = (uint32_t)(RP_HDRS + dl);
 		put_le32(w, (uint32_t)(i / 1000000));
 		put_le32(w + 4, (uint32_t)(i % 1000000));
 		put_le32(w + 8, len);
 		put_le32(w + 12, len);
-		rp_build_udp(w + 16, dmac, smac, sip, dip, sport, dport, (uint16_t)fl,
-			     rp_sum(f, fl, 0), (uint16_t)i);
-		memcpy(w + 16 + RP_HDRS, f, fl);
+		uint8_t *d = w + 16 + RP_HDRS;
+		memcpy(d, f, fl);
+		if (tl)
+			rp_auth_seal(&auth, d, fl, 0, d + fl);
+		rp_build_udp(w + 16, dmac, smac, sip, dip, sport, dport, (uint16_t)dl,
+			     rp_sum(d, dl, 0), (uint16_t)i);
 		w += 16 + len;
 	}
 	const void *bufs[1] = {buf};

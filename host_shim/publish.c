@@ -1167,7 +1167,7 @@ int cmd_publish(int argc, char **argv)
 		case 'E': events_path = optarg; break;
 		case 'N': name = optarg; break;
 		case 'A': {
-			char kerr[512];
+			char kerr[512] = "cannot initialise libsodium";
 			if (rp_auth_init() || rp_auth_load(&P.auth, optarg, kerr, sizeof(kerr))) {
 				fprintf(stderr, "bfpatch publish: %s\n", kerr);
 				return 1;

@@ -275,8 +275,36 @@ expect_fail "diff of models with no parameters" "$T/empty.bfp" \
 (umask 077; "$BFP" diff -q "$S0" "$S1" -o "$T/um.bfp")
 check "outputs follow the umask" "[ \"\$(stat -c %a '$T/um.bfp')\" = 600 ]"
 
+# pcap: the patch's frames as UDP packets, one each; with --key each also
+# carries a trailer that an independent signer (hashlib's keyed BLAKE2b,
+# docs/PROTOCOL.md 4) verifies
+(umask 077; echo "7 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key-7")
+"$BFP" pcap "$T/p01" -o "$T/p01.pcap" --dst 198.18.0.1:7400 &&
+	"$BFP" pcap "$T/p01" -o "$T/p01k.pcap" --dst 198.18.0.1:7400 --key "$T/key-7"
+check "pcap, with and without --key: every frame once, signed with the key" \
+	"python3 - '$HERE' '$T/p01' '$T/p01.pcap' '$T/p01k.pcap' '$T/key-7' <<'EOF'
+import hashlib, struct, sys
+sys.path.insert(0, sys.argv[1] + '/relay')
+from pcaptool import read_pcap, udp_parts
+from tap_peers import frames
+fr = frames(sys.argv[2])
+kid, khex = open(sys.argv[5]).read().split()
+key = bytes.fromhex(khex)
+plain = [udp_parts(p)[4] for p in read_pcap(sys.argv[3])]
+signed = [udp_parts(p)[4] for p in read_pcap(sys.argv[4])]
+assert plain == fr, 'plain packets are not the frames'
+assert len(signed) == len(fr)
+for f, d in zip(fr, signed):
+    head = struct.pack('<IIQ', 0x41504642, int(kid), 0)
+    assert d == f + head + hashlib.blake2b(f + head, digest_size=16, key=key).digest()
+print(len(fr), 'frames')
+EOF"
+chmod 644 "$T/key-7"
+expect_fail "pcap with a key file others can read" "$T/p01l.pcap" \
+	"$BFP" pcap "$T/p01" -o "$T/p01l.pcap" --dst 198.18.0.1:7400 --key "$T/key-7"
+
 # usage errors exit 2; --help exits 0
-for c in diff apply info synth demo version; do
+for c in diff apply info synth demo pcap version; do
 	"$BFP" $c --help >/dev/null 2>&1
 	check "bfpatch $c --help exits 0" "[ $? -eq 0 ]"
 	"$BFP" $c --no-such-option >/dev/null 2>&1

@@ -8,12 +8,16 @@
 # the main lcore fans out; a map such as 0@0,1@1,2@1 (EAL --lcores) gives
 # more workers than CPUs. EXTRA: more EAL options, e.g. a second port that
 # allows more RX queues than net_pcap's one (every port gets as many as
-# the one with the fewest allows).
+# the one with the fewest allows). KEY: with "key", the frames are signed
+# (bfpatch pcap --key) and copies with a flipped byte are mixed in too; the
+# relay, holding the key, must relay every signed frame and count each
+# tampered one as drop_auth (checked on whichever lcore received it).
 set -u
 BFP=$1
 RELAY=$2
 LCORES=${3:-0}
 EXTRA=${4:-}
+KEY=${5:-}
 case $LCORES in *@*) LC="--lcores=$LCORES" ;; *) LC="-l $LCORES" ;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
@@ -22,12 +26,21 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "$BFP" synth -o "$T/traj" -p 400k -n 1 -S 9 2>/dev/null || fail synth
 "$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p" || fail diff
-"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
-nbad=$(python3 "$HERE/pcaptool.py" mix "$T/frames.pcap" "$T/in.pcap") || fail mix
+ntamp=0 RK=""
+if [ "$KEY" = key ]; then
+	(umask 077; echo "3 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key")
+	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 --key "$T/key" || fail pcap
+	ntamp=$(python3 "$HERE/pcaptool.py" tamper "$T/frames.pcap" "$T/signed.pcap") || fail tamper
+	RK="--key $T/key"
+else
+	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
+	cp "$T/frames.pcap" "$T/signed.pcap"
+fi
+nbad=$(python3 "$HERE/pcaptool.py" mix "$T/signed.pcap" "$T/in.pcap") || fail mix
 # shellcheck disable=SC2086 # LC and EXTRA are lists of options
 "$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfprelay$$ $LC --log-level=lib.eal:error \
 	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" $EXTRA -- \
-	--ip 0:198.18.0.1 --check-crc --run-time 3 \
+	--ip 0:198.18.0.1 --check-crc --run-time 3 $RK \
 	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11 \
 	--subscriber 198.18.0.12:7500,mac=02:00:00:00:00:12 \
 	--subscriber 198.18.0.13:7600,mac=02:00:00:00:00:13 > "$T/relay.log" 2>&1 &
@@ -52,4 +65,6 @@ drops=$(awk '$1 ~ /^drop_(short|ethertype|ip|not_ours|proto|udp|port|frame|encod
 [ "$drops" = "$nbad" ] || { cat "$T/relay.log"; fail "relay counted $drops malformed packets, $nbad were sent"; }
 newer=$(awk '$1 == "drop_encoding" {print $2}' "$T/relay.log")
 [ "$newer" = 1 ] || { cat "$T/relay.log"; fail "drop_encoding $newer, 1 frame in an unknown encoding was sent"; }
-echo "ok - $nbad malformed packets dropped and counted"
+da=$(awk '$1 == "drop_auth" {print $2}' "$T/relay.log")
+[ "$da" = "$ntamp" ] || { cat "$T/relay.log"; fail "drop_auth $da, $ntamp tampered frames were sent"; }
+echo "ok - $nbad malformed packets dropped and counted, $ntamp tampered frames refused (drop_auth)"

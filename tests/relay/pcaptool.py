@@ -3,6 +3,10 @@
 
   mix IN OUT          copy IN's packets to OUT with malformed packets mixed
                       in; prints the number of malformed packets added
+  tamper IN OUT       copy IN's packets (signed frames) to OUT, each of the
+                      first 8 followed by a copy with one byte of its frame
+                      (CRC32C made right again) or trailer flipped (valid
+                      headers); prints 8
   check IN OUT N      OUT must carry every bfpatch frame of IN exactly once
                       to each of N subscribers, byte-identical, with valid
                       IPv4 and UDP checksums; prints a summary
@@ -101,6 +105,37 @@ def mix(src, dst):
     print(len(bad))
 
 
+def crc32c(b):
+    """CRC-32C (Castagnoli), bit by bit"""
+    c = 0xFFFFFFFF
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
+    return c ^ 0xFFFFFFFF
+
+
+def tamper(src, dst):
+    out = []
+    pkts = read_pcap(src)
+    for i, p in enumerate(pkts):
+        out.append(p)
+        if i < 8:
+            b = bytearray(p)
+            # frame header, payload, trailer's key id, time and tag
+            at = [42 + 9, 42 + 70, len(b) - 28, len(b) - 20, len(b) - 10, len(b) - 1,
+                  42 + 20, 42 + 48][i]
+            b[at] ^= 0x10
+            if at < len(b) - 32:  # a forger's frame: its CRC made right again
+                f = b[42:len(b) - 32]
+                f[56:60] = struct.pack("<I", crc32c(bytes(f[:56]) + bytes(f[60:])))
+                b[42:len(b) - 32] = f
+            b[40:42] = b"\0\0"  # UDP checksum "not computed"
+            out.append(bytes(b))
+    write_pcap(dst, out)
+    print(min(8, len(pkts)))
+
+
 def check(src, dst, nsubs):
     frames = [udp_parts(p)[4] for p in read_pcap(src)]
     got = {}
@@ -134,6 +169,8 @@ def check(src, dst, nsubs):
 if __name__ == "__main__":
     if sys.argv[1] == "mix":
         mix(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "tamper":
+        tamper(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "check":
         check(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
