@@ -1,6 +1,7 @@
 /*
  * relay.c: bfpatch-relay, a DPDK poll-mode relay for patch frames.
- * Worker lcores receive and classify (proto.c); one core lcore owns the
+ * Worker lcores receive, classify (proto.c) and, with --key, verify data
+ * frames' signatures; one core lcore owns the
  * subscribers, the repair cache, pacing and transmit, so nothing on the
  * fast path takes a lock: workers hand packets over through one MP/SC
  * ring. main() follows the DPDK examples' order: EAL, signals, options,
