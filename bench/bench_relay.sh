@@ -17,6 +17,14 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T" /var/run/dpdk/bfpbench$$*' EXIT
 EAL="--no-huge -m 1024 --no-pci --log-level=lib.eal:error"
+# the relay options for N static subscribers on port 1 (net_null)
+subscribers() {
+	i=1
+	while [ $i -le "$1" ]; do
+		printf ' --subscriber 198.18.1.%d:7500,mac=02:00:00:00:01:%02x,eth=1' $i $i
+		i=$((i + 1))
+	done
+}
 
 echo "bfpatch bench_relay: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $SECS s per run"
 "$BFP" synth -o "$T/traj" -p 2M -n 0 -S 2 2>/dev/null
@@ -38,12 +46,7 @@ for size in 1500 8000; do
 		[ -n "$tx" ] && tp=$(awk -v t="$tx" -v s="$SECS" 'BEGIN {printf "%.3f", t / s / 1e6}')
 	fi
 	for fan in 1 4 16; do
-		subs=""
-		i=1
-		while [ $i -le $fan ]; do
-			subs="$subs --subscriber 198.18.1.$i:7500,mac=02:00:00:00:01:$(printf %02x $i),eth=1"
-			i=$((i + 1))
-		done
+		subs=$(subscribers $fan)
 		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
 			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
 			--mbuf-size $mbuf --queue 256 --run-time "$SECS" $subs > "$T/relay.log" 2>&1
@@ -71,12 +74,7 @@ for size in 1500 8000; do
 	mbuf=$((size + 1024))
 	for run in "1 0" "16 0" "1 0-1" "16 0-1"; do
 		fan=${run% *} lc=${run#* }
-		subs=""
-		i=1
-		while [ $i -le $fan ]; do
-			subs="$subs --subscriber 198.18.1.$i:7500,mac=02:00:00:00:01:$(printf %02x $i),eth=1"
-			i=$((i + 1))
-		done
+		subs=$(subscribers $fan)
 		"$RELAY" -l $lc $EAL --file-prefix bfpbench$$k \
 			--vdev=net_pcap0,rx_pcap="$T/sin$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
 			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --key "$T/key" $subs > "$T/relay.log" 2>&1
@@ -97,12 +95,7 @@ echo
 printf '%-6s %18s %18s\n' bytes "clone ns/output" "copy ns/output"
 for size in 1500 8000; do
 	mbuf=$((size + 1024))
-	subs=""
-	i=1
-	while [ $i -le 16 ]; do
-		subs="$subs --subscriber 198.18.1.$i:7500,mac=02:00:00:00:01:$(printf %02x $i),eth=1"
-		i=$((i + 1))
-	done
+	subs=$(subscribers 16)
 	res=""
 	for mode in "" --copy-fanout; do
 		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$c \
