@@ -57,9 +57,10 @@ const char *bfp_status_str(bfp_status s)
 
 #if defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)
 /* AArch64 builds for cores with the CRC32 extension (BlueField-2 and -3,
- * Grace; the cross file's -march=armv8-a+crc says so at compile time, as
- * does DPDK's own Arm build) use its crc32c instructions, eight bytes a
- * step, freestanding build included: instructions, not a library. */
+ * Grace; meson.build's -march=armv8-a+crc, unless c_args name another
+ * -march or -mcpu, says so at compile time, as DPDK's Arm builds do) use
+ * its crc32c instructions, eight bytes a step, freestanding build
+ * included: instructions, not a library. */
 #include <arm_acle.h>
 
 uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len)
