@@ -276,6 +276,166 @@ static double compare_time(const uint16_t *a, const uint16_t *b, uint64_t n, int
 	return best;
 }
 
+/* ---- listing the changes, uncoded ---- */
+/* The least any sparse encoder does: the pass over both arrays and, for
+ * each changed parameter, its gap from the one before as a LEB128 varint
+ * into gaps and its new value raw into vals (the SparrowRL-style bytes
+ * before zstd: sparrow_size checks the count). The changes of each
+ * LIST_CHUNK parameters are listed first, the first four of a 64-element
+ * block without branches, as the encoder's gather does, then written in
+ * a loop of known length. Returns the bytes of gaps and values. */
+#define LIST_CHUNK 4096u
+
+static inline uint8_t *put_leb(uint8_t *g, uint64_t d)
+{
+	while (d >= 0x80) {
+		*g++ = (uint8_t)(d | 0x80);
+		d >>= 7;
+	}
+	*g++ = (uint8_t)d;
+	return g;
+}
+
+/* pos[] gets chunk offset + lane of each set bit of mask m; returns the
+ * count */
+static inline unsigned list_block(uint32_t *pos, uint32_t off, uint64_t m)
+{
+	const uint64_t top = 1ull << 63;
+	uint64_t x = m;
+	for (unsigned q = 0; q < 4; q++) {
+		pos[q] = off + (uint32_t)__builtin_ctzll(x | top);
+		x &= x - 1;
+	}
+	for (unsigned q = 4; x; q++) {
+		pos[q] = off + (uint32_t)__builtin_ctzll(x);
+		x &= x - 1;
+	}
+	return (unsigned)__builtin_popcountll(m);
+}
+
+/* the mask of a[i] != b[i] for 64 elements at a, b */
+typedef uint64_t (*neq64_fn)(const uint16_t *a, const uint16_t *b);
+
+static uint64_t neq64_c(const uint16_t *a, const uint16_t *b)
+{
+	uint64_t m = 0;
+	for (unsigned k = 0; k < 64; k++)
+		m |= (uint64_t)(a[k] != b[k]) << k;
+	return m;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t neq64_avx2(const uint16_t *a, const uint16_t *b)
+{
+	uint64_t m = 0;
+	for (unsigned k = 0; k < 2; k++) {
+		const __m256i *x = (const __m256i *)(a + 32 * k), *y = (const __m256i *)(b + 32 * k);
+		__m256i e0 = _mm256_cmpeq_epi16(_mm256_loadu_si256(x), _mm256_loadu_si256(y));
+		__m256i e1 = _mm256_cmpeq_epi16(_mm256_loadu_si256(x + 1), _mm256_loadu_si256(y + 1));
+		/* packs interleaves the 128-bit lanes; the permute puts them back */
+		__m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi16(e0, e1), 0xD8);
+		m |= (uint64_t)(uint32_t)~_mm256_movemask_epi8(p) << (32 * k);
+	}
+	return m;
+}
+
+__attribute__((target("avx512bw"))) static uint64_t neq64_avx512(const uint16_t *a,
+								   const uint16_t *b)
+{
+	return (uint64_t)_mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a), _mm512_loadu_si512(b)) |
+	       (uint64_t)_mm512_cmpneq_epi16_mask(_mm512_loadu_si512(a + 32),
+						  _mm512_loadu_si512(b + 32))
+		       << 32;
+}
+#endif
+
+static inline __attribute__((always_inline)) size_t
+list_uncoded_t(const uint16_t *a, const uint16_t *b, uint64_t n, uint8_t *gaps, uint16_t *vals,
+	       neq64_fn neq)
+{
+	uint32_t pos[LIST_CHUNK + 4];
+	uint8_t *g = gaps;
+	uint16_t *v = vals;
+	uint64_t last = 0;
+	int first = 1;
+	for (uint64_t i0 = 0; i0 < n; i0 += LIST_CHUNK) {
+		uint32_t cn = n - i0 < LIST_CHUNK ? (uint32_t)(n - i0) : LIST_CHUNK, np = 0, off = 0;
+		for (; off + 64 <= cn; off += 64)
+			np += list_block(pos + np, off, neq(a + i0 + off, b + i0 + off));
+		for (; off < cn; off++) /* the tail of the last chunk */
+			if (a[i0 + off] != b[i0 + off])
+				pos[np++] = off;
+		for (uint32_t q = 0; q < np; q++) {
+			const uint64_t p = i0 + pos[q];
+			g = put_leb(g, first ? p : p - last);
+			first = 0;
+			last = p;
+			*v++ = b[p];
+		}
+	}
+	return (size_t)(g - gaps) + 2 * (size_t)(v - vals);
+}
+
+static size_t list_uncoded_c(const uint16_t *a, const uint16_t *b, uint64_t n, uint8_t *gaps,
+			     uint16_t *vals)
+{
+	return list_uncoded_t(a, b, n, gaps, vals, neq64_c);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static size_t
+list_uncoded_avx2(const uint16_t *a, const uint16_t *b, uint64_t n, uint8_t *gaps, uint16_t *vals)
+{
+	return list_uncoded_t(a, b, n, gaps, vals, neq64_avx2);
+}
+
+__attribute__((target("avx512bw"))) static size_t
+list_uncoded_avx512(const uint16_t *a, const uint16_t *b, uint64_t n, uint8_t *gaps,
+		    uint16_t *vals)
+{
+	return list_uncoded_t(a, b, n, gaps, vals, neq64_avx512);
+}
+#endif
+
+/* Seconds to list the changes of a -> b uncoded on one thread (the best
+ * of TIMING_REPS); exits if the bytes differ from want. */
+static double list_time(const uint16_t *a, const uint16_t *b, uint64_t n, uint64_t changed,
+			size_t want)
+{
+	size_t (*fn)(const uint16_t *, const uint16_t *, uint64_t, uint8_t *, uint16_t *) =
+		list_uncoded_c;
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx512bw"))
+		fn = list_uncoded_avx512;
+	else if (__builtin_cpu_supports("avx2"))
+		fn = list_uncoded_avx2;
+#endif
+	/* at most 10 varint bytes a gap; written once before timing, so that
+	 * no run pays for faulting the pages in */
+	uint8_t *gaps = malloc(changed * 10 + 1);
+	uint16_t *vals = malloc(changed * 2 + 2);
+	if (!gaps || !vals) {
+		fputs("list: out of memory\n", stderr);
+		exit(1);
+	}
+	memset(gaps, 0, changed * 10 + 1);
+	memset(vals, 0, changed * 2 + 2);
+	double best = 1e9;
+	for (int rep = 0; rep < TIMING_REPS; rep++) {
+		double t0 = now_s();
+		size_t got = fn(a, b, n, gaps, vals);
+		double dt = now_s() - t0;
+		best = dt < best ? dt : best;
+		if (got != want) {
+			fprintf(stderr, "list: %zu bytes, the SparrowRL-style baseline %zu\n", got, want);
+			exit(1);
+		}
+	}
+	free(gaps);
+	free(vals);
+	return best;
+}
+
 /* What a patch's frames spend, from bfp_frame_stats: code parameters in
  * all, and per class its changes and the bits of its count and header,
  * its positions and its values. */
@@ -631,6 +791,7 @@ int main(int argc, char **argv)
 		double epos[BFP_CLASSES], eval[BFP_CLASSES];
 		double H = entropy_bits(&cur, a, b, epos, eval);
 		double tc1 = compare_time(a, b, n, 1), tcn = compare_time(a, b, n, threads);
+		double tl1 = list_time(a, b, n, changed, sp_raw);
 		double dense = (double)n * 2;
 		double ch = changed ? (double)changed : 1;
 
@@ -675,6 +836,8 @@ int main(int argc, char **argv)
 		double cbw1 = (double)n / tc1, cbwn = (double)n / tcn;
 		printf("compare two BF16 arrays: 1 thread %.2f G params/s (%.1f GB/s of input), %d threads %.2f G params/s\n",
 		       cbw1 / 1e9, cbw1 * 4 / 1e9, threads, cbwn / 1e9);
+		printf("list the changes uncoded (LEB128 gaps + raw values, as SparrowRL-style; no coding, frames or hashes): 1 thread %.2f G params/s (%.2f of compare)\n",
+		       (double)n / tl1 / 1e9, (double)n / tl1 / cbw1);
 		printf("encode:       1 thread %.2f G params/s (%.2f of compare), %d threads %.2f G params/s (%.2f)\n",
 		       (double)n / te1 / 1e9, (double)n / te1 / cbw1, threads,
 		       (double)n / ten / 1e9, (double)n / ten / cbwn);
