@@ -65,7 +65,9 @@ static inline void wle64(uint8_t *p, uint64_t v)
 	wle32(p + 4, (uint32_t)(v >> 32));
 }
 
-int rp_parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+/* rp_parse_num and rp_parse_bytes: k, m, g multiply by 1000^i, or by
+ * 1024^i when bin */
+static int parse_scaled(const char *s, uint64_t lo, uint64_t hi, int bin, uint64_t *out)
 {
 	char *end;
 	errno = 0;
@@ -74,17 +76,28 @@ int rp_parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 	/* decimal unless 0x: zero-padded versions (step-0012) are not octal */
 	const int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
 	unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
+	const uint64_t k = bin ? 1024 : 1000;
 	uint64_t mul = 1;
 	switch (*end) {
-	case 'k': case 'K': mul = 1000; end++; break;
-	case 'm': case 'M': mul = 1000000; end++; break;
-	case 'g': case 'G': mul = 1000000000; end++; break;
+	case 'k': case 'K': mul = k; end++; break;
+	case 'm': case 'M': mul = k * k; end++; break;
+	case 'g': case 'G': mul = k * k * k; end++; break;
 	default: break;
 	}
 	if (errno || end == s || *end || v > hi / mul || v * mul < lo)
 		return -1;
 	*out = v * mul;
 	return 0;
+}
+
+int rp_parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	return parse_scaled(s, lo, hi, 0, out);
+}
+
+int rp_parse_bytes(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	return parse_scaled(s, lo, hi, 1, out);
 }
 
 int rp_parse_mac(const char *s, uint8_t mac[6])

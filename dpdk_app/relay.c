@@ -1117,7 +1117,8 @@ static const char usage_text[] =
 	"                              static subscriber (repeatable, up to 64)\n"
 	"  -u, --upstream ADDR:PORT    relay or publisher to subscribe to (its\n"
 	"                              control port); NACK misses go there\n"
-	"  -C, --cache-bytes N         repair cache budget (default 64M)\n"
+	"  -C, --cache-bytes N         repair cache budget (default 64M; K, M, G:\n"
+	"                              KiB, MiB, GiB)\n"
 	"  -K, --cache-versions K      target versions kept (default 2)\n"
 	"  -r, --rate BITS             default per-subscriber rate, e.g. 1g, 100m;\n"
 	"                              0 = unlimited (default)\n"
@@ -1259,7 +1260,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 				return bad("--upstream", optarg);
 			break;
 		case 'C':
-			if (rp_parse_num(optarg, 65536, 1ull << 40, &cf->cache_bytes))
+			if (rp_parse_bytes(optarg, 65536, 1ull << 40, &cf->cache_bytes))
 				return bad("--cache-bytes", optarg);
 			break;
 		case 'K':

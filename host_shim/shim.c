@@ -1209,7 +1209,8 @@ static const char usage[] =
 	"  -n, --nack-ms N         NACK missing frames after N ms quiet (100)\n"
 	"  -m, --max-stage BYTES   staged frames kept at most (default 1G), with\n"
 	"                          the changes of frames prepared while staged\n"
-	"                          (at most half of it; they give way to frames)\n"
+	"                          (at most half of it; they give way to frames);\n"
+	"                          K, M, G: KiB, MiB, GiB\n"
 	"      --no-prepare        decode and verify frames only at commit (by\n"
 	"                          default the next version's frames are decoded\n"
 	"                          and verified as they arrive, 6 bytes per\n"
@@ -1307,7 +1308,7 @@ int main(int argc, char **argv)
 			s.nack_ms = s.nack_backoff_ms = (uint32_t)v;
 			break;
 		case 'm':
-			if (rp_parse_num(optarg, 1u << 20, 1ull << 40, &s.max_stage))
+			if (rp_parse_bytes(optarg, 1u << 20, 1ull << 40, &s.max_stage))
 				goto bad;
 			break;
 		case 'E': events_path = optarg; break;

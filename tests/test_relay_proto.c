@@ -569,6 +569,20 @@ static void test_address_and_mac_parsing_refuses_malformed_input(void **state)
 	for (size_t i = 0; i < sizeof(badnum) / sizeof(badnum[0]); i++)
 		assert_int_equal(rp_parse_num(badnum[i], 1, 1000000000, &v), -1);
 	assert_int_equal(rp_parse_num("1", 2, 10, &v), -1); /* below the range */
+	/* sizes in bytes: binary multiples, so that the defaults the help
+	 * gives (64M, 1G) read back as the defaults (64 MiB, 1 GiB) */
+	assert_int_equal(rp_parse_bytes("64M", 0, 1ull << 40, &v), 0);
+	assert_int_equal(v, 64ull << 20);
+	assert_int_equal(rp_parse_bytes("1G", 0, 1ull << 40, &v), 0);
+	assert_int_equal(v, 1ull << 30);
+	assert_int_equal(rp_parse_bytes("3k", 0, 1ull << 40, &v), 0);
+	assert_int_equal(v, 3072);
+	assert_int_equal(rp_parse_bytes("1000", 0, 1ull << 40, &v), 0);
+	assert_int_equal(v, 1000);
+	assert_int_equal(rp_parse_bytes("1025G", 0, 1ull << 40, &v), -1); /* above */
+	assert_int_equal(rp_parse_bytes("63k", 65536, 1ull << 40, &v), -1); /* below */
+	for (size_t i = 0; i < sizeof(badnum) / sizeof(badnum[0]); i++)
+		assert_int_equal(rp_parse_bytes(badnum[i], 1, 1000000000, &v), -1);
 	assert_int_equal(rp_parse_mac("02:00:0a:FF:00:01", mac), 0);
 	assert_int_equal(mac[2], 0x0a);
 	assert_int_equal(mac[3], 0xff);
