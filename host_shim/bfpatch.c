@@ -5,6 +5,7 @@
  * no output behind; errors go to stderr with a non-zero exit.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -44,13 +45,6 @@ int die(const char *cmd, const char *msg)
 	return 1;
 }
 
-/* a and b exist and are the same file (through links too) */
-static int same_file(const char *a, const char *b)
-{
-	struct stat x, y;
-	return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
 int parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
 	return rp_parse_num(s, 0, max, out);
@@ -69,6 +63,13 @@ int bad_value(const char *cmd, const char *opt, const char *val)
 {
 	fprintf(stderr, "bfpatch %s: invalid value '%s' for %s (see bfpatch %s --help)\n",
 		cmd, val ? val : "", opt, cmd);
+	return 2;
+}
+
+/* A command line without what it needs: the reason, then the usage. */
+static int usage_error(const char *cmd, const char *usage, const char *why)
+{
+	fprintf(stderr, "bfpatch %s: %s\n%s", cmd, why, usage);
 	return 2;
 }
 
@@ -93,7 +94,9 @@ static const char diff_usage[] =
 	"  -b, --base-version N    version of OLD (default 0)\n"
 	"  -t, --target-version N  version of NEW (default base + 1)\n"
 	"  -k, --keyframe          absolute values only (bootstrap/resync)\n"
-	"  -z, --zstd              keyframes may use zstd byte planes when smaller\n"
+	"  -z, --zstd              keyframe-coded ranges (all of a --keyframe patch;\n"
+	"                          a re-initialised tensor in a patch) may use zstd\n"
+	"                          byte planes when smaller\n"
 	"  -1, --sparse-v1         sparse frames in encoding 1, for readers built\n"
 	"                          before encoding 5 (docs/FORMAT.md 3.8)\n"
 	"      --self-contained    sparse frames that each decode alone (encoding 6),\n"
@@ -155,18 +158,15 @@ static int cmd_diff(int argc, char **argv)
 		default: fputs(diff_usage, stderr); return 2;
 		}
 	}
-	if (argc - optind != 2 || !out) {
-		fputs(diff_usage, stderr);
-		return 2;
-	}
+	if (argc - optind != 2)
+		return usage_error("diff", diff_usage, "give OLD and NEW, nothing else");
+	if (!out)
+		return usage_error("diff", diff_usage, "-o PATCH is required");
 	if (sparse_flags_clash("diff", po.enc_flags))
 		return 2;
 	for (int i = 0; i < 2; i++)
-		if (same_file(out, argv[optind + i])) {
-			fprintf(stderr, "bfpatch diff: -o %s is the input %s: the patch would replace "
-				"that model\n", out, argv[optind + i]);
+		if (refuse_same("diff", out, argv[optind + i], "model"))
 			return 2;
-		}
 	if (!have_target)
 		po.target_version = po.base_version + 1;
 	if (po.enc_flags & BFP_ENC_F_KEYFRAME)
@@ -248,19 +248,26 @@ static int cmd_apply(int argc, char **argv)
 		default: fputs(apply_usage, stderr); return 2;
 		}
 	}
-	if (argc - optind != 2 || !out) {
-		fputs(apply_usage, stderr);
+	if (argc - optind != 2)
+		return usage_error("apply", apply_usage, "give BASE and PATCH, nothing else");
+	if (!out)
+		return usage_error("apply", apply_usage, "-o OUT is required");
+	if (refuse_same("apply", out, argv[optind + 1], "patch"))
 		return 2;
-	}
-	if (same_file(out, argv[optind + 1])) {
-		fprintf(stderr, "bfpatch apply: -o %s is the patch: the model would replace it\n", out);
-		return 2;
-	}
 	char err[ERRLEN] = "";
 	model m;
 	patch p;
 	if (model_load(&m, argv[optind], err, sizeof(err)))
 		return die("apply", err);
+	const size_t ol = strlen(out);
+	if (!m.safetensors && ol >= 12 && !strcmp(out + ol - 12, ".safetensors")) {
+		/* OUT keeps BASE's format: raw BF16 under a safetensors name
+		 * would not read back */
+		fprintf(stderr, "bfpatch apply: %s is raw BF16, so OUT is written raw too; "
+			"-o %s names a safetensors file: give another name\n", argv[optind], out);
+		model_free(&m);
+		return 2;
+	}
 	if (patch_read(argv[optind + 1], &p, err, sizeof(err))) {
 		model_free(&m);
 		return die("apply", err);
@@ -301,10 +308,8 @@ static int cmd_info(int argc, char **argv)
 		default: fputs(info_usage, stderr); return 2;
 		}
 	}
-	if (argc - optind != 1) {
-		fputs(info_usage, stderr);
-		return 2;
-	}
+	if (argc - optind != 1)
+		return usage_error("info", info_usage, "give one PATCH");
 	char err[ERRLEN] = "";
 	patch p;
 	if (patch_read(argv[optind], &p, err, sizeof(err)))
@@ -444,7 +449,10 @@ static const char synth_usage[] =
 	"DIR/step-0000.safetensors .. step-NNNN.safetensors (BF16 casts of FP32\n"
 	"master weights trained with Adam).\n"
 	"  -o, --output DIR     directory (created if missing)\n"
-	"  -p, --params N       approximate parameter count (default 4M; k/M/G ok)\n"
+	"  -p, --params N       parameter count, rounded down to the shape's\n"
+	"                       (default 4M; k/M/G ok; at least 4096): the width\n"
+	"                       is a multiple of 64, so models come in steps of\n"
+	"                       279k (the least), 1.1M, 2.4M, 4.3M, 6.7M, ...\n"
 	"  -n, --steps N        optimizer steps after step 0 (default 5)\n"
 	"  -l, --lr X           learning rate (default 1e-6)\n"
 	"  -g, --ongrid         master starts on the BF16 grid (RL from a BF16\n"
@@ -464,6 +472,32 @@ static int parse_lr(const char *s, double *out)
 	return 0;
 }
 
+/* dir holds steps past `last` (another run's): the trajectory this run
+ * writes would end in them. */
+static int stale_steps(const char *cmd, const char *dir, uint32_t last)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	unsigned long k, first = 0;
+	char name[64];
+	for (struct dirent *e; (e = readdir(d));) {
+		/* exactly the names this command writes */
+		if (sscanf(e->d_name, "step-%lu", &k) != 1 || k <= last || (first && k >= first))
+			continue;
+		snprintf(name, sizeof(name), "step-%04lu.safetensors", k);
+		if (!strcmp(name, e->d_name))
+			first = k;
+	}
+	closedir(d);
+	if (!first)
+		return 0;
+	fprintf(stderr, "bfpatch %s: %s already holds step-%04lu.safetensors, past this run's "
+		"last step (%u): those are another run's; remove them or write to another "
+		"directory\n", cmd, dir, first, last);
+	return 1;
+}
+
 static int cmd_synth(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -480,8 +514,11 @@ static int cmd_synth(int argc, char **argv)
 		switch (c) {
 		case 'o': dir = optarg; break;
 		case 'p':
-			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096)
-				return bad_value("synth", "--params", optarg);
+			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096) {
+				fprintf(stderr, "bfpatch synth: invalid value '%s' for --params "
+					"(4096 to 2^34)\n", optarg);
+				return 2;
+			}
 			break;
 		case 'n':
 			if (parse_u32(optarg, 0, 100000, &steps))
@@ -504,16 +541,18 @@ static int cmd_synth(int argc, char **argv)
 		default: fputs(synth_usage, stderr); return 2;
 		}
 	}
-	if (!dir || optind != argc) {
-		fputs(synth_usage, stderr);
-		return 2;
-	}
+	if (optind != argc)
+		return usage_error("synth", synth_usage, "unexpected argument (DIR goes with -o)");
+	if (!dir)
+		return usage_error("synth", synth_usage, "-o DIR is required");
 	so.threads = (int)th;
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
 		char e[ERRLEN];
 		snprintf(e, sizeof(e), "%s: %s", dir, strerror(errno));
 		return die("synth", e);
 	}
+	if (stale_steps("synth", dir, steps))
+		return 2;
 	char err[ERRLEN] = "";
 	model bf;
 	synth *s = synth_new(&so, &bf, err, sizeof(err));
@@ -567,7 +606,7 @@ static int cmd_pcap(int argc, char **argv)
 		{"src-mac", required_argument, 0, 'S'}, {"key", required_argument, 0, 'A'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	static rp_auth auth;
-	const char *out = NULL;
+	const char *out = NULL, *key_path = NULL;
 	uint32_t sip = 0xC6120064u, dip = 0;
 	uint16_t sport = 7399, dport = 0;
 	uint8_t smac[6] = {2, 0, 0, 0, 0, 0x64}, dmac[6] = {2, 0, 0, 0, 0, 1};
@@ -577,6 +616,7 @@ static int cmd_pcap(int argc, char **argv)
 		case 'o': out = optarg; break;
 		case 'A': {
 			char kerr[512] = "cannot initialise libsodium";
+			key_path = optarg;
 			if (rp_auth_init() || rp_auth_load(&auth, optarg, kerr, sizeof(kerr))) {
 				fprintf(stderr, "bfpatch pcap: %s\n", kerr);
 				return 1;
@@ -603,10 +643,15 @@ static int cmd_pcap(int argc, char **argv)
 		default: fputs(pcap_usage, stderr); return 2;
 		}
 	}
-	if (argc - optind != 1 || !out || !dport) {
-		fputs(pcap_usage, stderr);
+	if (argc - optind != 1)
+		return usage_error("pcap", pcap_usage, "give one PATCH");
+	if (!out)
+		return usage_error("pcap", pcap_usage, "-o FILE is required");
+	if (!dport)
+		return usage_error("pcap", pcap_usage, "--dst ADDR:PORT is required");
+	if (refuse_same("pcap", out, argv[optind], "patch") ||
+	    refuse_same("pcap", out, key_path, "key file"))
 		return 2;
-	}
 	char err[ERRLEN] = "";
 	patch p;
 	if (patch_read(argv[optind], &p, err, sizeof(err)))

@@ -49,7 +49,8 @@ static const char demo_usage[] =
 	"namespaces it creates) to 3 bfpatch-shim actors; after every step each\n"
 	"actor's weight buffer is byte-compared with the trainer's BF16 weights.\n"
 	"Without root, ip netns or bfpatch-relay: publisher -> shims on loopback.\n"
-	"  -p, --params N      approximate parameter count (default 16M)\n"
+	"  -p, --params N      parameter count, rounded down to the model shape's\n"
+	"                      as `bfpatch synth` does (default 16M: 12.9M)\n"
 	"  -n, --steps N       steps (default 10)\n"
 	"  -l, --lr X          learning rate (default 1e-6)\n"
 	"  -g, --ongrid        master starts on the BF16 grid\n"
@@ -386,7 +387,7 @@ int cmd_demo(int argc, char **argv)
 	synth_opts so = {.params = 16000000, .lr = 1e-6, .seed = 1};
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	uint32_t steps = 10;
-	int loopback = 0, in_process = 0;
+	int loopback = 0, in_process = 0, rate_given = 0;
 	const char *report = NULL;
 	static demo d;
 	memset(&d, 0, sizeof(d));
@@ -417,6 +418,7 @@ int cmd_demo(int argc, char **argv)
 		case 'r':
 			if (parse_u64(optarg, 400000000000ull, &d.rate))
 				return bad_value("demo", "--rate", optarg);
+			rate_given = 1;
 			break;
 		case 'L': loopback = 1; break;
 		case 'I': in_process = 1; break;
@@ -427,7 +429,15 @@ int cmd_demo(int argc, char **argv)
 		}
 	}
 	if (optind != argc) {
-		fputs(demo_usage, stderr);
+		fprintf(stderr, "bfpatch demo: unexpected argument '%s'\n%s", argv[optind],
+			demo_usage);
+		return 2;
+	}
+	if (in_process && (d.keep[0] || report || loopback || rate_given)) {
+		/* nothing runs but this process: no logs to keep or report on */
+		fprintf(stderr, "bfpatch demo: --in-process runs no publisher, relay or shims: "
+			"%s does not apply to it\n",
+			d.keep[0] ? "--keep" : report ? "--report" : loopback ? "--loopback" : "--rate");
 		return 2;
 	}
 	d.frame_size = po.frame_size;

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -339,49 +340,92 @@ static int map_params(model *m, int fd, uint64_t size)
 	return 1;
 }
 
+int open_regular(const char *path, struct stat *sb, char *err, size_t errlen)
+{
+	/* O_NONBLOCK: opening a FIFO for reading would wait for a writer */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return set_err(err, errlen, "%s: %s", path, strerror(errno));
+	if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) {
+		close(fd);
+		return set_err(err, errlen, "%s: not a regular file", path);
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+		close(fd);
+		return set_err(err, errlen, "%s: %s", path, strerror(errno));
+	}
+	return fd;
+}
+
+/* A file that begins as a safetensors file does: a header length that
+ * fits the file, then '{'. */
+static int starts_like_safetensors(int fd, uint64_t size)
+{
+	uint8_t b[9];
+	uint64_t n = 0;
+	if (size < 10 || read_full(fd, b, 9, 0))
+		return 0;
+	for (int i = 0; i < 8; i++)
+		n |= (uint64_t)b[i] << (8 * i);
+	return n >= 2 && n <= ST_HEADER_MAX && 8 + n <= size && b[8] == '{';
+}
+
+/* Read and parse the safetensors header of the open file; m->header owns
+ * it on success. */
+static int read_st_header(model *m, int fd, const char *path, uint64_t size, char *err,
+			  size_t errlen)
+{
+	uint8_t lenb[8];
+	uint64_t n = 0;
+	if (size < 8 || read_full(fd, lenb, 8, 0))
+		return set_err(err, errlen, "%s: truncated safetensors file", path);
+	for (int i = 0; i < 8; i++)
+		n |= (uint64_t)lenb[i] << (8 * i);
+	if (n > ST_HEADER_MAX || 8 + n > size)
+		return set_err(err, errlen, "%s: safetensors header length %llu exceeds the file",
+			       path, (unsigned long long)n);
+	uint8_t *hdr = malloc((size_t)(8 + n));
+	if (!hdr || read_full(fd, hdr, (size_t)(8 + n), 0)) {
+		free(hdr);
+		return set_err(err, errlen, "%s: cannot read header", path);
+	}
+	char e2[256];
+	if (model_parse_safetensors(m, hdr, (size_t)(8 + n), size, e2, sizeof(e2))) {
+		free(hdr);
+		return set_err(err, errlen, "%s: %s", path, e2);
+	}
+	m->header = hdr;
+	return 0;
+}
+
 /* model_load, model_map and model_load_into: map (map) or read the data
  * section, into buf when it is given and fits. */
 static int model_open(model *m, const char *path, int map, void *buf, size_t cap, char *err,
 		      size_t errlen)
 {
 	struct stat sb;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	memset(m, 0, sizeof(*m));
+	int fd = open_regular(path, &sb, err, errlen);
 	if (fd < 0)
-		return set_err(err, errlen, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return set_err(err, errlen, "%s: not a regular file", path);
-	}
+		return -1;
 	uint64_t size = (uint64_t)sb.st_size;
-	if (has_suffix(path, ".safetensors")) {
-		uint8_t lenb[8];
-		uint64_t n = 0;
-		if (size < 8 || read_full(fd, lenb, 8, 0)) {
+	if (size == 0) {
+		close(fd);
+		return set_err(err, errlen, "%s: empty file", path);
+	}
+	/* safetensors by its name, or by its content when that parses as a
+	 * whole (a raw BF16 file would need a JSON header whose tensors tile
+	 * the rest of it); anything else is raw BF16 */
+	int st = has_suffix(path, ".safetensors");
+	if (st) {
+		if (read_st_header(m, fd, path, size, err, errlen)) {
 			close(fd);
-			return set_err(err, errlen, "%s: truncated safetensors file", path);
+			return -1;
 		}
-		for (int i = 0; i < 8; i++)
-			n |= (uint64_t)lenb[i] << (8 * i);
-		if (n > ST_HEADER_MAX || 8 + n > size) {
-			close(fd);
-			return set_err(err, errlen, "%s: safetensors header length %llu exceeds the file",
-				    path, (unsigned long long)n);
-		}
-		uint8_t *hdr = malloc((size_t)(8 + n));
-		if (!hdr || read_full(fd, hdr, (size_t)(8 + n), 0)) {
-			free(hdr);
-			close(fd);
-			return set_err(err, errlen, "%s: cannot read header", path);
-		}
-		char e2[256];
-		if (model_parse_safetensors(m, hdr, (size_t)(8 + n), size, e2, sizeof(e2))) {
-			free(hdr);
-			close(fd);
-			return set_err(err, errlen, "%s: %s", path, e2);
-		}
-		m->header = hdr;
-	} else {
+	} else if (!starts_like_safetensors(fd, size) ||
+		   read_st_header(m, fd, path, size, err, errlen)) {
+		memset(m, 0, sizeof(*m));
 		if (size % 2) {
 			close(fd);
 			return set_err(err, errlen, "%s: raw BF16 file has an odd size (%llu bytes)",
@@ -545,7 +589,14 @@ int write_file_atomic(const char *path, const void *const *bufs,
 			rc = set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
 		return rc;
 	}
-	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
+	/* PATH.tmp.XXXXXX, or, where that name would be too long for the
+	 * directory (a name of NAME_MAX less 10 or more), a short one beside it */
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	int rc_tmp = strlen(base) + 11 <= NAME_MAX
+			     ? asprintf(&tmp, "%s.tmp.XXXXXX", path)
+			     : asprintf(&tmp, "%.*s.bfpatch.tmp.XXXXXX", (int)(base - path), path);
+	if (rc_tmp < 0)
 		return set_err(err, errlen, "out of memory");
 	/* the fatal signals wait while the temporary is made and listed: one
 	 * arriving in between would leave it behind unlisted */
@@ -608,6 +659,21 @@ bad:
 	tmp_unlist(slot);
 	free(tmp);
 	return -1;
+}
+
+int same_file(const char *a, const char *b)
+{
+	struct stat x, y;
+	return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+int refuse_same(const char *cmd, const char *out, const char *in, const char *what)
+{
+	if (!in || !same_file(out, in))
+		return 0;
+	fprintf(stderr, "bfpatch %s: -o %s is the %s %s: writing it would destroy that input\n",
+		cmd, out, what, in);
+	return 2;
 }
 
 int model_save(const model *m, const char *path, char *err, size_t errlen)

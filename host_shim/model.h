@@ -11,6 +11,8 @@
 
 #include "bfpatch.h"
 
+struct stat;
+
 typedef struct model {
 	int safetensors;       /* 0: raw flat BF16 */
 	uint8_t *header;       /* safetensors: 8-byte length + JSON, verbatim */
@@ -33,8 +35,9 @@ typedef struct model {
 int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
 			    uint64_t file_size, char *err, size_t errlen);
 
-/* Load path: safetensors if the name ends in .safetensors, else raw flat
- * BF16 (even size). */
+/* Load path: safetensors if the name ends in .safetensors, or if the
+ * file parses as one whatever its name; else raw flat BF16 (even size,
+ * not empty). */
 int model_load(model *m, const char *path, char *err, size_t errlen);
 
 /* model_load into buf (cap bytes from alloc_aligned) when the data
@@ -53,6 +56,14 @@ int model_load_into(model *m, const char *path, void *buf, size_t cap, char *err
  * through, and one truncated ends the process with SIGBUS
  * (atomic_cleanup_on_signals says why). */
 int model_map(model *m, const char *path, char *err, size_t errlen);
+/* Open path for reading if it is a regular file (a FIFO is refused, not
+ * waited on); the fd, or -1 with a message in err. */
+int open_regular(const char *path, struct stat *sb, char *err, size_t errlen);
+/* a and b exist and are the same file (through links too) */
+int same_file(const char *a, const char *b);
+/* For the tools: when the output path out is the input in (NULL: none),
+ * print why `bfpatch cmd` will not write it and return 2; else 0. */
+int refuse_same(const char *cmd, const char *out, const char *in, const char *what);
 /* Write m to path atomically: temporary file in the same directory,
  * fsync, rename, fsync of the directory. Leaves nothing on error. */
 int model_save(const model *m, const char *path, char *err, size_t errlen);

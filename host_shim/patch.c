@@ -565,13 +565,9 @@ int patch_read(const char *path, patch *p, char *err, size_t errlen)
 {
 	struct stat sb;
 	memset(p, 0, sizeof(*p));
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open_regular(path, &sb, err, errlen);
 	if (fd < 0)
-		return set_err(err, errlen, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return set_err(err, errlen, "%s: not a regular file", path);
-	}
+		return -1;
 	p->buf = malloc((size_t)sb.st_size + 1);
 	if (!p->buf) {
 		close(fd);
@@ -846,9 +842,20 @@ int patch_apply(const patch *p, uint16_t *params, uint64_t n_params,
 		l[i] = (uint32_t)(p->off[i + 1] - p->off[i]);
 	}
 	apply_ctl ctl = {.threads = threads, .progress = progress};
+	apply_result res = {0};
 	int rc = patch_apply_frames(f, l, p->n, params, n_params, model_id, base_version, &ctl,
-				    NULL, err, errlen);
+				    &res, err, errlen);
 	free(f);
 	free(l);
+	if (rc && (res.status == BFP_E_HASH || res.status == BFP_E_CORRUPT)) {
+		/* the frame passed its CRC, model and version checks: what it
+		 * met is not the weights it was made from */
+		size_t k = strlen(err);
+		if (k < errlen)
+			snprintf(err + k, errlen - k,
+				 " (the frame itself is intact: the weights it was applied to are "
+				 "probably not version %u of this model, the patch's base)",
+				 base_version);
+	}
 	return rc;
 }

@@ -1178,7 +1178,12 @@ int cmd_publish(int argc, char **argv)
 		default: fputs(publish_usage, stderr); return 2;
 		}
 	}
-	if (!dir == !buffer || !lport || optind != argc) {
+	if (optind != argc) {
+		fprintf(stderr, "bfpatch publish: unexpected argument '%s' (the checkpoints go "
+			"with --dir)\n%s", argv[optind], publish_usage);
+		return 2;
+	}
+	if (!dir == !buffer || !lport) {
 		fprintf(stderr, "bfpatch publish: %s\n%s",
 			!dir == !buffer ? "give one of --dir and --buffer" : "--listen is required",
 			publish_usage);

@@ -12,6 +12,7 @@
 #include "report.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -1948,6 +1949,27 @@ out:
 
 /* ---- command line ---- */
 
+/* --trajectory DIR: it must be a directory, and out none of its
+ * checkpoints (prints why and returns 1) */
+static int trajectory_holds(const char *out, const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d) {
+		fprintf(stderr, "bfpatch report: --trajectory %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	int bad = 0;
+	for (struct dirent *e; !bad && (e = readdir(d));) {
+		if (strncmp(e->d_name, "step-", 5))
+			continue;
+		char p[PATH_MAX];
+		if (snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) < (int)sizeof(p))
+			bad = refuse_same("report", out, p, "checkpoint");
+	}
+	closedir(d);
+	return bad != 0;
+}
+
 static const char usage[] =
 	"usage: bfpatch report -o PAGE.html [options] [PATCH...]\n"
 	"Write one self-contained HTML page (inline SVG charts) showing where a\n"
@@ -2105,6 +2127,17 @@ int report_main(int argc, char **argv)
 		fputs(usage, stderr);
 		goto out;
 	}
+	/* the page must not take the place of an input */
+	for (int i = optind; i < argc; i++)
+		if (refuse_same("report", out, argv[i], "patch"))
+			goto out;
+	for (size_t i = 0; i < n_ev; i++)
+		if (refuse_same("report", out, ev[i], "event log"))
+			goto out;
+	if (refuse_same("report", out, in.base, "base checkpoint") ||
+	    refuse_same("report", out, in.target, "target checkpoint") ||
+	    (in.trajectory && trajectory_holds(out, in.trajectory)))
+		goto out;
 	in.patches = (const char *const *)(argv + optind);
 	in.n_patches = (size_t)(argc - optind);
 	in.events = ev;

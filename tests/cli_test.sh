@@ -303,6 +303,70 @@ chmod 644 "$T/key-7"
 expect_fail "pcap with a key file others can read" "$T/p01l.pcap" \
 	"$BFP" pcap "$T/p01" -o "$T/p01l.pcap" --dst 198.18.0.1:7400 --key "$T/key-7"
 
+# an output path that is an input is refused, the input intact
+cp "$T/p01" "$T/p01.keep"
+expect_fail "pcap -o its own patch" "" \
+	"$BFP" pcap "$T/p01" -o "$T/p01" --dst 198.18.0.1:7400
+check "pcap left the patch it refused to overwrite intact" "cmp -s '$T/p01' '$T/p01.keep'"
+expect_fail "report -o its own patch" "" "$BFP" report -o "$T/p01" "$T/p01"
+cp "$S1" "$T/s1.keep"
+expect_fail "report -o a checkpoint of its --trajectory" "" \
+	"$BFP" report -o "$S1" -T "$T/traj" "$T/p01"
+expect_fail "report -o its --base" "" "$BFP" report -o "$S1" -B "$S1" "$T/p01"
+check "report left the inputs it refused to overwrite intact" \
+	"cmp -s '$T/p01' '$T/p01.keep' && cmp -s '$S1' '$T/s1.keep'"
+expect_fail "report --trajectory that does not exist" "$T/r.html" \
+	"$BFP" report -o "$T/r.html" -T "$T/no-such-dir" "$T/p01"
+
+# safetensors by content whatever the name; raw under a safetensors name refused
+cp "$S0" "$T/s0.st"
+"$BFP" diff -q "$T/s0.st" "$S1" -o "$T/p01st"
+check "a safetensors file not named .safetensors is read as one (same patch)" \
+	"cmp -s '$T/p01st' '$T/p01'"
+expect_fail "apply to a raw base with -o NAME.safetensors" "$T/raw-out.safetensors" \
+	"$BFP" apply "$T/old.bin" "$T/praw" -o "$T/raw-out.safetensors"
+: > "$T/empty"
+expect_fail "diff of an empty file" "$T/xe" "$BFP" diff "$T/empty" "$S1" -o "$T/xe"
+check "an empty input is named as such" "grep -q 'empty file' '$T/stderr'"
+mkfifo "$T/fifo"
+expect_fail "diff of a FIFO (refused, not waited on)" "$T/xf" \
+	timeout 10 "$BFP" diff "$T/fifo" "$S1" -o "$T/xf"
+check "a FIFO input is refused as not a regular file" "grep -q 'not a regular file' '$T/stderr'"
+expect_fail "info of a FIFO" "" timeout 10 "$BFP" info "$T/fifo"
+
+# a patch applied to weights that are not its base: the frame is intact,
+# so the message points at the base, not at the patch
+expect_fail "apply a patch to its own target" "$T/twice.safetensors" \
+	"$BFP" apply "$S1" "$T/p01" -o "$T/twice.safetensors"
+check "applying to the wrong base says the base is probably wrong" \
+	"grep -q 'probably not version 0 of this model' '$T/stderr'"
+
+# synth does not mix its steps with an older run's
+"$BFP" synth -o "$T/traj4" -p 300k -n 2 -S 3 2>/dev/null
+expect_fail "synth into a directory holding later steps of another run" "" \
+	"$BFP" synth -o "$T/traj4" -p 300k -n 1 -S 9
+check "synth left the other run's steps as they were" \
+	"cmp -s '$T/traj4/step-0001.safetensors' '$S1'"
+expect_fail "synth --params below 4096 gives the range" "" "$BFP" synth -o "$T/x" -p 1k
+check "synth --params error names the range" "grep -q '4096 to' '$T/stderr'"
+
+# an output name with no room for PATH.tmp.XXXXXX is still written atomically
+L=$(printf '%0250d' 0)
+"$BFP" diff -q "$S0" "$S1" -o "$T/$L"
+check "an output name of 250 characters is written" "cmp -s '$T/$L' '$T/p01'"
+rm -f "$T/$L"
+
+# usage errors say what is wrong
+expect_fail "diff without -o" "" "$BFP" diff "$S0" "$S1"
+check "diff without -o says -o is required" "grep -q -- '-o PATCH is required' '$T/stderr'"
+expect_fail "apply with an extra argument" "$T/xa" "$BFP" apply "$S0" "$T/p01" extra -o "$T/xa"
+check "apply with an extra argument says so" "grep -q 'give BASE and PATCH' '$T/stderr'"
+expect_fail "publish with a stray argument" "" \
+	"$BFP" publish extra --dir "$T/traj" --listen 127.0.0.1:1
+check "publish names the stray argument" "grep -q \"unexpected argument 'extra'\" '$T/stderr'"
+expect_fail "demo --in-process with --keep" "$T/kept" \
+	"$BFP" demo --in-process -p 200k -n 1 -k "$T/kept"
+
 # usage errors exit 2; --help exits 0
 for c in diff apply info synth demo pcap version; do
 	"$BFP" $c --help >/dev/null 2>&1
