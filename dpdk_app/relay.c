@@ -94,6 +94,7 @@ typedef struct relay_conf {
 	uint16_t upstream_port;       /* upstream control port */
 	uint64_t cache_bytes;
 	uint32_t cache_versions;
+	int cache_bytes_given;         /* --cache-bytes on the command line */
 	uint64_t default_rate_bps;
 	uint32_t queue_len;
 	uint32_t max_per_host;        /* subscriptions one address may JOIN;
@@ -1118,7 +1119,8 @@ static const char usage_text[] =
 	"  -u, --upstream ADDR:PORT    relay or publisher to subscribe to (its\n"
 	"                              control port); NACK misses go there\n"
 	"  -C, --cache-bytes N         repair cache budget (default 64M; K, M, G:\n"
-	"                              KiB, MiB, GiB)\n"
+	"                              KiB, MiB, GiB); the cache also holds at\n"
+	"                              most half of --mbufs frames\n"
 	"  -K, --cache-versions K      target versions kept (default 2)\n"
 	"  -r, --rate BITS             default per-subscriber rate, e.g. 1g, 100m;\n"
 	"                              0 = unlimited (default)\n"
@@ -1130,7 +1132,8 @@ static const char usage_text[] =
 	"  -t, --heartbeat-timeout S   drop silent subscribers after S s (10)\n"
 	"  -k, --check-crc             verify each frame's CRC32C before relaying\n"
 	"  -m, --mbuf-size N           mbuf data room (default 10240: 9000 B frames)\n"
-	"  -n, --mbufs N               mbufs in the RX pool (default 8191)\n"
+	"  -n, --mbufs N               mbufs in the RX pool (default 8191), each of\n"
+	"                              --mbuf-size; cached frames keep theirs\n"
 	"  -T, --run-time S            stop after S seconds (tests)\n"
 	"  -A, --key FILE              relay only frames, and accept only control\n"
 	"                              messages, signed with a key given; sign our own\n"
@@ -1162,8 +1165,8 @@ static int parse_sub(const char *s, sub_conf *sc)
 				return -1;
 			sc->has_mac = 1;
 		} else if (!strncmp(opt, "rate=", 5)) {
-			if (rp_parse_num(opt + 5, 0, 400000000000ull, &v))
-				return -1;
+			if (rp_parse_num(opt + 5, 0, 400000000000ull, &v) || (v && v < 1000))
+				return -1; /* bit/s: 100 meant as Mbit/s would be 100 bit/s */
 			sc->rate_bps = v;
 		} else if (!strncmp(opt, "eth=", 4)) {
 			if (rp_parse_num(opt + 4, 0, MAX_PORTS - 1, &v))
@@ -1220,16 +1223,19 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		switch (c) {
 		case 'i':
 		case 'g': {
+			char whole[64]; /* optarg is cut below: errors show it whole */
+			snprintf(whole, sizeof(whole), "%s", optarg);
 			char *colon = strchr(optarg, ':'), *slash = strchr(optarg, '/');
 			uint64_t len = 0;
 			uint32_t ip;
 			if (slash && (c == 'g' || rp_parse_num(slash + 1, 1, 32, &len)))
-				return bad(c == 'i' ? "--ip (prefix length 1..32)" : "--gateway", optarg);
+				return bad(c == 'i' ? "--ip (prefix length 1..32)" : "--gateway", whole);
 			if (slash)
 				*slash = 0;
 			if (!colon || rp_parse_num((*colon = 0, optarg), 0, MAX_PORTS - 1, &v) ||
 			    ip_parse(colon + 1, &ip) || !ip)
-				return bad(c == 'i' ? "--ip" : "--gateway", optarg);
+				return bad(c == 'i' ? "--ip (PORT:A.B.C.D[/LEN])" : "--gateway (PORT:A.B.C.D)",
+					   whole);
 			if (c == 'g') {
 				cf->gateway[v] = ip;
 				break;
@@ -1262,6 +1268,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		case 'C':
 			if (rp_parse_bytes(optarg, 65536, 1ull << 40, &cf->cache_bytes))
 				return bad("--cache-bytes", optarg);
+			cf->cache_bytes_given = 1;
 			break;
 		case 'K':
 			if (rp_parse_num(optarg, 1, 1000, &v))
@@ -1269,8 +1276,9 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			cf->cache_versions = (uint32_t)v;
 			break;
 		case 'r':
-			if (rp_parse_num(optarg, 0, 400000000000ull, &cf->default_rate_bps))
-				return bad("--rate", optarg);
+			if (rp_parse_num(optarg, 0, 400000000000ull, &cf->default_rate_bps) ||
+			    (cf->default_rate_bps && cf->default_rate_bps < 1000))
+				return bad("--rate (bit/s, at least 1k, e.g. 100m; 0: unlimited)", optarg);
 			break;
 		case 'q':
 			if (rp_parse_num(optarg, 16, 65536, &v) || (v & (v - 1)))
@@ -1335,8 +1343,11 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		ip_parse("198.18.0.1", &cf->ip[0]);
 		cf->n_ip = 1;
 	}
-	if (cf->data_port == cf->control_port)
-		return bad("--control-port (must differ from the data port)", "");
+	if (cf->data_port == cf->control_port) {
+		fprintf(stderr, "bfpatch-relay: --control-port %u is the data port: give them "
+			"different ports\n", cf->control_port);
+		return -1;
+	}
 	for (unsigned p = 0; p < MAX_PORTS; p++) {
 		if (!cf->gateway[p])
 			continue;
@@ -1450,6 +1461,15 @@ static int relay_setup(relay *r)
 		r->n_ports = 0;
 		return -1;
 	}
+	for (unsigned p = 0; p < MAX_PORTS; p++)
+		if ((p < r->cf.n_ip && r->cf.ip[p] && p >= r->n_ports) ||
+		    (r->cf.gateway[p] && p >= r->n_ports)) {
+			fprintf(stderr, "bfpatch-relay: --%s %u:...: there is no DPDK port %u "
+				"(%u port%s: 0..%u)\n", p < r->cf.n_ip && r->cf.ip[p] ? "ip" : "gateway",
+				p, p, r->n_ports, r->n_ports == 1 ? "" : "s", r->n_ports - 1);
+			r->n_ports = 0;
+			return -1;
+		}
 	/* a port without --ip of its own uses the first address given */
 	uint32_t ip_any = 0;
 	for (unsigned i = 0; i < r->cf.n_ip && !ip_any; i++)
@@ -1484,8 +1504,15 @@ static int relay_setup(relay *r)
 	uint32_t cap = 1024;
 	while ((uint64_t)cap * 1024 < r->cf.cache_bytes && cap < (1u << 22))
 		cap <<= 1;
+	const uint32_t want = cap;
 	while (cap > 64 && cap > r->cf.n_mbufs / 2)
 		cap >>= 1;
+	if (cap < want && r->cf.cache_bytes_given)
+		fprintf(stderr, "bfpatch-relay: warning: the repair cache holds at most %u frames, "
+			"half of --mbufs %u (about %.0f MB of 1200-byte frames, %.0f MB of "
+			"8900-byte ones), less than --cache-bytes %" PRIu64 " asks for; give "
+			"--mbufs %u to use it all\n", cap, r->cf.n_mbufs, cap * 1200.0 / 1e6,
+			cap * 8900.0 / 1e6, r->cf.cache_bytes, 2 * want + 1);
 	r->cache_ring = rte_zmalloc("cache_ring", cap * sizeof(rp_cache_entry), 0);
 	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint32_t), 0);
 	if (!r->cache_ring || !r->cache_hash ||
@@ -1587,6 +1614,22 @@ static void relay_teardown(relay *r)
 #ifndef BFP_RELAY_NO_MAIN
 int main(int argc, char **argv)
 {
+	/* the relay's usage without EAL (which needs hugepages or a device
+	 * to start, and answers --help with its own options only) */
+	int dashes = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || (dashes && !strcmp(argv[i], "-h"))) {
+			fputs(usage_text, stdout);
+			fputs("EAL options (before --) are DPDK's: -l CORES, -a PCI, --vdev, "
+			      "--file-prefix, -m MB, ... (DPDK's EAL documentation)\n", stdout);
+			return 0;
+		}
+		dashes |= !strcmp(argv[i], "--");
+	}
+	if (argc > 1 && !dashes)
+		fprintf(stderr, "bfpatch-relay: warning: no '--' on the command line, so every "
+			"option went to DPDK's EAL (where -m, -n, -c, -s, -d mean other things); "
+			"the relay's own options go after --\n");
 	int ret = rte_eal_init(argc, argv);
 	if (ret < 0) {
 		fprintf(stderr, "bfpatch-relay: EAL initialisation failed: %s\n",

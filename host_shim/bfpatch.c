@@ -760,11 +760,17 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[1], writers[i]))
 			atomic_cleanup_on_signals(); /* no temporaries left by ^C */
 	malloc_keep_freed();
-	int rc = run(argv[1], argc - 1, argv + 1);
+	/* getopt's own messages (an unknown option) then name the command
+	 * as the others do: "bfpatch diff: ..." */
+	const char *cmd = argv[1];
+	char prog[64];
+	snprintf(prog, sizeof(prog), "bfpatch %s", cmd);
+	argv[1] = prog;
+	int rc = run(cmd, argc - 1, argv + 1);
 	/* what a command printed (info, --help, tables) must have reached
 	 * stdout: a full disk or a closed stdout is an error, not exit 0 */
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "bfpatch %s: writing standard output: %s\n", argv[1],
+		fprintf(stderr, "bfpatch %s: writing standard output: %s\n", cmd,
 			errno ? strerror(errno) : "write error");
 		return rc ? rc : 1;
 	}

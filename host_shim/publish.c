@@ -1134,6 +1134,11 @@ int cmd_publish(int argc, char **argv)
 		case 'r':
 			if (rp_parse_num(optarg, 0, 400000000000ull, &rate))
 				return bad_value("publish", "--rate", optarg);
+			if (rate && rate < 1000) { /* 100 meant as Mbit/s would be 100 bit/s */
+				fprintf(stderr, "bfpatch publish: --rate %s: rates are bit/s, at least "
+					"1k (100m is 100 Mbit/s; 0: unlimited)\n", optarg);
+				return 2;
+			}
 			break;
 		case 's':
 			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
@@ -1181,6 +1186,11 @@ int cmd_publish(int argc, char **argv)
 	if (optind != argc) {
 		fprintf(stderr, "bfpatch publish: unexpected argument '%s' (the checkpoints go "
 			"with --dir)\n%s", argv[optind], publish_usage);
+		return 2;
+	}
+	if (resume && buffer) {
+		fprintf(stderr, "bfpatch publish: --resume goes with --dir (a --buffer has one "
+			"version, the one it holds)\n");
 		return 2;
 	}
 	if (!dir == !buffer || !lport) {
@@ -1281,6 +1291,9 @@ int cmd_publish(int argc, char **argv)
 	events_emit(&P.ev, "start", "\"params\":%" PRIu64 ",\"model_id\":\"%016" PRIx64
 		    "\",\"rate_bps\":%" PRIu64 ",\"frame_size\":%u,\"version\":%u", cur.n_params,
 		    cur.model_id, rate, po.frame_size, ver);
+	if (ver >= steps)
+		fprintf(stderr, "bfpatch publish: version %u is already at or past --steps %u: "
+			"nothing new to publish; answering for --linger %u s\n", ver, steps, linger);
 	double done_at = 0, next_heartbeat = 0;
 	int rc = 0;
 	while (!quit) {

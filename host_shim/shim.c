@@ -1191,6 +1191,15 @@ static void print_stats(const shim *s)
 	fflush(stdout);
 }
 
+/* The long name of option c in lo, for messages. */
+static const char *long_name(const struct option *lo, int c)
+{
+	for (; lo->name; lo++)
+		if (lo->val == c)
+			return lo->name;
+	return "?";
+}
+
 static const char usage[] =
 	"usage: bfpatch-shim --buffer PATH --upstream ADDR:PORT [options]\n"
 	"Receives a model's patch frames, stages and NACKs them, and commits\n"
@@ -1287,6 +1296,11 @@ int main(int argc, char **argv)
 		case 'r':
 			if (rp_parse_num(optarg, 0, 4000000000000ull, &v))
 				goto bad;
+			if (v && v < 1000) { /* 100 meant as Mbit/s would be 100 bit/s */
+				fprintf(stderr, "bfpatch-shim: --rate %s: rates are bit/s, at least 1k "
+					"(100m is 100 Mbit/s; 0 leaves it to the sender)\n", optarg);
+				return 2;
+			}
 			s.rate_kbps = (uint32_t)(v / 1000 > UINT32_MAX ? UINT32_MAX : v / 1000);
 			break;
 		case 'c':
@@ -1313,11 +1327,15 @@ int main(int argc, char **argv)
 			break;
 		case 'E': events_path = optarg; break;
 		case 'N': name = optarg; break;
-		case 'T':
-			s.exit_after = strtod(optarg, NULL);
-			if (!(s.exit_after > 0))
+		case 'T': {
+			char *end;
+			errno = 0;
+			s.exit_after = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(s.exit_after > 0) ||
+			    s.exit_after > 1e9) /* seconds, no unit */
 				goto bad;
 			break;
+		}
 		case 'D':
 			if (rp_parse_num(optarg, 1, 1u << 30, &v))
 				goto bad;
@@ -1340,14 +1358,23 @@ int main(int argc, char **argv)
 			break;
 		case 'h': fputs(usage, stdout); return 0;
 		default:
+			fputs(usage, stderr); /* getopt said which option */
+			return 2;
 		bad:
-			fprintf(stderr, "bfpatch-shim: invalid option or value%s%s\n%s",
-				optarg ? ": " : "", optarg ? optarg : "", usage);
+			fprintf(stderr, "bfpatch-shim: invalid value '%s' for --%s (see --help)\n",
+				optarg ? optarg : "", long_name(lo, c));
 			return 2;
 		}
 	}
-	if (!buffer || !uport || optind != argc) {
-		fputs(usage, stderr);
+	const char *why = optind != argc ? "unexpected argument"
+			  : !buffer	 ? "--buffer FILE is required"
+			  : !uport	 ? "--upstream ADDR:PORT is required"
+			  : version0 && !init ? "--version goes with --init"
+			  : eal_args && !dma_dev && !port_args ? "--eal goes with --dma or --port"
+							       : NULL;
+	if (why) {
+		fprintf(stderr, "bfpatch-shim: %s%s%s%s\n%s", why, optind != argc ? " '" : "",
+			optind != argc ? argv[optind] : "", optind != argc ? "'" : "", usage);
 		return 2;
 	}
 #ifndef BFP_SHIM_DPDK

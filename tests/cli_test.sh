@@ -366,6 +366,34 @@ expect_fail "publish with a stray argument" "" \
 check "publish names the stray argument" "grep -q \"unexpected argument 'extra'\" '$T/stderr'"
 expect_fail "demo --in-process with --keep" "$T/kept" \
 	"$BFP" demo --in-process -p 200k -n 1 -k "$T/kept"
+expect_fail "publish --rate under 1 kbit/s" "" \
+	"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:1 --rate 100
+expect_fail "publish --resume with --buffer" "" \
+	"$BFP" publish --buffer "$T/nobuf" --resume --listen 127.0.0.1:1
+SHIM=$(dirname "$BFP")/bfpatch-shim
+if [ -x "$SHIM" ]; then
+	expect_fail "shim --exit-after with a unit" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 -T 5m
+	check "the shim names the option whose value it refuses" \
+		"grep -q \"invalid value '5m' for --exit-after\" '$T/stderr'"
+	expect_fail "shim --rate under 1 kbit/s" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 --rate 100
+	expect_fail "shim without --upstream" "" "$SHIM" -b "$T/nobuf"
+	check "the shim says --upstream is required" "grep -q -- '--upstream ADDR:PORT is required' '$T/stderr'"
+	expect_fail "shim with a stray argument" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 stray
+	check "the shim names the stray argument" "grep -q \"unexpected argument 'stray'\" '$T/stderr'"
+	expect_fail "shim --version without --init" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 -V 3
+fi
+RELAY=$(dirname "$BFP")/../dpdk_app/bfpatch-relay
+if [ -x "$RELAY" ]; then
+	"$RELAY" --help > "$T/relay-help" 2>&1
+	check "bfpatch-relay --help prints the relay's options without starting EAL" \
+		"[ $? -eq 0 ] && grep -q -- '--cache-bytes' '$T/relay-help'"
+	P=bfpclitest$$
+	expect_fail "bfpatch-relay --ip for a port it does not have" "" timeout 60 "$RELAY" \
+		--no-huge -m 512 --no-pci --file-prefix $P --vdev=net_null0 \
+		--log-level=lib.eal:error -- --ip 3:198.18.0.5
+	rm -rf "/var/run/dpdk/$P"
+	check "the relay says which port is missing" "grep -q 'there is no DPDK port 3' '$T/stderr'"
+fi
 
 # usage errors exit 2; --help exits 0
 for c in diff apply info synth demo pcap version; do

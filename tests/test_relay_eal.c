@@ -482,6 +482,41 @@ static void test_join_keeps_pacing_and_static_settings(void **state)
 	assert_int_equal(s->model_id, 5);
 }
 
+/* parse_args on a fresh configuration; 0 or -1 */
+static int parse(int argc, char **argv, relay_conf *cf)
+{
+	memset(cf, 0, sizeof(*cf));
+	optind = 0; /* glibc: start getopt over */
+	return parse_args(argc, argv, cf);
+}
+
+static void test_options_refuse_nonsense_and_read_sizes_in_binary(void **state)
+{
+	(void)state;
+	relay_conf cf;
+	char *sizes[] = {"relay", "--cache-bytes", "64M", NULL};
+	assert_int_equal(parse(3, sizes, &cf), 0);
+	assert_int_equal(cf.cache_bytes, 64ull << 20);
+	char *rate_ok[] = {"relay", "--rate", "1k", NULL};
+	assert_int_equal(parse(3, rate_ok, &cf), 0);
+	assert_int_equal(cf.default_rate_bps, 1000);
+	char *rate_zero[] = {"relay", "--rate", "0", NULL};
+	assert_int_equal(parse(3, rate_zero, &cf), 0);
+	/* a rate under 1 kbit/s is someone's Mbit/s written as bit/s */
+	char *rate_low[] = {"relay", "--rate", "100", NULL};
+	assert_int_equal(parse(3, rate_low, &cf), -1);
+	char *sub_low[] = {"relay", "--subscriber", "198.18.0.7:7500,rate=999", NULL};
+	assert_int_equal(parse(3, sub_low, &cf), -1);
+	char *sub_ok[] = {"relay", "--subscriber", "198.18.0.7:7500,rate=100m", NULL};
+	assert_int_equal(parse(3, sub_ok, &cf), 0);
+	assert_int_equal(cf.subs[0].rate_bps, 100000000ull);
+	char *same_port[] = {"relay", "--data-port", "7400", "--control-port", "7400", NULL};
+	assert_int_equal(parse(5, same_port, &cf), -1);
+	char ip_arg[] = "9:198.18.0.1"; /* parse_args cuts its copy */
+	char *bad_ip[] = {"relay", "--ip", ip_arg, NULL};
+	assert_int_equal(parse(3, bad_ip, &cf), -1);
+}
+
 int main(void)
 {
 	if (getuid() != 0) {
@@ -499,6 +534,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_cache_keeps_keyframes_apart_from_patch_frames, drop_subs),
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
 		cmocka_unit_test_teardown(test_pacing_holds_a_subscriber_to_its_rate, drop_subs),
+		cmocka_unit_test(test_options_refuse_nonsense_and_read_sizes_in_binary),
 	};
 	int rc = cmocka_run_group_tests_name("relay_eal", tests, setup, teardown);
 	rte_eal_cleanup();
