@@ -3,7 +3,8 @@
  * trajectories, next to the baselines measured in the same run:
  * PULSESync-style COO + zstd-1, SparrowRL-style LEB128 gaps (raw and
  * zstd-1), zstd-3 of old XOR new, a plug-in conditional entropy estimate,
- * and this machine's bandwidth for comparing two BF16 arrays.
+ * this machine's bandwidth for comparing two BF16 arrays, and the speed
+ * of listing the changes uncoded (the least a sparse encoder does).
  */
 #define _GNU_SOURCE
 #include <getopt.h>
