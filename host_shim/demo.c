@@ -177,10 +177,12 @@ static void cleanup(demo *d)
 	for (int i = 0; i < ACTORS; i++) {
 		if (!d->shm[i][0])
 			continue;
-		char undo[sizeof(d->shm[i]) + 8];
-		snprintf(undo, sizeof(undo), "%s.undo", d->shm[i]); /* the commit journal */
+		char side[sizeof(d->shm[i]) + 8];
 		unlink(d->shm[i]);
-		unlink(undo);
+		snprintf(side, sizeof(side), "%s.undo", d->shm[i]); /* the commit journal */
+		unlink(side);
+		snprintf(side, sizeof(side), "%s.lock", d->shm[i]); /* one shim a buffer */
+		unlink(side);
 	}
 	if (d->keep[0]) {
 		sh("mkdir -p '%s' && cp -r '%s'/. '%s'/", d->keep, d->dir, d->keep);

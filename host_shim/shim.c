@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -36,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1206,7 +1208,8 @@ static const char usage[] =
 	"each complete version into the weight buffer PATH, verified.\n"
 	"  -b, --buffer PATH       weight buffer (a file under /dev/shm or hugetlbfs)\n"
 	"  -i, --init FILE         create PATH from a checkpoint first (version 0,\n"
-	"                          or --version); refuses to overwrite\n"
+	"                          or --version); a PATH that exists is used as it\n"
+	"                          is (a restart), unless it holds another model\n"
 	"  -V, --version N         version of --init (default 0)\n"
 	"  -u, --upstream A:PORT   control port of the relay or publisher\n"
 	"  -l, --listen A:PORT     where frames arrive (default 0.0.0.0:7500)\n"
@@ -1383,10 +1386,34 @@ int main(int argc, char **argv)
 		return 2;
 	}
 #endif
+	/* one shim a buffer: a second would repair, roll back and commit
+	 * into the first one's buffer (or --init a file over it). The lock is
+	 * on BUFFER.lock, which --init's rename does not replace; the kernel
+	 * drops it when this process ends, however it ends. */
+	char lkp[4096];
+	snprintf(lkp, sizeof(lkp), "%s.lock", buffer);
+	int lock_fd = open(lkp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (lock_fd < 0) {
+		fprintf(stderr, "bfpatch-shim: %s: %s\n", lkp, strerror(errno));
+		return 1;
+	}
+	if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+		fprintf(stderr, "bfpatch-shim: %s is in use by another bfpatch-shim (%s is "
+			"locked)\n", buffer, lkp);
+		return 1;
+	}
+	uint64_t init_model = 0;
 	if (init) {
 		model m;
-		if (model_load(&m, init, err, sizeof(err)) ||
-		    wbuf_create(buffer, &m, (uint32_t)version0, 0, err, sizeof(err))) {
+		if (model_load(&m, init, err, sizeof(err))) {
+			fprintf(stderr, "bfpatch-shim: %s\n", err);
+			return 1;
+		}
+		if (access(buffer, F_OK) == 0) {
+			/* a restart with the same command line: the buffer, not the
+			 * checkpoint, holds the actor's weights now */
+			init_model = m.model_id;
+		} else if (wbuf_create(buffer, &m, (uint32_t)version0, 0, err, sizeof(err))) {
 			fprintf(stderr, "bfpatch-shim: %s\n", err);
 			return 1;
 		}
@@ -1396,6 +1423,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bfpatch-shim: %s\n", err);
 		return 1;
 	}
+	if (init_model && s.w.h->model_id != init_model) {
+		fprintf(stderr, "bfpatch-shim: %s holds another model (id %016" PRIx64 ") than "
+			"--init %s (%016" PRIx64 "); remove the buffer to start over from it\n",
+			buffer, s.w.h->model_id, init, init_model);
+		return 1;
+	}
+	if (init_model)
+		printf("bfpatch-shim: %s exists with this model: using it, not --init %s\n", buffer,
+		       init);
 	wbuf_prefault_write(&s.w);
 	if (wbuf_seq_repair(&s.w))
 		printf("bfpatch-shim: version %u was published by a run that died before it "

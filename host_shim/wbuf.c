@@ -22,7 +22,7 @@ int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
 		char *err, size_t errlen)
 {
 	if (!replace && access(path, F_OK) == 0)
-		return set_err(err, errlen, "%s exists (use --replace to overwrite)", path);
+		return set_err(err, errlen, "%s exists", path);
 	uint64_t st_len = m->safetensors ? m->header_len : 0;
 	uint64_t data_off = page_up(WBUF_HDR + st_len);
 	uint8_t *head = calloc(1, (size_t)data_off);
@@ -157,6 +157,15 @@ static uint8_t *journal_map(const char *path, const char *suffix, size_t unit, s
 	if (resize && ftruncate(fd, (off_t)want) != 0) {
 		close(fd);
 		set_err(err, errlen, "%s: %s", jp, strerror(errno));
+		return NULL;
+	}
+	/* the blocks now, not at the first write through the mapping: a
+	 * full disk (a tmpfs /dev/shm) is an error here, where there it
+	 * would be a SIGBUS in the middle of a commit */
+	int fe = posix_fallocate(fd, 0, (off_t)want);
+	if (fe != 0) {
+		close(fd);
+		set_err(err, errlen, "%s: cannot reserve %zu bytes: %s", jp, want, strerror(fe));
 		return NULL;
 	}
 	uint8_t *map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -7,7 +7,7 @@ BFP=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/test_lib.sh"
 T=$(mktemp -d)
-trap 'umount "$T/rofs" 2>/dev/null; chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
+trap 'umount "$T/rofs" "$T/full" 2>/dev/null; chmod -R u+w "$T" 2>/dev/null; rm -rf "$T" /dev/shm/bfpcli$$*' EXIT
 
 "$BFP" synth -o "$T/traj" -p 300k -n 2 -S 3 2>/dev/null || { echo "synth failed"; exit 1; }
 S0=$T/traj/step-0000.safetensors S1=$T/traj/step-0001.safetensors S2=$T/traj/step-0002.safetensors
@@ -381,6 +381,34 @@ if [ -x "$SHIM" ]; then
 	expect_fail "shim with a stray argument" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 stray
 	check "the shim names the stray argument" "grep -q \"unexpected argument 'stray'\" '$T/stderr'"
 	expect_fail "shim --version without --init" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 -V 3
+	# one shim a buffer; --init on an existing buffer is a restart
+	B=/dev/shm/bfpcli$$
+	LP=$((20000 + $$ % 20000))
+	"$SHIM" -b $B -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 1)) -T 4 > "$T/shim1.log" 2>&1 &
+	SP=$!
+	for i in $(seq 50); do grep -q "listening" "$T/shim1.log" && break; sleep 0.1; done
+	cp $B "$T/buf.before"
+	expect_fail "a second shim on a buffer in use" "" \
+		"$SHIM" -b $B -i "$S1" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 2)) -T 1
+	check "the second shim says the buffer is in use, and left it as it was" \
+		"grep -q 'in use by another bfpatch-shim' '$T/stderr' && cmp -s $B '$T/buf.before'"
+	wait $SP
+	"$SHIM" -b $B -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 3)) -T 1 > "$T/shim2.log" 2>&1
+	check "a shim restarted with the same --init uses its buffer" \
+		"[ $? -eq 0 ] && grep -q 'exists with this model: using it' '$T/shim2.log'"
+	"$BFP" synth -o "$T/other" -p 2M -n 0 -S 5 2>/dev/null
+	expect_fail "--init of another model onto an existing buffer" "" \
+		"$SHIM" -b $B -i "$T/other/step-0000.safetensors" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 4)) -T 1
+	check "the buffer of the other model is left as it was" "cmp -s $B '$T/buf.before'"
+	rm -f $B $B.*
+	# a full /dev/shm-like tmpfs: an error at start, not a bus error mid-commit
+	mkdir -p "$T/full"
+	if mount -t tmpfs -o size=900k tmpfs "$T/full" 2>/dev/null; then
+		expect_fail "a shim whose undo journal has no room" "" \
+			"$SHIM" -b "$T/full/buf" -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 9)) -T 1
+		check "it says it cannot reserve the journal" "grep -q 'cannot reserve' '$T/stderr'"
+		umount "$T/full"
+	fi
 fi
 RELAY=$(dirname "$BFP")/../dpdk_app/bfpatch-relay
 if [ -x "$RELAY" ]; then
