@@ -15,6 +15,8 @@ port=$((20000 + ($$ + 7) % 20000))
 	--listen 127.0.0.1:$((port + 1)) --exit-after 60 > "$T/shim.log" 2>&1 &
 PIDS="$PIDS $!"
 sleep 0.5
+$PY "$HERE/python/check_buffer_errors.py" "$SHM" "$HERE/../host_shim/python" "$T" ||
+	{ echo "not ok - the Python module on damaged or stuck buffers"; exit 1; }
 $PY "$HERE/python/check_buffer.py" "$SHM" "$T/traj/step-0000.safetensors" \
 	"$T/traj/step-0001.safetensors" "$HERE/../host_shim/python" > "$T/py.log" 2>&1 &
 PYPID=$!

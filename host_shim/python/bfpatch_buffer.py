@@ -12,6 +12,8 @@ shim writes it. Works with Debian's python3-numpy and python3-torch.
 
 Read at a safe point: a commit writes in place. `consistent(fn)` runs fn
 until it saw no commit in progress from start to end (a sequence lock).
+`WeightBuffer(path, writable=False)` maps the buffer read-only, for an
+actor that never takes part in safe points.
 
 With `bfpatch-shim --commit safe-point` the shim stages a complete version
 and waits; the actor calls `safe_point()` between rollouts, which lets the
@@ -41,22 +43,57 @@ _NUMPY = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I8": "i1",
 
 
 class WeightBuffer:
-    def __init__(self, path):
-        self._f = open(path, "r+b")
-        self._mm = mmap.mmap(self._f.fileno(), 0)
+    def __init__(self, path, writable=True):
+        """Map the buffer at path. writable=False maps it read-only (an
+        actor that only reads weights; safe_point() and allow() need to
+        write the handshake word and raise then). Raises ValueError for a
+        file that is not a whole weight buffer."""
+        self.writable = writable
+        self._f = open(path, "r+b" if writable else "rb")
+        try:
+            size = self._f.seek(0, 2)
+            if size < _HDR.size:
+                raise ValueError("%s: not a bfpatch weight buffer (%d bytes, shorter than "
+                                 "its header)" % (path, size))
+            self._mm = mmap.mmap(self._f.fileno(), 0,
+                                 access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+            self._parse(path, size)
+        except BaseException:
+            if getattr(self, "_mm", None) is not None:
+                self._mm.close()
+            self._f.close()
+            raise
+
+    def _parse(self, path, size):
         h = _HDR.unpack_from(self._mm, 0)
         if h[0] != MAGIC or h[1] != 1:
             raise ValueError("%s: not a bfpatch weight buffer" % path)
         (_, _, _, self.n_params, self.model_id, st_off, st_len,
          self.data_offset, self.data_bytes) = h[:9]
+        # the shim checks these too (wbuf_open): a buffer cut short, or a
+        # header that points outside the file, is refused, not half-read
+        whole = self.data_offset + 2 * self.n_params
+        if whole > size or self.data_bytes > 2 * self.n_params or st_off < _HDR.size \
+                or st_off + st_len > self.data_offset:
+            raise ValueError("%s: bfpatch weight buffer cut short or damaged (%d bytes, its "
+                             "header says %d)" % (path, size, whole))
         self.tensors = {}
         if st_len:
-            n = struct.unpack_from("<Q", self._mm, st_off)[0]
-            meta = json.loads(bytes(self._mm[st_off + 8:st_off + 8 + n]).rstrip(b" "))
-            for name, t in meta.items():
-                if name != "__metadata__":
-                    self.tensors[name] = (t["dtype"], tuple(t["shape"]),
-                                          t["data_offsets"][0], t["data_offsets"][1])
+            try:
+                n = struct.unpack_from("<Q", self._mm, st_off)[0]
+                if 8 + n > st_len:
+                    raise ValueError("header length %d past its %d bytes" % (n, st_len))
+                meta = json.loads(bytes(self._mm[st_off + 8:st_off + 8 + n]).rstrip(b" "))
+                for name, t in meta.items():
+                    if name == "__metadata__":
+                        continue
+                    b, e = t["data_offsets"]
+                    if not 0 <= b <= e <= self.data_bytes:
+                        raise ValueError("tensor %s outside the data" % name)
+                    self.tensors[name] = (t["dtype"], tuple(t["shape"]), b, e)
+            except (ValueError, KeyError, TypeError, struct.error) as x:
+                raise ValueError("%s: bfpatch weight buffer with a damaged tensor table (%s)"
+                                 % (path, x)) from None
 
     def _u32(self, off):
         return struct.unpack_from("<I", self._mm, off)[0]
@@ -84,6 +121,8 @@ class WeightBuffer:
 
     def allow(self, version):
         """Let the shim commit versions up to `version` whenever complete."""
+        if not self.writable:
+            raise PermissionError("buffer opened with writable=False")
         struct.pack_into("<I", self._mm, _OFF_ALLOW, version)
 
     def safe_point(self, timeout=None, poll=0.005):
@@ -113,11 +152,21 @@ class WeightBuffer:
                 return v
             time.sleep(poll)
 
-    def consistent(self, fn):
-        """Run fn() until no commit overlapped it; returns its result."""
+    def consistent(self, fn, timeout=None):
+        """Run fn() until no commit overlapped it; returns its result.
+        Raises RuntimeError while the buffer holds no valid version
+        (RESYNC) and TimeoutError when no quiet spell came within timeout
+        seconds (a commit that does not end: its shim died mid-commit and
+        was not restarted)."""
+        end = None if timeout is None else time.monotonic() + timeout
         while True:
             s0 = self.seq
             if s0 % 2:
+                if self.state == RESYNC:
+                    raise RuntimeError("the buffer holds no valid version until a keyframe "
+                                       "resync commits one")
+                if end is not None and time.monotonic() > end:
+                    raise TimeoutError("a commit has been in progress for %gs" % timeout)
                 time.sleep(0.001)
                 continue
             r = fn()
