@@ -147,6 +147,8 @@ typedef struct shim {
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
 	uint64_t in_resync;     /* patch frames while only a keyframe stream helps */
 	uint64_t foreign_hb;    /* HEARTBEATs not from --upstream, ignored */
+	double heard;           /* when the last HEARTBEAT (from --upstream) or frame of
+				 * this model came */
 	uint64_t recount;       /* staged patches dropped for another frame count */
 	uint64_t evicted;       /* later versions dropped for the next one's frames */
 	uint32_t sock_drops;    /* datagrams the kernel dropped, socket full (SO_RXQ_OVFL) */
@@ -806,6 +808,7 @@ static void on_control(shim *s, const uint8_t *p, size_t len, int from_upstream)
 				"than --upstream ignored\n", c.version);
 		return;
 	}
+	s->heard = now_s();
 	if (c.version > s->latest && c.version != RP_VERSION_RELAY && c.version != RP_VERSION_NONE)
 		s->latest = c.version;
 }
@@ -1030,6 +1033,7 @@ static int on_frame(shim *s, const uint8_t *p, size_t len, int from_upstream)
 		s->other_model++;
 		return 0;
 	}
+	s->heard = now_s(); /* a frame of this model: someone serves it */
 	if (h.target_version >= RP_VERSION_NONE) {
 		s->bad++; /* the control protocol's reserved values: never a version */
 		return 0;
@@ -1553,7 +1557,10 @@ int main(int argc, char **argv)
 	struct iovec iov[VLEN];
 	struct sockaddr_in srcs[VLEN];
 	static uint64_t cms[VLEN][(CMSG_SPACE(sizeof(uint32_t)) + 7) / 8]; /* aligned */
-	double start = now_s(), next_join = 0, behind_since = 0;
+	double start = now_s(), next_join = 0, behind_since = 0, next_quiet_said = 0;
+	char upstream_text[32];
+	snprintf(upstream_text, sizeof(upstream_text), "%u.%u.%u.%u:%u", uip >> 24,
+		 (uip >> 16) & 255, (uip >> 8) & 255, uip & 255, uport);
 	int rc = 0;
 	while (!quit && rc == 0) {
 		double t = now_s();
@@ -1566,6 +1573,16 @@ int main(int argc, char **argv)
 		if (t >= next_join) {
 			join(&s); /* JOIN doubles as the heartbeat */
 			next_join = t + 1.0;
+			/* an upstream that never answers (none there, a firewall,
+			 * a wrong port) is said, not waited on in silence */
+			const double quiet = t - (s.heard > 0 ? s.heard : start);
+			if (quiet >= 10 && t >= next_quiet_said) {
+				fprintf(stderr, "bfpatch-shim: nothing of this model from --upstream %s "
+					"for %.0f s (no HEARTBEAT, no frame): check that its publisher or "
+					"relay runs there (a publisher still at its first version sends "
+					"none)\n", upstream_text, quiet);
+				next_quiet_said = t + 300;
+			}
 		}
 		int pending = s.ip.done != NULL;
 		for (unsigned i = 0; i < SLOTS; i++)

@@ -384,6 +384,10 @@ if [ -x "$SHIM" ]; then
 	# one shim a buffer; --init on an existing buffer is a restart
 	B=/dev/shm/bfpcli$$
 	LP=$((20000 + $$ % 20000))
+	# (meanwhile) an upstream where nothing answers is said after 10 s
+	"$SHIM" -b $B.q -i "$S0" -u 127.0.0.1:$((LP + 10)) -l 127.0.0.1:$((LP + 11)) -T 11.5 \
+		> "$T/shimq.log" 2>&1 &
+	SQ=$!
 	"$SHIM" -b $B -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 1)) -T 4 > "$T/shim1.log" 2>&1 &
 	SP=$!
 	for i in $(seq 50); do grep -q "listening" "$T/shim1.log" && break; sleep 0.1; done
@@ -400,6 +404,9 @@ if [ -x "$SHIM" ]; then
 	expect_fail "--init of another model onto an existing buffer" "" \
 		"$SHIM" -b $B -i "$T/other/step-0000.safetensors" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 4)) -T 1
 	check "the buffer of the other model is left as it was" "cmp -s $B '$T/buf.before'"
+	wait $SQ
+	check "a shim whose --upstream never answers says so" \
+		"grep -q 'nothing of this model from --upstream 127.0.0.1:$((LP + 10))' '$T/shimq.log'"
 	rm -f $B $B.*
 	# a full /dev/shm-like tmpfs: an error at start, not a bus error mid-commit
 	mkdir -p "$T/full"
