@@ -163,7 +163,10 @@ static uint8_t *journal_map(const char *path, const char *suffix, size_t unit, s
 	 * full disk (a tmpfs /dev/shm) is an error here, where there it
 	 * would be a SIGBUS in the middle of a commit */
 	int fe = posix_fallocate(fd, 0, (off_t)want);
-	if (fe != 0) {
+	/* a filesystem that cannot reserve (hugetlbfs takes no writes for
+	 * glibc's fallback) keeps the journal as it was: only a lack of
+	 * space is an error */
+	if (fe == ENOSPC || fe == EDQUOT || fe == EFBIG) {
 		close(fd);
 		set_err(err, errlen, "%s: cannot reserve %zu bytes: %s", jp, want, strerror(fe));
 		return NULL;
