@@ -70,6 +70,17 @@ static size_t pulse_size(const model *m, const uint16_t *a, const uint16_t *b)
 	return r;
 }
 
+/* d as a LEB128 varint at g; returns the byte after it */
+static inline uint8_t *put_leb(uint8_t *g, uint64_t d)
+{
+	while (d >= 0x80) {
+		*g++ = (uint8_t)(d | 0x80);
+		d >>= 7;
+	}
+	*g++ = (uint8_t)d;
+	return g;
+}
+
 /* SparrowRL-style: sorted flat offsets as LEB128 varint gaps, then the raw
  * BF16 values; *raw gets the size without zstd, returns zstd-1 size. */
 static size_t sparrow_size(const uint16_t *a, const uint16_t *b, uint64_t n,
@@ -85,15 +96,7 @@ static size_t sparrow_size(const uint16_t *a, const uint16_t *b, uint64_t n,
 		first = 0;
 		last = i;
 		uint8_t v[10];
-		int k = 0;
-		do {
-			v[k] = (uint8_t)(g & 0x7F);
-			g >>= 7;
-			if (g)
-				v[k] |= 0x80;
-			k++;
-		} while (g);
-		put(&gaps, v, (size_t)k);
+		put(&gaps, v, (size_t)(put_leb(v, g) - v));
 		put(&vals, &b[i], 2);
 	}
 	put(&gaps, vals.p ? vals.p : (uint8_t *)"", vals.n);
@@ -286,16 +289,6 @@ static double compare_time(const uint16_t *a, const uint16_t *b, uint64_t n, int
  * block without branches, as the encoder's gather does, then written in
  * a loop of known length. Returns the bytes of gaps and values. */
 #define LIST_CHUNK 4096u
-
-static inline uint8_t *put_leb(uint8_t *g, uint64_t d)
-{
-	while (d >= 0x80) {
-		*g++ = (uint8_t)(d | 0x80);
-		d >>= 7;
-	}
-	*g++ = (uint8_t)d;
-	return g;
-}
 
 /* pos[] gets chunk offset + lane of each set bit of mask m; returns the
  * count */

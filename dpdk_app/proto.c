@@ -100,6 +100,15 @@ int rp_parse_bytes(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 	return parse_scaled(s, lo, hi, 1, out);
 }
 
+int rp_parse_rate(const char *s, uint64_t hi, uint64_t *out)
+{
+	uint64_t v;
+	if (parse_scaled(s, 0, hi, 0, &v) || (v && v < 1000))
+		return -1;
+	*out = v;
+	return 0;
+}
+
 int rp_parse_mac(const char *s, uint8_t mac[6])
 {
 	unsigned v[6];

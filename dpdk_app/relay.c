@@ -1165,8 +1165,8 @@ static int parse_sub(const char *s, sub_conf *sc)
 				return -1;
 			sc->has_mac = 1;
 		} else if (!strncmp(opt, "rate=", 5)) {
-			if (rp_parse_num(opt + 5, 0, 400000000000ull, &v) || (v && v < 1000))
-				return -1; /* bit/s: 100 meant as Mbit/s would be 100 bit/s */
+			if (rp_parse_rate(opt + 5, 400000000000ull, &v))
+				return -1;
 			sc->rate_bps = v;
 		} else if (!strncmp(opt, "eth=", 4)) {
 			if (rp_parse_num(opt + 4, 0, MAX_PORTS - 1, &v))
@@ -1276,8 +1276,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			cf->cache_versions = (uint32_t)v;
 			break;
 		case 'r':
-			if (rp_parse_num(optarg, 0, 400000000000ull, &cf->default_rate_bps) ||
-			    (cf->default_rate_bps && cf->default_rate_bps < 1000))
+			if (rp_parse_rate(optarg, 400000000000ull, &cf->default_rate_bps))
 				return bad("--rate (bit/s, at least 1k, e.g. 100m; 0: unlimited)", optarg);
 			break;
 		case 'q':

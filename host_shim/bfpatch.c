@@ -5,7 +5,6 @@
  * no output behind; errors go to stderr with a non-zero exit.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -259,8 +258,7 @@ static int cmd_apply(int argc, char **argv)
 	patch p;
 	if (model_load(&m, argv[optind], err, sizeof(err)))
 		return die("apply", err);
-	const size_t ol = strlen(out);
-	if (!m.safetensors && ol >= 12 && !strcmp(out + ol - 12, ".safetensors")) {
+	if (!m.safetensors && model_named_safetensors(out)) {
 		/* OUT keeps BASE's format: raw BF16 under a safetensors name
 		 * would not read back */
 		fprintf(stderr, "bfpatch apply: %s is raw BF16, so OUT is written raw too; "
@@ -476,23 +474,10 @@ static int parse_lr(const char *s, double *out)
  * writes would end in them. */
 static int stale_steps(const char *cmd, const char *dir, uint32_t last)
 {
-	DIR *d = opendir(dir);
-	if (!d)
+	uint32_t first, hi;
+	if (!steps_scan(dir, last + 1, &first, &hi))
 		return 0;
-	unsigned long k, first = 0;
-	char name[64];
-	for (struct dirent *e; (e = readdir(d));) {
-		/* exactly the names this command writes */
-		if (sscanf(e->d_name, "step-%lu", &k) != 1 || k <= last || (first && k >= first))
-			continue;
-		snprintf(name, sizeof(name), "step-%04lu.safetensors", k);
-		if (!strcmp(name, e->d_name))
-			first = k;
-	}
-	closedir(d);
-	if (!first)
-		return 0;
-	fprintf(stderr, "bfpatch %s: %s already holds step-%04lu.safetensors, past this run's "
+	fprintf(stderr, "bfpatch %s: %s already holds step-%04u.safetensors, past this run's "
 		"last step (%u): those are another run's; remove them or write to another "
 		"directory\n", cmd, dir, first, last);
 	return 1;

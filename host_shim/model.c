@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "model.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -307,10 +308,11 @@ int model_init_raw(model *m, uint64_t n)
 	return 0;
 }
 
-static int has_suffix(const char *s, const char *suf)
+int model_named_safetensors(const char *path)
 {
-	size_t a = strlen(s), b = strlen(suf);
-	return a >= b && strcmp(s + a - b, suf) == 0;
+	static const char suf[] = ".safetensors";
+	const size_t a = strlen(path), b = sizeof(suf) - 1;
+	return a >= b && strcmp(path + a - b, suf) == 0;
 }
 
 /* Set when a model is mapped: a SIGBUS then most likely means its file
@@ -358,17 +360,12 @@ int open_regular(const char *path, struct stat *sb, char *err, size_t errlen)
 	return fd;
 }
 
-/* A file that begins as a safetensors file does: a header length that
- * fits the file, then '{'. */
+/* A file whose JSON would begin where a safetensors header's does (the
+ * cheap test before read_st_header's whole one). */
 static int starts_like_safetensors(int fd, uint64_t size)
 {
-	uint8_t b[9];
-	uint64_t n = 0;
-	if (size < 10 || read_full(fd, b, 9, 0))
-		return 0;
-	for (int i = 0; i < 8; i++)
-		n |= (uint64_t)b[i] << (8 * i);
-	return n >= 2 && n <= ST_HEADER_MAX && 8 + n <= size && b[8] == '{';
+	uint8_t b;
+	return size >= 10 && read_full(fd, &b, 1, 8) == 0 && b == '{';
 }
 
 /* Read and parse the safetensors header of the open file; m->header owns
@@ -417,8 +414,7 @@ static int model_open(model *m, const char *path, int map, void *buf, size_t cap
 	/* safetensors by its name, or by its content when that parses as a
 	 * whole (a raw BF16 file would need a JSON header whose tensors tile
 	 * the rest of it); anything else is raw BF16 */
-	int st = has_suffix(path, ".safetensors");
-	if (st) {
+	if (model_named_safetensors(path)) {
 		if (read_st_header(m, fd, path, size, err, errlen)) {
 			close(fd);
 			return -1;
@@ -659,6 +655,37 @@ bad:
 	tmp_unlist(slot);
 	free(tmp);
 	return -1;
+}
+
+int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int found = 0;
+	while (d && (e = readdir(d))) {
+		const char *n = e->d_name;
+		size_t len = strlen(n), digits = 0;
+		if (strncmp(n, "step-", 5) != 0)
+			continue;
+		while (n[5 + digits] >= '0' && n[5 + digits] <= '9')
+			digits++;
+		if (digits < 4 || digits > 9 || strcmp(n + 5 + digits, ".safetensors") != 0 ||
+		    len != 5 + digits + strlen(".safetensors"))
+			continue;
+		uint32_t v = (uint32_t)strtoul(n + 5, NULL, 10);
+		char canon[32]; /* only the name the publisher reads: step-%04u */
+		snprintf(canon, sizeof(canon), "step-%04u.safetensors", v);
+		if (strcmp(canon, n) != 0 || v < from)
+			continue;
+		if (!found || v < *lo)
+			*lo = v;
+		if (!found || v > *hi)
+			*hi = v;
+		found = 1;
+	}
+	if (d)
+		closedir(d);
+	return found;
 }
 
 int same_file(const char *a, const char *b)

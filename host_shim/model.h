@@ -59,6 +59,11 @@ int model_map(model *m, const char *path, char *err, size_t errlen);
 /* Open path for reading if it is a regular file (a FIFO is refused, not
  * waited on); the fd, or -1 with a message in err. */
 int open_regular(const char *path, struct stat *sb, char *err, size_t errlen);
+/* The name ends in .safetensors. */
+int model_named_safetensors(const char *path);
+/* The lowest and highest N >= from of the DIR/step-N.safetensors files (N
+ * of at least 4 digits, as written with %04u). 0 if there is none. */
+int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi);
 /* a and b exist and are the same file (through links too) */
 int same_file(const char *a, const char *b);
 /* For the tools: when the output path out is the input in (NULL: none),

@@ -932,8 +932,6 @@ static void source_follow_buffer(source *S, uint32_t ver)
 	S->w = nw;
 }
 
-static int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi);
-
 /* The version after ver, if there is one yet: 1 and *nw loaded, 0 if
  * not yet, -1 on error. With --dir that is step ver+1; if it is missing
  * and a later step is there (a trainer that keeps every k-th step, or
@@ -997,38 +995,6 @@ static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char 
 	return 1;
 }
 
-/* The lowest and highest N >= from of the DIR/step-N.safetensors files (N
- * of at least 4 digits, as written with %04u). 0 if there is none. */
-static int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int found = 0;
-	while (d && (e = readdir(d))) {
-		const char *n = e->d_name;
-		size_t len = strlen(n), digits = 0;
-		if (strncmp(n, "step-", 5) != 0)
-			continue;
-		while (n[5 + digits] >= '0' && n[5 + digits] <= '9')
-			digits++;
-		if (digits < 4 || digits > 9 || strcmp(n + 5 + digits, ".safetensors") != 0 ||
-		    len != 5 + digits + strlen(".safetensors"))
-			continue;
-		uint32_t v = (uint32_t)strtoul(n + 5, NULL, 10);
-		char canon[32]; /* only the name the publisher reads: step-%04u */
-		snprintf(canon, sizeof(canon), "step-%04u.safetensors", v);
-		if (strcmp(canon, n) != 0 || v < from)
-			continue;
-		if (!found || v < *lo)
-			*lo = v;
-		if (!found || v > *hi)
-			*hi = v;
-		found = 1;
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
 
 /* The buffer's layout as a model: its safetensors header, or raw. */
 static int source_open_buffer(source *S, const char *path, model *cur, char *err, size_t errlen)
@@ -1132,11 +1098,9 @@ int cmd_publish(int argc, char **argv)
 				return bad_value("publish", "--listen", optarg);
 			break;
 		case 'r':
-			if (rp_parse_num(optarg, 0, 400000000000ull, &rate))
-				return bad_value("publish", "--rate", optarg);
-			if (rate && rate < 1000) { /* 100 meant as Mbit/s would be 100 bit/s */
-				fprintf(stderr, "bfpatch publish: --rate %s: rates are bit/s, at least "
-					"1k (100m is 100 Mbit/s; 0: unlimited)\n", optarg);
+			if (rp_parse_rate(optarg, 400000000000ull, &rate)) {
+				fprintf(stderr, "bfpatch publish: invalid value '%s' for --rate (bit/s, "
+					"at least 1k: 100m is 100 Mbit/s; 0: unlimited)\n", optarg);
 				return 2;
 			}
 			break;

@@ -1301,11 +1301,9 @@ int main(int argc, char **argv)
 				goto bad;
 			break;
 		case 'r':
-			if (rp_parse_num(optarg, 0, 4000000000000ull, &v))
-				goto bad;
-			if (v && v < 1000) { /* 100 meant as Mbit/s would be 100 bit/s */
-				fprintf(stderr, "bfpatch-shim: --rate %s: rates are bit/s, at least 1k "
-					"(100m is 100 Mbit/s; 0 leaves it to the sender)\n", optarg);
+			if (rp_parse_rate(optarg, 4000000000000ull, &v)) {
+				fprintf(stderr, "bfpatch-shim: invalid value '%s' for --rate (bit/s, at "
+					"least 1k: 100m is 100 Mbit/s; 0 leaves it to the sender)\n", optarg);
 				return 2;
 			}
 			s.rate_kbps = (uint32_t)(v / 1000 > UINT32_MAX ? UINT32_MAX : v / 1000);

@@ -583,6 +583,16 @@ static void test_address_and_mac_parsing_refuses_malformed_input(void **state)
 	assert_int_equal(rp_parse_bytes("63k", 65536, 1ull << 40, &v), -1); /* below */
 	for (size_t i = 0; i < sizeof(badnum) / sizeof(badnum[0]); i++)
 		assert_int_equal(rp_parse_bytes(badnum[i], 1, 1000000000, &v), -1);
+	/* rates: bit/s, 0 or at least 1k (a "100" meant as Mbit/s is refused) */
+	assert_int_equal(rp_parse_rate("0", 1000000000, &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(rp_parse_rate("1k", 1000000000, &v), 0);
+	assert_int_equal(v, 1000);
+	assert_int_equal(rp_parse_rate("100m", 1000000000, &v), 0);
+	assert_int_equal(v, 100000000);
+	assert_int_equal(rp_parse_rate("100", 1000000000, &v), -1);
+	assert_int_equal(rp_parse_rate("999", 1000000000, &v), -1);
+	assert_int_equal(rp_parse_rate("2g", 1000000000, &v), -1); /* above hi */
 	assert_int_equal(rp_parse_mac("02:00:0a:FF:00:01", mac), 0);
 	assert_int_equal(mac[2], 0x0a);
 	assert_int_equal(mac[3], 0xff);
