@@ -557,6 +557,30 @@ static int write_all(int fd, const void *const *bufs, const size_t *lens, size_t
 	return 0;
 }
 
+/* The path a symbolic link names, relative to the link's directory when
+ * it is a relative name (malloc'd; NULL with errno on failure). */
+static char *link_target(const char *path)
+{
+	char buf[PATH_MAX];
+	ssize_t n = readlink(path, buf, sizeof(buf) - 1);
+	if (n < 0)
+		return NULL;
+	if ((size_t)n >= sizeof(buf) - 1) {
+		errno = ENAMETOOLONG;
+		return NULL;
+	}
+	buf[n] = 0;
+	const char *slash = strrchr(path, '/');
+	char *out = NULL;
+	if (buf[0] == '/' || !slash)
+		out = strdup(buf);
+	else if (asprintf(&out, "%.*s%s", (int)(slash + 1 - path), path, buf) < 0)
+		out = NULL;
+	if (!out)
+		errno = ENOMEM;
+	return out;
+}
+
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen)
 {
@@ -564,13 +588,19 @@ int write_file_atomic(const char *path, const void *const *bufs,
 	int fd = -1, slot = -1;
 	struct stat sb;
 	if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
-		/* a symbolic link: replace the file it names, keep the link */
+		/* a symbolic link: replace the file it names, keep the link;
+		 * one that names a file not there yet (a buffer linked to a
+		 * hugetlbfs mount before it is made) gets the file it names */
 		char *real = realpath(path, NULL);
+		if (!real && errno == ENOENT && stat(path, &sb) != 0 && errno == ENOENT)
+			real = link_target(path);
 		if (real) {
 			int rc = write_file_atomic(real, bufs, lens, nbufs, err, errlen);
 			free(real);
 			return rc;
 		}
+		/* else a link to what has no path (a pipe of /proc/self/fd):
+		 * written in place below */
 	}
 	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
 		return set_err(err, errlen, "%s: is a directory", path);

@@ -228,6 +228,17 @@ cp "$S0" "$T/lt.safetensors"
 "$BFP" apply -q "$S0" "$T/p01" -o "$T/link.safetensors"
 check "-o through a symbolic link replaces the file it names" \
 	"[ -L '$T/link.safetensors' ] && cmp -s '$T/lt.safetensors' '$S1'"
+# a link that names a file not made yet (relative, in a subdirectory) gets
+# that file; the link stays
+mkdir -p "$T/ldir"
+ln -s ldir/made.safetensors "$T/dangling.safetensors"
+"$BFP" apply -q "$S0" "$T/p01" -o "$T/dangling.safetensors"
+check "-o through a link to a file not there yet makes that file" \
+	"[ -L '$T/dangling.safetensors' ] && cmp -s '$T/ldir/made.safetensors' '$S1'"
+ln -s nodir/x.safetensors "$T/dangling2.safetensors"
+expect_fail "-o through a link into a missing directory is refused" "$T/nodir" \
+	"$BFP" apply -q "$S0" "$T/p01" -o "$T/dangling2.safetensors"
+check "... and the link is left as it was" "[ -L '$T/dangling2.safetensors' ]"
 if mknod "$T/null" c 1 3 2>/dev/null; then
 	"$BFP" diff -q "$S0" "$S1" -o "$T/null"
 	check "-o to a device writes to it and leaves the device node" "[ -c '$T/null' ]"
