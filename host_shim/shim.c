@@ -184,13 +184,34 @@ static void ctl_send(shim *s, const rp_ctl *c)
 		       sizeof(s->upstream));
 }
 
+static slot *next_slot(shim *s, int complete);
+static uint32_t staged_through(const shim *s, const slot *first);
+
+/* The version a JOIN says the shim holds: the committed one, or the
+ * newest its complete staged patches reach (they wait for the actor's
+ * safe point; a publisher that took the committed one for the shim's
+ * would send them again every 3 s, PROTOCOL.md 2.1). */
+static uint32_t join_version(shim *s)
+{
+	if (s->want_key || state(s) == WBUF_RESYNC)
+		return RP_VERSION_NONE;
+	uint32_t v = version(s);
+	slot *n = state(s) == WBUF_READY ? next_slot(s, 1) : NULL;
+	if (n) {
+		uint32_t far = staged_through(s, n);
+		if (far > v)
+			v = far;
+	}
+	return v;
+}
+
 static void join(shim *s)
 {
 	rp_ctl c;
 	memset(&c, 0, sizeof(c));
 	c.type = RP_JOIN;
 	c.model_id = s->w.h->model_id;
-	c.version = s->want_key || state(s) == WBUF_RESYNC ? RP_VERSION_NONE : version(s);
+	c.version = join_version(s);
 	c.data_port = s->data_port;
 	c.rate_kbps = s->rate_kbps;
 	ctl_send(s, &c);
