@@ -2,7 +2,7 @@
 # run.sh: the project's two entry points on a fresh Debian 12 machine.
 #   ./run.sh demo   install what is missing, build, run the end-to-end demo
 #   ./run.sh test   install what is missing, build, run every test suite
-#                   (gcc, clang -Werror, freestanding codec, aarch64 cross
+#                   (gcc, clang -Werror, freestanding codec, without DPDK, aarch64 cross
 #                   build with its scan paths run under qemu, ASan+UBSan)
 set -eu
 cd "$(dirname "$0")"
@@ -58,6 +58,10 @@ test)
 	# the aarch64 cross build (BlueField, Grace) compiles, and its scan
 	# paths (Advanced SIMD against scalar) and its CRC32C (the crc32c
 	# instructions) are right under qemu-aarch64
+	# without DPDK (a host that has no libdpdk): the CLI, publisher and
+	# shim build and their unit suite passes
+	build build-nodpdk -Ddpdk=disabled
+	meson test -C build-nodpdk --print-errorlogs --suite unit
 	build build-aarch64 --cross-file cross/aarch64-linux-gnu.ini -Dfreestanding=true
 	meson test -C build-aarch64 --print-errorlogs --suite paths
 	build build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false

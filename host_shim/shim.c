@@ -109,9 +109,11 @@ typedef struct shim {
 	uint32_t crash_after;   /* testing: SIGKILL itself in a commit */
 	events ev;
 	rp_auth auth;           /* --key: frames and HEARTBEATs must verify */
+	/* the DMA commits' journal, BUFFER.dmalog (map NULL: none); a build
+	 * without DPDK still rolls back one a --dma run left */
+	wbuf_dlog dlog;
 #ifdef BFP_SHIM_DPDK
 	shim_dma *dma;          /* --dma: commits move ranges by dmadev */
-	wbuf_dlog dlog;         /* their journal, BUFFER.dmalog (map NULL: none) */
 	shim_port *port;        /* --port: frames from a DPDK port */
 	bfp_decoder *dma_dec;
 #endif
