@@ -308,7 +308,7 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
 #else
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD) ||
-			  (opts->zstd_workspace &&
+			  (opts->zstd_workspace && BFP_WS_ALIGNED(opts->zstd_workspace) &&
 			   opts->zstd_workspace_size >= bfp_zstd_workspace_size()),
 		  BFP_E_ARG);
 #endif
@@ -328,6 +328,10 @@ bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 			     uint64_t begin, uint64_t end, uint32_t first_index)
 {
 	BFP_CHECK(enc && target, BFP_E_ARG);
+	/* an encoder bfp_encoder_init never set up (zeroed) has no frame size */
+	BFP_CHECK(enc->opts.frame_size >= BFP_FRAME_SIZE_MIN &&
+			  enc->opts.frame_size <= BFP_FRAME_SIZE_MAX,
+		  BFP_E_ARG);
 	BFP_CHECK(base || (enc->opts.flags & BFP_ENC_F_KEYFRAME), BFP_E_ARG);
 	BFP_CHECK(begin <= end && end <= n_params, BFP_E_RANGE);
 	enc->opts.first_index = first_index;

@@ -122,7 +122,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, con
 typedef uint32_t crc32c_fn(uint32_t, const void *, size_t);
 /* runs while the loader relocates, before any sanitizer runtime is up:
  * not instrumented */
-__attribute__((no_sanitize("address", "undefined"))) static crc32c_fn *crc32c_pick(void)
+__attribute__((no_sanitize("address", "undefined", "thread"))) static crc32c_fn *crc32c_pick(void)
 {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("sse4.2") ? crc32c_sse42 : crc32c_table;

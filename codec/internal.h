@@ -17,6 +17,9 @@
 			return (status);                                       \
 	} while (0)
 
+/* zstd's static contexts need their workspace 8-byte aligned */
+#define BFP_WS_ALIGNED(p) (((uintptr_t)(p) & 7u) == 0)
+
 #define BFP_LIKELY(x) __builtin_expect(!!(x), 1)
 #define BFP_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

@@ -46,7 +46,7 @@ bfp_status bfp_keyzstd_decompress(void *ws, size_t ws_size, const uint8_t *src,
 				  size_t len, uint32_t n, uint8_t *planes,
 				  uint16_t *words)
 {
-	BFP_CHECK(ws && ws_size >= bfp_zstd_workspace_size(), BFP_E_ARG);
+	BFP_CHECK(ws && BFP_WS_ALIGNED(ws) && ws_size >= bfp_zstd_workspace_size(), BFP_E_ARG);
 	BFP_CHECK(n <= BFP_KEYZSTD_MAX, BFP_E_CORRUPT);
 	/* exactly one zstd frame, declaring exactly the planes' size */
 	BFP_CHECK(ZSTD_findFrameCompressedSize(src, len) == len, BFP_E_CORRUPT);

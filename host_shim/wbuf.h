@@ -38,7 +38,7 @@ typedef struct wbuf_hdr {
 	uint64_t data_offset;       /* parameters, page-aligned */
 	uint64_t data_bytes;        /* the model's data section size */
 	_Atomic uint32_t version;   /* committed version */
-	_Atomic uint32_t state;     /* WBUF_READY or WBUF_COMMITTING */
+	_Atomic uint32_t state;     /* WBUF_READY, WBUF_COMMITTING or WBUF_RESYNC */
 	_Atomic uint32_t target;    /* version being committed */
 	_Atomic uint32_t flags;     /* of the commit to target: WBUF_F_KEY */
 	_Atomic uint64_t seq;       /* odd while committing */

@@ -7,7 +7,9 @@
  * with memcpy. The only libc functions it calls are memcpy, memset and
  * memmove (and libzstd's static-workspace API when built with zstd).
  * Different contexts may be used from different threads at the same time;
- * one context must not be used by two threads at once.
+ * one context must not be used by two threads at once. A zstd workspace
+ * (bfp_encode_opts, bfp_apply_opts) is part of the context that uses it:
+ * give each encoder or decoder working at the same time its own.
  *
  * Errors. Every fallible function returns a bfp_status. Sizes come back
  * through out-parameters. Status values are pinned: new ones are appended,
@@ -29,7 +31,7 @@
 extern "C" {
 #endif
 
-#define BFP_VERSION_STRING "0.1.0"
+#define BFP_VERSION_STRING "0.1.1"
 
 /* Public functions; everything else in the shared library is hidden. */
 #if defined(__GNUC__)
@@ -77,7 +79,9 @@ BFP_API const char *bfp_status_str(bfp_status s);
 #define BFP_FRAME_SIZE_DEFAULT 1200u
 #define BFP_PAYLOAD_MAX (BFP_FRAME_SIZE_MAX - BFP_HEADER_SIZE)
 /* Bound on the bytes one frame occupies for a frame size limit (0 means
- * the default): encoders never write more. */
+ * the default): encoders never write more. A constant expression for
+ * constant arguments; it evaluates its argument twice (bfp_frame_bound()
+ * once). */
 #define BFP_FRAME_BOUND(frame_size) \
 	((frame_size) ? (size_t)(frame_size) : (size_t)BFP_FRAME_SIZE_DEFAULT)
 /* Upper bound on changed parameters one frame carries: encoders stop
@@ -251,14 +255,20 @@ typedef struct bfp_encode_opts {
 	uint32_t frame_size;      /* max bytes per frame; 0 = default 1200 */
 	uint64_t model_id;
 	uint32_t base_version;
-	uint32_t target_version;  /* must be > base_version for patches */
+	uint32_t target_version;  /* must be > base_version for patches;
+				     keyframes (BFP_ENC_F_KEYFRAME) need
+				     base_version 0 */
 	uint32_t first_index;     /* index of the first frame emitted */
 	uint32_t frame_count;     /* written into every frame; 0 = not known
 				     yet (streamed, FORMAT.md 2.5), or fix it
-				     later with bfp_frame_set_index() */
+				     later with bfp_frame_set_index() (the
+				     encoder writes it as given: a frame of
+				     index frame_count or more is refused by
+				     decoders until it is fixed) */
 	uint32_t flags;           /* BFP_ENC_F_* */
 	void *zstd_workspace;     /* for BFP_ENC_F_ZSTD, see
-				     bfp_zstd_workspace_size() */
+				     bfp_zstd_workspace_size(); 8-byte
+				     aligned, this encoder's alone */
 	size_t zstd_workspace_size;
 } bfp_encode_opts;
 
@@ -368,14 +378,19 @@ typedef struct bfp_encoder {
 /* Start encoding parameters [begin, end) of the model. base and target
  * point to element 0 of the full arrays of n_params words each (base may
  * be NULL with BFP_ENC_F_KEYFRAME). Frames never span beyond end, so call
- * once per tensor to keep frames within tensor boundaries. */
+ * once per tensor to keep frames within tensor boundaries. The ranges of
+ * one patch must tile the model: where two tensors share a word (a tensor
+ * that ends at an odd byte), start each range at the end of the one
+ * before, not at the tensor's first word (two frames covering one word
+ * cannot both verify). */
 BFP_API bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 			    const uint16_t *base, const uint16_t *target,
 			    uint64_t n_params, uint64_t begin, uint64_t end);
 
 /* Point an initialised encoder at another range (of the same or other
  * arrays), keeping its options and detected CPU features: cheaper than
- * bfp_encoder_init per tensor. Frames count from first_index again. */
+ * bfp_encoder_init per tensor. Frames count from first_index again.
+ * BFP_E_ARG for an encoder bfp_encoder_init did not set up. */
 BFP_API bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 			     const uint16_t *target, uint64_t n_params,
 			     uint64_t begin, uint64_t end, uint32_t first_index);
@@ -407,14 +422,19 @@ typedef struct bfp_apply_opts {
 	uint32_t base_version;   /* version the weights are at now; delta
 				    frames must have this base version */
 	uint32_t flags;          /* BFP_DEC_F_* */
-	void *zstd_workspace;    /* for BFP_ENC_KEY_ZSTD frames */
+	void *zstd_workspace;    /* for BFP_ENC_KEY_ZSTD frames; 8-byte
+				    aligned, this decoder's alone */
 	size_t zstd_workspace_size;
 } bfp_apply_opts;
 
 #define BFP_DEC_F_ANY_MODEL 1u   /* do not check model_id */
 #define BFP_DEC_F_ANY_BASE 2u    /* do not check base_version */
 
-#define BFP_DEC_F_SCALAR 1u      /* bfp_decoder_init: no SIMD paths */
+/* bfp_decoder_init: no SIMD paths. A bit of its own, so that it in
+ * bfp_apply_opts.flags is refused (BFP_E_ARG), not taken for
+ * BFP_DEC_F_ANY_MODEL; bfp_decoder_init still takes 1, its value before
+ * 0.1.1. */
+#define BFP_DEC_F_SCALAR 256u
 
 /* Decoder scratch (about 0.5 MB, independent of the model size). */
 typedef struct bfp_decoder {
@@ -446,7 +466,9 @@ BFP_API bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags);
 /* Validate a frame completely (header, CRC, model, base version, range
  * within [0, n_params), payload, target hash) and only then write its
  * target values into weights. On any error weights is untouched. Applying
- * the same delta frame twice fails with BFP_E_HASH and changes nothing.
+ * the same delta frame twice fails with BFP_E_HASH and changes nothing
+ * (unless the frame changes nothing in its range: then it is at its
+ * target either way).
  * hdr_out may be NULL. */
 BFP_API bfp_status bfp_decode_apply(bfp_decoder *dec, const bfp_apply_opts *opts,
 			    const void *frame, size_t frame_len,

@@ -998,6 +998,12 @@ static void test_zstd_keyframes_round_trip_and_reject_damage(void **state)
 	o.base_version = 0;
 	t_frames none = {0};
 	assert_int_equal(t_encode(&o, b, t, n, 0, n, &none), BFP_E_ARG); /* no workspace */
+	/* a workspace zstd cannot use (not 8-byte aligned): refused, not
+	 * silently coded without zstd */
+	uint8_t *mis = malloc(bfp_zstd_workspace_size() + 8);
+	o.zstd_workspace = mis + 4;
+	o.zstd_workspace_size = bfp_zstd_workspace_size();
+	assert_int_equal(t_encode(&o, b, t, n, 0, n, &none), BFP_E_ARG);
 	o.zstd_workspace = t_zstd_ws();
 	o.zstd_workspace_size = bfp_zstd_workspace_size();
 	t_frames f = {0};
@@ -1027,6 +1033,11 @@ static void test_zstd_keyframes_round_trip_and_reject_damage(void **state)
 	assert_words_equal(w, b, n);
 	/* damaged zstd payload under a valid CRC, and a payload with a second
 	 * zstd frame appended: rejected, nothing written */
+	ao.zstd_workspace = mis + 4; /* misaligned: refused */
+	ao.zstd_workspace_size = bfp_zstd_workspace_size();
+	assert_int_equal(bfp_decode_apply(&d, &ao, f.buf, t_frame_len(&f, 0), w, n, NULL), BFP_E_ARG);
+	assert_words_equal(w, b, n);
+	free(mis);
 	ao.zstd_workspace = t_zstd_ws();
 	ao.zstd_workspace_size = bfp_zstd_workspace_size();
 	uint8_t p[BFP_FRAME_SIZE_MAX];
@@ -1951,6 +1962,26 @@ static void test_encoder_rejects_bad_options(void **state)
 	size_t len;
 	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
 	assert_int_equal(bfp_encode_next(&enc, out, sizeof(out), &len), BFP_E_SPACE);
+	/* reset of an encoder bfp_encoder_init never set up: refused (its
+	 * zero frame size would have let frames overrun the buffer) */
+	memset(&enc, 0, sizeof(enc));
+	assert_int_equal(bfp_encoder_reset(&enc, rb, rt, RN, 0, RN, 0), BFP_E_ARG);
+	/* the decoder's SCALAR flag is no apply option: in bfp_apply_opts it
+	 * is refused, not taken for BFP_DEC_F_ANY_MODEL */
+	static bfp_decoder d;
+	assert_int_equal(bfp_decoder_init(&d, BFP_DEC_F_SCALAR), BFP_OK);
+	assert_int_equal(bfp_decoder_init(&d, 1u), BFP_OK); /* its old value */
+	assert_int_equal(bfp_decoder_init(&d, 2u), BFP_E_ARG);
+	assert_true((BFP_DEC_F_SCALAR & (BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE)) == 0);
+	bfp_apply_opts ao = aopts();
+	ao.flags = BFP_DEC_F_SCALAR;
+	memcpy(rw, rb, sizeof(rw));
+	assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
+	uint8_t fr[BFP_FRAME_SIZE_MAX];
+	size_t fl;
+	assert_int_equal(bfp_encode_next(&enc, fr, sizeof(fr), &fl), BFP_OK);
+	assert_int_equal(bfp_decode_apply(&d, &ao, fr, fl, rw, RN, NULL), BFP_E_ARG);
+	assert_memory_equal(rw, rb, sizeof(rw));
 }
 
 int main(void)
