@@ -76,8 +76,9 @@ static const char publish_usage[] =
 	"                            6), not sharing a model per tensor chunk (3.11):\n"
 	"                            2-5% more bytes\n"
 
-	"  -w, --wait-subscribers N  publish only once N subscribers joined\n"
-	"  -n, --steps N             stop after publishing version N\n"
+	"  -w, --wait-subscribers N  start publishing only once N subscribers joined\n"
+	"  -n, --steps N             stop after publishing version N (no step above\n"
+	"                            N is published, also where N is missing)\n"
 	"  -L, --linger S            then keep answering NACKs for S seconds (5), and\n"
 	"                            finish the catch-ups begun by then\n"
 	"  -A, --key FILE            sign frames and heartbeats with this key and\n"
@@ -97,6 +98,7 @@ typedef struct pub_sub {
 	uint32_t version;       /* from its JOINs */
 	double version_since;   /* when it first reported that version */
 	int catchup;            /* behind: needs patches or a keyframe */
+	uint32_t said_ahead;    /* the version it was said to be ahead at */
 	rp_bucket nack;         /* frames its NACKs may still ask for */
 	rp_bucket link;         /* its JOIN's rate_kbps (rate 0: none given) */
 	uint32_t rate_kbps;
@@ -151,11 +153,30 @@ typedef struct pub {
 	uint64_t model_id;      /* of every version published */
 } pub;
 
-static volatile sig_atomic_t quit;
+static volatile sig_atomic_t quit, dump_stats;
 static void on_signal(int s)
 {
 	(void)s;
 	quit = 1;
+}
+static void on_usr1(int s)
+{
+	(void)s;
+	dump_stats = 1;
+}
+
+/* The counters, on stderr: at exit and on SIGUSR1. */
+static void pub_print_stats(const pub *P, uint32_t ver)
+{
+	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
+		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
+		" keyframe streams, %" PRIu64 " history write errors, %" PRIu64 " control messages "
+		"refused (authentication), %" PRIu64 " NACKed frames over a subscriber's budget, %"
+		PRIu64 " malformed control messages, %" PRIu64 " JOINs for another model; %u "
+		"subscriber(s)\n",
+		ver, P->sent_frames, P->sent_bytes, P->nacks, P->resent, P->keyframes,
+		P->history_errors, P->auth_fail, P->nack_limited, P->ctl_bad, P->other_model,
+		P->n_subs);
 }
 
 static void peer_str(const struct sockaddr_in *a, char *out, size_t n)
@@ -472,8 +493,12 @@ static void pub_control(pub *P)
 			}
 			char peer[64];
 			peer_str(&s->data, peer, sizeof(peer));
-			fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n", peer,
-				c.version);
+			if (c.version == RP_VERSION_NONE)
+				fprintf(stderr, "bfpatch publish: subscriber %s joined with no usable "
+					"version\n", peer);
+			else
+				fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n",
+					peer, c.version);
 			events_emit(&P->ev, "subscriber", "\"peer\":\"%s\",\"version\":%u", peer,
 				    c.version);
 		}
@@ -495,7 +520,6 @@ static void pub_control(pub *P)
 		}
 		if (c.type != RP_NACK)
 			continue;
-		P->nacks++;
 		const patch *p = (c.flags & RP_NACK_KEY) ? key_find(P, c.version)
 						       : hist_find(P, c.version);
 		if (!p && P->streaming && c.version == P->streamed_ver && P->streamed.n)
@@ -506,15 +530,22 @@ static void pub_control(pub *P)
 		 * overlap (PROTOCOL.md 2.4); of the patch its catch-up is being
 		 * sent, only frames already sent (the rest come anyway) */
 		const size_t end = p == cu_patch(P, s) ? s->cu_next : p->n;
+		/* to a subscriber whose link is slower than --rate, about 100
+		 * ms of its link a NACK: the answer is sent paced at that link,
+		 * and all else waits meanwhile (it NACKs the rest again) */
+		uint64_t most = RP_NACK_ANSWER_MAX;
+		if (s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate) &&
+		    10 * pub_slice((uint64_t)s->rate_kbps * 1000, P->frame_size) < most)
+			most = 10 * pub_slice((uint64_t)s->rate_kbps * 1000, P->frame_size);
 		uint64_t resent = 0, bytes = 0;
-		for (unsigned r = 0; r < c.n_ranges && resent < RP_NACK_ANSWER_MAX; r++) {
+		for (unsigned r = 0; r < c.n_ranges && resent < most; r++) {
 			if (c.ranges[r].first >= end)
 				continue;
 			uint32_t cnt = c.ranges[r].count;
 			if (cnt > end - c.ranges[r].first)
 				cnt = (uint32_t)(end - c.ranges[r].first);
-			if (cnt > RP_NACK_ANSWER_MAX - resent)
-				cnt = (uint32_t)(RP_NACK_ANSWER_MAX - resent);
+			if (cnt > most - resent)
+				cnt = (uint32_t)(most - resent);
 			/* one subscriber cannot take the link from the others */
 			uint32_t ok = (uint32_t)rp_bucket_take_upto(&s->nack, cnt, (uint64_t)(t * 1e6),
 								    1000000);
@@ -525,6 +556,9 @@ static void pub_control(pub *P)
 			resent += cnt;
 			bytes += p->off[c.ranges[r].first + cnt] - p->off[c.ranges[r].first];
 		}
+		if (!resent)
+			continue; /* nothing of it held or within the budget: not answered */
+		P->nacks++;
 		P->resent += resent;
 		char peer[64];
 		peer_str(&s->data, peer, sizeof(peer));
@@ -619,6 +653,22 @@ static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts
 		/* behind for a moment is patches in flight (NACKs repair
 		 * them); behind at the same version for 3 s needs catching up */
 		int none = s->version == RP_VERSION_NONE; /* asks for keyframes */
+		if (!none && s->version != RP_VERSION_RELAY && s->version > ver &&
+		    s->said_ahead != s->version) {
+			/* a version this publisher has not made (yet): a rollback
+			 * of the checkpoints, another run, a restart without
+			 * --resume; nothing from here applies to it before the
+			 * patch to the version after its own */
+			char peer[64];
+			peer_str(&s->data, peer, sizeof(peer));
+			fprintf(stderr, "bfpatch publish: subscriber %s is at version %u, ahead of "
+				"this publisher's %u (checkpoints rolled back, another run, a restart "
+				"without --resume?): it takes nothing from here before version %u, "
+				"and if its weights are not this run's version %u it fails to verify "
+				"then; restart its shim with --init of the current checkpoint\n",
+				peer, s->version, ver, s->version + 1, s->version);
+			s->said_ahead = s->version;
+		}
 		if (s->version == RP_VERSION_RELAY || t - s->last_catchup < 3 ||
 		    (!none && (s->version >= ver || t - s->version_since < 3 ||
 			       t - P->published_at < 3)))
@@ -879,6 +929,9 @@ typedef struct source {
 	double failing_since;   /* ... since it was last said */
 	double failing_first;   /* ... since it first failed */
 	double last_scan;       /* --dir: for a step after a missing one */
+	uint32_t cand;          /* ... the step it chose (0: none yet) */
+	uint32_t said_skip;     /* ... the last step said to be gone on with */
+	uint32_t max_step;      /* --steps: no step above it is published */
 	void *spare;            /* a retired version's parameters, for the next */
 	size_t spare_cap;       /* (model_load_into): bytes */
 } source;
@@ -938,30 +991,61 @@ static void source_follow_buffer(source *S, uint32_t ver)
  * one pruned before it was published), or it failed to load for a minute
  * while a later one is there, the lowest later step: a patch may skip
  * versions. */
-static int source_next(source *S, uint32_t ver, model *nw, uint32_t *nver, char *err,
-		       size_t errlen)
+static int source_next(source *S, const model *cur, uint32_t ver, model *nw, uint32_t *nver,
+		       char *err, size_t errlen)
 {
 	if (!S->is_buffer) {
 		char path[PATH_MAX];
-		uint32_t next = ver + 1, lo, hi;
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, next);
 		const double t = now_s();
-		const int missing = access(path, R_OK) != 0;
-		const int stuck = S->failing == next && t - S->failing_first > 60;
-		if ((missing || stuck) && t - S->last_scan >= 1.0) {
+		if (S->cand <= ver || t - S->last_scan >= 1.0) {
+			/* the step to take: ver + 1, or, where that is not there
+			 * or fails to load for a minute, the next later one that
+			 * is there (again and again: a missing step, then one cut
+			 * short), never one past --steps */
 			S->last_scan = t;
-			if (steps_scan(S->dir, ver + 2, &lo, &hi)) {
-				fprintf(stderr, "bfpatch publish: step %u %s; going on with step %u\n",
-					next, missing ? "is not there" : "still fails to load", lo);
-				next = lo;
-				snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, next);
+			uint32_t c = ver + 1, lo, hi;
+			for (;;) {
+				struct stat sb;
+				snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, c);
+				const int missing = stat(path, &sb) != 0 && errno == ENOENT;
+				const int stuck = S->failing == c && t - S->failing_first > 60;
+				if ((!missing && !stuck) || c == UINT32_MAX ||
+				    !steps_scan(S->dir, c + 1, &lo, &hi) ||
+				    (S->max_step && lo > S->max_step))
+					break;
+				c = lo;
 			}
+			if (c != ver + 1 && c != S->said_skip) {
+				fprintf(stderr, "bfpatch publish: step %u %s; going on with step %u\n",
+					ver + 1, S->failing == ver + 1 ? "still fails to load"
+								       : "is not there", c);
+				S->said_skip = c;
+			}
+			S->cand = c;
 		}
-		if (access(path, R_OK) != 0 || being_written(path))
+		const uint32_t next = S->cand;
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, next);
+		struct stat sb;
+		if ((stat(path, &sb) != 0 && errno == ENOENT) || being_written(path))
 			return 0;
 		/* a file still being written fails its size check: try again,
-		 * and say so if it stays broken */
-		if (model_load_into(nw, path, S->spare, S->spare_cap, err, errlen)) {
+		 * and say so if it stays broken (unreadable: the same) */
+		int lrc = model_load_into(nw, path, S->spare, S->spare_cap, err, errlen);
+		if (!lrc && (nw->model_id != cur->model_id || nw->n_params != cur->n_params)) {
+			/* whole, but of another model: it never loads as this one */
+			set_err(err, errlen, "%s has another tensor layout than version %u "
+				"(another model); not published", path, ver);
+			if (nw->params == S->spare) /* read into the spare: it stays */
+				nw->params = NULL;
+			model_free(nw);
+			if (S->failing != next)
+				fprintf(stderr, "bfpatch publish: %s\n", err);
+			S->failing = next;
+			S->failing_since = t;
+			S->failing_first = t - 61; /* passed over once a later step is there */
+			return 0;
+		}
+		if (lrc) {
 			if (S->failing != next) {
 				S->failing = next;
 				S->failing_since = S->failing_first = t;
@@ -1207,6 +1291,7 @@ int cmd_publish(int argc, char **argv)
 	} else {
 		char path[PATH_MAX];
 		S.dir = dir;
+		S.max_step = steps == UINT32_MAX ? 0 : steps;
 		/* the first checkpoint there (old ones may have been pruned), or
 		 * with --resume the latest */
 		uint32_t first = 0, last = 0;
@@ -1228,7 +1313,14 @@ int cmd_publish(int argc, char **argv)
 			if (resume && ver > first) {
 				fprintf(stderr, "bfpatch publish: %s is not whole yet (%s); starting "
 					"at the step before\n", path, busy ? "still being written" : err);
-				ver--;
+				/* the step before that is there (a trainer that
+				 * keeps every k-th step leaves gaps) */
+				struct stat sb;
+				do {
+					ver--;
+					snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir,
+						 ver);
+				} while (ver > first && stat(path, &sb) != 0 && errno == ENOENT);
 				continue;
 			}
 			if (now_s() - said > 10) {
@@ -1246,6 +1338,8 @@ int cmd_publish(int argc, char **argv)
 		history_make(&P, &cur, ver, &po);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	signal(SIGUSR1, on_usr1);
 	/* being_written's lease probe: a writer opening the file meanwhile
 	 * breaks the lease, and the kernel says so with SIGIO (fatal unless
 	 * ignored) */
@@ -1259,8 +1353,12 @@ int cmd_publish(int argc, char **argv)
 		fprintf(stderr, "bfpatch publish: version %u is already at or past --steps %u: "
 			"nothing new to publish; answering for --linger %u s\n", ver, steps, linger);
 	double done_at = 0, next_heartbeat = 0;
-	int rc = 0;
+	int rc = 0, gate_open = waitn == 0, gate_said = 0;
 	while (!quit) {
+		if (dump_stats) {
+			dump_stats = 0;
+			pub_print_stats(&P, ver);
+		}
 		pub_control(&P);
 		pub_catchup(&P, &cur, ver, &po);
 		const int catching_up = pub_catchup_send(&P);
@@ -1281,8 +1379,20 @@ int cmd_publish(int argc, char **argv)
 			P.closing = t - done_at >= linger;
 			if (P.closing && !catching_up)
 				break;
-		} else if (P.n_subs >= waitn) {
-			got = source_next(&S, ver, &nw, &nver, err, sizeof(err));
+		} else if (!gate_open && P.n_subs < waitn) {
+			/* --wait-subscribers: a gate at the start only (a
+			 * subscriber that goes later must not stop the others) */
+			if (!gate_said) {
+				fprintf(stderr, "bfpatch publish: waiting for %u subscriber(s) to JOIN "
+					"before publishing (--wait-subscribers)\n", waitn);
+				gate_said = 1;
+			}
+		} else {
+			if (!gate_open && waitn)
+				fprintf(stderr, "bfpatch publish: %u subscriber(s) joined; publishing\n",
+					P.n_subs);
+			gate_open = 1;
+			got = source_next(&S, &cur, ver, &nw, &nver, err, sizeof(err));
 			if (got < 0) {
 				rc = die("publish", err);
 				break;
@@ -1294,6 +1404,8 @@ int cmd_publish(int argc, char **argv)
 			continue;
 		}
 		if (nw.model_id != cur.model_id || nw.n_params != cur.n_params) {
+			/* a weight buffer's layout is fixed; a step file's is
+			 * checked by source_next */
 			fprintf(stderr, "bfpatch publish: version %u has another tensor layout than "
 				"version %u; not published\n", nver, ver);
 			source_free_model(&S, &nw);
@@ -1336,31 +1448,32 @@ int cmd_publish(int argc, char **argv)
 		const patch *p = &P.hist[slot];
 		P.hist_base[slot] = keyframes ? 0 : ver;
 		P.hist_ver[slot] = nver;
-		events_emit(&P.ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
-			    "\"subscribers\":%u", nver, p->n, p->len, P.n_subs);
+		if (!quit)
+			events_emit(&P.ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
+				    "\"subscribers\":%u", nver, p->n, p->len, P.n_subs);
 		uint64_t changed = sc.changed;
 		if (keyframes) /* the dense baseline: keyframes carry no changes */
 			for (uint64_t i = 0; i < nw.n_params; i++)
 				changed += cur.params[i] != nw.params[i];
+		const double x = (double)nw.n_params * 2 / (double)p->len;
+		char sent[64];
+		if (quit) /* a signal cut the sending short: the rest never left */
+			snprintf(sent, sizeof(sent), "sending cut short by a signal");
+		else
+			snprintf(sent, sizeof(sent), "sent in %.1f ms", (t2 - sc.t0) * 1e3);
 		fprintf(stderr, "bfpatch publish: version %u -> %u: %.3f%% changed, %zu frames, %zu "
-			"bytes (%.1fx smaller than dense); first frame out after %.1f ms, encoded in "
-			"%.1f ms, sent in %.1f ms, %u subscriber(s)\n", ver, nver,
-			100.0 * (double)changed / (double)nw.n_params, p->n, p->len,
-			(double)nw.n_params * 2 / (double)p->len, (sc.t_first - sc.t0) * 1e3,
-			(sc.t_encoded - sc.t0) * 1e3, (t2 - sc.t0) * 1e3, P.n_subs);
+			"bytes (%.*fx %s than dense); first frame out after %.1f ms, encoded in "
+			"%.1f ms, %s, %u subscriber(s)\n", ver, nver,
+			100.0 * (double)changed / (double)nw.n_params, p->n, p->len, x >= 1 ? 1 : 2,
+			x >= 1 ? x : 1 / x, x >= 1 ? "smaller" : "larger", (sc.t_first - sc.t0) * 1e3,
+			(sc.t_encoded - sc.t0) * 1e3, sent, P.n_subs);
 		history_put(&P, p, P.hist_base[slot], nver, old_base, old_ver);
 		source_retire_model(&S, &cur);
 		cur = nw;
 		ver = nver;
 		P.published_at = now_s();
 	}
-	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
-		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
-		" keyframe streams, %" PRIu64 " history write errors, %" PRIu64 " control messages "
-		"refused (authentication), %" PRIu64 " NACKed frames over a subscriber's budget, %"
-		PRIu64 " malformed control messages, %" PRIu64 " JOINs for another model\n",
-		ver, P.sent_frames, P.sent_bytes, P.nacks, P.resent, P.keyframes, P.history_errors,
-		P.auth_fail, P.nack_limited, P.ctl_bad, P.other_model);
+	pub_print_stats(&P, ver);
 	events_emit(&P.ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%" PRIu64
 		    ",\"resent\":%" PRIu64 ",\"version\":%u,\"auth_fail\":%" PRIu64, P.sent_frames,
 		    P.sent_bytes, P.nacks, P.resent, ver, P.auth_fail);
