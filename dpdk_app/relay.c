@@ -1511,7 +1511,7 @@ static int relay_setup(relay *r)
 			"half of --mbufs %u (about %.0f MB of 1200-byte frames, %.0f MB of "
 			"8900-byte ones), less than --cache-bytes %" PRIu64 " asks for; give "
 			"--mbufs %u to use it all\n", cap, r->cf.n_mbufs, cap * 1200.0 / 1e6,
-			cap * 8900.0 / 1e6, r->cf.cache_bytes, 2 * want + 1);
+			cap * 8900.0 / 1e6, r->cf.cache_bytes, 2 * want);
 	r->cache_ring = rte_zmalloc("cache_ring", cap * sizeof(rp_cache_entry), 0);
 	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint32_t), 0);
 	if (!r->cache_ring || !r->cache_hash ||

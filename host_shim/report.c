@@ -474,9 +474,16 @@ static int load_events(rep *R)
 	const report_input *in = R->in;
 	for (size_t f = 0; f < in->n_events; f++) {
 		const char *path = in->events[f];
-		FILE *fp = fopen(path, "rb");
-		if (!fp)
+		/* a regular file only: a FIFO would hang the report */
+		struct stat sb;
+		int fd = open_regular(path, &sb, R->err, R->errlen);
+		if (fd < 0)
+			return -1;
+		FILE *fp = fdopen(fd, "rb");
+		if (!fp) {
+			close(fd);
 			return fail(R, "%s: %s", path, strerror(errno));
+		}
 		char *line = NULL;
 		size_t cap = 0, lineno = 0;
 		ssize_t n;

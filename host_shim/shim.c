@@ -1047,7 +1047,8 @@ static int on_frame(shim *s, const uint8_t *p, size_t len, int from_upstream)
 			s->told_encoding[p[5] / 8] |= (uint8_t)(1u << (p[5] % 8));
 			fprintf(stderr, "bfpatch-shim: frames in encoding %u, which this build does "
 				"not read, are dropped (counted as bad): upgrade this shim, or have "
-				"the publisher send encodings it reads (publish --sparse-v1)\n",
+				"the publisher send encodings it reads (docs/DEPLOY.md, 'Upgrading a "
+				"running tree', gives the publish option for each revision)\n",
 				p[5]);
 		}
 		return 0;

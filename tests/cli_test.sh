@@ -344,6 +344,9 @@ expect_fail "diff of a FIFO (refused, not waited on)" "$T/xf" \
 	timeout 10 "$BFP" diff "$T/fifo" "$S1" -o "$T/xf"
 check "a FIFO input is refused as not a regular file" "grep -q 'not a regular file' '$T/stderr'"
 expect_fail "info of a FIFO" "" timeout 10 "$BFP" info "$T/fifo"
+expect_fail "report with a FIFO as its event log" "$T/xf.html" \
+	timeout 10 "$BFP" report -o "$T/xf.html" -e "$T/fifo" "$T/p01"
+check "... refused as not a regular file" "grep -q 'not a regular file' '$T/stderr'"
 
 # a patch applied to weights that are not its base: the frame is intact,
 # so the message points at the base, not at the patch
