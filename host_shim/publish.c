@@ -882,39 +882,119 @@ static void history_load(pub *P, uint64_t model_id, uint32_t ver, const model *c
 	for (unsigned h = 0; h < P->n_hist; h++)
 		fprintf(stderr, "bfpatch publish: holds patch %u -> %u from %s\n", P->hist_base[h],
 			P->hist_ver[h], P->history);
+	/* the patch files not taken back (beyond --keep, of another model,
+	 * from before a rollback, past the version resumed at): the
+	 * directory holds the patches held, no more, restart after restart */
+	d = opendir(P->history);
+	unsigned removed = 0;
+	while (d && (e = readdir(d))) {
+		unsigned b, t, h;
+		char tail[8];
+		if (sscanf(e->d_name, "v%8u-v%8u.bf%1[p]%1s", &b, &t, tail, tail + 1) != 3 ||
+		    strlen(e->d_name) != strlen("v00000000-v00000000.bfp"))
+			continue;
+		for (h = 0; h < P->n_hist; h++)
+			if (P->hist_base[h] == b && P->hist_ver[h] == t)
+				break;
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", P->history, e->d_name);
+		if (h == P->n_hist && unlink(path) == 0)
+			removed++;
+	}
+	if (d)
+		closedir(d);
+	if (removed)
+		fprintf(stderr, "bfpatch publish: history: removed %u patch file(s) not held (past "
+			"--keep %u, another model's, or not of these checkpoints)\n", removed, P->keep);
 }
 
-/* A restart (--resume) that holds no patch to its version ver (none kept,
- * or a publisher killed while it published ver): make it from step ver-1,
- * if that is there, so subscribers at ver-1 catch up with a patch rather
- * than a keyframe stream of the whole model. */
+/* Patch b -> t from the checkpoints mb and mt into a history slot, kept
+ * on disk too. */
+static int history_add(pub *P, const model *mb, const model *mt, uint32_t b, uint32_t t,
+		       const patch_opts *po)
+{
+	char err[ERRLEN];
+	patch_opts so = *po;
+	so.base_version = b;
+	so.target_version = t;
+	patch p;
+	if (patch_encode(mb, mt, &so, &p, err, sizeof(err))) {
+		fprintf(stderr, "bfpatch publish: patch %u -> %u: %s\n", b, t, err);
+		return -1;
+	}
+	unsigned slot = hist_slot(P);
+	if (slot == P->n_hist)
+		P->n_hist++;
+	uint32_t old_base = P->hist_base[slot], old_ver = P->hist_ver[slot];
+	patch_free(&P->hist[slot]);
+	P->hist[slot] = p;
+	P->hist_base[slot] = b;
+	P->hist_ver[slot] = t;
+	fprintf(stderr, "bfpatch publish: holds patch %u -> %u, made from the checkpoints\n", b, t);
+	history_put(P, &P->hist[slot], b, t, old_base, old_ver);
+	return 0;
+}
+
+/* A restart (--resume) that holds no patch to its version ver: make the
+ * patches from the newest version its kept ones reach (a publisher that
+ * was down for several steps; at most --keep of them), or else from the
+ * step before ver, from the checkpoints there, so subscribers that were
+ * behind catch up with patches rather than a keyframe stream of the whole
+ * model. Steps missing from the directory are passed over, as when
+ * publishing. */
 static void history_make(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
 {
+	uint32_t from = ver - 1, lo, hi, n = 0;
+	int held = 0;
+	for (unsigned h = 0; h < P->n_hist; h++)
+		if (P->hist_ver[h] < ver && (!held || P->hist_ver[h] > from)) {
+			from = P->hist_ver[h];
+			held = 1;
+		}
+	if (ver - from > P->keep)
+		from = ver - P->keep;
 	char path[PATH_MAX], err[ERRLEN];
-	model prev;
-	snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, ver - 1);
-	if (access(path, R_OK) != 0 || model_load(&prev, path, err, sizeof(err)))
-		return;
-	patch_opts so = *po;
-	so.base_version = ver - 1;
-	so.target_version = ver;
-	unsigned slot = hist_slot(P);
-	patch p;
-	if (patch_encode(&prev, cur, &so, &p, err, sizeof(err)) == 0) {
-		if (slot == P->n_hist)
-			P->n_hist++;
-		uint32_t old_base = P->hist_base[slot], old_ver = P->hist_ver[slot];
-		patch_free(&P->hist[slot]);
-		P->hist[slot] = p;
-		P->hist_base[slot] = ver - 1;
-		P->hist_ver[slot] = ver;
-		fprintf(stderr, "bfpatch publish: holds patch %u -> %u, made from the checkpoints "
-			"(none was kept)\n", ver - 1, ver);
-		history_put(P, &P->hist[slot], ver - 1, ver, old_base, old_ver);
-	} else {
-		fprintf(stderr, "bfpatch publish: patch %u -> %u: %s\n", ver - 1, ver, err);
+	model mb;
+	for (;;) { /* that step, else (pruned) the step before ver */
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, from);
+		if (access(path, R_OK) == 0 && model_load(&mb, path, err, sizeof(err)) == 0)
+			break;
+		if (from == ver - 1)
+			return;
+		from = ver - 1;
 	}
-	model_free(&prev);
+	if (mb.model_id != cur->model_id) {
+		model_free(&mb);
+		return;
+	}
+	uint32_t b = from;
+	while (b < ver && steps_scan(P->dir, b + 1, &lo, &hi) && lo <= ver && n < P->keep) {
+		model mt;
+		const model *t = cur;
+		if (lo < ver) {
+			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, lo);
+			if (model_load(&mt, path, err, sizeof(err)))
+				break;
+			if (mt.model_id != cur->model_id) {
+				model_free(&mt);
+				break;
+			}
+			t = &mt;
+		}
+		int rc = history_add(P, &mb, t, b, lo, po);
+		model_free(&mb);
+		if (rc) {
+			if (t != cur)
+				model_free(&mt);
+			return;
+		}
+		if (t == cur)
+			return;
+		mb = mt;
+		b = lo;
+		n++;
+	}
+	model_free(&mb);
 }
 
 typedef struct source {
