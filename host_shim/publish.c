@@ -1012,6 +1012,7 @@ typedef struct source {
 	uint32_t cand;          /* ... the step it chose (0: none yet) */
 	uint32_t said_skip;     /* ... the last step said to be gone on with */
 	uint32_t max_step;      /* --steps: no step above it is published */
+	struct stat other;      /* the file found to be of another model */
 	void *spare;            /* a retired version's parameters, for the next */
 	size_t spare_cap;       /* (model_load_into): bytes */
 } source;
@@ -1108,6 +1109,11 @@ static int source_next(source *S, const model *cur, uint32_t ver, model *nw, uin
 		struct stat sb;
 		if ((stat(path, &sb) != 0 && errno == ENOENT) || being_written(path))
 			return 0;
+		if (S->failing == next && sb.st_ino == S->other.st_ino &&
+		    sb.st_dev == S->other.st_dev && sb.st_size == S->other.st_size &&
+		    sb.st_mtim.tv_sec == S->other.st_mtim.tv_sec &&
+		    sb.st_mtim.tv_nsec == S->other.st_mtim.tv_nsec)
+			return 0; /* that file again, unchanged: not read again */
 		/* a file still being written fails its size check: try again,
 		 * and say so if it stays broken (unreadable: the same) */
 		int lrc = model_load_into(nw, path, S->spare, S->spare_cap, err, errlen);
@@ -1123,6 +1129,7 @@ static int source_next(source *S, const model *cur, uint32_t ver, model *nw, uin
 			S->failing = next;
 			S->failing_since = t;
 			S->failing_first = t - 61; /* passed over once a later step is there */
+			S->other = sb;
 			return 0;
 		}
 		if (lrc) {
