@@ -534,9 +534,10 @@ static void pub_control(pub *P)
 		 * ms of its link a NACK: the answer is sent paced at that link,
 		 * and all else waits meanwhile (it NACKs the rest again) */
 		uint64_t most = RP_NACK_ANSWER_MAX;
-		if (s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate) &&
-		    10 * pub_slice((uint64_t)s->rate_kbps * 1000, P->frame_size) < most)
-			most = 10 * pub_slice((uint64_t)s->rate_kbps * 1000, P->frame_size);
+		if (s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate)) {
+			uint64_t f = (uint64_t)s->rate_kbps * 1000 / 8 / 10 / WIRE(P->frame_size);
+			most = f < 1 ? 1 : f < most ? f : most;
+		}
 		uint64_t resent = 0, bytes = 0;
 		for (unsigned r = 0; r < c.n_ranges && resent < most; r++) {
 			if (c.ranges[r].first >= end)
