@@ -387,6 +387,42 @@ wait $PUB || fail "publish (NACK amplification)"
 grep -q "[1-9][0-9]* NACKed frames over a subscriber's budget" "$T/publish12.log" ||
 	fail "publish: frames over the NACK budget not counted"
 
+# a NACK from a subscriber on a slow link (its JOIN says 2 Mbit/s) is
+# answered with about 100 ms of that link (19 frames), not the whole
+# patch: the answer is paced at that link and the publisher waits for it
+"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+	--linger 6 > "$T/publish47.log" 2>&1 &
+PUB=$!
+python3 - $port "$HERE" <<'PY' || fail "a NACK answer to a slow link"
+import socket, struct, sys, time
+sys.path.insert(0, sys.argv[2] + "/relay")
+from tap_peers import ctl, join, receiver
+port = int(sys.argv[1])
+s = receiver()
+def frames_for(seconds, quiet):
+    got, end, last = [], time.monotonic() + seconds, time.monotonic()
+    while time.monotonic() < end and time.monotonic() - last < quiet:
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            continue
+        if d[:4] == b"BFPT":
+            got.append(d)
+            last = time.monotonic()
+    return got
+join(s, port, 0, rate=2000)
+first = frames_for(20, 1.0)
+n = len(first)
+assert n > 40, "patch too small for this check (%d frames)" % n
+model = struct.unpack_from("<Q", first[0], 8)[0]
+target = struct.unpack_from("<I", first[0], 20)[0]
+s.sendto(ctl(3, model, target, ranges=[(0, n)]), ("127.0.0.1", port))
+again = frames_for(5, 1.0)
+assert 1 <= len(again) <= 25, "a NACK of %d frames from a 2 Mbit/s link got %d back" % (n, len(again))
+print("a NACK of %d frames from a 2 Mbit/s link: %d frames back" % (n, len(again)))
+PY
+wait $PUB || fail "publish (a NACK from a slow link)"
+
 # a buffer awaiting a keyframe resync at version 3 never goes back: the
 # keyframe stream of version 0 (a publisher that has only step 0) is not
 # committed
