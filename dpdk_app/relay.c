@@ -62,13 +62,22 @@
 #define HDR_ROOM 128
 #define OUT_POOL_N 16383u /* header and clone mbufs: one of each per output queued */
 
-static volatile sig_atomic_t force_quit;
+static volatile sig_atomic_t force_quit, dump_stats;
 
 static void on_signal(int sig)
 {
 	(void)sig;
 	force_quit = 1;
 }
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	dump_stats = 1;
+}
+
+typedef struct relay relay;
+static void print_stats(const relay *r, FILE *f);
 
 /* ---- configuration ---- */
 
@@ -142,7 +151,7 @@ enum {
 	C_CACHE_HIT, C_CACHE_MISS, C_NACK_RX, C_NACK_FWD, C_NACK_REFUSED,
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
 	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED, C_BAD_VERSION, C_NACK_UNASKED,
-	C_SHARE_FULL, C_CACHE_REPLACED, C_JOIN_REFUSED,
+	C_SHARE_FULL, C_CACHE_REPLACED, C_JOIN_REFUSED, C_RX_RESERVE,
 	C_COUNT
 };
 static const char *const cnames[C_COUNT] = {
@@ -151,7 +160,7 @@ static const char *const cnames[C_COUNT] = {
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
 	"drop_control", "cache_stored", "tx_failed", "nack_suppressed", "drop_auth",
 	"nack_frames_limited", "drop_bad_version", "nack_frames_unasked", "drop_share_full",
-	"cache_replaced", "joins_refused",
+	"cache_replaced", "joins_refused", "drop_rx_reserve",
 };
 
 typedef struct lcore_stats {
@@ -465,7 +474,13 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 		s->drops++;
 		return;
 	}
-	if (r->rx_short || rte_ring_enqueue(s->q, out) != 0) {
+	if (r->rx_short) { /* it would take the RX mbufs the ports receive with */
+		rte_pktmbuf_free(out);
+		st->c[C_RX_RESERVE]++;
+		s->drops++;
+		return;
+	}
+	if (rte_ring_enqueue(s->q, out) != 0) {
 		rte_pktmbuf_free(out);
 		st->c[C_RING_FULL]++;
 		s->drops++;
@@ -1025,6 +1040,11 @@ static void core_main(relay *r)
 			housekeeping(r, st);
 			next_hk = now + r->hz; /* once a second */
 		}
+		if (dump_stats) { /* SIGUSR1: the counters, as at exit */
+			dump_stats = 0;
+			print_stats(r, stdout);
+			fflush(stdout);
+		}
 	}
 	force_quit = 1;
 	for (uint16_t p = 0; p < r->n_ports; p++)
@@ -1120,7 +1140,7 @@ static const char usage_text[] =
 	"                              control port); NACK misses go there\n"
 	"  -C, --cache-bytes N         repair cache budget (default 64M; K, M, G:\n"
 	"                              KiB, MiB, GiB); the cache also holds at\n"
-	"                              most half of --mbufs frames\n"
+	"                              most half of the --mbufs the RX rings leave\n"
 	"  -K, --cache-versions K      target versions kept (default 2)\n"
 	"  -r, --rate BITS             default per-subscriber rate, e.g. 1g, 100m;\n"
 	"                              0 = unlimited (default)\n"
@@ -1133,7 +1153,8 @@ static const char usage_text[] =
 	"  -k, --check-crc             verify each frame's CRC32C before relaying\n"
 	"  -m, --mbuf-size N           mbuf data room (default 10240: 9000 B frames)\n"
 	"  -n, --mbufs N               mbufs in the RX pool (default 8191), each of\n"
-	"                              --mbuf-size; cached frames keep theirs\n"
+	"                              --mbuf-size; the RX rings take 1024 a queue\n"
+	"                              and port, cached frames keep theirs\n"
 	"  -T, --run-time S            stop after S seconds (tests)\n"
 	"  -A, --key FILE              relay only frames, and accept only control\n"
 	"                              messages, signed with a key given; sign our own\n"
@@ -1223,16 +1244,21 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		switch (c) {
 		case 'i':
 		case 'g': {
-			char whole[64]; /* optarg is cut below: errors show it whole */
+			/* cut up a copy: optarg is the process's command line,
+			 * which ps shows */
+			char whole[64], buf[64];
 			snprintf(whole, sizeof(whole), "%s", optarg);
-			char *colon = strchr(optarg, ':'), *slash = strchr(optarg, '/');
+			if (snprintf(buf, sizeof(buf), "%s", optarg) >= (int)sizeof(buf))
+				return bad(c == 'i' ? "--ip" : "--gateway", whole);
+			char *arg = buf;
+			char *colon = strchr(arg, ':'), *slash = strchr(arg, '/');
 			uint64_t len = 0;
 			uint32_t ip;
 			if (slash && (c == 'g' || rp_parse_num(slash + 1, 1, 32, &len)))
 				return bad(c == 'i' ? "--ip (prefix length 1..32)" : "--gateway", whole);
 			if (slash)
 				*slash = 0;
-			if (!colon || rp_parse_num((*colon = 0, optarg), 0, MAX_PORTS - 1, &v) ||
+			if (!colon || rp_parse_num((*colon = 0, arg), 0, MAX_PORTS - 1, &v) ||
 			    ip_parse(colon + 1, &ip) || !ip)
 				return bad(c == 'i' ? "--ip (PORT:A.B.C.D[/LEN])" : "--gateway (PORT:A.B.C.D)",
 					   whole);
@@ -1257,13 +1283,25 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			cf->control_port = (uint16_t)v;
 			break;
 		case 's':
-			if (cf->n_subs == MAX_SUBS || parse_sub(optarg, &cf->subs[cf->n_subs]))
-				return bad("--subscriber", optarg);
+			if (cf->n_subs == MAX_SUBS || parse_sub(optarg, &cf->subs[cf->n_subs]) ||
+			    !cf->subs[cf->n_subs].ip || cf->subs[cf->n_subs].ip == 0xFFFFFFFFu)
+				return bad("--subscriber (A.B.C.D:PORT[,mac=MAC][,rate=BITS][,eth=N], "
+					   "a host's address; rate at least 1k)",
+					   optarg);
+			for (unsigned i = 0; i < cf->n_subs; i++)
+				if (cf->subs[i].ip == cf->subs[cf->n_subs].ip &&
+				    cf->subs[i].port == cf->subs[cf->n_subs].port) {
+					fprintf(stderr, "bfpatch-relay: --subscriber %s is given twice "
+						"(one --subscriber an address and port, with all its "
+						"options)\n", optarg);
+					return -1;
+				}
 			cf->n_subs++;
 			break;
 		case 'u':
-			if (rp_parse_hostport(optarg, &cf->upstream_ip, &cf->upstream_port, NULL))
-				return bad("--upstream", optarg);
+			if (rp_parse_hostport(optarg, &cf->upstream_ip, &cf->upstream_port, NULL) ||
+			    !cf->upstream_ip || cf->upstream_ip == 0xFFFFFFFFu)
+				return bad("--upstream (A.B.C.D:PORT, a host's address)", optarg);
 			break;
 		case 'C':
 			if (rp_parse_bytes(optarg, 65536, 1ull << 40, &cf->cache_bytes))
@@ -1346,6 +1384,24 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		fprintf(stderr, "bfpatch-relay: --control-port %u is the data port: give them "
 			"different ports\n", cf->control_port);
 		return -1;
+	}
+	/* frames sent to the upstream or to the relay itself would go round */
+	for (unsigned p = 0; p < cf->n_ip; p++)
+		if (cf->upstream_ip && cf->upstream_ip == cf->ip[p]) {
+			fprintf(stderr, "bfpatch-relay: --upstream is this relay's own address "
+				"(port %u)\n", p);
+			return -1;
+		}
+	for (unsigned i = 0; i < cf->n_subs; i++) {
+		int own = 0;
+		for (unsigned p = 0; p < cf->n_ip; p++)
+			own |= cf->subs[i].ip == cf->ip[p];
+		if (own || (cf->upstream_ip && cf->subs[i].ip == cf->upstream_ip)) {
+			fprintf(stderr, "bfpatch-relay: a --subscriber at %s is not allowed: frames "
+				"to it would come back round\n",
+				own ? "this relay's own address" : "the --upstream's address");
+			return -1;
+		}
 	}
 	for (unsigned p = 0; p < MAX_PORTS; p++) {
 		if (!cf->gateway[p])
@@ -1485,6 +1541,23 @@ static int relay_setup(relay *r)
 	/* the RX pool holds the rings, the bursts in flight and the repair
 	 * cache's frames; header and clone pools one entry per output queued */
 	unsigned n_workers = rte_lcore_count() - 1, nq = n_workers ? n_workers : 1;
+	/* one RX queue per worker, as many as the port with the fewest allows:
+	 * a worker polls its queue on every port */
+	for (uint16_t p = 0; p < r->n_ports; p++) {
+		struct rte_eth_dev_info info;
+		if (rte_eth_dev_info_get(p, &info) == 0 && info.max_rx_queues < nq)
+			nq = info.max_rx_queues ? info.max_rx_queues : 1;
+	}
+	/* what the RX rings (1024 descriptors a queue, filled at start) and
+	 * the bursts in flight hold: the pool must have that and room to
+	 * spare, and the cache takes at most half of what is left */
+	const unsigned rx_need = (unsigned)r->n_ports * nq * 1024u + 4 * BURST * (n_workers + 1);
+	if (r->cf.n_mbufs < rx_need + 1024) {
+		fprintf(stderr, "bfpatch-relay: --mbufs %u is too few: the RX rings of %u port(s) x "
+			"%u queue(s) take %u; give at least %u\n", r->cf.n_mbufs, r->n_ports, nq,
+			rx_need, rx_need + 1024);
+		return -1;
+	}
 	r->pool = rte_pktmbuf_pool_create("rx", r->cf.n_mbufs, 256, 0,
 					  (uint16_t)(r->cf.mbuf_size + RTE_PKTMBUF_HEADROOM),
 					  (int)rte_socket_id());
@@ -1498,20 +1571,22 @@ static int relay_setup(relay *r)
 		return -1;
 	}
 	/* cache index sized for the budget at 1 kB frames, at least 1024; the
-	 * cache holds RX mbufs, so at most half of the RX pool, or a full
-	 * cache would leave no mbuf to receive with (not even JOINs) */
+	 * cache holds RX mbufs, so at most half of what the RX rings leave of
+	 * the pool, or a full cache would leave no mbuf to receive with (not
+	 * even JOINs), nor for the frames paced queues hold */
 	uint32_t cap = 1024;
 	while ((uint64_t)cap * 1024 < r->cf.cache_bytes && cap < (1u << 22))
 		cap <<= 1;
 	const uint32_t want = cap;
-	while (cap > 64 && cap > r->cf.n_mbufs / 2)
+	while (cap > 64 && cap > (r->cf.n_mbufs - rx_need) / 2)
 		cap >>= 1;
 	if (cap < want && r->cf.cache_bytes_given)
 		fprintf(stderr, "bfpatch-relay: warning: the repair cache holds at most %u frames, "
-			"half of --mbufs %u (about %.0f MB of 1200-byte frames, %.0f MB of "
-			"8900-byte ones), less than --cache-bytes %" PRIu64 " asks for; give "
-			"--mbufs %u to use it all\n", cap, r->cf.n_mbufs, cap * 1200.0 / 1e6,
-			cap * 8900.0 / 1e6, r->cf.cache_bytes, 2 * want);
+			"half of what --mbufs %u leaves beside the RX rings (%u) (about %.0f MB of "
+			"1200-byte frames, %.0f MB of 8900-byte ones), less than --cache-bytes %"
+			PRIu64 " asks for; give --mbufs %u to use it all\n", cap, r->cf.n_mbufs,
+			rx_need, cap * 1200.0 / 1e6, cap * 8900.0 / 1e6, r->cf.cache_bytes,
+			2 * want + rx_need);
 	r->cache_ring = rte_zmalloc("cache_ring", cap * sizeof(rp_cache_entry), 0);
 	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint32_t), 0);
 	if (!r->cache_ring || !r->cache_hash ||
@@ -1531,18 +1606,8 @@ static int relay_setup(relay *r)
 			return -1;
 		}
 	}
-	/* one RX queue per worker, as many as the port with the fewest allows:
-	 * a worker polls its queue on every port */
-	for (uint16_t p = 0; p < r->n_ports; p++) {
-		struct rte_eth_dev_info info;
-		if (rte_eth_dev_info_get(p, &info) == 0 && info.max_rx_queues < nq)
-			nq = info.max_rx_queues ? info.max_rx_queues : 1;
-	}
 	r->n_rxq = nq;
-	/* what the RX rings and the bursts in flight need, at most a quarter
-	 * of the pool */
-	r->rx_reserve = RTE_MIN((unsigned)r->n_ports * nq * 1024u + 4 * BURST * (n_workers + 1),
-				r->cf.n_mbufs / 4);
+	r->rx_reserve = rx_need; /* paced queues leave the RX rings theirs */
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		int rc = port_init(r, p, (uint16_t)nq);
 		if (rc) {
@@ -1639,6 +1704,8 @@ int main(int argc, char **argv)
 	argv += ret;
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	signal(SIGUSR1, on_usr1);
 
 	int rc = 1;
 	relay *r = rte_zmalloc("relay", sizeof(*r), RTE_CACHE_LINE_SIZE);

@@ -442,6 +442,13 @@ if [ -x "$RELAY" ]; then
 		--log-level=lib.eal:error -- --ip 3:198.18.0.5
 	rm -rf "/var/run/dpdk/$P"
 	check "the relay says which port is missing" "grep -q 'there is no DPDK port 3' '$T/stderr'"
+	# too few mbufs for the RX ring (1024 descriptors) and room beside it:
+	# refused at start, not a relay that receives nothing
+	expect_fail "bfpatch-relay --mbufs below what its RX rings take" "" timeout 60 "$RELAY" \
+		--no-huge -m 512 --no-pci --file-prefix $P --vdev=net_null0 \
+		--log-level=lib.eal:error -- --mbufs 1500
+	rm -rf "/var/run/dpdk/$P"
+	check "the relay says how many mbufs it needs" "grep -q 'give at least' '$T/stderr'"
 fi
 
 # usage errors exit 2; --help exits 0

@@ -238,8 +238,11 @@ static void test_slow_subscriber_leaves_the_rx_reserve(void **state)
 	assert_int_equal(rte_pktmbuf_alloc_bulk(T->pool, held, n), 0);
 	uint8_t fr[1200];
 	uint64_t drops = slow->drops, fast_tx = fast->tx_pkts;
+	uint64_t reserve_drops = sum_counter(T, C_RX_RESERVE);
 	receive(datagram(T->cf.data_port, fr, frame(fr, 21, 2)));
 	assert_int_equal(slow->drops, drops + 1);
+	/* counted as what it is, not as a full queue */
+	assert_int_equal(sum_counter(T, C_RX_RESERVE), reserve_drops + 1);
 	assert_int_equal(rte_ring_count(slow->q), 0);
 	assert_int_equal(fast->tx_pkts, fast_tx + 1);
 	for (unsigned i = 0; i < n; i++)
@@ -515,6 +518,31 @@ static void test_options_refuse_nonsense_and_read_sizes_in_binary(void **state)
 	char ip_arg[] = "9:198.18.0.1"; /* parse_args cuts its copy */
 	char *bad_ip[] = {"relay", "--ip", ip_arg, NULL};
 	assert_int_equal(parse(3, bad_ip, &cf), -1);
+	/* the command line ps shows stays as given */
+	char ip_ok[] = "0:198.18.0.1/24", gw_ok[] = "0:198.18.0.254";
+	char *ip_gw[] = {"relay", "--ip", ip_ok, "--gateway", gw_ok, NULL};
+	assert_int_equal(parse(5, ip_gw, &cf), 0);
+	assert_string_equal(ip_ok, "0:198.18.0.1/24");
+	assert_string_equal(gw_ok, "0:198.18.0.254");
+	/* one --subscriber an address and port: a second one's options
+	 * would have been dropped without a word */
+	char *twice[] = {"relay", "--subscriber", "198.18.0.7:7500", "--subscriber",
+			 "198.18.0.7:7500,rate=1m", NULL};
+	assert_int_equal(parse(5, twice, &cf), -1);
+	/* frames to the upstream or to the relay itself would go round */
+	char *to_up[] = {"relay", "--upstream", "198.18.0.2:7401", "--subscriber",
+			 "198.18.0.2:7400", NULL};
+	assert_int_equal(parse(5, to_up, &cf), -1);
+	char *to_self[] = {"relay", "--subscriber", "198.18.0.1:7500", NULL};
+	assert_int_equal(parse(3, to_self, &cf), -1);
+	char *up_self[] = {"relay", "--upstream", "198.18.0.1:7401", NULL};
+	assert_int_equal(parse(3, up_self, &cf), -1);
+	char *up_any[] = {"relay", "--upstream", "0.0.0.0:7401", NULL};
+	assert_int_equal(parse(3, up_any, &cf), -1);
+	char *sub_any[] = {"relay", "--subscriber", "0.0.0.0:7500", NULL};
+	assert_int_equal(parse(3, sub_any, &cf), -1);
+	char *sub_bcast[] = {"relay", "--subscriber", "255.255.255.255:7500", NULL};
+	assert_int_equal(parse(3, sub_bcast, &cf), -1);
 }
 
 int main(void)
