@@ -193,6 +193,7 @@ typedef struct relay {
 	rp_cache_entry *cache_ring;
 	uint32_t *cache_hash;
 	uint8_t upstream_mac[6];
+	uint16_t up_port;        /* the port the upstream is reached through */
 	int upstream_has_mac;
 	unsigned upstream_arp_age;
 	int want_key;            /* a subscriber JOINed with RP_VERSION_NONE */
@@ -656,9 +657,9 @@ static void forward_nack(relay *r, const rp_ctl *want, lcore_stats *st)
 		st->c[C_NO_MAC]++;
 		return;
 	}
-	struct rte_mbuf *m = ctl_packet(r, 0, r->upstream_mac, r->cf.upstream_ip,
+	struct rte_mbuf *m = ctl_packet(r, r->up_port, r->upstream_mac, r->cf.upstream_ip,
 					r->cf.upstream_port, want, st);
-	send_now(r, 0, m, st);
+	send_now(r, r->up_port, m, st);
 	st->c[C_NACK_FWD]++;
 }
 
@@ -817,7 +818,7 @@ static void on_arp_reply(relay *r, const rp_pkt *k)
 			s->mac_from = MAC_ARP;
 		}
 	}
-	if (r->cf.upstream_ip && next_hop(r, 0, r->cf.upstream_ip) == k->src_ip) {
+	if (r->cf.upstream_ip && next_hop(r, r->up_port, r->cf.upstream_ip) == k->src_ip) {
 		memcpy(r->upstream_mac, k->src_mac, 6);
 		r->upstream_has_mac = 1;
 	}
@@ -963,15 +964,16 @@ static void housekeeping(relay *r, lcore_stats *st)
 		/* a relay: no catch-up stream, unless a subscriber asked for one */
 		c.version = r->want_key ? RP_VERSION_NONE : RP_VERSION_RELAY;
 		if (r->upstream_has_mac) {
-			send_now(r, 0, ctl_packet(r, 0, r->upstream_mac, r->cf.upstream_ip,
-						  r->cf.upstream_port, &c, st), st);
+			send_now(r, r->up_port, ctl_packet(r, r->up_port, r->upstream_mac,
+							   r->cf.upstream_ip, r->cf.upstream_port,
+							   &c, st), st);
 			r->want_key = 0; /* asked (kept until a JOIN can go) */
 		}
 		/* resolve the upstream again: every second for the first 10 s
 		 * (while links come up, an early answer can be stale), then
 		 * every 10 s, as next hops change */
 		if (!r->upstream_has_mac || r->hk_rounds < 10 || ++r->upstream_arp_age >= 10) {
-			arp_request(r, 0, r->cf.upstream_ip, st);
+			arp_request(r, r->up_port, r->cf.upstream_ip, st);
 			r->upstream_arp_age = 0;
 		}
 	}
@@ -1420,6 +1422,19 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 	return 0;
 }
 
+/* The port the upstream is reached through: the one whose subnet (--ip
+ * A/LEN) holds it, else the first with a --gateway, else port 0. */
+static uint16_t upstream_port(const relay_conf *cf, unsigned n_ports)
+{
+	for (unsigned p = 0; p < n_ports && p < MAX_PORTS; p++)
+		if (cf->prefix[p] && !((cf->upstream_ip ^ cf->ip[p]) & prefix_mask(cf->prefix[p])))
+			return (uint16_t)p;
+	for (unsigned p = 0; p < n_ports && p < MAX_PORTS; p++)
+		if (cf->gateway[p])
+			return (uint16_t)p;
+	return 0;
+}
+
 /* ---- ports ---- */
 
 static int port_init(relay *r, uint16_t port, uint16_t nq)
@@ -1534,6 +1549,7 @@ static int relay_setup(relay *r)
 			r->cf.ip[i] = ip_any;
 	for (unsigned i = 0; i < r->cf.n_ip; i++)
 		r->addrs.ip[r->addrs.n_ip++] = r->cf.ip[i];
+	r->up_port = upstream_port(&r->cf, r->n_ports);
 	r->addrs.data_port = r->cf.data_port;
 	r->addrs.control_port = r->cf.control_port;
 	r->addrs.check_crc = r->cf.check_crc;
@@ -1729,6 +1745,11 @@ int main(int argc, char **argv)
 			char ip[INET_ADDRSTRLEN];
 			printf("bfpatch-relay: port %u %s, checksums in %s\n", p,
 			       ip_str(r->cf.ip[p], ip), r->csum_offload[p] ? "the NIC" : "software");
+		}
+		if (r->cf.upstream_ip) {
+			char ip[INET_ADDRSTRLEN];
+			printf("bfpatch-relay: upstream %s:%u through port %u\n",
+			       ip_str(r->cf.upstream_ip, ip), r->cf.upstream_port, r->up_port);
 		}
 		fflush(stdout);
 		events_emit(&r->ev, "start", "\"ports\":%u,\"lcores\":%u", r->n_ports,

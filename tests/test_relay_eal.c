@@ -543,6 +543,21 @@ static void test_options_refuse_nonsense_and_read_sizes_in_binary(void **state)
 	assert_int_equal(parse(3, sub_any, &cf), -1);
 	char *sub_bcast[] = {"relay", "--subscriber", "255.255.255.255:7500", NULL};
 	assert_int_equal(parse(3, sub_bcast, &cf), -1);
+	/* the upstream is reached through the port whose subnet holds it,
+	 * else the one with a gateway (it was always port 0) */
+	char a0[] = "0:198.18.0.1/24", a1[] = "1:198.18.1.1/24", g1[] = "1:198.18.1.254";
+	char *two[] = {"relay", "--ip", a0, "--ip", a1, "--upstream", "198.18.1.10:7401", NULL};
+	assert_int_equal(parse(7, two, &cf), 0);
+	assert_int_equal(upstream_port(&cf, 2), 1);
+	char b0[] = "0:198.18.0.1/24", b1[] = "1:198.18.1.1/24";
+	char *gw[] = {"relay",	   "--ip",	 b0, "--ip", b1, "--gateway", g1,
+		      "--upstream", "10.9.0.1:7401", NULL};
+	assert_int_equal(parse(9, gw, &cf), 0);
+	assert_int_equal(upstream_port(&cf, 2), 1);
+	char c0[] = "0:198.18.0.1/24";
+	char *on0[] = {"relay", "--ip", c0, "--upstream", "198.18.0.9:7401", NULL};
+	assert_int_equal(parse(5, on0, &cf), 0);
+	assert_int_equal(upstream_port(&cf, 1), 0);
 }
 
 int main(void)
