@@ -1467,7 +1467,10 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 	}
 	if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)
 		conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
-	rc = rte_eth_dev_configure(port, nq, 1, &conf);
+	/* TX goes through queue 0 (the main lcore); some PMDs (net_tap) want
+	 * as many TX queues as RX ones, so the others are set up unused */
+	const uint16_t ntq = nq <= info.max_tx_queues ? nq : 1;
+	rc = rte_eth_dev_configure(port, nq, ntq, &conf);
 	if (rc)
 		return rc;
 	uint16_t nrx = 1024, ntx = 1024;
@@ -1481,9 +1484,11 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 		if (rc)
 			return rc;
 	}
-	rc = rte_eth_tx_queue_setup(port, 0, ntx, socket < 0 ? 0 : (unsigned)socket, NULL);
-	if (rc)
-		return rc;
+	for (uint16_t q = 0; q < ntq; q++) {
+		rc = rte_eth_tx_queue_setup(port, q, ntx, socket < 0 ? 0 : (unsigned)socket, NULL);
+		if (rc)
+			return rc;
+	}
 	r->txb[port] = rte_zmalloc_socket("txb", RTE_ETH_TX_BUFFER_SIZE(BURST), 0,
 					  socket < 0 ? 0 : socket);
 	if (!r->txb[port])

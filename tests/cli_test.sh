@@ -449,6 +449,16 @@ if [ -x "$RELAY" ]; then
 		--log-level=lib.eal:error -- --mbufs 1500
 	rm -rf "/var/run/dpdk/$P"
 	check "the relay says how many mbufs it needs" "grep -q 'give at least' '$T/stderr'"
+	# three worker lcores on a tap port (which wants as many TX queues as
+	# RX queues): it starts, runs and ends with its counters
+	if [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ]; then
+		timeout 60 "$RELAY" --no-huge -m 1024 --no-pci --file-prefix $P \
+			--lcores 0@0,1@0,2@0,3@0 --vdev=net_tap0,iface=bfpct$$ \
+			--log-level=lib.eal:error -- --run-time 1 > "$T/relay3.txt" 2>&1
+		check "bfpatch-relay with three worker lcores on net_tap" \
+			"[ $? -eq 0 ] && grep -q '3 worker lcore' '$T/relay3.txt'"
+		rm -rf "/var/run/dpdk/$P"
+	fi
 fi
 
 # usage errors exit 2; --help exits 0
