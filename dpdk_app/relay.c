@@ -201,7 +201,13 @@ typedef struct relay {
 	rp_auth auth;            /* --key: its keys are read by every RX lcore
 				  * (data frames), its control-message state
 				  * used by the core lcore only */
-	uint32_t ev_version;     /* highest version whose first frame was logged */
+	/* --events: the (model, version)s whose first frame was logged last,
+	 * 16 of them (a ring; [ev_at - 1] the newest) */
+	struct {
+		uint64_t model;
+		uint32_t version;
+	} ev_seen[16];
+	unsigned ev_at;
 	/* per model, the newest version heard of (frames, HEARTBEATs), told
 	 * to subscribers once a second */
 	struct model_latest {
@@ -580,6 +586,26 @@ static void cache_check_remade(relay *r, uint64_t cm, uint32_t version, uint32_t
 	events_emit(&r->ev, "cache_replaced", "\"version\":%u,\"frames\":%u", version, n);
 }
 
+/* --events: a frame of a (model, version) not among the 16 logged last
+ * logs first_frame (a version older than the newest too: a publisher
+ * that started over, or another model at lower versions). */
+static void note_first_frame(relay *r, uint64_t model, uint32_t version)
+{
+	const unsigned n = sizeof(r->ev_seen) / sizeof(r->ev_seen[0]);
+	const unsigned last = (r->ev_at + n - 1) % n;
+	if (r->ev_seen[last].model == model && r->ev_seen[last].version == version)
+		return; /* the usual case: the version just logged */
+	for (unsigned i = 0; i < n; i++)
+		if (r->ev_seen[i].model == model && r->ev_seen[i].version == version &&
+		    (model || version))
+			return;
+	r->ev_seen[r->ev_at].model = model;
+	r->ev_seen[r->ev_at].version = version;
+	r->ev_at = (r->ev_at + 1) % n;
+	events_emit(&r->ev, "first_frame", "\"version\":%u,\"model\":\"%016" PRIx64 "\"", version,
+		    model);
+}
+
 static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *st)
 {
 	/* keep only the frame: strip headers and any Ethernet padding */
@@ -606,10 +632,8 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	uint32_t sum = m->hash.fdir.hi;
 	if (model) /* 0 stands for every model in latest_note() */
 		latest_note(r, model, version, 0);
-	if (version > r->ev_version) {
-		r->ev_version = version;
-		events_emit(&r->ev, "first_frame", "\"version\":%u", version);
-	}
+	if (r->ev.fd >= 0)
+		note_first_frame(r, model, version);
 	r->rx_short = -1;
 	r->q_share = 0;
 	for (unsigned i = 0; i < MAX_SUBS; i++) {

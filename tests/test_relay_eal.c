@@ -220,6 +220,38 @@ static void test_newest_version_is_kept_per_model(void **state)
 	memset(T->latest, 0, sizeof(T->latest));
 }
 
+/* --events: first_frame for every version seen first, an older one too
+ * (a publisher that started over), once each, with frames of two
+ * versions interleaved */
+static void test_first_frame_events_follow_versions_that_go_back(void **state)
+{
+	(void)state;
+	char path[] = "/tmp/bfp-relay-events-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(events_open(&T->ev, path, "relay", "t"), 0);
+	uint8_t fr[1200];
+	const uint32_t seq[] = {53, 54, 53, 54, 51, 52, 51, 54};
+	for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++)
+		receive(datagram(T->cf.data_port, fr, frame(fr, (uint32_t)i, seq[i])));
+	events_close(&T->ev);
+	T->ev.fd = -1;
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char line[512], got[64] = "";
+	while (fgets(line, sizeof(line), f)) {
+		const char *v = strstr(line, "\"first_frame\",\"version\":");
+		if (v)
+			snprintf(got + strlen(got), sizeof(got) - strlen(got), "%u ",
+				 (unsigned)strtoul(v + strlen("\"first_frame\",\"version\":"), NULL,
+						   10));
+	}
+	fclose(f);
+	unlink(path);
+	assert_string_equal(got, "53 54 51 52 ");
+}
+
 /* A slow (paced) subscriber's queue never takes the RX mbufs the ports
  * need: with the pool down to its reserve, its output is dropped and
  * counted, and an unpaced subscriber still gets the frame. */
@@ -578,6 +610,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
 		cmocka_unit_test_teardown(test_pacing_holds_a_subscriber_to_its_rate, drop_subs),
 		cmocka_unit_test(test_options_refuse_nonsense_and_read_sizes_in_binary),
+		cmocka_unit_test_teardown(test_first_frame_events_follow_versions_that_go_back,
+					  drop_subs),
 	};
 	int rc = cmocka_run_group_tests_name("relay_eal", tests, setup, teardown);
 	rte_eal_cleanup();
