@@ -136,6 +136,8 @@ typedef struct sub {
 	uint16_t data_port, ctl_port, eth_port;
 	uint8_t mac[6];
 	uint64_t model_id;            /* 0: every model */
+	int wants_key;                /* its last JOIN asked for a keyframe
+					 stream (version NONE) */
 	rp_bucket bucket;
 	rp_bucket nack_bucket;        /* frames its NACKs may still ask for */
 	struct rte_ring *q;
@@ -636,15 +638,19 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		note_first_frame(r, model, version);
 	r->rx_short = -1;
 	r->q_share = 0;
+	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1): only
+	 * to the subscribers whose JOIN asked for one, and static ones (one
+	 * subscriber's JOIN with version NONE must not send the whole model
+	 * to every other) */
+	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
-		if (s->used && (s->model_id == 0 || s->model_id == model))
+		if (s->used && (s->model_id == 0 || s->model_id == model) &&
+		    (!key || s->is_static || s->wants_key))
 			emit(r, s, m, sum, st);
 	}
 	/* the cache holds its own reference, released on eviction */
 	rte_mbuf_refcnt_update(m, 1);
-	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1) */
-	int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
 	uint64_t cm = cache_model(model, key);
 	cache_check_remade(r, cm, version, index, f, l4_len, st);
 	int put = rp_cache_put(&r->cache, cm, version, index, l4_len, m, mbuf_drop, NULL);
@@ -744,7 +750,8 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		s->ctl_port = k->src_port;
 		if (!s->is_static) /* a static subscriber's model is configured */
 			s->model_id = c.model_id;
-		if (c.version == RP_VERSION_NONE) /* ask upstream for keyframes */
+		s->wants_key = c.version == RP_VERSION_NONE;
+		if (s->wants_key) /* ask upstream for keyframes */
 			r->want_key = 1;
 		if (s->mac_from != MAC_CONF) {
 			/* the JOIN's sender: an actor restarted on another NIC

@@ -301,7 +301,8 @@ static void ctl_send_range(uint8_t type, uint16_t src_port, uint32_t first, uint
 	c.type = type;
 	c.flags = flags;
 	c.model_id = 99;
-	c.version = 2;
+	/* a JOIN at version 2, or with NONE given as its index */
+	c.version = type == RP_JOIN && first == RP_VERSION_NONE ? RP_VERSION_NONE : 2;
 	if (type == RP_JOIN) /* 7600 from 9001; one subscriber per source port */
 		c.data_port = (uint16_t)(src_port - 1401);
 	if (type == RP_NACK) {
@@ -359,6 +360,37 @@ static void test_cache_keeps_keyframes_apart_from_patch_frames(void **state)
 	receive(datagram(T->cf.data_port, fi, li));
 	assert_non_null(rp_cache_get(&T->cache, 99, 2, 12));
 	assert_null(rp_cache_get(&T->cache, cache_model(99, 1), 2, 12));
+}
+
+/* Outputs a subscriber has had: sent, queued or held for tokens. */
+static uint64_t outputs(const sub *s)
+{
+	return s->tx_pkts + rte_ring_count(s->q) + (s->held != NULL);
+}
+
+/* A keyframe stream goes only to the subscribers whose JOIN asked for one
+ * (version NONE), not to every subscriber: one JOIN must not send the
+ * whole model to all; patch frames go to all. */
+static void test_keyframe_streams_go_to_those_that_asked(void **state)
+{
+	(void)state;
+	ctl_send(RP_JOIN, 9005, 0);               /* at version 2 */
+	ctl_send(RP_JOIN, 9006, RP_VERSION_NONE); /* asks for a keyframe stream */
+	sub *a = sub_by_control(T, 0xC6120063u, 9005), *b = sub_by_control(T, 0xC6120063u, 9006);
+	assert_non_null(a);
+	assert_non_null(b);
+	uint8_t fk[1200], fp[1200];
+	uint64_t oa = outputs(a), ob = outputs(b);
+	receive(datagram(T->cf.data_port, fk, make_frame(fk, 0, 3, 1)));
+	assert_int_equal(outputs(a), oa);
+	assert_int_equal(outputs(b), ob + 1);
+	receive(datagram(T->cf.data_port, fp, make_frame(fp, 0, 3, 0)));
+	assert_int_equal(outputs(a), oa + 1);
+	assert_int_equal(outputs(b), ob + 2);
+	/* once it JOINs at a version, keyframe streams are not its any more */
+	ctl_send(RP_JOIN, 9006, 0);
+	receive(datagram(T->cf.data_port, fk, make_frame(fk, 1, 3, 1)));
+	assert_int_equal(outputs(b), ob + 2);
 }
 
 /* NACKs are answered from the cache to a JOINed subscriber only. */
@@ -610,6 +642,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
 		cmocka_unit_test_teardown(test_pacing_holds_a_subscriber_to_its_rate, drop_subs),
 		cmocka_unit_test(test_options_refuse_nonsense_and_read_sizes_in_binary),
+		cmocka_unit_test_teardown(test_keyframe_streams_go_to_those_that_asked, drop_subs),
 		cmocka_unit_test_teardown(test_first_frame_events_follow_versions_that_go_back,
 					  drop_subs),
 	};
