@@ -104,6 +104,7 @@ typedef struct relay_conf {
 	uint64_t cache_bytes;
 	uint32_t cache_versions;
 	int cache_bytes_given;         /* --cache-bytes on the command line */
+	int n_mbufs_given;             /* --mbufs on the command line */
 	uint64_t default_rate_bps;
 	uint32_t queue_len;
 	uint32_t max_per_host;        /* subscriptions one address may JOIN;
@@ -136,8 +137,8 @@ typedef struct sub {
 	uint16_t data_port, ctl_port, eth_port;
 	uint8_t mac[6];
 	uint64_t model_id;            /* 0: every model */
-	int wants_key;                /* its last JOIN asked for a keyframe
-					 stream (version NONE) */
+	uint32_t join_version;        /* its latest JOIN's (NONE: it asks for a
+					 keyframe stream; RELAY: a relay) */
 	rp_bucket bucket;
 	rp_bucket nack_bucket;        /* frames its NACKs may still ask for */
 	struct rte_ring *q;
@@ -638,15 +639,17 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		note_first_frame(r, model, version);
 	r->rx_short = -1;
 	r->q_share = 0;
-	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1): only
-	 * to the subscribers whose JOIN asked for one, and static ones (one
+	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1): not
+	 * to a subscriber that holds its version or a later one (one
 	 * subscriber's JOIN with version NONE must not send the whole model
-	 * to every other) */
+	 * to every other); to those that asked (NONE), relays, static
+	 * subscribers and those behind it */
 	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && (s->model_id == 0 || s->model_id == model) &&
-		    (!key || s->is_static || s->wants_key))
+		    (!key || s->is_static || s->join_version >= RP_VERSION_NONE ||
+		     s->join_version < version))
 			emit(r, s, m, sum, st);
 	}
 	/* the cache holds its own reference, released on eviction */
@@ -750,8 +753,8 @@ static void on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stat
 		s->ctl_port = k->src_port;
 		if (!s->is_static) /* a static subscriber's model is configured */
 			s->model_id = c.model_id;
-		s->wants_key = c.version == RP_VERSION_NONE;
-		if (s->wants_key) /* ask upstream for keyframes */
+		s->join_version = c.version;
+		if (c.version == RP_VERSION_NONE) /* ask upstream for keyframes */
 			r->want_key = 1;
 		if (s->mac_from != MAC_CONF) {
 			/* the JOIN's sender: an actor restarted on another NIC
@@ -1185,7 +1188,8 @@ static const char usage_text[] =
 	"  -t, --heartbeat-timeout S   drop silent subscribers after S s (10)\n"
 	"  -k, --check-crc             verify each frame's CRC32C before relaying\n"
 	"  -m, --mbuf-size N           mbuf data room (default 10240: 9000 B frames)\n"
-	"  -n, --mbufs N               mbufs in the RX pool (default 8191), each of\n"
+	"  -n, --mbufs N               mbufs in the RX pool (default 8191, more\n"
+	"                              with several ports or RX queues), each of\n"
 	"                              --mbuf-size; the RX rings take 1024 a queue\n"
 	"                              and port, cached frames keep theirs\n"
 	"  -T, --run-time S            stop after S seconds (tests)\n"
@@ -1388,6 +1392,7 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 			if (rp_parse_num(optarg, 1023, 1u << 22, &v))
 				return bad("--mbufs", optarg);
 			cf->n_mbufs = (uint32_t)v;
+			cf->n_mbufs_given = 1;
 			break;
 		case 'T': {
 			char *end;
@@ -1451,6 +1456,44 @@ static int parse_args(int argc, char **argv, relay_conf *cf)
 		}
 	}
 	return 0;
+}
+
+/* RX mbufs the RX rings hold (1024 descriptors a queue and port, filled
+ * at start) and the bursts in flight (4 an lcore). */
+static unsigned rx_rings_of(unsigned n_ports, unsigned nq, unsigned n_workers)
+{
+	return n_ports * nq * 1024u + 4 * BURST * (n_workers + 1);
+}
+
+/* Free RX mbufs paced queues must leave: two bursts a queue and port for
+ * the rings to refill with, and the bursts in flight. */
+static unsigned rx_reserve_of(unsigned n_ports, unsigned nq, unsigned n_workers)
+{
+	return n_ports * nq * 2 * BURST + 4 * BURST * (n_workers + 1);
+}
+
+/* The fewest RX mbufs the relay starts with: the rings', and beside them
+ * at least 1024 and four times the reserve (half of it for the cache,
+ * half for queues, of which the reserve stays free). */
+static unsigned rx_min_of(unsigned n_ports, unsigned nq, unsigned n_workers)
+{
+	unsigned r4 = 4 * rx_reserve_of(n_ports, nq, n_workers);
+	return rx_rings_of(n_ports, nq, n_workers) + (r4 > 1024 ? r4 : 1024);
+}
+
+/* Repair cache slots: the power of two that covers cache_bytes at 1 KiB a
+ * frame (at least 1024; *want), unless half of what the RX rings leave of
+ * n_mbufs is less. */
+static uint32_t cache_cap_of(uint32_t n_mbufs, unsigned rx_need, uint64_t cache_bytes,
+			     uint32_t *want)
+{
+	uint32_t cap = 1024;
+	while ((uint64_t)cap * 1024 < cache_bytes && cap < (1u << 22))
+		cap <<= 1;
+	*want = cap;
+	while (cap > 64 && cap > (n_mbufs - rx_need) / 2)
+		cap >>= 1;
+	return cap;
 }
 
 /* The port the upstream is reached through: the one whose subnet (--ip
@@ -1603,11 +1646,15 @@ static int relay_setup(relay *r)
 	/* what the RX rings (1024 descriptors a queue, filled at start) and
 	 * the bursts in flight hold: the pool must have that and room to
 	 * spare, and the cache takes at most half of what is left */
-	const unsigned rx_need = (unsigned)r->n_ports * nq * 1024u + 4 * BURST * (n_workers + 1);
-	if (r->cf.n_mbufs < rx_need + 1024) {
+	const unsigned rx_need = rx_rings_of(r->n_ports, nq, n_workers);
+	/* the default grows with ports and queues: room for the rings, the
+	 * reserve and a cache of 2048 frames beside as many queued */
+	while (!r->cf.n_mbufs_given && r->cf.n_mbufs < rx_min_of(r->n_ports, nq, n_workers) + 4096)
+		r->cf.n_mbufs = r->cf.n_mbufs * 2 + 1;
+	if (r->cf.n_mbufs < rx_min_of(r->n_ports, nq, n_workers)) {
 		fprintf(stderr, "bfpatch-relay: --mbufs %u is too few: the RX rings of %u port(s) x "
 			"%u queue(s) take %u; give at least %u\n", r->cf.n_mbufs, r->n_ports, nq,
-			rx_need, rx_need + 1024);
+			rx_need, rx_min_of(r->n_ports, nq, n_workers));
 		return -1;
 	}
 	r->pool = rte_pktmbuf_pool_create("rx", r->cf.n_mbufs, 256, 0,
@@ -1626,12 +1673,8 @@ static int relay_setup(relay *r)
 	 * cache holds RX mbufs, so at most half of what the RX rings leave of
 	 * the pool, or a full cache would leave no mbuf to receive with (not
 	 * even JOINs), nor for the frames paced queues hold */
-	uint32_t cap = 1024;
-	while ((uint64_t)cap * 1024 < r->cf.cache_bytes && cap < (1u << 22))
-		cap <<= 1;
-	const uint32_t want = cap;
-	while (cap > 64 && cap > (r->cf.n_mbufs - rx_need) / 2)
-		cap >>= 1;
+	uint32_t want;
+	uint32_t cap = cache_cap_of(r->cf.n_mbufs, rx_need, r->cf.cache_bytes, &want);
 	if (cap < want && r->cf.cache_bytes_given)
 		fprintf(stderr, "bfpatch-relay: warning: the repair cache holds at most %u frames, "
 			"half of what --mbufs %u leaves beside the RX rings (%u) (about %.0f MB of "
@@ -1659,7 +1702,10 @@ static int relay_setup(relay *r)
 		}
 	}
 	r->n_rxq = nq;
-	r->rx_reserve = rx_need; /* paced queues leave the RX rings theirs */
+	/* the free mbufs paced queues leave: what the RX rings take to refill
+	 * (two bursts a queue and port) and the bursts in flight; the rings'
+	 * own descriptors are already out of the pool */
+	r->rx_reserve = rx_reserve_of(r->n_ports, nq, n_workers);
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		int rc = port_init(r, p, (uint16_t)nq);
 		if (rc) {

@@ -220,6 +220,27 @@ static void test_newest_version_is_kept_per_model(void **state)
 	memset(T->latest, 0, sizeof(T->latest));
 }
 
+/* Sizing: with the RX rings full and the cache full, the free RX mbufs
+ * paced queues may fill down to the reserve are at least a quarter of
+ * what the rings leave, for every configuration the relay accepts (the
+ * reserve once counted the rings again and left nothing to queue). */
+static void test_mbuf_sizing_leaves_room_to_queue(void **state)
+{
+	(void)state;
+	for (unsigned ports = 1; ports <= 4; ports++)
+		for (unsigned workers = 0; workers <= 8; workers++) {
+			unsigned nq = workers ? workers : 1;
+			unsigned rings = rx_rings_of(ports, nq, workers);
+			unsigned reserve = rx_reserve_of(ports, nq, workers);
+			for (uint32_t n = rx_min_of(ports, nq, workers); n < rings + 300000;
+			     n = n * 3 / 2) {
+				uint32_t want;
+				uint32_t cap = cache_cap_of(n, rings, 1ull << 30, &want);
+				assert_true(n - rings - cap >= reserve + (n - rings) / 4);
+			}
+		}
+}
+
 /* --events: first_frame for every version seen first, an older one too
  * (a publisher that started over), once each, with frames of two
  * versions interleaved */
@@ -301,8 +322,8 @@ static void ctl_send_range(uint8_t type, uint16_t src_port, uint32_t first, uint
 	c.type = type;
 	c.flags = flags;
 	c.model_id = 99;
-	/* a JOIN at version 2, or with NONE given as its index */
-	c.version = type == RP_JOIN && first == RP_VERSION_NONE ? RP_VERSION_NONE : 2;
+	/* a JOIN at version 2, or at NONE or RELAY given as its index */
+	c.version = type == RP_JOIN && first >= RP_VERSION_NONE ? first : 2;
 	if (type == RP_JOIN) /* 7600 from 9001; one subscriber per source port */
 		c.data_port = (uint16_t)(src_port - 1401);
 	if (type == RP_NACK) {
@@ -368,29 +389,41 @@ static uint64_t outputs(const sub *s)
 	return s->tx_pkts + rte_ring_count(s->q) + (s->held != NULL);
 }
 
-/* A keyframe stream goes only to the subscribers whose JOIN asked for one
- * (version NONE), not to every subscriber: one JOIN must not send the
- * whole model to all; patch frames go to all. */
+/* A keyframe stream of version 2 goes to the subscriber whose JOIN asked
+ * for one (NONE), to a relay and to static subscribers, not to one that
+ * holds version 2 already: one JOIN must not send the whole model to
+ * every subscriber; patch frames go to all. */
 static void test_keyframe_streams_go_to_those_that_asked(void **state)
 {
 	(void)state;
-	ctl_send(RP_JOIN, 9005, 0);               /* at version 2 */
-	ctl_send(RP_JOIN, 9006, RP_VERSION_NONE); /* asks for a keyframe stream */
+	ctl_send(RP_JOIN, 9005, 0);                /* at version 2 */
+	ctl_send(RP_JOIN, 9006, RP_VERSION_NONE);  /* asks for a keyframe stream */
+	ctl_send(RP_JOIN, 9007, RP_VERSION_RELAY); /* a relay */
 	sub *a = sub_by_control(T, 0xC6120063u, 9005), *b = sub_by_control(T, 0xC6120063u, 9006);
+	sub *rl = sub_by_control(T, 0xC6120063u, 9007);
+	sub *st = paced_sub(0xC6120012u, 7502, 3);
 	assert_non_null(a);
 	assert_non_null(b);
+	assert_non_null(rl);
 	uint8_t fk[1200], fp[1200];
-	uint64_t oa = outputs(a), ob = outputs(b);
-	receive(datagram(T->cf.data_port, fk, make_frame(fk, 0, 3, 1)));
+	uint64_t oa = outputs(a), ob = outputs(b), orl = outputs(rl), ost = outputs(st);
+	receive(datagram(T->cf.data_port, fk, make_frame(fk, 0, 2, 1)));
 	assert_int_equal(outputs(a), oa);
 	assert_int_equal(outputs(b), ob + 1);
+	assert_int_equal(outputs(rl), orl + 1);
+	assert_int_equal(outputs(st), ost + 1);
 	receive(datagram(T->cf.data_port, fp, make_frame(fp, 0, 3, 0)));
 	assert_int_equal(outputs(a), oa + 1);
 	assert_int_equal(outputs(b), ob + 2);
-	/* once it JOINs at a version, keyframe streams are not its any more */
+	/* once it JOINs at version 2, keyframe streams of 2 are not its any
+	 * more; one of a later version is (it is behind that: --keyframes
+	 * publishing sends every version so) */
 	ctl_send(RP_JOIN, 9006, 0);
-	receive(datagram(T->cf.data_port, fk, make_frame(fk, 1, 3, 1)));
+	receive(datagram(T->cf.data_port, fk, make_frame(fk, 1, 2, 1)));
 	assert_int_equal(outputs(b), ob + 2);
+	receive(datagram(T->cf.data_port, fk, make_frame(fk, 2, 3, 1)));
+	assert_int_equal(outputs(a), oa + 2);
+	assert_int_equal(outputs(b), ob + 3);
 }
 
 /* NACKs are answered from the cache to a JOINed subscriber only. */
@@ -642,6 +675,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_cache_releases_every_mbuf, drop_subs),
 		cmocka_unit_test_teardown(test_pacing_holds_a_subscriber_to_its_rate, drop_subs),
 		cmocka_unit_test(test_options_refuse_nonsense_and_read_sizes_in_binary),
+		cmocka_unit_test(test_mbuf_sizing_leaves_room_to_queue),
 		cmocka_unit_test_teardown(test_keyframe_streams_go_to_those_that_asked, drop_subs),
 		cmocka_unit_test_teardown(test_first_frame_events_follow_versions_that_go_back,
 					  drop_subs),
