@@ -55,13 +55,13 @@ test)
 	# instruction) through the unit suite
 	build build-free -Dfreestanding=true
 	meson test -C build-free --print-errorlogs
-	# the aarch64 cross build (BlueField, Grace) compiles, and its scan
-	# paths (Advanced SIMD against scalar) and its CRC32C (the crc32c
-	# instructions) are right under qemu-aarch64
 	# without DPDK (a host that has no libdpdk): the CLI, publisher and
 	# shim build and their unit suite passes
 	build build-nodpdk -Ddpdk=disabled
 	meson test -C build-nodpdk --print-errorlogs --suite unit
+	# the aarch64 cross build (BlueField, Grace) compiles, and its scan
+	# paths (Advanced SIMD against scalar) and its CRC32C (the crc32c
+	# instructions) are right under qemu-aarch64
 	build build-aarch64 --cross-file cross/aarch64-linux-gnu.ini -Dfreestanding=true
 	meson test -C build-aarch64 --print-errorlogs --suite paths
 	build build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false

@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -671,4 +672,12 @@ void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx)
 {
 	while (c->len)
 		evict_oldest(c, drop, ctx);
+}
+
+void rp_catch_signal(int sig, void (*fn)(int))
+{
+	struct sigaction old;
+	if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+		return;
+	signal(sig, fn);
 }

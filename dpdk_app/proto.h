@@ -27,6 +27,9 @@ int rp_parse_bytes(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 /* A rate in bit/s as rp_parse_num reads it, at most hi: 0 (none given)
  * or at least 1000, since "100" meant as Mbit/s would be 100 bit/s. */
 int rp_parse_rate(const char *s, uint64_t hi, uint64_t *out);
+/* The daemons' signal set-up (publisher, relay): fn handles sig unless
+ * whoever started the process had it ignored (nohup: SIGHUP). */
+void rp_catch_signal(int sig, void (*fn)(int));
 /* "aa:bb:cc:dd:ee:ff" exactly; 0 or -1. */
 int rp_parse_mac(const char *s, uint8_t mac[6]);
 /* "A.B.C.D:PORT" (port 1..65535), host order; the text after the port must

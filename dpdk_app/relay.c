@@ -1800,9 +1800,9 @@ int main(int argc, char **argv)
 	}
 	argc -= ret;
 	argv += ret;
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGHUP, on_signal);
+	rp_catch_signal(SIGINT, on_signal);
+	rp_catch_signal(SIGTERM, on_signal);
+	rp_catch_signal(SIGHUP, on_signal);
 	signal(SIGUSR1, on_usr1);
 
 	int rc = 1;

@@ -591,9 +591,18 @@ int write_file_atomic(const char *path, const void *const *bufs,
 		/* a symbolic link: replace the file it names, keep the link;
 		 * one that names a file not there yet (a buffer linked to a
 		 * hugetlbfs mount before it is made) gets the file it names */
+		const uid_t owner = sb.st_uid;
 		char *real = realpath(path, NULL);
-		if (!real && errno == ENOENT && stat(path, &sb) != 0 && errno == ENOENT)
+		if (!real && errno == ENOENT && stat(path, &sb) != 0 && errno == ENOENT) {
+			/* followed by hand, so as the kernel would with
+			 * fs.protected_symlinks: only a link of our own (one
+			 * planted in /tmp or /dev/shm must not make us create a
+			 * file where it points) */
+			if (owner != geteuid())
+				return set_err(err, errlen, "%s: a symbolic link of another user to a "
+					       "file not there: refused", path);
 			real = link_target(path);
+		}
 		if (real) {
 			int rc = write_file_atomic(real, bufs, lens, nbufs, err, errlen);
 			free(real);
@@ -687,25 +696,58 @@ bad:
 	return -1;
 }
 
+/* Whether n is step-N.safetensors as written with %04u (*v = N). */
+static int step_name(const char *n, uint32_t *v)
+{
+	size_t len = strlen(n), digits = 0;
+	if (strncmp(n, "step-", 5) != 0)
+		return 0;
+	while (n[5 + digits] >= '0' && n[5 + digits] <= '9')
+		digits++;
+	if (digits < 4 || digits > 9 || strcmp(n + 5 + digits, ".safetensors") != 0 ||
+	    len != 5 + digits + strlen(".safetensors"))
+		return 0;
+	*v = (uint32_t)strtoul(n + 5, NULL, 10);
+	char canon[32]; /* only the name the publisher reads: step-%04u */
+	snprintf(canon, sizeof(canon), "step-%04u.safetensors", *v);
+	return strcmp(canon, n) == 0;
+}
+
+unsigned steps_last(const char *dir, uint32_t from, uint32_t to, uint32_t *out, unsigned max)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	unsigned n = 0;
+	uint32_t v;
+	while (d && max && (e = readdir(d))) {
+		if (!step_name(e->d_name, &v) || v < from || v >= to)
+			continue;
+		/* out[] ascending, the max highest kept */
+		unsigned i;
+		if (n < max) { /* in its place, the higher ones up */
+			for (i = n++; i > 0 && out[i - 1] > v; i--)
+				out[i] = out[i - 1];
+		} else if (v > out[0]) { /* the lowest goes, the lower ones down */
+			for (i = 0; i + 1 < n && out[i + 1] < v; i++)
+				out[i] = out[i + 1];
+		} else {
+			continue;
+		}
+		out[i] = v;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
 	int found = 0;
 	while (d && (e = readdir(d))) {
-		const char *n = e->d_name;
-		size_t len = strlen(n), digits = 0;
-		if (strncmp(n, "step-", 5) != 0)
-			continue;
-		while (n[5 + digits] >= '0' && n[5 + digits] <= '9')
-			digits++;
-		if (digits < 4 || digits > 9 || strcmp(n + 5 + digits, ".safetensors") != 0 ||
-		    len != 5 + digits + strlen(".safetensors"))
-			continue;
-		uint32_t v = (uint32_t)strtoul(n + 5, NULL, 10);
-		char canon[32]; /* only the name the publisher reads: step-%04u */
-		snprintf(canon, sizeof(canon), "step-%04u.safetensors", v);
-		if (strcmp(canon, n) != 0 || v < from)
+		uint32_t v;
+		if (!step_name(e->d_name, &v) || v < from)
 			continue;
 		if (!found || v < *lo)
 			*lo = v;

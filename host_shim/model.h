@@ -64,6 +64,9 @@ int model_named_safetensors(const char *path);
 /* The lowest and highest N >= from of the DIR/step-N.safetensors files (N
  * of at least 4 digits, as written with %04u). 0 if there is none. */
 int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi);
+/* The highest (at most max) N in [from, to) of those files, ascending in
+ * out; their count. */
+unsigned steps_last(const char *dir, uint32_t from, uint32_t to, uint32_t *out, unsigned max);
 /* a and b exist and are the same file (through links too) */
 int same_file(const char *a, const char *b);
 /* For the tools: when the output path out is the input in (NULL: none),

@@ -831,7 +831,7 @@ stale:
 	return 0;
 }
 
-static void history_load(pub *P, uint64_t model_id, uint32_t ver, const model *cur)
+static void history_load(pub *P, uint64_t model_id, uint32_t ver, const model *cur, int resume)
 {
 	if (!P->history)
 		return;
@@ -883,10 +883,11 @@ static void history_load(pub *P, uint64_t model_id, uint32_t ver, const model *c
 	for (unsigned h = 0; h < P->n_hist; h++)
 		fprintf(stderr, "bfpatch publish: holds patch %u -> %u from %s\n", P->hist_base[h],
 			P->hist_ver[h], P->history);
-	/* the patch files not taken back (beyond --keep, of another model,
-	 * from before a rollback, past the version resumed at): the
-	 * directory holds the patches held, no more, restart after restart */
-	d = opendir(P->history);
+	/* with --resume, the patch files not taken back (beyond --keep, of
+	 * another model, from before a rollback, past the version resumed
+	 * at): the directory holds the patches held, no more, restart after
+	 * restart (without it, the history may be of a later run) */
+	d = resume ? opendir(P->history) : NULL;
 	unsigned removed = 0;
 	while (d && (e = readdir(d))) {
 		unsigned b, t, h;
@@ -937,63 +938,49 @@ static int history_add(pub *P, const model *mb, const model *mt, uint32_t b, uin
 }
 
 /* A restart (--resume) that holds no patch to its version ver: make the
- * patches from the newest version its kept ones reach (a publisher that
- * was down for several steps; at most --keep of them), or else from the
- * step before ver, from the checkpoints there, so subscribers that were
- * behind catch up with patches rather than a keyframe stream of the whole
- * model. Steps missing from the directory are passed over, as when
- * publishing. */
+ * patches out of the checkpoints there, from the newest version its kept
+ * ones reach (a publisher that was down for several steps), through the
+ * steps in the directory (a trainer may keep every k-th), the last --keep
+ * of them; holding none, the one from the step before ver. So subscribers
+ * that were behind catch up with patches rather than a keyframe stream of
+ * the whole model. */
 static void history_make(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
 {
-	uint32_t from = ver - 1, lo, hi, n = 0;
+	uint32_t from = 0, st[MAX_KEEP + 1];
 	int held = 0;
 	for (unsigned h = 0; h < P->n_hist; h++)
 		if (P->hist_ver[h] < ver && (!held || P->hist_ver[h] > from)) {
 			from = P->hist_ver[h];
 			held = 1;
 		}
-	if (ver - from > P->keep)
-		from = ver - P->keep;
-	char path[PATH_MAX], err[ERRLEN];
-	model mb;
-	for (;;) { /* that step, else (pruned) the step before ver */
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, from);
-		if (access(path, R_OK) == 0 && model_load(&mb, path, err, sizeof(err)) == 0)
-			break;
-		if (from == ver - 1)
-			return;
-		from = ver - 1;
-	}
-	if (mb.model_id != cur->model_id) {
-		model_free(&mb);
+	/* the bases: the highest steps in [from, ver), at most --keep */
+	unsigned n = steps_last(P->dir, from, ver, st, held ? P->keep : 1);
+	if (!n)
 		return;
-	}
-	uint32_t b = from;
-	while (b < ver && steps_scan(P->dir, b + 1, &lo, &hi) && lo <= ver && n < P->keep) {
-		model mt;
+	st[n] = ver;
+	char path[PATH_MAX], err[ERRLEN];
+	model mb, mt;
+	snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, st[0]);
+	if (model_load(&mb, path, err, sizeof(err)))
+		return;
+	for (unsigned i = 0; i < n; i++) {
 		const model *t = cur;
-		if (lo < ver) {
-			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, lo);
+		if (mb.model_id != cur->model_id)
+			break;
+		if (i + 1 < n) {
+			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, st[i + 1]);
 			if (model_load(&mt, path, err, sizeof(err)))
 				break;
-			if (mt.model_id != cur->model_id) {
-				model_free(&mt);
-				break;
-			}
 			t = &mt;
 		}
-		int rc = history_add(P, &mb, t, b, lo, po);
+		int rc = t->model_id == cur->model_id ? history_add(P, &mb, t, st[i], st[i + 1], po) : -1;
 		model_free(&mb);
-		if (rc) {
-			if (t != cur)
-				model_free(&mt);
-			return;
-		}
 		if (t == cur)
 			return;
 		mb = mt;
-		b = lo;
-		n++;
+		if (rc) {
+			break;
+		}
 	}
 	model_free(&mb);
 }
@@ -1006,9 +993,15 @@ typedef struct source {
 	dev_t dev;
 	ino_t ino;
 	model proto;            /* the buffer's layout (no params) */
-	uint32_t failing;       /* --dir: the version whose file fails to load */
-	double failing_since;   /* ... since it was last said */
-	double failing_first;   /* ... since it first failed */
+	/* --dir: steps whose file fails to load (0: a free entry; a step
+	 * that never loads is passed over a minute after it first failed,
+	 * once a later one is there) */
+	struct {
+		uint32_t step;
+		double first;   /* it first failed */
+		double said;    /* it was last said */
+	} fail[8];
+	int steps_done;         /* --steps N: N is not there, a later one is */
 	double last_scan;       /* --dir: for a step after a missing one */
 	uint32_t cand;          /* ... the step it chose (0: none yet) */
 	uint32_t said_skip;     /* ... the last step said to be gone on with */
@@ -1067,6 +1060,31 @@ static void source_follow_buffer(source *S, uint32_t ver)
 	S->w = nw;
 }
 
+/* The entry of a step whose file fails to load, or -1. */
+static int fail_find(const source *S, uint32_t step)
+{
+	for (int i = 0; i < (int)(sizeof(S->fail) / sizeof(S->fail[0])); i++)
+		if (S->fail[i].step == step && step)
+			return i;
+	return -1;
+}
+
+/* Note that step's file failed to load at t (its first failure): in a free
+ * entry, or the one of the lowest step. Returns the entry. */
+static int fail_note(source *S, uint32_t step, double t)
+{
+	int at = fail_find(S, step);
+	if (at >= 0)
+		return at;
+	at = 0;
+	for (int i = 1; i < (int)(sizeof(S->fail) / sizeof(S->fail[0])); i++)
+		if (S->fail[i].step < S->fail[at].step)
+			at = i;
+	S->fail[at].step = step;
+	S->fail[at].first = S->fail[at].said = t;
+	return at;
+}
+
 /* The version after ver, if there is one yet: 1 and *nw loaded, 0 if
  * not yet, -1 on error. With --dir that is step ver+1; if it is missing
  * and a later step is there (a trainer that keeps every k-th step, or
@@ -1090,17 +1108,23 @@ static int source_next(source *S, const model *cur, uint32_t ver, model *nw, uin
 				struct stat sb;
 				snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, c);
 				const int missing = stat(path, &sb) != 0 && errno == ENOENT;
-				const int stuck = S->failing == c && t - S->failing_first > 60;
+				const int f = fail_find(S, c);
+				const int stuck = f >= 0 && t - S->fail[f].first > 60;
 				if ((!missing && !stuck) || c == UINT32_MAX ||
-				    !steps_scan(S->dir, c + 1, &lo, &hi) ||
-				    (S->max_step && lo > S->max_step))
+				    !steps_scan(S->dir, c + 1, &lo, &hi))
 					break;
+				if (S->max_step && lo > S->max_step) {
+					/* --steps N: N is not there or never loads, and
+					 * the next step is past it */
+					S->steps_done = 1;
+					return 0;
+				}
 				c = lo;
 			}
 			if (c != ver + 1 && c != S->said_skip) {
 				fprintf(stderr, "bfpatch publish: step %u %s; going on with step %u\n",
-					ver + 1, S->failing == ver + 1 ? "still fails to load"
-								       : "is not there", c);
+					ver + 1, fail_find(S, ver + 1) >= 0 ? "still fails to load"
+									     : "is not there", c);
 				S->said_skip = c;
 			}
 			S->cand = c;
@@ -1108,16 +1132,20 @@ static int source_next(source *S, const model *cur, uint32_t ver, model *nw, uin
 		const uint32_t next = S->cand;
 		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, next);
 		struct stat sb;
-		if ((stat(path, &sb) != 0 && errno == ENOENT) || being_written(path))
+		if (stat(path, &sb) != 0 && errno == ENOENT)
 			return 0;
-		if (S->failing == next && sb.st_ino == S->other.st_ino &&
-		    sb.st_dev == S->other.st_dev && sb.st_size == S->other.st_size &&
-		    sb.st_mtim.tv_sec == S->other.st_mtim.tv_sec &&
+		int f = fail_find(S, next);
+		if (f >= 0 && sb.st_ino == S->other.st_ino && sb.st_dev == S->other.st_dev &&
+		    sb.st_size == S->other.st_size && sb.st_mtim.tv_sec == S->other.st_mtim.tv_sec &&
 		    sb.st_mtim.tv_nsec == S->other.st_mtim.tv_nsec)
 			return 0; /* that file again, unchanged: not read again */
-		/* a file still being written fails its size check: try again,
-		 * and say so if it stays broken (unreadable: the same) */
-		int lrc = model_load_into(nw, path, S->spare, S->spare_cap, err, errlen);
+		int lrc;
+		if (access(path, R_OK) != 0) /* unreadable (or a link loop): a load failure */
+			lrc = set_err(err, errlen, "%s: %s", path, strerror(errno));
+		else if (being_written(path))
+			return 0;
+		else /* a file still being written fails its size check: tried again */
+			lrc = model_load_into(nw, path, S->spare, S->spare_cap, err, errlen);
 		if (!lrc && (nw->model_id != cur->model_id || nw->n_params != cur->n_params)) {
 			/* whole, but of another model: it never loads as this one */
 			set_err(err, errlen, "%s has another tensor layout than version %u "
@@ -1125,21 +1153,19 @@ static int source_next(source *S, const model *cur, uint32_t ver, model *nw, uin
 			if (nw->params == S->spare) /* read into the spare: it stays */
 				nw->params = NULL;
 			model_free(nw);
-			if (S->failing != next)
+			if (f < 0)
 				fprintf(stderr, "bfpatch publish: %s\n", err);
-			S->failing = next;
-			S->failing_since = t;
-			S->failing_first = t - 61; /* passed over once a later step is there */
+			f = fail_note(S, next, t);
+			S->fail[f].first = t - 61; /* passed over once a later step is there */
 			S->other = sb;
 			return 0;
 		}
 		if (lrc) {
-			if (S->failing != next) {
-				S->failing = next;
-				S->failing_since = S->failing_first = t;
-			} else if (t - S->failing_since > 10) {
+			if (f < 0) {
+				fail_note(S, next, t);
+			} else if (t - S->fail[f].said > 10) {
 				fprintf(stderr, "bfpatch publish: waiting for %s: %s\n", path, err);
-				S->failing_since = t;
+				S->fail[f].said = t;
 			}
 			return 0;
 		}
@@ -1369,6 +1395,9 @@ int cmd_publish(int argc, char **argv)
 	char err[ERRLEN] = "";
 	static source S;
 	memset(&S, 0, sizeof(S));
+	/* from here, before the first version loads (which, with --resume,
+	 * may make patches for a while): SIGUSR1 asks for the counters */
+	signal(SIGUSR1, on_usr1);
 	model cur;
 	uint32_t ver = 0;
 	if (buffer) {
@@ -1421,13 +1450,12 @@ int cmd_publish(int argc, char **argv)
 	}
 	P.model_id = cur.model_id;
 	P.dir = buffer ? NULL : dir;
-	history_load(&P, cur.model_id, ver, &cur);
+	history_load(&P, cur.model_id, ver, &cur, resume);
 	if (resume && !buffer && !keyframes && ver > 0 && !hist_find(&P, ver))
 		history_make(&P, &cur, ver, &po);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGHUP, on_signal);
-	signal(SIGUSR1, on_usr1);
+	rp_catch_signal(SIGINT, on_signal);
+	rp_catch_signal(SIGTERM, on_signal);
+	rp_catch_signal(SIGHUP, on_signal);
 	/* being_written's lease probe: a writer opening the file meanwhile
 	 * breaks the lease, and the kernel says so with SIGIO (fatal unless
 	 * ignored) */
@@ -1458,9 +1486,14 @@ int cmd_publish(int argc, char **argv)
 		model nw;
 		uint32_t nver = 0;
 		int got = 0;
-		if (ver >= steps) {
-			if (done_at == 0)
+		if (ver >= steps || S.steps_done) {
+			if (done_at == 0) {
 				done_at = t;
+				if (ver < steps)
+					fprintf(stderr, "bfpatch publish: no step from %u to --steps %u is "
+						"there (or loads) and the next one is past it: stopping at "
+						"version %u\n", ver + 1, steps, ver);
+			}
 			/* then catch-ups in progress are finished, no new ones
 			 * started (subscribers that keep coming would keep the
 			 * publisher for ever) */

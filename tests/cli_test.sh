@@ -239,6 +239,14 @@ ln -s nodir/x.safetensors "$T/dangling2.safetensors"
 expect_fail "-o through a link into a missing directory is refused" "$T/nodir" \
 	"$BFP" apply -q "$S0" "$T/p01" -o "$T/dangling2.safetensors"
 check "... and the link is left as it was" "[ -L '$T/dangling2.safetensors' ]"
+# another user's link to a file not there (planted in /tmp or /dev/shm):
+# refused, nothing made where it points
+if [ "$(id -u)" = 0 ]; then
+	ln -s ldir/planted.safetensors "$T/planted.safetensors"
+	chown -h nobody "$T/planted.safetensors"
+	expect_fail "-o through another user's link to a file not there is refused" \
+		"$T/ldir/planted" "$BFP" apply -q "$S0" "$T/p01" -o "$T/planted.safetensors"
+fi
 if mknod "$T/null" c 1 3 2>/dev/null; then
 	"$BFP" diff -q "$S0" "$S1" -o "$T/null"
 	check "-o to a device writes to it and leaves the device node" "[ -c '$T/null' ]"
@@ -431,6 +439,17 @@ if [ -x "$SHIM" ]; then
 		umount "$T/full"
 	fi
 fi
+# publish --steps 2 where step 2 is missing and step 3 is there (a
+# trainer that keeps every other step): it stops at version 1 and says
+# so, instead of waiting for ever or publishing step 3
+mkdir "$T/st2"
+cp "$S0" "$S1" "$T/st2/"
+cp "$S2" "$T/st2/step-0003.safetensors"
+timeout 60 "$BFP" publish --dir "$T/st2" --listen 127.0.0.1:$((20000 + ($$ + 17) % 20000)) \
+	--steps 2 --linger 0 > "$T/st2.log" 2>&1
+check "publish --steps 2 with step 2 missing stops at version 1" \
+	"[ $? -eq 0 ] && grep -q 'stopping at version 1' '$T/st2.log' && grep -q 'at version 1;' '$T/st2.log'"
+
 RELAY=$(dirname "$BFP")/../dpdk_app/bfpatch-relay
 if [ -x "$RELAY" ]; then
 	"$RELAY" --help > "$T/relay-help" 2>&1
