@@ -51,6 +51,21 @@ def receiver(rcvbuf=16 << 20, timeout=0.1):
     return s
 
 
+def frames_for(s, seconds, quiet):
+    """the frames s receives for up to seconds, until none came for quiet
+    seconds"""
+    got, end, last = [], time.monotonic() + seconds, time.monotonic()
+    while time.monotonic() < end and time.monotonic() - last < quiet:
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            continue
+        if d[:4] == b"BFPT":
+            got.append(d)
+            last = time.monotonic()
+    return got
+
+
 def join(s, port, version, model=0, rate=0):
     """s JOINs the publisher or relay at 127.0.0.1:port (s's port for data;
     rate: its link in kbit/s, 0 for none)"""
