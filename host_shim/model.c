@@ -23,7 +23,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
 
 #define ST_HEADER_MAX (100u * 1024 * 1024) /* safetensors' own limit */
 
@@ -581,6 +586,43 @@ static char *link_target(const char *path)
 	return out;
 }
 
+size_t huge_unit(int fd)
+{
+	struct statfs fs;
+	struct stat sb;
+	if (fstatfs(fd, &fs) != 0 || (unsigned long)fs.f_type != HUGETLBFS_MAGIC ||
+	    fstat(fd, &sb) != 0 || sb.st_blksize <= 0)
+		return 0;
+	return (size_t)sb.st_blksize;
+}
+
+/* The contents into the new file fd: written, or on hugetlbfs (which
+ * takes no write(2)) copied through a mapping of whole huge pages. */
+static int put_contents(int fd, const void *const *bufs, const size_t *lens, size_t nbufs,
+			const char *path, char *err, size_t errlen)
+{
+	const size_t unit = huge_unit(fd);
+	if (!unit)
+		return write_all(fd, bufs, lens, nbufs, path, err, errlen);
+	size_t total = 0;
+	for (size_t i = 0; i < nbufs; i++)
+		total += lens[i];
+	const size_t size = (total + unit - 1) / unit * unit;
+	uint8_t *map = MAP_FAILED;
+	if (ftruncate(fd, (off_t)size) == 0)
+		map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		return set_err(err, errlen, "%s: %zu bytes of huge pages: %s", path, size,
+			       strerror(errno));
+	size_t at = 0;
+	for (size_t i = 0; i < nbufs; i++) {
+		memcpy(map + at, bufs[i], lens[i]);
+		at += lens[i];
+	}
+	munmap(map, size);
+	return 0;
+}
+
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen)
 {
@@ -652,7 +694,7 @@ int write_file_atomic(const char *path, const void *const *bufs,
 		free(tmp);
 		return -1;
 	}
-	if (write_all(fd, bufs, lens, nbufs, path, err, errlen))
+	if (put_contents(fd, bufs, lens, nbufs, path, err, errlen))
 		goto bad;
 	if (fsync(fd) != 0) {
 		set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));

@@ -84,9 +84,14 @@ void model_manifest(const model *m, bfp_manifest *mf);
 
 void model_free(model *m);
 
+/* The huge page size of the hugetlbfs the fd's file is on, else 0: files
+ * there take no write(2), and their sizes are whole huge pages. */
+size_t huge_unit(int fd);
+
 /* Write bufs to path atomically: PATH.tmp.XXXXXX, fsync, rename. A symbolic
  * link stays and the file it names is replaced; an existing device, FIFO
- * or socket (-o /dev/stdout) is written in place. */
+ * or socket (-o /dev/stdout) is written in place; on hugetlbfs the file is
+ * filled through a mapping, in whole huge pages. */
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen);
 

@@ -11,91 +11,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
-
-#ifndef HUGETLBFS_MAGIC
-#define HUGETLBFS_MAGIC 0x958458f6
-#endif
 
 static uint64_t page_up(uint64_t v)
 {
 	return (v + 4095) & ~4095ull;
-}
-
-/* The huge page size of the hugetlbfs fd's file is on, else 0: there
- * files take no write(2), and their sizes are whole huge pages. */
-static size_t huge_unit(int fd)
-{
-	struct statfs fs;
-	struct stat sb;
-	if (fstatfs(fd, &fs) != 0 || (unsigned long)fs.f_type != HUGETLBFS_MAGIC ||
-	    fstat(fd, &sb) != 0 || sb.st_blksize <= 0)
-		return 0;
-	return (size_t)sb.st_blksize;
-}
-
-/* A buffer made on hugetlbfs: a temporary beside path, sized in whole
- * huge pages and filled through a mapping, then renamed over path. */
-static int create_mapped(const char *path, const void *const *bufs, const size_t *lens,
-			 size_t nbufs, char *err, size_t errlen)
-{
-	char tmp[4096];
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
-		return set_err(err, errlen, "%s: name too long", path);
-	int fd = mkstemp(tmp);
-	if (fd < 0)
-		return set_err(err, errlen, "%s: %s", tmp, strerror(errno));
-	mode_t um = umask(0); /* as write_file_atomic: 0666 less the umask */
-	umask(um);
-	if (fchmod(fd, 0666 & ~um) != 0) {
-		int e = errno;
-		close(fd);
-		unlink(tmp);
-		return set_err(err, errlen, "%s: %s", tmp, strerror(e));
-	}
-	size_t total = 0;
-	for (size_t i = 0; i < nbufs; i++)
-		total += lens[i];
-	const size_t unit = huge_unit(fd);
-	const size_t size = unit ? (total + unit - 1) / unit * unit : total;
-	uint8_t *map = MAP_FAILED;
-	if (ftruncate(fd, (off_t)size) == 0)
-		map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED) {
-		int e = errno;
-		close(fd);
-		unlink(tmp);
-		return set_err(err, errlen, "%s: %zu bytes of huge pages: %s", path, size,
-			       strerror(e));
-	}
-	size_t at = 0;
-	for (size_t i = 0; i < nbufs; i++) {
-		memcpy(map + at, bufs[i], lens[i]);
-		at += lens[i];
-	}
-	munmap(map, size);
-	close(fd);
-	if (rename(tmp, path) != 0) {
-		int e = errno;
-		unlink(tmp);
-		return set_err(err, errlen, "%s: %s", path, strerror(e));
-	}
-	return 0;
-}
-
-/* Whether the directory path is in is on hugetlbfs. */
-static int dir_on_hugetlbfs(const char *path)
-{
-	char dir[4096];
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (slash)
-		slash[slash == dir] = 0; /* "/x" -> "/" */
-	else
-		snprintf(dir, sizeof(dir), ".");
-	struct statfs fs;
-	return statfs(dir, &fs) == 0 && (unsigned long)fs.f_type == HUGETLBFS_MAGIC;
 }
 
 int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
@@ -126,8 +46,7 @@ int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
 		memcpy(head + WBUF_HDR, m->header, (size_t)st_len);
 	const void *bufs[2] = {head, m->params};
 	size_t lens[2] = {(size_t)data_off, (size_t)m->n_params * 2};
-	int rc = dir_on_hugetlbfs(path) ? create_mapped(path, bufs, lens, 2, err, errlen)
-					 : write_file_atomic(path, bufs, lens, 2, err, errlen);
+	int rc = write_file_atomic(path, bufs, lens, 2, err, errlen);
 	free(head);
 	return rc;
 }
