@@ -41,7 +41,7 @@ demo)
 	install_missing
 	build build
 	shift
-	exec ./build/host_shim/bfpatch demo "$@"
+	exec ./build/cli/bfpatch demo "$@"
 	;;
 test)
 	PKGS="$PKGS $TEST_PKGS"

@@ -17,19 +17,13 @@
 #include "patch.h"
 #include "proto.h"
 #include "shim_dpdk.h"
+#include "util.h"
 
 #ifndef BENCH_BUILD
 #define BENCH_BUILD "unknown"
 #endif
 
 #define MODEL_ID 0xBE7C4A991Dull
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rnd(uint64_t *s)
 {

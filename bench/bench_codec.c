@@ -26,19 +26,13 @@
 #include "model.h"
 #include "patch.h"
 #include "synth.h"
+#include "util.h"
 
 #ifndef BENCH_BUILD
 #define BENCH_BUILD "unknown"
 #endif
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---- the baselines' byte buffer (host_shim/baseline.c); the bench
+/* ---- the baselines' byte buffer (cli/baseline.c); the bench
  * stops on allocation failure ---- */
 typedef bl_buf bytes;
 

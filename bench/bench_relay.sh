@@ -10,7 +10,7 @@
 set -eu
 B=${1:-build}
 SECS=${2:-4}
-BFP=$B/host_shim/bfpatch
+BFP=$B/cli/bfpatch
 RELAY=$B/dpdk_app/bfpatch-relay
 TESTPMD=$(command -v dpdk-testpmd || true)
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -39,21 +39,21 @@ export PKG_CONFIG_SYSROOT_DIR="$S"
 [ -f "$B/build.ninja" ] || meson setup "$B" --cross-file cross/aarch64-linux-gnu.ini \
 	--cross-file "$W/sysroot.ini" -Dtests=disabled -Dzstd=disabled >/dev/null
 ninja -C "$B"
-file "$B/dpdk_app/bfpatch-relay" "$B/host_shim/bfpatch"
+file "$B/dpdk_app/bfpatch-relay" "$B/cli/bfpatch"
 
 Q="qemu-aarch64 -L $S"
-$Q "$B/host_shim/bfpatch" demo -p 1M -n 2
+$Q "$B/cli/bfpatch" demo -p 1M -n 2
 # the same patch bytes on both architectures (AVX-512 here, generic there)
-[ -x build/host_shim/bfpatch ] || { echo "build the host tree first (./run.sh test)"; exit 1; }
-build/host_shim/bfpatch synth -o "$W/t" -p 2M -n 1 2>/dev/null
-build/host_shim/bfpatch diff -q "$W/t/step-0000.safetensors" "$W/t/step-0001.safetensors" -o "$W/x86.bfp"
-$Q "$B/host_shim/bfpatch" diff -q "$W/t/step-0000.safetensors" "$W/t/step-0001.safetensors" -o "$W/arm.bfp"
+[ -x build/cli/bfpatch ] || { echo "build the host tree first (./run.sh test)"; exit 1; }
+build/cli/bfpatch synth -o "$W/t" -p 2M -n 1 2>/dev/null
+build/cli/bfpatch diff -q "$W/t/step-0000.safetensors" "$W/t/step-0001.safetensors" -o "$W/x86.bfp"
+$Q "$B/cli/bfpatch" diff -q "$W/t/step-0000.safetensors" "$W/t/step-0001.safetensors" -o "$W/arm.bfp"
 cmp "$W/x86.bfp" "$W/arm.bfp"
 echo "ok - aarch64 and x86_64 encode the same bytes"
-$Q "$B/host_shim/bfpatch" apply -q "$W/t/step-0000.safetensors" "$W/x86.bfp" -o "$W/out.safetensors"
+$Q "$B/cli/bfpatch" apply -q "$W/t/step-0000.safetensors" "$W/x86.bfp" -o "$W/out.safetensors"
 cmp "$W/out.safetensors" "$W/t/step-0001.safetensors"
 echo "ok - aarch64 applies the x86_64 patch bit-exactly"
-build/host_shim/bfpatch pcap "$W/x86.bfp" -o "$W/in.pcap" --dst 198.18.0.1:7400
+build/cli/bfpatch pcap "$W/x86.bfp" -o "$W/in.pcap" --dst 198.18.0.1:7400
 $Q "$B/dpdk_app/bfpatch-relay" --no-huge -m 256 --no-pci --file-prefix bfparm$$ -l 0 \
 	-d "$S/usr/lib/aarch64-linux-gnu/dpdk/pmds-23.0/librte_net_pcap.so.23" \
 	--log-level=lib.eal:error --vdev=net_pcap0,rx_pcap="$W/in.pcap",tx_pcap="$W/out.pcap" -- \

@@ -52,6 +52,7 @@
 #ifdef BFP_SHIM_DPDK
 #include "shim_dpdk.h"
 #endif
+#include "util.h"
 
 static volatile sig_atomic_t quit, dump_stats;
 static void on_signal(int s)
@@ -159,13 +160,6 @@ typedef struct shim {
 	uint64_t prepared, prep_fail, prep_dropped;
 	double commit_ms_total, commit_ms_max;
 } shim;
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint32_t state(const shim *s)
 {

@@ -18,7 +18,7 @@ def checkpoint_sha(path):
 
 def read_buffer(path):
     """(version, state, seq, sha256 of the parameters) of a weight buffer
-    (host_shim/wbuf.h)."""
+    (common/wbuf.h)."""
     b = open(path, "rb").read()
     if b[:8] != b"BFPWBUF1":
         sys.exit("%s: not a weight buffer" % path)

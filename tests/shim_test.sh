@@ -27,7 +27,7 @@ test_teardown() {
 }
 port=$((20000 + $$ % 20000))
 # buffer_set FILE VERSION STATE: write a weight buffer's header version
-# (offset 64) and state (offset 68, host_shim/wbuf.h); - leaves one as is
+# (offset 64) and state (offset 68, common/wbuf.h); - leaves one as is
 buffer_set() {
 	python3 - "$@" <<'PY' || fail "buffer_set $*"
 import struct, sys
@@ -132,7 +132,7 @@ with open(shm, "r+b") as f:
     struct.pack_into("<II", m, 64 + 4, 1, 1)    # state committing, target 1
     for begin, rlen in ranges[: len(ranges) // 2]:
         m[off + 2 * begin: off + 2 * (begin + rlen)] = target[2 * begin: 2 * (begin + rlen)]
-    # and the next frame cut short: the journal (host_shim/wbuf.c undo_slot,
+    # and the next frame cut short: the journal (common/wbuf.c undo_slot,
     # slot 0) holds the old values of its changed weights, half of which
     # hold their new values
     begin, rlen = ranges[len(ranges) // 2]

@@ -1,5 +1,5 @@
 /*
- * test_auth.c: frame and control-message authentication (dpdk_app/auth.h):
+ * test_auth.c: frame and control-message authentication (common/auth.h):
  * a trailer verifies under its key and no other; every single flipped bit
  * anywhere in a signed datagram, and every truncation, is refused; a second
  * key (a rollover) verifies; control messages must be fresh and are

@@ -1,5 +1,5 @@
 /*
- * test_patch.c: the tools' multi-threaded patch encode (host_shim/patch.c)
+ * test_patch.c: the tools' multi-threaded patch encode (common/patch.c)
  * streams: frames reach the sender in index order with frame_count 0
  * while later chunks are still being encoded, they are the final patch's
  * frames but for the count, and they apply bit-exactly; the encoder's

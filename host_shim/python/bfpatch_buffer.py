@@ -1,6 +1,6 @@
 """bfpatch_buffer: map a bfpatch-shim weight buffer from Python, zero-copy.
 
-No build step: the buffer is a file (host_shim/wbuf.h) that this module
+No build step: the buffer is a file (common/wbuf.h) that this module
 maps with mmap; tensors come back as numpy arrays (or torch tensors) that
 view the mapped memory directly, so they see each committed version as the
 shim writes it. Works with Debian's python3-numpy and python3-torch.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_corpus.py: seed corpora for the fuzz harnesses, from the KAT vectors
 and a synthetic safetensors header. Run from the repository root:
-    python3 tests/fuzz/make_corpus.py build/host_shim/bfpatch
+    python3 tests/fuzz/make_corpus.py build/cli/bfpatch
 """
 import os
 import struct

@@ -2,7 +2,7 @@
 a weight buffer refuses what is not a whole buffer, and does not hang on
 one whose commit never ends. BUFFER is a shim's buffer at rest (READY);
 its copies in SCRATCH are cut short or have their header words set by
-hand (offsets from host_shim/wbuf.h: state at 68, seq at 80)."""
+hand (offsets from common/wbuf.h: state at 68, seq at 80)."""
 import os
 import struct
 import sys

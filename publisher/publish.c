@@ -36,13 +36,14 @@
 #include <unistd.h>
 
 #include "bfpatch.h"
-#include "cli.h"
+#include "util.h"
 #include "events.h"
 #include "model.h"
 #include "patch.h"
 #include "proto.h"
 #include "auth.h"
 #include "wbuf.h"
+#include "publish.h"
 
 static const char publish_usage[] =
 	"usage: bfpatch publish (--dir DIR | --buffer PATH) --listen ADDR:PORT [options]\n"

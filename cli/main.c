@@ -1,5 +1,5 @@
 /*
- * bfpatch.c: the command-line tool. Subcommands: synth (trajectory),
+ * main.c: the bfpatch command-line tool. Subcommands: synth (trajectory),
  * diff, apply, info, demo (the README's main job). Every output file is
  * written through a temporary and a rename, so a failed command leaves
  * no output behind; errors go to stderr with a non-zero exit.
@@ -30,54 +30,12 @@
 #include <sys/socket.h>
 
 #include "cli.h"
-
-double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-int die(const char *cmd, const char *msg)
-{
-	fprintf(stderr, "bfpatch %s: %s\n", cmd, msg);
-	return 1;
-}
-
-int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	return rp_parse_num(s, 0, max, out);
-}
-
-int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-	uint64_t v;
-	if (parse_u64(s, hi, &v) || v < lo)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
-int bad_value(const char *cmd, const char *opt, const char *val)
-{
-	fprintf(stderr, "bfpatch %s: invalid value '%s' for %s (see bfpatch %s --help)\n",
-		cmd, val ? val : "", opt, cmd);
-	return 2;
-}
+#include "publish.h"
 
 /* A command line without what it needs: the reason, then the usage. */
 static int usage_error(const char *cmd, const char *usage, const char *why)
 {
 	fprintf(stderr, "bfpatch %s: %s\n%s", cmd, why, usage);
-	return 2;
-}
-
-int sparse_flags_clash(const char *cmd, uint32_t enc_flags)
-{
-	if (!(enc_flags & BFP_ENC_F_SPARSE1) || !(enc_flags & BFP_ENC_F_SPARSE3))
-		return 0;
-	fprintf(stderr, "bfpatch %s: --sparse-v1 and --self-contained pick different sparse "
-		"encodings; give one\n", cmd);
 	return 2;
 }
 

@@ -469,7 +469,7 @@ int cmd_demo(int argc, char **argv)
 		return die("demo", "the path of this program is too long");
 	}
 	snprintf(d.self_dir, sizeof(d.self_dir), "%s", exe_dir);
-	static const char *const shim_rel[] = {"", NULL};
+	static const char *const shim_rel[] = {"", "../host_shim/", NULL};
 	static const char *const relay_rel[] = {"", "../dpdk_app/", NULL};
 	if (find_bin(&d, "bfpatch-shim", shim_rel, d.shim_bin)) {
 		synth_free(s);
