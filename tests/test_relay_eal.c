@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #define BFP_RELAY_NO_MAIN
-#include "../dpdk_app/relay.c"
+#include "../dpdk_app/main.c"
 #include "eal_rundir.h"
 
 static relay *T;
