@@ -479,14 +479,14 @@ static void print_classes(const spend *sp, const double *epos, const double *eva
 }
 
 static double encode_time(const model *m, const uint16_t *a, const uint16_t *b,
-			  uint32_t fs, uint32_t flags, int threads, size_t *bytes_out,
+			  uint32_t fs, uint32_t sparse, int threads, size_t *bytes_out,
 			  size_t *frames, spend *sp)
 {
 	model old = *m, nw = *m;
 	old.params = (uint16_t *)a;
 	nw.params = (uint16_t *)b;
 	patch_opts po = {.frame_size = fs, .base_version = 1, .target_version = 2,
-			 .threads = threads, .enc_flags = flags};
+			 .threads = threads, .sparse = sparse};
 	char err[256];
 	double best = 1e9;
 	for (int rep = 0; rep < TIMING_REPS; rep++) {
@@ -508,13 +508,13 @@ static double encode_time(const model *m, const uint16_t *a, const uint16_t *b,
 }
 
 static double apply_time(const model *m, const uint16_t *a, const uint16_t *b,
-			 uint32_t fs, uint32_t flags, int threads, uint16_t *scratch)
+			 uint32_t fs, uint32_t sparse, int threads, uint16_t *scratch)
 {
 	model old = *m, nw = *m;
 	old.params = (uint16_t *)a;
 	nw.params = (uint16_t *)b;
 	patch_opts po = {.frame_size = fs, .base_version = 1, .target_version = 2,
-			 .enc_flags = flags};
+			 .sparse = sparse};
 	char err[256];
 	patch p;
 	if (patch_encode(&old, &nw, &po, &p, err, sizeof(err))) {
@@ -765,24 +765,20 @@ int main(int argc, char **argv)
 		}
 		const uint16_t *a = prev, *b = cur.params;
 		uint64_t changed = count_diff(a, b, n);
-		size_t b1200, f1200, b8900, f8900, sp_raw, sc1200, scf1200, sc8900, scf8900, m1200,
-			mf1200;
+		size_t b1200, f1200, b8900, f8900, sp_raw, sc1200, scf1200, sc8900, scf8900;
 		spend sp;
 		double te1 = encode_time(&cur, a, b, 1200, 0, 1, &b1200, &f1200, NULL);
 		double ten = encode_time(&cur, a, b, 1200, 0, threads, &b1200, &f1200, &sp);
 		(void)encode_time(&cur, a, b, 8900, 0, threads, &b8900, &f8900, NULL);
 		double ta1 = apply_time(&cur, a, b, 1200, 0, 1, scratch);
 		double tan = apply_time(&cur, a, b, 1200, 0, threads, scratch);
-		/* the same with self-contained frames (encoding 6, each frame
-		 * with its own code parameters) */
-		double tse1 = encode_time(&cur, a, b, 1200, BFP_ENC_F_SPARSE3, 1, &sc1200, &scf1200,
-					  NULL);
-		(void)encode_time(&cur, a, b, 8900, BFP_ENC_F_SPARSE3, threads, &sc8900, &scf8900, NULL);
-		double tsa1 = apply_time(&cur, a, b, 1200, BFP_ENC_F_SPARSE3, 1, scratch);
-		/* and with the model of encodings 7 and 8 (no tables, one count
-		 * order), the default before encodings 9 and 10 */
-		double tme1 = encode_time(&cur, a, b, 1200, BFP_ENC_F_SPARSE4, 1, &m1200, &mf1200, NULL);
-		double tma1 = apply_time(&cur, a, b, 1200, BFP_ENC_F_SPARSE4, 1, scratch);
+		/* the same with self-contained frames (each frame with its own
+		 * code parameters) */
+		double tse1 = encode_time(&cur, a, b, 1200, BFP_SPARSE_SELF_CONTAINED, 1, &sc1200,
+					  &scf1200, NULL);
+		(void)encode_time(&cur, a, b, 8900, BFP_SPARSE_SELF_CONTAINED, threads, &sc8900,
+				  &scf8900, NULL);
+		double tsa1 = apply_time(&cur, a, b, 1200, BFP_SPARSE_SELF_CONTAINED, 1, scratch);
 		size_t pulse = pulse_size(&cur, a, b);
 		size_t sparrow_z = sparrow_size(a, b, n, &sp_raw);
 		size_t xz = xor_zstd_size(a, b, n);
@@ -806,7 +802,6 @@ int main(int argc, char **argv)
 			{"bfpatch, 8900 B frames", (double)b8900},
 			{"bfpatch, 1200 B, self-contained", (double)sc1200},
 			{"bfpatch, 8900 B, self-contained", (double)sc8900},
-			{"bfpatch, 1200 B, model w/o tables", (double)m1200},
 			{"PULSESync-style (COO + zstd-1)", (double)pulse},
 			{"SparrowRL-style (LEB128 + raw)", (double)sp_raw},
 			{"SparrowRL-style + zstd-1", (double)sparrow_z},
@@ -833,12 +828,9 @@ int main(int argc, char **argv)
 		}
 		printf("entropy with positions conditioned on the tensor alone (what a format spends at least when it codes positions without their base exponent, with no rank in a class): positions %.3f bits a change (%.3f with the exponent), %.1f%% above the estimate in all\n",
 		       epos_t / ch, hpos / ch, 100.0 * ((epos_t + hval) / H - 1));
-		printf("bfpatch 1200 B self-contained frames (encoding 6, no shared model): %zu frames; %.1f%% above the entropy estimate (8900 B: %.1f%%); encode 1 thread %.2f G params/s, decode+apply 1 thread %.2f G params/s\n",
+		printf("bfpatch 1200 B self-contained frames (no shared model): %zu frames; %.1f%% above the entropy estimate (8900 B: %.1f%%); encode 1 thread %.2f G params/s, decode+apply 1 thread %.2f G params/s\n",
 		       scf1200, 100.0 * ((double)sc1200 * 8 / H - 1), 100.0 * ((double)sc8900 * 8 / H - 1),
 		       (double)n / tse1 / 1e9, (double)n / tsa1 / 1e9);
-		printf("bfpatch 1200 B frames with a model without tables (encodings 7 and 8): %zu frames; %.1f%% above the entropy estimate; encode 1 thread %.2f G params/s, decode+apply 1 thread %.2f G params/s (default: %.2f and %.2f)\n",
-		       mf1200, 100.0 * ((double)m1200 * 8 / H - 1), (double)n / tme1 / 1e9,
-		       (double)n / tma1 / 1e9, (double)n / te1 / 1e9, (double)n / ta1 / 1e9);
 		double cbw1 = (double)n / tc1, cbwn = (double)n / tcn;
 		printf("compare two BF16 arrays: 1 thread %.2f G params/s (%.1f GB/s of input), %d threads %.2f G params/s\n",
 		       cbw1 / 1e9, cbw1 * 4 / 1e9, threads, cbwn / 1e9);

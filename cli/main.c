@@ -45,7 +45,7 @@ static const char diff_usage[] =
 	"usage: bfpatch diff OLD NEW -o PATCH [options]\n"
 	"Encode the change from OLD to NEW (safetensors or raw BF16 files with the\n"
 	"same tensor layout) as a patch of datagram-sized frames (docs/FORMAT.md;\n"
-	"the sparse frames of each tensor chunk share one model, 3.11).\n"
+	"the sparse frames of each tensor chunk share one model, 3.6).\n"
 	"  -o, --output PATCH      patch file to write (atomically; not OLD or NEW)\n"
 	"  -s, --frame-size BYTES  max frame size, 128..9000 (default 1200)\n"
 	"  -b, --base-version N    version of OLD (default 0)\n"
@@ -54,12 +54,8 @@ static const char diff_usage[] =
 	"  -z, --zstd              keyframe-coded ranges (all of a --keyframe patch;\n"
 	"                          a re-initialised tensor in a patch) may use zstd\n"
 	"                          byte planes when smaller\n"
-	"  -1, --sparse-v1         sparse frames in encoding 1, for readers built\n"
-	"                          before encoding 5 (docs/FORMAT.md 3.8)\n"
-	"      --self-contained    sparse frames that each decode alone (encoding 6),\n"
-	"                          not sharing a model per tensor chunk (3.11):\n"
-	"                          2-5% more bytes\n"
-
+	"      --self-contained    sparse frames that each decode alone (3.5), not\n"
+	"                          sharing a model per tensor chunk: 2-5% more bytes\n"
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
 	"      --stages            print where the encoders' time went (their\n"
 	"                          stage counters, summed over the threads)\n"
@@ -73,7 +69,7 @@ static int cmd_diff(int argc, char **argv)
 		{"base-version", required_argument, 0, 'b'},
 		{"target-version", required_argument, 0, 't'},
 		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
-		{"sparse-v1", no_argument, 0, '1'}, {"self-contained", no_argument, 0, 'C'},
+		{"self-contained", no_argument, 0, 'C'},
 		{"threads", required_argument, 0, 'j'}, {"stages", no_argument, 0, 'S'},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
@@ -81,7 +77,7 @@ static int cmd_diff(int argc, char **argv)
 	patch_stages stages = {0};
 	int have_target = 0, quiet = 0, c;
 	uint32_t th = 0;
-	while ((c = getopt_long(argc, argv, "o:s:b:t:kz1j:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 's':
@@ -98,8 +94,7 @@ static int cmd_diff(int argc, char **argv)
 			have_target = 1;
 			break;
 		case 'k': po.enc_flags |= BFP_ENC_F_KEYFRAME; break;
-		case '1': po.enc_flags |= BFP_ENC_F_SPARSE1; break;
-		case 'C': po.enc_flags |= BFP_ENC_F_SPARSE3; break;
+		case 'C': po.sparse = BFP_SPARSE_SELF_CONTAINED; break;
 		case 'z':
 			if (!bfp_zstd_workspace_size())
 				return die("diff", "--zstd: this build has no zstd support");
@@ -119,8 +114,6 @@ static int cmd_diff(int argc, char **argv)
 		return usage_error("diff", diff_usage, "give OLD and NEW, nothing else");
 	if (!out)
 		return usage_error("diff", diff_usage, "-o PATCH is required");
-	if (sparse_flags_clash("diff", po.enc_flags))
-		return 2;
 	for (int i = 0; i < 2; i++)
 		if (refuse_same("diff", out, argv[optind + i], "model"))
 			return 2;
@@ -309,10 +302,10 @@ static int cmd_info(int argc, char **argv)
 		}
 	}
 	free(dec);
-	/* sparse frames of every sparse encoding; encoding 1, and the frames
-	 * that carry a model (7, 9), also on their own */
+	/* sparse frames of every sparse encoding; the frames that carry a
+	 * model also on their own */
 	uint64_t sparse = 0;
-	const uint64_t with_model = by_enc[BFP_ENC_MODEL] + by_enc[BFP_ENC_MODEL2];
+	const uint64_t with_model = by_enc[BFP_ENC_SPARSE_MODEL];
 	for (unsigned e = 0; e <= BFP_ENC_LAST; e++)
 		sparse += bfp_encoding_is_sparse(e) ? by_enc[e] : 0;
 	double bpc = changed ? (double)p.len * 8 / (double)changed : 0;
@@ -337,7 +330,6 @@ static int cmd_info(int argc, char **argv)
 		json_object_set_new(o, "ratio_to_dense", json_real(ratio));
 		json_t *fe = json_object();
 		json_object_set_new(fe, "sparse", json_integer((json_int_t)sparse));
-		json_object_set_new(fe, "sparse_encoding1", json_integer((json_int_t)by_enc[BFP_ENC_SPARSE]));
 		json_object_set_new(fe, "sparse_with_model", json_integer((json_int_t)with_model));
 		json_object_set_new(fe, "dense", json_integer((json_int_t)by_enc[BFP_ENC_DENSE]));
 		json_object_set_new(fe, "keyframe", json_integer((json_int_t)by_enc[BFP_ENC_KEY_RAW]));
@@ -369,12 +361,9 @@ static int cmd_info(int argc, char **argv)
 		       p.n, (unsigned long long)sparse, (unsigned long long)by_enc[BFP_ENC_DENSE],
 		       (unsigned long long)by_enc[BFP_ENC_KEY_RAW],
 		       (unsigned long long)by_enc[BFP_ENC_KEY_ZSTD]);
-		if (by_enc[BFP_ENC_SPARSE])
-			printf("                  %llu sparse frames in encoding 1 (FORMAT.md 3.4)\n",
-			       (unsigned long long)by_enc[BFP_ENC_SPARSE]);
 		if (with_model)
 			printf("                  %llu sparse frames carry the model of the frames "
-			       "after them (FORMAT.md 3.10, 3.11)\n",
+			       "after them (FORMAT.md 3.6)\n",
 			       (unsigned long long)with_model);
 		printf("bytes             %zu (headers %zu, code parameters %llu, positions %llu, values %llu)\n",
 		       p.len, p.n * BFP_HEADER_SIZE, (unsigned long long)(model_bits / 8),

@@ -16,7 +16,6 @@ bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags)
 	dec->cpu = (flags & (BFP_DEC_F_SCALAR | 1u)) ? 0 : bfp_cpu_features();
 	dec->n_changes = 0;
 	dec->model_loaded = 0;
-	dec->model_v2 = 0;
 	dec->tables_at = 0;
 	dec->ready = 1;
 	return BFP_OK;
@@ -34,9 +33,8 @@ static bfp_rtab *model_tables(bfp_decoder *d, unsigned spare)
 	return (bfp_rtab *)(void *)d->model_tables[(d->tables_at ^ spare) & 1];
 }
 
-/* Encodings 8 and 10 (FORMAT.md 3.10, 3.11): the payload starts with the
- * distance back to the frame of encoding 7 (9) that carries the model,
- * less one, in EG0.
+/* BFP_ENC_SPARSE_REF (FORMAT.md 3.6): the payload starts with the
+ * distance back to the frame that carries the model, less one, in EG0.
  * Sets *index to that frame's index. */
 static bfp_status model_ref(bfp_br *r, const bfp_frame_header *h, uint32_t *index)
 {
@@ -46,16 +44,14 @@ static bfp_status model_ref(bfp_br *r, const bfp_frame_header *h, uint32_t *inde
 	return BFP_OK;
 }
 
-/* Does d hold the model of frame index of h's patch, of the kind h's
- * encoding refers to? */
+/* Does d hold the model of frame index of h's patch? */
 static int holds_model(const bfp_decoder *d, const bfp_frame_header *h, uint32_t index)
 {
 	return d->model_loaded && d->model_index == index && d->model_id == h->model_id &&
-	       d->model_base == h->base_version && d->model_target == h->target_version &&
-	       d->model_v2 == (h->encoding == BFP_ENC_MODELLED2);
+	       d->model_base == h->base_version && d->model_target == h->target_version;
 }
 
-/* The model of an encoding 8 or 10 frame: the loaded one, if it is the
+/* The model of a BFP_ENC_SPARSE_REF frame: the loaded one, if it is the
  * model of the frame it refers to. */
 static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_header *h,
 			       bfp_model *m)
@@ -69,14 +65,12 @@ static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_
 	return BFP_OK;
 }
 
-/* Keep the model of a frame of encoding 7 or 9 that checked out (for 9,
- * with the tables built in the spare room). */
+/* Keep the model of a frame that carries one and checked out, with the
+ * tables built in the spare room. */
 static void keep_model(bfp_decoder *d, const bfp_frame_header *h, const bfp_model *m)
 {
 	BFP_MEMCPY(d->model_codes, m, sizeof(*m));
-	d->model_v2 = m->v2;
-	if (m->v2)
-		d->tables_at ^= 1;
+	d->tables_at ^= 1;
 	d->model_index = h->frame_index;
 	d->model_id = h->model_id;
 	d->model_base = h->base_version;
@@ -118,7 +112,7 @@ bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t fra
 	BFP_CHECK(index < n_frames && frames[index], BFP_E_NO_MODEL);
 	bfp_frame_header mh;
 	BFP_CHECK(bfp_frame_parse(frames[index], lens[index], &mh) == BFP_OK &&
-			  mh.encoding == h.encoding - 1 && mh.frame_index == index &&
+			  bfp_encoding_carries_model(mh.encoding) && mh.frame_index == index &&
 			  mh.model_id == h.model_id && mh.base_version == h.base_version &&
 			  mh.target_version == h.target_version,
 		  BFP_E_NO_MODEL);
@@ -136,7 +130,7 @@ bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame, size_t fr
 		return st;
 	BFP_CHECK(bfp_encoding_carries_model(h.encoding), BFP_E_ARG);
 	bfp_br_init(&r, (const uint8_t *)frame + BFP_HEADER_SIZE, h.payload_len);
-	BFP_CHECK(bfp_model_parse(&r, h.encoding == BFP_ENC_MODEL2, &m), BFP_E_CORRUPT);
+	BFP_CHECK(bfp_model_parse(&r, &m), BFP_E_CORRUPT);
 	bfp_model_tables(&m, model_tables(dec, 1), 0);
 	keep_model(dec, &h, &m);
 	return BFP_OK;
@@ -154,10 +148,9 @@ static bfp_status check_end(bfp_br *r, size_t payload_len)
 	return BFP_OK;
 }
 
-/* Parse and check a sparse payload (FORMAT.md 3.4, 3.8-3.11: encodings 1,
- * 5-10) into d's per-class scratch, counting into st if not NULL; the
- * model of encodings 7-10 in *m (a new one's tables built in the spare
- * room). */
+/* Parse and check a sparse payload (FORMAT.md 3.4-3.6) into d's
+ * per-class scratch, counting into st if not NULL; the model of a
+ * modelled frame in *m (a new one's tables built in the spare room). */
 static bfp_status parse_sparse(bfp_decoder *d, const bfp_frame_header *h, const uint8_t *pl,
 			       bfp_model *m, uint32_t start[BFP_CLASSES + 1], bfp_frame_stats *st)
 {
@@ -169,7 +162,8 @@ static bfp_status parse_sparse(bfp_decoder *d, const bfp_frame_header *h, const 
 		s = loaded_model(d, &r, h, m);
 	if (s == BFP_OK)
 		s = bfp_sparse_parse(&r, h->encoding, m,
-				     model_tables(d, h->encoding == BFP_ENC_MODEL2), h->range_len,
+				     model_tables(d, bfp_encoding_carries_model(h->encoding)),
+				     h->range_len,
 				     start, d->grp_pos, d->grp_val, st, &tail);
 	if (s == BFP_OK)
 		s = check_end(&r, h->payload_len - tail);
@@ -191,7 +185,7 @@ static bfp_status decode_sparse(bfp_decoder *d, const bfp_frame_header *h, const
 	return st;
 }
 
-/* FORMAT.md 3.5 */
+/* FORMAT.md 3.7 */
 static bfp_status decode_dense(bfp_decoder *d, const uint8_t *pl,
 			       size_t pl_len, const uint16_t *base,
 			       uint32_t len)
@@ -327,12 +321,8 @@ bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
 #endif
 	case BFP_ENC_SPARSE:
 	case BFP_ENC_DENSE:
-	case BFP_ENC_SPARSE2:
-	case BFP_ENC_SPARSE3:
-	case BFP_ENC_MODEL:
-	case BFP_ENC_MODELLED:
-	case BFP_ENC_MODEL2:
-	case BFP_ENC_MODELLED2:
+	case BFP_ENC_SPARSE_MODEL:
+	case BFP_ENC_SPARSE_REF:
 		/* decoded and verified by prepare() */
 		for (uint32_t i = 0; i < d->n_changes; i++)
 			w[d->chg_pos[i]] = d->chg_val[i];

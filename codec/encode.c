@@ -167,21 +167,16 @@ static uint64_t change_offset(const bfp_encoder *e, uint32_t j)
  * range has so few changes (two frames' worth at a byte each) that a
  * model would not pay for itself, or when the model would take more than
  * half a frame (tiny frames): the range's frames are then self-contained. */
-static int plan_model(bfp_encoder *e, uint64_t end, size_t budget, int v2, bfp_model *m,
-		      bfp_rtab *rt)
+static int plan_model(bfp_encoder *e, uint64_t end, size_t budget, bfp_model *m, bfp_rtab *rt)
 {
 	bfp_sparse_plan pl;
 	const uint64_t scanned = bfp_gather_snap(e, end);
 	batch_start(e, end, scanned);
 	if (scanned >= end && e->n_changes < 2 * budget)
 		return 0;
-	bfp_sparse_plan_make(e, e->n_changes, BFP_ENC_SPARSE3, &pl);
-	if (v2) {
-		bfp_model2_from_plan(e, e->n_changes, &pl, (uint64_t)budget * 8, m);
-		bfp_model_tables(m, rt, 1);
-	} else {
-		bfp_model_from_plan(&pl, m);
-	}
+	bfp_sparse_plan_make(e, e->n_changes, &pl);
+	bfp_model_from_plan(e, e->n_changes, &pl, (uint64_t)budget * 8, m);
+	bfp_model_tables(m, rt, 1);
 	return bfp_model_bits(m) + 3 + 16 <= budget * 4;
 }
 
@@ -247,7 +242,7 @@ static uint64_t write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
 }
 
 /* Keyframe covering as much as fits from e->pos: byte planes through zstd
- * when allowed and smaller, else raw words (FORMAT.md 3.6, 3.7). Writes
+ * when allowed and smaller, else raw words (FORMAT.md 3.8, 3.9). Writes
  * the payload at pl; returns the range length, sets *enc and *len. */
 static uint64_t key_frame(bfp_encoder *e, uint64_t end, size_t budget,
 			  uint8_t *pl, uint8_t *encoding, size_t *len)
@@ -295,15 +290,12 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 		BFP_CHECK(opts->base_version == 0, BFP_E_ARG);
 	else
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
-	const uint32_t any_sparse = BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3 |
-				    BFP_ENC_F_SPARSE4;
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
 				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR | BFP_ENC_F_NO_BATCH |
-				    BFP_ENC_F_STAGES | any_sparse)),
+				    BFP_ENC_F_STAGES)),
 		  BFP_E_ARG);
-	/* one sparse encoding at most */
-	const uint32_t sparse_flags = opts->flags & any_sparse;
-	BFP_CHECK(!(sparse_flags & (sparse_flags - 1)), BFP_E_ARG);
+	BFP_CHECK(opts->sparse == BFP_SPARSE_SHARED || opts->sparse == BFP_SPARSE_SELF_CONTAINED,
+		  BFP_E_ARG);
 #ifndef BFP_HAVE_ZSTD
 	BFP_CHECK(!(opts->flags & BFP_ENC_F_ZSTD), BFP_E_UNSUPPORTED);
 #else
@@ -388,12 +380,7 @@ static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t 
 	} else {
 		/* sparse: the longest prefix of the gathered changes that fits */
 		const uint64_t bits = (uint64_t)budget * 8;
-		const uint32_t sparse_flags =
-			e->opts.flags & (BFP_ENC_F_SPARSE1 | BFP_ENC_F_SPARSE2 | BFP_ENC_F_SPARSE3);
-		const int v2 = !(e->opts.flags & BFP_ENC_F_SPARSE4);
-		unsigned enc = (e->opts.flags & BFP_ENC_F_SPARSE1)   ? BFP_ENC_SPARSE
-			       : (e->opts.flags & BFP_ENC_F_SPARSE2) ? BFP_ENC_SPARSE2
-								     : BFP_ENC_SPARSE3;
+		unsigned enc = BFP_ENC_SPARSE;
 		bfp_model *model = (bfp_model *)(void *)e->model_codes;
 		bfp_rtab *rt = (bfp_rtab *)(void *)e->model_tables;
 		const uint32_t index = e->opts.first_index + e->emitted;
@@ -401,15 +388,14 @@ static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t 
 		uint64_t scanned;
 		uint32_t n, k;
 	replan:
-		if (!sparse_flags) { /* a model shared by the range's frames */
+		if (e->opts.sparse == BFP_SPARSE_SHARED) { /* a model shared by the range's frames */
 			if (e->model_state == 2 && index - e->model_index >= MODEL_SPAN)
 				e->model_state = 0;
 			if (e->model_state == 0) /* plan one from the changes ahead */
 				STAGE(e, BFP_STAGE_MODEL,
-				      e->model_state = plan_model(e, end, budget, v2, model, rt) ? 1 : 3);
+				      e->model_state = plan_model(e, end, budget, model, rt) ? 1 : 3);
 			if (e->model_state != 3)
-				enc = e->model_state == 1 ? (v2 ? BFP_ENC_MODEL2 : BFP_ENC_MODEL)
-							  : (v2 ? BFP_ENC_MODELLED2 : BFP_ENC_MODELLED);
+				enc = e->model_state == 1 ? BFP_ENC_SPARSE_MODEL : BFP_ENC_SPARSE_REF;
 		}
 		for (int round = 0;; round++) {
 			const uint64_t limit = bits * e->gather_scale / 256;
@@ -428,7 +414,7 @@ static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t 
 				      bfp_sparse_plan_model(e, n, enc, model, rt,
 							    index - e->model_index, &pl));
 			else
-				STAGE(e, BFP_STAGE_PLAN, bfp_sparse_plan_make(e, n, enc, &pl));
+				STAGE(e, BFP_STAGE_PLAN, bfp_sparse_plan_make(e, n, &pl));
 			STAGE(e, BFP_STAGE_CUT, k = bfp_sparse_cut(e, n, &pl, bits));
 			if (e->opts.flags & BFP_ENC_F_STAGES)
 				e->stage_sized += n;

@@ -297,8 +297,7 @@ bfp_status bfp_frame_parse(const void *frame, size_t len, bfp_frame_header *h)
 	h->encoding = p[5];
 	h->flags = bfp_ld16(p + 6);
 	BFP_CHECK(!(h->flags & ~BFP_FLAG_IN_PATCH), BFP_E_RESERVED);
-	BFP_CHECK(h->encoding >= BFP_ENC_SPARSE && h->encoding <= BFP_ENC_LAST,
-		  BFP_E_ENCODING);
+	BFP_CHECK(bfp_encoding_known(h->encoding), BFP_E_ENCODING);
 	h->model_id = bfp_ld64(p + 8);
 	h->base_version = bfp_ld32(p + 16);
 	h->target_version = bfp_ld32(p + 20);

@@ -1,5 +1,5 @@
 /*
- * keyzstd.c: keyframe-zstd (FORMAT.md 3.7): a range's words as two byte
+ * keyzstd.c: keyframe-zstd (FORMAT.md 3.9): a range's words as two byte
  * planes (low bytes, then high bytes) in one zstd frame. The sign and
  * exponent byte of BF16 weights is highly repetitive, the mantissa byte is
  * not; planes let zstd see that. Only zstd's static-workspace API is used,

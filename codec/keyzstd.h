@@ -1,5 +1,5 @@
 /*
- * keyzstd.h: byte-plane zstd keyframes (FORMAT.md 3.7), present only in
+ * keyzstd.h: byte-plane zstd keyframes (FORMAT.md 3.9), present only in
  * builds with the zstd option.
  */
 #ifndef BFP_KEYZSTD_H

@@ -1,5 +1,5 @@
 /*
- * rans.h: the magnitude tables of encodings 9 and 10 (FORMAT.md 3.11) and
+ * rans.h: the magnitude tables of models (FORMAT.md 3.6) and
  * the rANS coder their symbols go through. A table maps each magnitude to
  * a symbol (small magnitudes one each, larger ones by bit length and the
  * bits after the leading one) and gives each symbol a frequency out of
@@ -91,7 +91,7 @@ static const uint32_t bfp_tab_w[BFP_TAB_QMAX + 1] = {
 	128,   181,   256,   362,   512,   724,   1024,  1448,  2048,  2896,
 	4096,  5793,  8192,  11585, 16384, 23170, 32768, 46341, 65536, 92682};
 
-/* Frequencies of a table (FORMAT.md 3.11): each weight's share of 2^11,
+/* Frequencies of a table (FORMAT.md 3.6): each weight's share of 2^11,
  * rounded down, at least 1; the first largest takes up the difference.
  * 0 when that leaves it below 1, or for no symbols (the table is invalid). */
 static inline int bfp_tab_freqs(const bfp_mtab *t, uint16_t *f)

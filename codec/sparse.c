@@ -1,16 +1,12 @@
 /*
- * sparse.c: FORMAT.md 3.4, 3.8 and 3.9. Per base-exponent class, two sequences
- * are coded: the gaps between changes in the class's rank space, and the
- * step magnitudes. Each is either plain (every symbol coded) or run-coded
- * (runs of a common symbol, then the others), chosen per class and frame
- * by exact size; run coding is what brings high-rate classes (most gaps 0)
- * and single-step-dominated magnitudes well under one bit per symbol.
- * Encoding 5 codes the same sequences with fewer parameter bits (counts in
- * a frame-wide Exp-Golomb order, gap parameters predicted from the class,
- * a default magnitude code, a flag for classes whose magnitudes are all
- * equal) and codes magnitudes by their distance from the common one.
- * Encoding 6 adds Golomb gap codes halfway between the Rice ones and
- * codes each class's magnitude code relative to the class below.
+ * sparse.c: the sparse payloads (FORMAT.md 3.4-3.6). Per base-exponent
+ * class, two sequences are coded: the gaps between changes in the class's
+ * rank space, and the step magnitudes. Each is either plain (every symbol
+ * coded) or run-coded (runs of a common symbol, then the others), chosen
+ * per class by exact size; run coding is what brings high-rate classes
+ * (most gaps 0) and single-step-dominated magnitudes well under one bit
+ * per symbol. A self-contained frame carries its classes' codes; a model
+ * carries them, with magnitude tables (rANS), for a run of frames.
  */
 #include "sparse.h"
 
@@ -19,7 +15,7 @@
 #define CHG_RANK(e) ((e)->chg_rank + (e)->chg0)
 #define CHG_DELTA(e) ((e)->chg_delta + (e)->chg0)
 
-#define LEVEL_MAX 62u /* encoding 6 gap levels: 0..62 */
+#define LEVEL_MAX 62u /* gap levels: 0..62 */
 
 #define MAG_BINS 64u /* magnitudes 1..64 counted one by one */
 
@@ -45,12 +41,11 @@ static inline uint32_t get_eg(bfp_br *r, unsigned k)
 	return (uint32_t)v;
 }
 
-/* Gap codes by level L (FORMAT.md 3.9): with k = (L + 1) / 2, Rice(k)
+/* Gap codes by level L (FORMAT.md 3.1): with k = (L + 1) / 2, Rice(k)
  * when L is 0 or odd; Golomb with m = 3 * 2^(k-1) when L is even. The
  * quotient and the escape are as in Rice; a Golomb remainder r below
  * 2^(k-1) takes k bits, a larger one 2^(k-1) + (r - 2^(k-1)) / 2 in k
- * bits and then the parity of r - 2^(k-1). Encodings 1 and 5 use the
- * Rice levels only (level 2k - 1 is their Rice(k)). */
+ * bits and then the parity of r - 2^(k-1). */
 static inline unsigned lv_k(unsigned L)
 {
 	return (L + 1) >> 1;
@@ -59,11 +54,6 @@ static inline unsigned lv_k(unsigned L)
 static inline unsigned lv_golomb(unsigned L)
 {
 	return L >= 2 && !(L & 1);
-}
-
-static inline unsigned rice_level(unsigned k)
-{
-	return k ? 2 * k - 1 : 0;
 }
 
 /* The code of level L, worked out once per class: the quotient is
@@ -158,10 +148,10 @@ static inline __attribute__((always_inline)) uint64_t get_gc(bfp_br *r, const bf
 	return q * g->m + x;
 }
 
-/* Encoding 5: magnitude m as its distance from the centre C, alternating
- * above and below while both sides have values: C, C+1, C-1, C+2, C-2,
- * ... (or C, C-1, C+1, ... when down), then the values above 2C-1 in
- * order (FORMAT.md 3.8). */
+/* Magnitude m as its distance from the centre C, alternating above and
+ * below while both sides have values: C, C+1, C-1, C+2, C-2, ... (or C,
+ * C-1, C+1, ... when down), then the values above 2C-1 in order
+ * (FORMAT.md 3.4). */
 static inline uint32_t mag_fold(unsigned m, unsigned c, unsigned down)
 {
 	unsigned below = c - 1;
@@ -190,22 +180,18 @@ static inline uint32_t mag_unfold(uint64_t v, unsigned c, unsigned down)
 }
 
 /* Other-symbol values (gaps in run mode skip 0: write_gaps_t):
- * magnitudes skip 0 and, in run mode, the common magnitude M (encoding
- * 1), or are folded around M, less one in run mode (encoding 5). */
-static inline uint32_t mag_other(int v2, const bfp_seq *s, unsigned m)
+ * magnitudes folded around the common one, less one in run mode (where
+ * the common one is never coded). */
+static inline uint32_t mag_other(const bfp_seq *s, unsigned m)
 {
-	if (v2) /* encodings 5 and 6 */
-		return mag_fold(m, s->common, s->down) - s->runs;
-	return (!s->runs || m < s->common) ? m - 1 : m - 2;
+	return mag_fold(m, s->common, s->down) - s->runs;
 }
 
-/* Encodings 5 and 6: predicted gap parameter of class c (the Rice k in
- * encoding 5, the level in 6), and the bits of the parameter. */
-static inline unsigned gk_pred(unsigned enc, int gk0, unsigned c)
+/* Predicted gap level of class c: two levels a class above the base. */
+static inline unsigned gk_pred(int gk0, unsigned c)
 {
-	const int top = enc == BFP_ENC_SPARSE3 ? (int)LEVEL_MAX : 31;
-	int p = gk0 + (enc == BFP_ENC_SPARSE3 ? 2 : 1) * (int)c;
-	return p < 0 ? 0u : (p > top ? (unsigned)top : (unsigned)p);
+	int p = gk0 + 2 * (int)c;
+	return p < 0 ? 0u : (p > (int)LEVEL_MAX ? LEVEL_MAX : (unsigned)p);
 }
 
 static inline uint32_t zigzag(int32_t d)
@@ -218,31 +204,21 @@ static inline int32_t unzigzag(uint32_t z)
 	return (z & 1) ? -(int32_t)(z >> 1) - 1 : (int32_t)(z >> 1);
 }
 
-/* Encoding 5: 1 (as predicted), 3 (one off) or 7 bits; encoding 6: the
- * difference from the prediction in EG0 after zigzag. */
-static inline unsigned gk_bits(unsigned enc, unsigned gk, unsigned pred)
+/* Bits of a gap level: its distance from the prediction in EG0 after
+ * zigzag. */
+static inline unsigned gk_bits(unsigned gk, unsigned pred)
 {
-	if (enc == BFP_ENC_SPARSE3)
-		return bfp_eg0_bits(zigzag((int32_t)gk - (int32_t)pred));
-	return gk == pred ? 1u : (gk + 1 == pred || gk == pred + 1) ? 3u : 7u;
+	return bfp_eg0_bits(zigzag((int32_t)gk - (int32_t)pred));
 }
 
-/* The gap parameter a class header carries: the level in encoding 6, the
- * Rice k in encodings 1 and 5. */
-static inline unsigned gap_param(const bfp_sparse_plan *pl, unsigned c)
+/* A class's gap fields: gr, the level (as gk_bits), and gkr when
+ * run-coded. */
+static inline unsigned gap_fields_bits(const bfp_seq *g, unsigned gk, unsigned pred)
 {
-	return pl->enc == BFP_ENC_SPARSE3 ? pl->gap[c].k : lv_k(pl->gap[c].k);
+	return 1 + gk_bits(gk, pred) + (g->runs ? 4 : 0);
 }
 
-/* A class's gap fields (encodings 5-10): gr, the parameter gk (as
- * gk_bits), and gkr when run-coded. */
-static inline unsigned gap_fields_bits(unsigned enc, const bfp_seq *g, unsigned gk,
-				       unsigned pred)
-{
-	return 1 + gk_bits(enc, gk, pred) + (g->runs ? 4 : 0);
-}
-
-/* Encoding 6: when the class below has changes, a class's own magnitude
+/* When the class below has changes, a class's own magnitude
  * code is coded relative to that class's: a binade up, the same update
  * spans half the steps, so the common magnitude is predicted halved and
  * the order one less. */
@@ -252,19 +228,19 @@ static inline void mag_pred(const bfp_seq *below, unsigned *cp, unsigned *kp)
 	*kp = below->k ? below->k - 1u : 0u;
 }
 
-/* Encoding 5 magnitude codes: equal (fields that do not apply are 0), and
- * their size: C, runs, all (run-coded), k and down (unless all; down only
- * when there are magnitudes below C), run parameter (run-coded, not all). */
+/* Magnitude codes: equal (fields that do not apply are 0), and their
+ * size: C, runs, all (run-coded), k and down (unless all; down only when
+ * there are magnitudes below C), run parameter (run-coded, not all). */
 static inline int same_code(const bfp_seq *a, const bfp_seq *b)
 {
 	return a->runs == b->runs && a->all == b->all && a->k == b->k &&
 	       a->down == b->down && a->kr == b->kr && a->common == b->common;
 }
 
-/* A magnitude code's fields (FORMAT.md 3.8): C as C - 1 in EG0 and k in
- * 4 bits, or, relative to the class below's code (below not NULL,
- * encoding 6, 3.9), each as its zigzag distance from the prediction in
- * EG0; the other fields are the same either way. */
+/* A magnitude code's fields (FORMAT.md 3.4): C as C - 1 in EG0 and k in
+ * 4 bits, or, relative to the class below's code (below not NULL), each
+ * as its zigzag distance from the prediction in EG0; the other fields are
+ * the same either way. */
 static inline unsigned mag_code_bits(const bfp_seq *m, const bfp_seq *below)
 {
 	unsigned cp = 1, kp = 0, cb, kb;
@@ -280,44 +256,41 @@ static inline unsigned mag_code_bits(const bfp_seq *m, const bfp_seq *below)
 	       (m->runs && !m->all ? 4 : 0);
 }
 
-/* Encodings 9 and 10 (FORMAT.md 3.11): count orders per class, and
- * magnitude tables. */
-static inline int enc_v2(unsigned enc)
+/* A plan whose codes come from a model (FORMAT.md 3.6): count orders
+ * per class, and magnitude tables. */
+static inline int plan_modelled(const bfp_sparse_plan *pl)
 {
-	return enc == BFP_ENC_MODEL2 || enc == BFP_ENC_MODELLED2;
+	return pl->enc != BFP_ENC_SPARSE;
 }
 
 /* The order of class c's count in a plan's frame. */
 static inline unsigned count_order(const bfp_sparse_plan *pl, unsigned c)
 {
-	return enc_v2(pl->enc) ? pl->model->kc[c] : pl->kn;
+	return plan_modelled(pl) ? pl->model->kc[c] : pl->kn;
 }
 
 /* Bits of class c's count n. */
 static inline unsigned count_bits(const bfp_sparse_plan *pl, unsigned c, uint32_t n)
 {
-	return pl->enc != BFP_ENC_SPARSE ? eg_bits(n, count_order(pl, c)) : bfp_eg0_bits(n);
+	return eg_bits(n, count_order(pl, c));
 }
 
 /* Class c's magnitude table, if the plan's model gives it one. */
 static inline const bfp_mtab *plan_tab(const bfp_sparse_plan *pl, unsigned c)
 {
-	return enc_v2(pl->enc) && pl->model->tab[c].on ? &pl->model->tab[c] : NULL;
+	return plan_modelled(pl) && pl->model->tab[c].on ? &pl->model->tab[c] : NULL;
 }
 
 /* Bits of class c's header after its count (the class has changes);
- * below: whether class c - 1 has changes (encoding 6 codes the magnitude
- * code relative to it then). */
+ * below: whether class c - 1 has changes (the magnitude code is coded
+ * relative to it then). */
 static unsigned class_header_bits(const bfp_sparse_plan *pl, unsigned c, int below)
 {
 	const bfp_seq *g = &pl->gap[c], *m = &pl->mag[c];
-	if (pl->enc == BFP_ENC_SPARSE)
-		return 1 + 5 + (g->runs ? 5 : 0) + 1 + 4 +
-		       (m->runs ? bfp_eg0_bits(m->common - 1u) + 5 : 0);
-	unsigned b = gap_fields_bits(pl->enc, g, gap_param(pl, c), gk_pred(pl->enc, pl->gk0, c)) + 1;
+	unsigned b = gap_fields_bits(g, g->k, gk_pred(pl->gk0, c)) + 1;
 	if (same_code(m, &pl->mdef))
 		return b;
-	return b + mag_code_bits(m, pl->enc == BFP_ENC_SPARSE3 && below ? &pl->mag[c - 1] : NULL);
+	return b + mag_code_bits(m, below ? &pl->mag[c - 1] : NULL);
 }
 
 /* Estimated bits of n Rice(k) codes of values summing to sum, for the
@@ -368,73 +341,18 @@ static uint64_t level_est(uint64_t n, uint64_t sum, unsigned *lout)
 }
 
 typedef struct cls_acc {
-	uint64_t gsum, sum16, sum64;
+	uint64_t gsum, sum64;
 	uint32_t gzero, mmin, mmax;
 	uint32_t mhist[MAG_BINS + 1]; /* magnitudes 1..64; [0] counts the larger ones */
 } cls_acc;
 
-/* Encoding 1: bits of the magnitudes of one class coded with Exp-Golomb
- * order k: plain (M == 0: v = m - 1) or the others of run mode (v = m-1 /
- * m-2). Exact for magnitudes up to 16, the mean for larger ones. */
-static uint64_t eg_cost(const cls_acc *x, uint32_t n, unsigned M, unsigned k)
-{
-	uint64_t bits = 0;
-	uint32_t small = 0;
-	for (unsigned m = 1; m <= 16; m++) {
-		small += x->mhist[m];
-		if (m == M || !x->mhist[m])
-			continue;
-		uint32_t v = (M == 0 || m < M) ? m - 1 : m - 2;
-		bits += (uint64_t)x->mhist[m] * eg_bits(v, k);
-	}
-	if (n > small) {
-		uint32_t mean = (uint32_t)(x->sum16 / (n - small));
-		bits += (uint64_t)(n - small) * eg_bits(mean - (M ? 2 : 1), k);
-	}
-	return bits;
-}
-
-static uint64_t eg_best(const cls_acc *x, uint32_t n, unsigned M, unsigned *kout)
-{
-	uint64_t best = UINT64_MAX;
-	for (unsigned k = 0; k < 16; k++) {
-		uint64_t b = eg_cost(x, n, M, k);
-		if (b < best) {
-			best = b;
-			*kout = k;
-		}
-	}
-	return best;
-}
-
-/* Encoding 1 magnitude code of one class. */
-static void plan_mag_v1(const cls_acc *x, uint32_t n, bfp_seq *ms)
-{
-	unsigned kp, ko, kr;
-	unsigned M = 1;
-	for (unsigned v = 2; v <= 16; v++)
-		if (x->mhist[v] > x->mhist[M])
-			M = v;
-	uint64_t plain = eg_best(x, n, 0, &kp);
-	uint64_t runs = 5 + bfp_eg0_bits(M - 1) + eg_best(x, n, M, &ko) +
-			rice_est(n - x->mhist[M] + 1, x->mhist[M], 30, &kr);
-	if (runs < plain) {
-		ms->runs = 1;
-		ms->common = (uint16_t)M;
-		ms->k = (uint8_t)ko;
-		ms->kr = (uint8_t)kr;
-	} else {
-		ms->k = (uint8_t)kp;
-	}
-}
-
-/* Encoding 5 magnitude code of one class: all equal, or centred on the
+/* The magnitude code of one class: all equal, or centred on the
  * most frequent magnitude, plain or run-coded, folded either way, with
  * the Exp-Golomb order of the fewest bits (magnitudes above 64 costed at
  * their mean). Costs are summed over the distinct magnitudes only, and
  * orders stop past the bit length of the largest folded value (beyond
  * it every code only grows). */
-static uint64_t plan_mag_v2(const cls_acc *x, uint32_t n, bfp_seq *ms)
+static uint64_t plan_mag(const cls_acc *x, uint32_t n, bfp_seq *ms)
 {
 	uint32_t val[2][MAG_BINS + 1], cnt[MAG_BINS + 1], vmax = 0;
 	unsigned nd = 0, c = 0;
@@ -495,8 +413,6 @@ static uint64_t plan_mag_v2(const cls_acc *x, uint32_t n, bfp_seq *ms)
 	return best;
 }
 
-/* Encoding 5 frame-wide parameters: the count order, the gap parameter
- * base and the default magnitude code that cost the fewest bits. */
 /* The Exp-Golomb order of the class counts that codes them in the
  * fewest bits. */
 static void plan_kn(bfp_sparse_plan *pl)
@@ -513,7 +429,9 @@ static void plan_kn(bfp_sparse_plan *pl)
 	}
 }
 
-static void plan_frame_v2(bfp_sparse_plan *pl)
+/* A self-contained frame's own fields: the count order, the gap level
+ * base and the default magnitude code that cost the fewest bits. */
+static void plan_frame(bfp_sparse_plan *pl)
 {
 	uint64_t best = UINT64_MAX;
 	plan_kn(pl);
@@ -522,14 +440,13 @@ static void plan_frame_v2(bfp_sparse_plan *pl)
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		if (!pl->n[c])
 			continue;
-		const unsigned slope = pl->enc == BFP_ENC_SPARSE3 ? 2 : 1;
-		int g0 = (int)gap_param(pl, c) - (int)(slope * c);
+		int g0 = (int)pl->gap[c].k - (int)(2 * c);
 		uint64_t b = 0;
 		unsigned same = 0;
 		for (unsigned d = 0; d < BFP_CLASSES; d++) {
 			if (!pl->n[d])
 				continue;
-			b += gk_bits(pl->enc, gap_param(pl, d), gk_pred(pl->enc, g0, d));
+			b += gk_bits(pl->gap[d].k, gk_pred(g0, d));
 			same += same_code(&pl->mag[d], &pl->mag[c]);
 		}
 		if (b < best) {
@@ -541,23 +458,21 @@ static void plan_frame_v2(bfp_sparse_plan *pl)
 			pl->mdef = pl->mag[c];
 		}
 	}
-	pl->fbits = 3 + (pl->enc == BFP_ENC_SPARSE3 ? 7 : 6) + mag_code_bits(&pl->mdef, NULL);
+	pl->fbits = 3 + 7 + mag_code_bits(&pl->mdef, NULL);
 }
 
 /* Codes are chosen from per-class statistics with a cost model (one pass
  * over the changes); bfp_sparse_cut then counts the exact size. */
-void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
-			  bfp_sparse_plan *pl)
+void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl)
 {
 	const uint8_t *const cls = CHG_CLASS(e);
 	const uint32_t *const rank = CHG_RANK(e);
 	const uint16_t *const delta = CHG_DELTA(e);
 	cls_acc a[BFP_CLASSES];
-	const int v2 = enc != BFP_ENC_SPARSE;
 
 	BFP_MEMSET(a, 0, sizeof(a));
 	BFP_MEMSET(pl, 0, sizeof(*pl));
-	pl->enc = (uint8_t)enc;
+	pl->enc = BFP_ENC_SPARSE;
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
 		a[c].mmin = UINT32_MAX;
 	for (uint32_t j = 0; j < k; j++) { /* no data-dependent branches */
@@ -569,12 +484,10 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 		a[c].gsum += g;
 		a[c].gzero += g == 0;
 		a[c].mhist[big ? 0 : m]++;
-		a[c].sum16 += m > 16 ? m : 0;
 		a[c].sum64 += big ? m : 0;
 		a[c].mmin = m < a[c].mmin ? m : a[c].mmin;
 		a[c].mmax = m > a[c].mmax ? m : a[c].mmax;
 	}
-	const unsigned maxk = v2 ? 15 : 30; /* run parameters: 4 bits or 5 */
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		const cls_acc *x = &a[c];
 		uint32_t n = pl->n[c];
@@ -584,17 +497,9 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 			continue;
 		uint32_t nz = n - x->gzero;
 		/* the nonzero gaps, each less one, sum to gsum - nz */
-		uint64_t plain, runs;
-		if (enc == BFP_ENC_SPARSE3) {
-			plain = level_est(n, x->gsum, &kp);
-			runs = 5 + level_est(nz, x->gsum - nz, &ko);
-		} else {
-			plain = rice_est(n, x->gsum, 30, &kp);
-			runs = 5 + rice_est(nz, x->gsum - nz, 30, &ko);
-			kp = rice_level(kp);
-			ko = rice_level(ko);
-		}
-		runs += rice_est(nz + 1, x->gzero, maxk, &kr);
+		uint64_t plain = level_est(n, x->gsum, &kp);
+		uint64_t runs = 5 + level_est(nz, x->gsum - nz, &ko);
+		runs += rice_est(nz + 1, x->gzero, 15, &kr); /* 4-bit run parameter */
 		if (runs < plain) {
 			gs->runs = 1;
 			gs->k = (uint8_t)ko;
@@ -603,13 +508,9 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 			gs->k = (uint8_t)kp;
 		}
 		pl->gbits[c] = runs < plain ? runs : plain;
-		if (v2)
-			pl->mbits[c] = plan_mag_v2(x, n, &pl->mag[c]);
-		else
-			plan_mag_v1(x, n, &pl->mag[c]);
+		pl->mbits[c] = plan_mag(x, n, &pl->mag[c]);
 	}
-	if (v2)
-		plan_frame_v2(pl);
+	plan_frame(pl);
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		if (!pl->n[c])
 			continue;
@@ -620,7 +521,10 @@ void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, unsigned enc,
 	}
 }
 
-void bfp_model_from_plan(const bfp_sparse_plan *pl, bfp_model *m)
+/* The model of a self-contained plan: its codes, and for classes without
+ * changes a plain gap code at the predicted level and the default
+ * magnitude code. */
+static void model_from_plan(const bfp_sparse_plan *pl, bfp_model *m)
 {
 	BFP_MEMSET(m, 0, sizeof(*m));
 	m->gk0 = pl->gk0;
@@ -630,28 +534,13 @@ void bfp_model_from_plan(const bfp_sparse_plan *pl, bfp_model *m)
 			m->gap[c] = pl->gap[c];
 			m->mag[c] = pl->mag[c];
 		} else {
-			m->gap[c].k = (uint8_t)gk_pred(BFP_ENC_SPARSE3, pl->gk0, c);
+			m->gap[c].k = (uint8_t)gk_pred(pl->gk0, c);
 			m->mag[c] = pl->mdef;
 		}
 	}
 }
 
-/* The model's classes are coded like encoding 6 class headers in a frame
- * where every class has changes: a plan that says so. */
-static void model_as_plan(const bfp_model *m, bfp_sparse_plan *pl)
-{
-	BFP_MEMSET(pl, 0, sizeof(*pl));
-	pl->enc = BFP_ENC_SPARSE3;
-	pl->gk0 = m->gk0;
-	pl->mdef = m->mdef;
-	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		pl->n[c] = 1;
-		pl->gap[c] = m->gap[c];
-		pl->mag[c] = m->mag[c];
-	}
-}
-
-/* ---- encodings 9 and 10 (FORMAT.md 3.11) ---- */
+/* ---- models (FORMAT.md 3.6) ---- */
 
 /* Bits of a magnitude table: e, sb, ns - 1, the first weight and the
  * others as their zigzag distance from the one before. */
@@ -663,17 +552,16 @@ static unsigned tab_bits(const bfp_mtab *t)
 	return b;
 }
 
-/* The magnitude code a v2 model's class c codes its own relative to:
+/* The magnitude code a model's class c codes its own relative to:
  * class c - 1's, unless that class is table-coded (then none). */
 static inline const bfp_seq *model_below(const bfp_model *m, unsigned c)
 {
 	return c && !m->tab[c - 1].on ? &m->mag[c - 1] : NULL;
 }
 
-static unsigned model2_class_bits(const bfp_model *m, unsigned c)
+static unsigned model_class_bits(const bfp_model *m, unsigned c)
 {
-	unsigned b = 4 + gap_fields_bits(BFP_ENC_SPARSE3, &m->gap[c], m->gap[c].k,
-					 gk_pred(BFP_ENC_SPARSE3, m->gk0, c)) + 1;
+	unsigned b = 4 + gap_fields_bits(&m->gap[c], m->gap[c].k, gk_pred(m->gk0, c)) + 1;
 	if (m->tab[c].on)
 		return b + tab_bits(&m->tab[c]);
 	return b + 1 +
@@ -683,15 +571,8 @@ static unsigned model2_class_bits(const bfp_model *m, unsigned c)
 unsigned bfp_model_bits(const bfp_model *m)
 {
 	unsigned bits = 7 + mag_code_bits(&m->mdef, NULL);
-	if (m->v2) {
-		for (unsigned c = 0; c < BFP_CLASSES; c++)
-			bits += model2_class_bits(m, c);
-		return bits;
-	}
-	bfp_sparse_plan p;
-	model_as_plan(m, &p);
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		bits += class_header_bits(&p, c, c > 0);
+		bits += model_class_bits(m, c);
 	return bits;
 }
 
@@ -842,11 +723,10 @@ static void plan_counts(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan 
 	}
 }
 
-void bfp_model2_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
-			  uint64_t budget_bits, bfp_model *m)
+void bfp_model_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+			 uint64_t budget_bits, bfp_model *m)
 {
-	bfp_model_from_plan(pl, m);
-	m->v2 = 1;
+	model_from_plan(pl, m);
 	plan_counts(e, k, pl, budget_bits, m);
 	plan_tables(e, k, pl, m);
 }
@@ -854,7 +734,7 @@ void bfp_model2_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_pla
 void bfp_model_tables(const bfp_model *m, bfp_rtab *rt, int encoder)
 {
 	for (unsigned c = 0; c < BFP_CLASSES; c++)
-		if (m->v2 && m->tab[c].on)
+		if (m->tab[c].on)
 			bfp_rtab_build(&m->tab[c], rt, c, encoder);
 }
 
@@ -877,13 +757,10 @@ void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
 		pl->mag[c] = m->mag[c];
 		gcode_of(pl->gap[c].k, &pl->gc[c]);
 	}
-	const int carries = bfp_encoding_carries_model(enc);
-	if (!enc_v2(enc))
-		plan_kn(pl); /* encodings 7, 8: one order for all counts */
-	pl->fbits = (enc_v2(enc) ? 0 : 3) + (carries ? bfp_model_bits(m) : bfp_eg0_bits(dref - 1));
+	pl->fbits = bfp_encoding_carries_model(enc) ? bfp_model_bits(m) : bfp_eg0_bits(dref - 1);
 }
 
-/* Encodings 9 and 10: a bound on the bits of the payload's rANS part and
+/* Plans of a model: a bound on the bits of the payload's rANS part and
  * the padding before it, for nt table-coded magnitudes of costs summing
  * to r256 (1/256 bit, each at least its exact cost), less the signs the
  * initial state carries. Each step codes at most 2^-12 * 1.5 bits more
@@ -950,7 +827,6 @@ cut_class_t(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, u
 	const bfp_gcode gcv = pl->gc[c], *gc = &gcv;
 	const bfp_mtab *tab = plan_tab(pl, c);
 	const uint16_t *tcost = tab ? pl->rt->cost[c] : NULL;
-	const int v2 = pl->enc != BFP_ENC_SPARSE;
 	uint32_t grun = 0, mrun = 0, bits = 0;
 	uint64_t r256 = 0;
 	unsigned mopen = 0;
@@ -981,7 +857,7 @@ cut_class_t(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, u
 		} else if (mode == MAG_ALL) {
 			/* the magnitude is implied */
 		} else if (mode == MAG_PLAIN) {
-			add += eg_bits(mag_other(v2, ms, m), ms->k);
+			add += eg_bits(mag_other(ms, m), ms->k);
 		} else {
 			if (!mopen) {
 				mopen = 1;
@@ -990,7 +866,7 @@ cut_class_t(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, u
 			if (m == ms->common) {
 				mrun++;
 			} else {
-				add += bfp_rice_bits(mrun, ms->kr) + eg_bits(mag_other(v2, ms, m), ms->k);
+				add += bfp_rice_bits(mrun, ms->kr) + eg_bits(mag_other(ms, m), ms->k);
 				mopen = 0;
 			}
 		}
@@ -1190,7 +1066,7 @@ uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
 			const uint32_t t = start[c] + n[c];
 			const uint32_t x = cost[t], px = n[c] ? cost[t - 1] : 0;
 			/* the first change of class c turns the header of class
-			 * c + 1, if it has changes, to its other form (encoding 6) */
+			 * c + 1, if it has changes, to its other form */
 			int64_t adj = 0;
 			if (!n[c] && c + 1 < BFP_CLASSES && n[c + 1])
 				adj = (int64_t)pl->hbits[1][c + 1] - (int64_t)pl->hbits[0][c + 1];
@@ -1247,24 +1123,12 @@ static void write_mag_code(bfp_bw *w, const bfp_seq *m, const bfp_seq *below)
 		bfp_bw_put(w, m->kr, 4);
 }
 
-/* A class's gap fields: gr, the parameter (encoding 5: as predicted, one
- * off or 5 bits; the others: its zigzag distance from the prediction in
- * EG0), gkr when run-coded. */
-static void write_gap_fields(bfp_bw *w, unsigned enc, const bfp_seq *gs, unsigned gk,
-			     unsigned pred)
+/* A class's gap fields: gr, the level as its zigzag distance from the
+ * prediction in EG0, gkr when run-coded. */
+static void write_gap_fields(bfp_bw *w, const bfp_seq *gs, unsigned pred)
 {
 	bfp_bw_put(w, gs->runs, 1);
-	if (enc != BFP_ENC_SPARSE2) {
-		bfp_put_eg0(w, zigzag((int32_t)gk - (int32_t)pred));
-	} else if (gk == pred) {
-		bfp_bw_put(w, 1, 1);
-	} else if (gk + 1u == pred || gk == pred + 1) {
-		bfp_bw_put(w, 2, 2); /* 0 then 1 */
-		bfp_bw_put(w, gk < pred, 1);
-	} else {
-		bfp_bw_put(w, 0, 2);
-		bfp_bw_put(w, gk, 5);
-	}
+	bfp_put_eg0(w, zigzag((int32_t)gs->k - (int32_t)pred));
 	if (gs->runs)
 		bfp_bw_put(w, gs->kr, 4);
 }
@@ -1280,13 +1144,11 @@ static void write_mag_fields(bfp_bw *w, const bfp_seq *ms, const bfp_seq *mdef,
 		write_mag_code(w, ms, below);
 }
 
-/* Encoding 5 and 6 header fields of a class, after its count. */
-static void write_class_v2(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
+/* A self-contained frame's header fields of a class, after its count. */
+static void write_class(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
 {
-	const int v3 = pl->enc == BFP_ENC_SPARSE3;
-	write_gap_fields(w, pl->enc, &pl->gap[c], gap_param(pl, c), gk_pred(pl->enc, pl->gk0, c));
-	write_mag_fields(w, &pl->mag[c], &pl->mdef,
-			 v3 && c && pl->n[c - 1] ? &pl->mag[c - 1] : NULL);
+	write_gap_fields(w, &pl->gap[c], gk_pred(pl->gk0, c));
+	write_mag_fields(w, &pl->mag[c], &pl->mdef, c && pl->n[c - 1] ? &pl->mag[c - 1] : NULL);
 }
 
 static void write_tab(bfp_bw *w, const bfp_mtab *t)
@@ -1299,38 +1161,14 @@ static void write_tab(bfp_bw *w, const bfp_mtab *t)
 		bfp_put_eg0(w, zigzag((int32_t)t->q[i] - (int32_t)t->q[i - 1]));
 }
 
-static void write_class_v1(bfp_bw *w, const bfp_sparse_plan *pl, unsigned c)
-{
-	const bfp_seq *gs = &pl->gap[c], *ms = &pl->mag[c];
-	bfp_bw_put(w, gs->runs, 1);
-	bfp_bw_put(w, gap_param(pl, c), 5);
-	if (gs->runs)
-		bfp_bw_put(w, gs->kr, 5);
-	bfp_bw_put(w, ms->runs, 1);
-	bfp_bw_put(w, ms->k, 4);
-	if (ms->runs) {
-		bfp_put_eg0(w, ms->common - 1u);
-		bfp_bw_put(w, ms->kr, 5);
-	}
-}
-
-/* The model section of an encoding 7 or 9 payload (FORMAT.md 3.10,
- * 3.11). */
+/* The model section of a payload that carries one (FORMAT.md 3.6). */
 static void write_model(bfp_bw *w, const bfp_model *m)
 {
 	bfp_bw_put(w, (unsigned)(m->gk0 + 64), 7);
 	write_mag_code(w, &m->mdef, NULL);
-	if (!m->v2) {
-		bfp_sparse_plan p;
-		model_as_plan(m, &p);
-		for (unsigned c = 0; c < BFP_CLASSES; c++)
-			write_class_v2(w, &p, c);
-		return;
-	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		bfp_bw_put(w, m->kc[c], 4);
-		write_gap_fields(w, BFP_ENC_SPARSE3, &m->gap[c], m->gap[c].k,
-				 gk_pred(BFP_ENC_SPARSE3, m->gk0, c));
+		write_gap_fields(w, &m->gap[c], gk_pred(m->gk0, c));
 		bfp_bw_put(w, m->tab[c].on, 1);
 		if (m->tab[c].on)
 			write_tab(w, &m->tab[c]);
@@ -1339,7 +1177,7 @@ static void write_model(bfp_bw *w, const bfp_model *m)
 	}
 }
 
-/* Encodings 9 and 10: the rANS part of the payload for the table-coded
+/* Models: the rANS part of the payload for the table-coded
  * magnitudes (in decoding order: by class, then position), coded
  * backwards from a state that holds the signs the bit stream left out.
  * Returns its length. */
@@ -1442,7 +1280,7 @@ write_tab_t(bfp_bw *w, const uint16_t *delta, const uint32_t *order, uint32_t a,
  * magnitude or without */
 static inline __attribute__((always_inline)) void
 write_mags_t(bfp_bw *w, const uint16_t *delta, const uint32_t *order, uint32_t a, uint32_t b,
-	     int v2, const bfp_seq *ms, const int runs)
+	     const bfp_seq *ms, const int runs)
 {
 	int due = 1;
 	for (uint32_t t = a; t < b; t++) {
@@ -1457,48 +1295,35 @@ write_mags_t(bfp_bw *w, const uint16_t *delta, const uint32_t *order, uint32_t a
 		}
 		bfp_bw_put(w, sign, 1);
 		if (!runs || m != ms->common) {
-			put_eg(w, mag_other(v2, ms, m), ms->k);
+			put_eg(w, mag_other(ms, m), ms->k);
 			due = 1;
 		}
 	}
 }
 
-/* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4, 3.8,
- * 3.9, 3.10, 3.11). */
+/* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4-3.6). */
 size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *wout,
 			uint8_t *tail)
 {
 	const uint32_t *const rank = CHG_RANK(e);
 	const uint16_t *const delta = CHG_DELTA(e);
 	const uint32_t *order = e->chg_order;
-	const int v2 = pl->enc != BFP_ENC_SPARSE;
-	const int modelled = bfp_encoding_has_model(pl->enc);
+	const int modelled = plan_modelled(pl);
 	uint32_t ntab = 0, signs = 0;
 
-	if (bfp_encoding_carries_model(pl->enc))
+	if (bfp_encoding_carries_model(pl->enc)) {
 		write_model(wout, pl->model);
-	else if (bfp_encoding_refers(pl->enc))
+	} else if (bfp_encoding_refers(pl->enc)) {
 		bfp_put_eg0(wout, pl->dref - 1);
-	if (v2 && !enc_v2(pl->enc))
+	} else { /* self-contained: count order, gap level base, default code */
 		bfp_bw_put(wout, pl->kn, 3);
-	if (v2 && !modelled) { /* encodings 5, 6: gap parameter base, default code */
-		if (pl->enc == BFP_ENC_SPARSE3)
-			bfp_bw_put(wout, (unsigned)(pl->gk0 + 64), 7);
-		else
-			bfp_bw_put(wout, (unsigned)(pl->gk0 + 16), 6);
+		bfp_bw_put(wout, (unsigned)(pl->gk0 + 64), 7);
 		write_mag_code(wout, &pl->mdef, NULL);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		if (v2)
-			put_eg(wout, pl->n[c], count_order(pl, c));
-		else
-			bfp_put_eg0(wout, pl->n[c]);
-		if (!pl->n[c] || modelled)
-			continue;
-		if (v2)
-			write_class_v2(wout, pl, c);
-		else
-			write_class_v1(wout, pl, c);
+		put_eg(wout, pl->n[c], count_order(pl, c));
+		if (pl->n[c] && !modelled)
+			write_class(wout, pl, c);
 	}
 	/* the changes through a local writer: nothing else sees its address,
 	 * so its fields stay in registers (the output bytes cannot alias it) */
@@ -1518,10 +1343,10 @@ size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw 
 			write_signs_t(w, delta, order, a, b);
 			break;
 		case MAG_PLAIN:
-			write_mags_t(w, delta, order, a, b, v2, ms, 0);
+			write_mags_t(w, delta, order, a, b, ms, 0);
 			break;
 		default:
-			write_mags_t(w, delta, order, a, b, v2, ms, 1);
+			write_mags_t(w, delta, order, a, b, ms, 1);
 		}
 	}
 	*wout = wl;
@@ -1560,28 +1385,13 @@ static int parse_mag_code(bfp_br *r, const bfp_seq *below, bfp_seq *m)
 }
 
 /* A class's gap fields (write_gap_fields); 0 if invalid. */
-static int parse_gap_fields(bfp_br *r, unsigned enc, unsigned pred, bfp_seq *gs)
+static int parse_gap_fields(bfp_br *r, unsigned pred, bfp_seq *gs)
 {
-	const int v3 = enc == BFP_ENC_SPARSE3;
-	const unsigned top = v3 ? LEVEL_MAX : 31;
-	unsigned gk;
 	gs->runs = (uint8_t)bfp_br_get(r, 1);
-	if (v3) {
-		int64_t g = (int64_t)pred + unzigzag(bfp_get_eg0(r));
-		if (r->err || g < 0 || g > (int64_t)top)
-			return 0;
-		gk = (unsigned)g;
-	} else if (bfp_br_get(r, 1)) {
-		gk = pred;
-	} else if (bfp_br_get(r, 1)) {
-		unsigned down = bfp_br_get(r, 1);
-		if ((down && pred == 0) || (!down && pred == top))
-			return 0;
-		gk = down ? pred - 1 : pred + 1;
-	} else {
-		gk = bfp_br_get(r, 5);
-	}
-	gs->k = (uint8_t)(v3 ? gk : rice_level(gk));
+	int64_t g = (int64_t)pred + unzigzag(bfp_get_eg0(r));
+	if (r->err || g < 0 || g > (int64_t)LEVEL_MAX)
+		return 0;
+	gs->k = (uint8_t)g;
 	if (gs->runs)
 		gs->kr = (uint8_t)bfp_br_get(r, 4);
 	return !r->err;
@@ -1597,18 +1407,17 @@ static int parse_mag_fields(bfp_br *r, const bfp_seq *mdef, const bfp_seq *below
 	return parse_mag_code(r, below, ms);
 }
 
-/* Encoding 5 and 6 class header after the count; prev: the magnitude code
- * of class c - 1 if it has changes, else NULL. */
-static int parse_class_v2(bfp_br *r, unsigned enc, int gk0, const bfp_seq *mdef,
-			  const bfp_seq *prev, unsigned c, bfp_seq *gs, bfp_seq *ms)
+/* A self-contained frame's class header after the count; prev: the
+ * magnitude code of class c - 1 if it has changes, else NULL. */
+static int parse_class(bfp_br *r, int gk0, const bfp_seq *mdef, const bfp_seq *prev,
+		       unsigned c, bfp_seq *gs, bfp_seq *ms)
 {
-	return parse_gap_fields(r, enc, gk_pred(enc, gk0, c), gs) &&
-	       parse_mag_fields(r, mdef, enc == BFP_ENC_SPARSE3 ? prev : NULL, ms);
+	return parse_gap_fields(r, gk_pred(gk0, c), gs) && parse_mag_fields(r, mdef, prev, ms);
 }
 
 /* A magnitude table (write_tab); 0 when invalid: e above 6, sb above 2 or
  * above e, more symbols than the shape has, a weight outside 0..29, or
- * weights whose frequencies do not work out (FORMAT.md 3.11). */
+ * weights whose frequencies do not work out (FORMAT.md 3.6). */
 static int parse_tab(bfp_br *r, bfp_mtab *t)
 {
 	uint16_t f[BFP_TAB_SYMS];
@@ -1632,25 +1441,7 @@ static int parse_tab(bfp_br *r, bfp_mtab *t)
 	return bfp_tab_freqs(t, f);
 }
 
-static int parse_class_v1(bfp_br *r, bfp_seq *gs, bfp_seq *ms)
-{
-	gs->runs = (uint8_t)bfp_br_get(r, 1);
-	gs->k = (uint8_t)rice_level(bfp_br_get(r, 5));
-	if (gs->runs)
-		gs->kr = (uint8_t)bfp_br_get(r, 5);
-	ms->runs = (uint8_t)bfp_br_get(r, 1);
-	ms->k = (uint8_t)bfp_br_get(r, 4);
-	if (ms->runs) {
-		uint32_t m = bfp_get_eg0(r);
-		if (r->err || m >= 32768u)
-			return 0;
-		ms->common = (uint16_t)(m + 1);
-		ms->kr = (uint8_t)bfp_br_get(r, 5);
-	}
-	return !r->err;
-}
-
-/* The gaps of a class with n changes (FORMAT.md 3.4, 3.8, 3.9); 0 if
+/* The gaps of a class with n changes (FORMAT.md 3.4); 0 if
  * corrupt. Separate functions with a local reader, so that the reader's
  * fields stay in registers; one per kind of level. */
 static inline __attribute__((always_inline)) int read_gaps_t(bfp_br *rd, const bfp_seq *gs,
@@ -1717,19 +1508,14 @@ static int read_gaps(bfp_br *rd, const bfp_seq *gs, uint32_t n, uint32_t len, ui
 				: read_gaps_rice(rd, gs, n, len, gap, room);
 }
 
-/* The magnitude a non-common change codes (FORMAT.md 3.4, 3.8); 0 if
+/* The magnitude a non-common change codes (FORMAT.md 3.4); 0 if
  * corrupt. */
-static inline uint32_t read_mag(bfp_br *r, int v2, const bfp_seq *ms)
+static inline uint32_t read_mag(bfp_br *r, const bfp_seq *ms)
 {
 	uint32_t v = get_eg(r, ms->k);
 	if (r->err)
 		return 0;
-	if (v2)
-		return mag_unfold((uint64_t)v + ms->runs, ms->common, ms->down);
-	if (v >= 32768u)
-		return 0;
-	uint32_t m = (!ms->runs || v + 1 < ms->common) ? v + 1 : v + 2;
-	return m > 32768u ? 0 : m;
+	return mag_unfold((uint64_t)v + ms->runs, ms->common, ms->down);
 }
 
 /* cnt (<= 32) steps of magnitude m from cnt sign bits; 0 if one of them
@@ -1777,7 +1563,7 @@ static inline int read_signs(bfp_br *r, uint16_t *step, uint32_t room, uint32_t 
 /* The steps of a class with n changes; 0 if corrupt. room (>= n): the
  * entries of step that may be written. A class's changes go run by run:
  * the signs of a run of the common magnitude are read together. */
-static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_seq *ms,
+static __attribute__((noinline)) int read_steps(bfp_br *rd, const bfp_seq *ms,
 						uint32_t n, uint16_t *step, uint32_t room)
 {
 	bfp_br rl = *rd, *r = &rl;
@@ -1800,7 +1586,7 @@ static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_se
 				break;
 		}
 		unsigned sign = bfp_br_get(r, 1);
-		uint32_t m = read_mag(r, v2, ms);
+		uint32_t m = read_mag(r, ms);
 		/* FORMAT.md 3.2: +32768 is written as -32768; no branch on
 		 * the sign */
 		if ((m == 0) | ((m >= 32768u) & (sign ^ 1u)))
@@ -1811,23 +1597,15 @@ static __attribute__((noinline)) int read_steps(bfp_br *rd, int v2, const bfp_se
 	return 1;
 }
 
-int bfp_model_parse(bfp_br *r, int v2, bfp_model *m)
+int bfp_model_parse(bfp_br *r, bfp_model *m)
 {
 	BFP_MEMSET(m, 0, sizeof(*m));
-	m->v2 = (uint8_t)v2;
 	m->gk0 = (int8_t)((int)bfp_br_get(r, 7) - 64);
 	if (!parse_mag_code(r, NULL, &m->mdef))
 		return 0;
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
-		if (!v2) {
-			if (!parse_class_v2(r, BFP_ENC_SPARSE3, m->gk0, &m->mdef,
-					    c ? &m->mag[c - 1] : NULL, c, &m->gap[c], &m->mag[c]))
-				return 0;
-			continue;
-		}
 		m->kc[c] = (uint8_t)bfp_br_get(r, 4);
-		if (!parse_gap_fields(r, BFP_ENC_SPARSE3, gk_pred(BFP_ENC_SPARSE3, m->gk0, c),
-				      &m->gap[c]))
+		if (!parse_gap_fields(r, gk_pred(m->gk0, c), &m->gap[c]))
 			return 0;
 		if (bfp_br_get(r, 1)) {
 			if (!parse_tab(r, &m->tab[c]))
@@ -1840,7 +1618,7 @@ int bfp_model_parse(bfp_br *r, int v2, bfp_model *m)
 	return !r->err;
 }
 
-/* The steps of a table-coded class with n changes (FORMAT.md 3.11); 0
+/* The steps of a table-coded class with n changes (FORMAT.md 3.6); 0
  * if corrupt. Symbols come from the rANS part a; while fewer than
  * BFP_RANS_SIGNS table-coded changes came before, a change's sign is
  * left for the final state (its step is stored positive, its index in
@@ -1942,8 +1720,7 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 	uint64_t total = 0, t0;
 	unsigned kn = 0;
 	int gk0 = 0;
-	const int v2 = enc != BFP_ENC_SPARSE;
-	const int modelled = bfp_encoding_has_model(enc), tabs = enc_v2(enc);
+	const int modelled = bfp_encoding_has_model(enc);
 	uint32_t nt = 0, ntab = 0, defer[BFP_RANS_SIGNS];
 	uint64_t rbits = 0; /* stats: bits the rANS part's symbols and signs cost */
 	bfp_rd a = {0};
@@ -1953,33 +1730,27 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 	BFP_MEMSET(&mdef, 0, sizeof(mdef));
 	*tail = 0;
 	if (bfp_encoding_carries_model(enc)) {
-		BFP_CHECK(bfp_model_parse(r, tabs, model), BFP_E_CORRUPT);
+		BFP_CHECK(bfp_model_parse(r, model), BFP_E_CORRUPT);
 		bfp_model_tables(model, rt, 0);
 	}
-	if (v2 && !tabs)
+	if (!modelled) { /* self-contained: count order, gap level base, default code */
 		kn = bfp_br_get(r, 3);
-	if (v2 && !modelled) {
-		if (enc == BFP_ENC_SPARSE3)
-			gk0 = (int)bfp_br_get(r, 7) - 64;
-		else
-			gk0 = (int)bfp_br_get(r, 6) - 16;
+		gk0 = (int)bfp_br_get(r, 7) - 64;
 		BFP_CHECK(parse_mag_code(r, NULL, &mdef), BFP_E_CORRUPT);
 	}
 	for (unsigned c = 0; c < BFP_CLASSES; c++) {
 		t0 = bfp_br_tell(r);
-		n[c] = v2 ? get_eg(r, tabs ? model->kc[c] : kn) : bfp_get_eg0(r);
+		n[c] = get_eg(r, modelled ? model->kc[c] : kn);
 		total += n[c];
 		BFP_CHECK(!r->err && total <= BFP_CHANGES_MAX && total <= len,
 			  BFP_E_CORRUPT);
 		if (n[c] && modelled) {
 			gs[c] = model->gap[c];
 			ms[c] = model->mag[c];
-			nt += tabs && model->tab[c].on ? n[c] : 0;
+			nt += model->tab[c].on ? n[c] : 0;
 		} else if (n[c]) {
 			const bfp_seq *prev = c && n[c - 1] ? &ms[c - 1] : NULL;
-			int ok = v2 ? parse_class_v2(r, enc, gk0, &mdef, prev, c, &gs[c], &ms[c])
-				    : parse_class_v1(r, &gs[c], &ms[c]);
-			BFP_CHECK(ok, BFP_E_CORRUPT);
+			BFP_CHECK(parse_class(r, gk0, &mdef, prev, c, &gs[c], &ms[c]), BFP_E_CORRUPT);
 		}
 		if (st) {
 			st->class_changes[c] = n[c];
@@ -2003,12 +1774,12 @@ bfp_status bfp_sparse_parse(bfp_br *rd, unsigned enc, bfp_model *model, bfp_rtab
 			st->class_position_bits[c] = (uint32_t)(bfp_br_tell(r) - t0);
 		t0 = bfp_br_tell(r);
 		const uint32_t nt0 = ntab;
-		if (tabs && n[c] && model->tab[c].on)
+		if (modelled && n[c] && model->tab[c].on)
 			BFP_CHECK(read_steps_tab(r, &a, &model->tab[c], rt, c, n[c], steps + start[c],
 						 start[c], &ntab, defer),
 				  BFP_E_CORRUPT);
 		else
-			BFP_CHECK(read_steps(r, v2, &ms[c], n[c], steps + start[c],
+			BFP_CHECK(read_steps(r, &ms[c], n[c], steps + start[c],
 					     BFP_CHANGES_MAX - start[c]),
 				  BFP_E_CORRUPT);
 		if (st) {

@@ -159,6 +159,7 @@ static void *enc_worker(void *arg)
 	eo.base_version = j->o->base_version;
 	eo.target_version = j->o->target_version;
 	eo.flags = j->o->enc_flags | (j->o->stages ? BFP_ENC_F_STAGES : 0);
+	eo.sparse = j->o->sparse;
 	eo.frame_count = 1; /* fixed up by patch_finish() */
 	void *ws = NULL;
 	if (eo.flags & BFP_ENC_F_ZSTD) {

@@ -202,7 +202,7 @@ static rp_class frame_class(const uint8_t *f, size_t len, int check_crc)
 	if ((flen != len && (flen + RP_AUTH_LEN != len || le32(f + flen) != RP_AUTH_MAGIC)) ||
 	    (f[6] & ~BFP_FLAG_IN_PATCH) || f[7])
 		return RP_DROP_FRAME;
-	if (f[5] < BFP_ENC_SPARSE || f[5] > BFP_ENC_LAST)
+	if (!bfp_encoding_known(f[5]))
 		return RP_DROP_ENCODING;
 	if (f[6] && bfp_encoding_is_delta(f[5])) /* IN_PATCH: keyframe-coded only */
 		return RP_DROP_FRAME;

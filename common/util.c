@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "bfpatch.h"
 #include "proto.h"
 #include "util.h"
 
@@ -40,14 +39,5 @@ int bad_value(const char *cmd, const char *opt, const char *val)
 {
 	fprintf(stderr, "bfpatch %s: invalid value '%s' for %s (see bfpatch %s --help)\n",
 		cmd, val ? val : "", opt, cmd);
-	return 2;
-}
-
-int sparse_flags_clash(const char *cmd, uint32_t enc_flags)
-{
-	if (!(enc_flags & BFP_ENC_F_SPARSE1) || !(enc_flags & BFP_ENC_F_SPARSE3))
-		return 0;
-	fprintf(stderr, "bfpatch %s: --sparse-v1 and --self-contained pick different sparse "
-		"encodings; give one\n", cmd);
 	return 2;
 }

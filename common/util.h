@@ -25,8 +25,4 @@ int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out);
  * status of a usage error). */
 int bad_value(const char *cmd, const char *opt, const char *val);
 
-/* --sparse-v1 with --self-contained (BFP_ENC_F_* in enc_flags): prints why
- * and returns 2; else 0 */
-int sparse_flags_clash(const char *cmd, uint32_t enc_flags);
-
 #endif

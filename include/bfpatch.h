@@ -62,8 +62,8 @@ typedef enum bfp_status {
 	BFP_E_UNSUPPORTED = -15, /* feature not compiled in (e.g. zstd) */
 	BFP_E_MANIFEST = -16,    /* manifest invalid */
 	BFP_E_LENGTH = -17,      /* frame length differs from header */
-	BFP_E_NO_MODEL = -18,    /* encoding 8 or 10 frame without its model loaded
-				    (bfp_decoder_load_model) */
+	BFP_E_NO_MODEL = -18,    /* a frame that refers to a model, without
+				    that model loaded (bfp_decoder_load_model) */
 } bfp_status;
 
 /* Short, static, human-readable text for a status. Never NULL. */
@@ -93,51 +93,52 @@ BFP_API const char *bfp_status_str(bfp_status s);
 #define BFP_CLASS_EXP0 108u
 
 typedef enum bfp_encoding {
-	BFP_ENC_SPARSE = 1,   /* positions and values conditioned on the base */
-	BFP_ENC_DENSE = 2,    /* changed flag per parameter, then value */
-	BFP_ENC_KEY_RAW = 3,  /* absolute values, little-endian */
-	BFP_ENC_KEY_ZSTD = 4, /* absolute values, byte planes through zstd */
-	BFP_ENC_SPARSE2 = 5,  /* sparse with predicted code parameters and
-				 magnitudes centred on a common one */
-	BFP_ENC_SPARSE3 = 6,  /* sparse2 with Golomb gap codes between the
-				 Rice ones and magnitude codes predicted
-				 from the class below */
-	BFP_ENC_MODEL = 7,    /* sparse3 changes coded with the model (code
-				 parameters) it carries for the frames of
-				 encoding 8 that follow it */
-	BFP_ENC_MODELLED = 8, /* sparse3 changes coded with the model of an
-				 earlier frame of encoding 7 */
-	BFP_ENC_MODEL2 = 9,   /* like 7, with a model that adds count orders
-				 and magnitude tables (rANS-coded) */
-	BFP_ENC_MODELLED2 = 10, /* like 8, with the model of an earlier
-				   frame of encoding 9 */
+	BFP_ENC_SPARSE = 6,        /* sparse changes with their own code
+				      parameters: decodes alone */
+	BFP_ENC_DENSE = 2,         /* changed flag per parameter, then value */
+	BFP_ENC_KEY_RAW = 3,       /* absolute values, little-endian */
+	BFP_ENC_KEY_ZSTD = 4,      /* absolute values, byte planes through zstd */
+	BFP_ENC_SPARSE_MODEL = 9,  /* sparse changes and the model (code
+				      parameters and tables) they are coded
+				      with, for the frames that refer to it */
+	BFP_ENC_SPARSE_REF = 10,   /* sparse changes coded with the model of
+				      an earlier frame of the same patch */
 } bfp_encoding;
-/* The highest encoding this build knows; frames carry 1..BFP_ENC_LAST. */
-#define BFP_ENC_LAST BFP_ENC_MODELLED2
+/* The highest encoding this build knows. */
+#define BFP_ENC_LAST BFP_ENC_SPARSE_REF
 
-/* The sparse encodings (1, 5-10). */
+/* The encodings this build knows: decoders reject any other
+ * (BFP_E_ENCODING). */
+static inline int bfp_encoding_known(unsigned encoding)
+{
+	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_DENSE ||
+	       encoding == BFP_ENC_KEY_RAW || encoding == BFP_ENC_KEY_ZSTD ||
+	       encoding == BFP_ENC_SPARSE_MODEL || encoding == BFP_ENC_SPARSE_REF;
+}
+
+/* The sparse encodings. */
 static inline int bfp_encoding_is_sparse(unsigned encoding)
 {
-	return encoding == BFP_ENC_SPARSE ||
-	       (encoding >= BFP_ENC_SPARSE2 && encoding <= BFP_ENC_MODELLED2);
+	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_SPARSE_MODEL ||
+	       encoding == BFP_ENC_SPARSE_REF;
 }
 
-/* Encodings whose frames carry a model (7, 9) or refer to one (8, 10). */
+/* Encodings whose frames carry a model or refer to one. */
 static inline int bfp_encoding_has_model(unsigned encoding)
 {
-	return encoding >= BFP_ENC_MODEL && encoding <= BFP_ENC_MODELLED2;
+	return encoding == BFP_ENC_SPARSE_MODEL || encoding == BFP_ENC_SPARSE_REF;
 }
 
-/* The frames of encodings 7 and 9 carry a model for the frames after them. */
+/* Frames that carry a model for the frames after them. */
 static inline int bfp_encoding_carries_model(unsigned encoding)
 {
-	return encoding == BFP_ENC_MODEL || encoding == BFP_ENC_MODEL2;
+	return encoding == BFP_ENC_SPARSE_MODEL;
 }
 
-/* The frames of encodings 8 and 10 refer to an earlier frame's model. */
+/* Frames that refer to an earlier frame's model. */
 static inline int bfp_encoding_refers(unsigned encoding)
 {
-	return encoding == BFP_ENC_MODELLED || encoding == BFP_ENC_MODELLED2;
+	return encoding == BFP_ENC_SPARSE_REF;
 }
 
 /* Patch encodings (sparse, dense) apply to one base version; keyframe
@@ -147,7 +148,7 @@ static inline int bfp_encoding_is_delta(unsigned encoding)
 	return bfp_encoding_is_sparse(encoding) || encoding == BFP_ENC_DENSE;
 }
 
-/* Header flags (FORMAT.md 2.1). IN_PATCH: a keyframe-coded frame (3, 4)
+/* Header flags (FORMAT.md 2.1). IN_PATCH: a keyframe-coded frame
  * that is one of the frames of the patch base_version -> target_version
  * (a range the encoder found cheaper as absolute values), not a frame of
  * the keyframe stream of target_version. */
@@ -266,29 +267,29 @@ typedef struct bfp_encode_opts {
 				     index frame_count or more is refused by
 				     decoders until it is fixed) */
 	uint32_t flags;           /* BFP_ENC_F_* */
+	uint32_t sparse;          /* bfp_sparse_mode: how sparse frames get
+				     their codes */
 	void *zstd_workspace;     /* for BFP_ENC_F_ZSTD, see
 				     bfp_zstd_workspace_size(); 8-byte
 				     aligned, this encoder's alone */
 	size_t zstd_workspace_size;
 } bfp_encode_opts;
 
+/* How sparse frames get their code parameters (bfp_encode_opts.sparse). */
+typedef enum bfp_sparse_mode {
+	/* the sparse frames of a range share one model: the first carries it
+	 * (BFP_ENC_SPARSE_MODEL), the others refer to it (BFP_ENC_SPARSE_REF);
+	 * a range too small for one gets BFP_ENC_SPARSE frames */
+	BFP_SPARSE_SHARED = 0,
+	/* every sparse frame carries its own codes (BFP_ENC_SPARSE) and
+	 * decodes alone: for paths without repair, 2-5% more bytes */
+	BFP_SPARSE_SELF_CONTAINED = 1,
+} bfp_sparse_mode;
+
 #define BFP_ENC_F_KEYFRAME 1u  /* emit keyframes (absolute values) only */
 #define BFP_ENC_F_ZSTD 2u      /* keyframes may use byte planes + zstd */
 #define BFP_ENC_F_NO_DENSE 4u  /* never choose the dense encoding (tests) */
 #define BFP_ENC_F_SCALAR 8u    /* no SIMD paths (tests, comparisons) */
-#define BFP_ENC_F_SPARSE1 16u  /* sparse frames in encoding 1 (for
-				  receivers older than encoding 5) */
-#define BFP_ENC_F_SPARSE2 32u  /* sparse frames in encoding 5 (for
-				  receivers older than encoding 6) */
-#define BFP_ENC_F_SPARSE3 64u  /* sparse frames in encoding 6, each with
-				  its own code parameters (paths without
-				  repair). Without a BFP_ENC_F_SPARSE* flag
-				  the sparse frames of a range share one
-				  model: its first sparse frame carries it
-				  (encoding 9), the others refer to it (10) */
-#define BFP_ENC_F_SPARSE4 128u /* sparse frames sharing a model without
-				  tables: encodings 7 and 8 (for
-				  comparison and known-answer vectors) */
 #define BFP_ENC_F_NO_BATCH 256u /* gather each frame's changes afresh,
 				   not from those gathered for its model
 				   (tests: the same bytes either way) */
@@ -334,7 +335,7 @@ typedef struct bfp_encoder {
 	uint32_t n_changes;
 	uint32_t gather_scale; /* changes gathered per frame: size estimate
 				  limit over the budget, 1/256 units */
-	uint32_t model_state;  /* encodings 7, 8: 0 none yet, 1 planned (the
+	uint32_t model_state;  /* shared models: 0 none yet, 1 planned (the
 				  next sparse frame carries it), 2 sent, 3
 				  none for this range (too few changes, or
 				  frames too small for one) */
@@ -446,13 +447,12 @@ typedef struct bfp_decoder {
 	uint32_t grp_pos[BFP_CHANGES_MAX];  /* the same, grouped by class */
 	uint16_t grp_val[BFP_CHANGES_MAX];
 	uint16_t chunk[8192];    /* target values: range hash, zstd keyframes */
-	/* the model loaded for frames of encoding 8: the identity of the
-	 * encoding 7 frame that carried it, and its codes */
+	/* the model loaded for frames that refer to one: the identity of
+	 * the frame that carried it, and its codes */
 	uint32_t model_loaded;
 	uint32_t model_index;
 	uint32_t model_base, model_target;
 	uint64_t model_id;
-	uint32_t model_v2;       /* it came with encoding 9 */
 	uint32_t tables_at;      /* which of model_tables is the model's */
 	uint64_t model_codes[256]; /* codec internal */
 	/* the loaded model's tables, and room to build a new model's while
@@ -493,22 +493,22 @@ BFP_API bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 				  const uint16_t *weights, uint64_t n_params,
 				  int *at_target);
 
-/* Frames of encoding 10 (8) are coded with the model (code parameters,
- * tables) that an earlier frame of encoding 9 (7) of the same patch
- * carries (FORMAT.md 3.10, 3.11). bfp_frame_model_index gives the index
- * of that frame (for encodings 9 and 7 the frame's own index;
+/* Frames of BFP_ENC_SPARSE_REF are coded with the model (code parameters,
+ * tables) that an earlier frame of BFP_ENC_SPARSE_MODEL of the same patch
+ * carries (FORMAT.md 3.6). bfp_frame_model_index gives the index of that
+ * frame (for BFP_ENC_SPARSE_MODEL the frame's own index;
  * BFP_E_UNSUPPORTED for other encodings); after the header checks of
  * bfp_frame_parse. bfp_decoder_load_model parses and checks a frame of
- * encoding 9 or 7 (header, CRC, model) and keeps its model in dec for the
- * frames that refer to it; decoding such a frame successfully loads its
- * model too. A frame of encoding 10 or 8 whose model is not the one
- * loaded is rejected with BFP_E_NO_MODEL. */
+ * BFP_ENC_SPARSE_MODEL (header, CRC, model) and keeps its model in dec
+ * for the frames that refer to it; decoding such a frame successfully
+ * loads its model too. A frame of BFP_ENC_SPARSE_REF whose model is not
+ * the one loaded is rejected with BFP_E_NO_MODEL. */
 BFP_API bfp_status bfp_frame_model_index(const void *frame, size_t frame_len,
 				 uint32_t *index);
 BFP_API bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame,
 				  size_t frame_len);
 /* For a receiver that holds a patch's frames by index: if frame is of
- * encoding 10 or 8 and dec does not hold its model, load it from
+ * BFP_ENC_SPARSE_REF and dec does not hold its model, load it from
  * frames[model index] (lens[] their lengths, NULL where missing).
  * BFP_E_NO_MODEL when that frame is missing or is not the model's; BFP_OK
  * (nothing to do) for other encodings and for frames whose reference the
@@ -528,7 +528,7 @@ typedef struct bfp_frame_stats {
 	uint32_t value_bits;   /* signs, runs and magnitudes */
 	/* sparse, per base-exponent class (FORMAT.md 3.3): changes, and bits
 	 * of the class's count and header, its gaps, its values. The frame's
-	 * own fields (encoding 5) are model_bits less the classes' share. */
+	 * own fields are model_bits less the classes' share. */
 	uint32_t class_changes[BFP_CLASSES];
 	uint32_t class_model_bits[BFP_CLASSES];
 	uint32_t class_position_bits[BFP_CLASSES];

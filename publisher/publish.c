@@ -71,12 +71,9 @@ static const char publish_usage[] =
 	"                            takes the patches kept there back)\n"
 	"  -K, --keyframes           send every version as a keyframe stream (the\n"
 	"                            dense baseline through the same pipeline)\n"
-	"  -1, --sparse-v1           sparse frames in encoding 1, for shims built\n"
-	"                            before encoding 5 (docs/FORMAT.md 3.8)\n"
-	"      --self-contained      sparse frames that each decode alone (encoding\n"
-	"                            6), not sharing a model per tensor chunk (3.11):\n"
-	"                            2-5% more bytes\n"
-
+	"      --self-contained      sparse frames that each decode alone\n"
+	"                            (docs/FORMAT.md 3.5), not sharing a model per\n"
+	"                            tensor chunk: 2-5% more bytes\n"
 	"  -w, --wait-subscribers N  start publishing only once N subscribers joined\n"
 	"  -n, --steps N             stop after publishing version N (no step above\n"
 	"                            N is published, also where N is missing)\n"
@@ -1270,7 +1267,7 @@ int cmd_publish(int argc, char **argv)
 		{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
 		{"frame-size", required_argument, 0, 's'}, {"keep", required_argument, 0, 'k'},
 		{"history", required_argument, 0, 'H'}, {"keyframes", no_argument, 0, 'K'},
-		{"resume", no_argument, 0, 'R'}, {"sparse-v1", no_argument, 0, '1'},
+		{"resume", no_argument, 0, 'R'},
 		{"self-contained", no_argument, 0, 'C'},
 		{"wait-subscribers", required_argument, 0, 'w'},
 		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
@@ -1288,7 +1285,7 @@ int cmd_publish(int argc, char **argv)
 	memset(&P, 0, sizeof(P));
 	P.nack_rate = 65536;
 	int c;
-	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KR1w:n:L:E:N:A:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'b': buffer = optarg; break;
@@ -1318,8 +1315,7 @@ int cmd_publish(int argc, char **argv)
 		case 'H': P.history = optarg; break;
 		case 'K': keyframes = 1; break;
 		case 'R': resume = 1; break;
-		case '1': po.enc_flags |= BFP_ENC_F_SPARSE1; break;
-		case 'C': po.enc_flags |= BFP_ENC_F_SPARSE3; break;
+		case 'C': po.sparse = BFP_SPARSE_SELF_CONTAINED; break;
 		case 'w':
 			if (parse_u32(optarg, 0, MAX_SUBS, &waitn))
 				return bad_value("publish", "--wait-subscribers", optarg);
@@ -1362,8 +1358,6 @@ int cmd_publish(int argc, char **argv)
 			publish_usage);
 		return 2;
 	}
-	if (sparse_flags_clash("publish", po.enc_flags))
-		return 2;
 	if (P.auth.n_keys) { /* the trailer rides in the same datagram */
 		if (po.frame_size < BFP_FRAME_SIZE_MIN + RP_AUTH_LEN) {
 			fprintf(stderr, "bfpatch publish: --frame-size too small for a signed frame\n");

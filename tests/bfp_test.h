@@ -18,19 +18,14 @@
 #include "bfpatch.h"
 #include "bfp_gen.h"
 
-/* The sparse encodings: the encoder flags that ask for each, the id of
- * a range's first frame and of the others (the default and
- * BFP_ENC_F_SPARSE4: frames of a range sharing a model, carried by the
- * first frame, encoding 9 or 7, and referred to by the others, 10 or 8). */
-enum { T_SPARSE_N = 5 };
-static const uint32_t t_sparse_flags[T_SPARSE_N] = {0, BFP_ENC_F_SPARSE4, BFP_ENC_F_SPARSE3,
-						    BFP_ENC_F_SPARSE2, BFP_ENC_F_SPARSE1};
-static const uint8_t t_sparse_first[T_SPARSE_N] = {BFP_ENC_MODEL2, BFP_ENC_MODEL,
-						   BFP_ENC_SPARSE3, BFP_ENC_SPARSE2,
-						   BFP_ENC_SPARSE};
-static const uint8_t t_sparse_encs[T_SPARSE_N] = {BFP_ENC_MODELLED2, BFP_ENC_MODELLED,
-						  BFP_ENC_SPARSE3, BFP_ENC_SPARSE2,
-						  BFP_ENC_SPARSE};
+/* The sparse modes (bfp_encode_opts.sparse), the encoding of a range's
+ * first sparse frame in each and that of the others (shared: the first
+ * carries the model, the others refer to it). */
+enum { T_SPARSE_N = 2 };
+static const uint32_t t_sparse_mode[T_SPARSE_N] = {BFP_SPARSE_SHARED,
+						   BFP_SPARSE_SELF_CONTAINED};
+static const uint8_t t_sparse_first[T_SPARSE_N] = {BFP_ENC_SPARSE_MODEL, BFP_ENC_SPARSE};
+static const uint8_t t_sparse_encs[T_SPARSE_N] = {BFP_ENC_SPARSE_REF, BFP_ENC_SPARSE};
 
 /* A base of n weights (t_weight) and a target from it (t_mutate). */
 static inline void t_weights_changed(uint16_t *base, uint16_t *tgt, size_t n, uint32_t ppm,

@@ -52,26 +52,8 @@ check "diff --stages prints each stage's share, and ticks a change" \
 	 { [ \"\$(uname -m)\" != x86_64 ] || grep -q '^bfpatch diff: stages: ticks a change: .*cut [0-9.]* a sized one, write [0-9.]* a written one; [0-9.]* a written change in all' '$T/stages.txt'; }"
 "$BFP" diff -q -k "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
 check "keyframe patch restores NEW from any base" "cmp -s '$T/ok.safetensors' '$S1'"
-"$BFP" diff -q --sparse-v1 "$S0" "$S1" -o "$T/p01v1" && "$BFP" apply -q "$S0" "$T/p01v1" -o "$T/ov1.safetensors"
-"$BFP" info --json "$T/p01v1" > "$T/v1.json" && "$BFP" info --json "$T/p01" > "$T/v6.json"
-check "--sparse-v1 writes encoding 1 sparse frames, the default none of 1 or 5 (encoding byte of every frame read back); round trip exact" \
-	"cmp -s '$T/ov1.safetensors' '$S1' && python3 -c \"
-import json, struct, sys
-def encs(path):
-    d = open(path, 'rb').read(); at = 0; out = []
-    while at < len(d):
-        out.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
-    return out
-v1, v6 = encs('$T/p01v1'), encs('$T/p01')
-j1, j6 = json.load(open('$T/v1.json')), json.load(open('$T/v6.json'))
-sparse = lambda e: sum(e.count(k) for k in (1, 5, 6, 7, 8, 9, 10))
-sys.exit(0 if 1 in v1 and not {5, 6, 7, 8, 9, 10} & set(v1) and sparse(v6) and not {1, 5} & set(v6)
-         and j1['frames_by_encoding']['sparse_encoding1'] == v1.count(1)
-         and j6['frames_by_encoding']['sparse'] == sparse(v6) else 1)
-\""
-
 # by default the sparse frames of each tensor chunk share one model
-# (encodings 9 and 10, FORMAT.md 3.11; at 400-byte frames, so that this
+# (encodings 9 and 10, FORMAT.md 3.6; at 400-byte frames, so that this
 # small model's largest tensors have enough changes for one): apply
 # reproduces NEW, and info counts the frames that carry a model (read back
 # from the encoding bytes)
@@ -85,24 +67,22 @@ while at < len(d):
     e.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
 j = json.load(open('$T/m.json'))['frames_by_encoding']
 sys.exit(0 if e.count(9) > 0 and e.count(10) > 0 and j['sparse_with_model'] == e.count(9)
-         and j['sparse'] == sum(e.count(k) for k in (1, 5, 6, 7, 8, 9, 10)) else 1)
+         and j['sparse'] == sum(e.count(k) for k in (6, 9, 10))
+         and not set(e) - {2, 3, 4, 6, 9, 10} else 1)
 \""
 
 # --self-contained: sparse frames that each decode alone (encoding 6,
-# none of 7-10), round trip exact, no smaller than the default; with
-# --sparse-v1 a usage error that writes nothing
+# none of 9 or 10), round trip exact, no smaller than the default
 "$BFP" diff -q -s 400 --self-contained "$S0" "$S1" -o "$T/p01c" &&
 	"$BFP" apply -q "$S0" "$T/p01c" -o "$T/oc.safetensors"
-check "--self-contained: round trip exact, encoding 6 and none of 7-10, no smaller" \
+check "--self-contained: round trip exact, encoding 6 and none of 9 or 10, no smaller" \
 	"cmp -s '$T/oc.safetensors' '$S1' && [ \$(wc -c < '$T/p01c') -ge \$(wc -c < '$T/p01m') ] && python3 -c \"
 import struct, sys
 d = open('$T/p01c', 'rb').read(); at = 0; e = []
 while at < len(d):
     e.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
-sys.exit(0 if 6 in e and not {1, 5, 7, 8, 9, 10} & set(e) else 1)
+sys.exit(0 if 6 in e and not {9, 10} & set(e) else 1)
 \""
-"$BFP" diff -q --self-contained -1 "$S0" "$S1" -o "$T/x11" 2>/dev/null
-check "--self-contained with --sparse-v1 is a usage error, no output" "[ \$? -eq 2 ] && [ ! -e '$T/x11' ]"
 
 "$BFP" diff -q -k -z "$S0" "$S1" -o "$T/keyz" && "$BFP" apply -q "$S2" "$T/keyz" -o "$T/okz.safetensors"
 check "zstd keyframe patch restores NEW and is smaller than raw keyframes" \

@@ -26,37 +26,21 @@ typedef struct kat_vector {
 	uint32_t ppm;        /* change density (KAT_WEIGHTS, KAT_RL) */
 	uint32_t frame_size;
 	uint32_t flags;      /* BFP_ENC_F_* */
+	uint32_t sparse;     /* bfp_sparse_mode */
 	int kind;            /* enum kat_kind */
 	uint64_t seed;
 } kat_vector;
 
-/* The first five are encoding 1 vectors (format revision 1), the next
- * five encoding 5 (revision of 2026-11-30), then four of encoding 6 and
- * two of encodings 7 and 8 (a model shared by the frames of a range;
- * revisions of 2026-12-01), then three of encodings 9 and 10 (a model
- * with magnitude tables), which the encoder emits by default (revision
- * of 2026-12-02). */
 static const kat_vector kat_vectors[] = {
-	{"sparse", 60000, 50000, 1200, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 101},
-	{"dense", 3000, 400000, 600, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 102},
-	{"keyframe", 1000, 0, 300, BFP_ENC_F_KEYFRAME, KAT_WEIGHTS, 103},
-	{"edge", 777, 0, BFP_FRAME_SIZE_MIN, BFP_ENC_F_SPARSE1, KAT_EDGE, 104},
-	{"jumbo", 100001, 30000, 8900, BFP_ENC_F_SPARSE1, KAT_WEIGHTS, 105},
-	{"sparse5", 60000, 50000, 1200, BFP_ENC_F_SPARSE2, KAT_WEIGHTS, 106},
-	{"edge5", 777, 0, BFP_FRAME_SIZE_MIN, BFP_ENC_F_SPARSE2, KAT_EDGE, 107},
-	{"rl5", 40000, 5000, 1200, BFP_ENC_F_SPARSE2, KAT_RL, 108},
-	{"rl5-jumbo", 30011, 5000, 8900, BFP_ENC_F_SPARSE2, KAT_RL, 109},
-	{"reinit5", 20000, 20000, 1200, BFP_ENC_F_SPARSE2, KAT_REINIT, 110},
-	{"sparse6", 60000, 50000, 1200, BFP_ENC_F_SPARSE3, KAT_WEIGHTS, 111},
-	{"edge6", 777, 0, BFP_FRAME_SIZE_MIN, BFP_ENC_F_SPARSE3, KAT_EDGE, 112},
-	{"rl6", 40000, 5000, 1200, BFP_ENC_F_SPARSE3, KAT_RL, 113},
-	{"rl6-jumbo", 30011, 5000, 8900, BFP_ENC_F_SPARSE3, KAT_RL, 114},
-	{"sparse-model", 60000, 50000, 1200, BFP_ENC_F_SPARSE4, KAT_WEIGHTS, 115},
-	{"rl-model", 40000, 5000, 1200, BFP_ENC_F_SPARSE4, KAT_RL, 116},
-	{"sparse-tab", 60000, 50000, 1200, 0, KAT_WEIGHTS, 117},
-	{"rl-tab", 60000, 5000, 1200, 0, KAT_RL, 118},
-	{"rl-tab-jumbo", 50021, 8000, 8900, 0, KAT_RL, 119},
-	{"grow-tab", 100000, 100000, 1200, 0, KAT_GROW, 120},
+	{"keyframe", 1000, 0, 300, BFP_ENC_F_KEYFRAME, 0, KAT_WEIGHTS, 103},
+	{"sparse6", 60000, 50000, 1200, 0, BFP_SPARSE_SELF_CONTAINED, KAT_WEIGHTS, 111},
+	{"edge6", 777, 0, BFP_FRAME_SIZE_MIN, 0, BFP_SPARSE_SELF_CONTAINED, KAT_EDGE, 112},
+	{"rl6", 40000, 5000, 1200, 0, BFP_SPARSE_SELF_CONTAINED, KAT_RL, 113},
+	{"rl6-jumbo", 30011, 5000, 8900, 0, BFP_SPARSE_SELF_CONTAINED, KAT_RL, 114},
+	{"sparse-tab", 60000, 50000, 1200, 0, 0, KAT_WEIGHTS, 117},
+	{"rl-tab", 60000, 5000, 1200, 0, 0, KAT_RL, 118},
+	{"rl-tab-jumbo", 50021, 8000, 8900, 0, 0, KAT_RL, 119},
+	{"grow-tab", 100000, 100000, 1200, 0, 0, KAT_GROW, 120},
 };
 
 /* KAT_RL: exponent field 100..127; a weight of exponent e changes with
@@ -126,6 +110,7 @@ static inline bfp_encode_opts kat_opts(const kat_vector *v)
 	o.frame_size = v->frame_size;
 	o.model_id = 0x6B61742D76656374ull; /* "kat-vect" */
 	o.flags = v->flags;
+	o.sparse = v->sparse;
 	o.base_version = (v->flags & BFP_ENC_F_KEYFRAME) ? 0 : 41;
 	o.target_version = 42;
 	o.frame_count = 1;

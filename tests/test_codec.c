@@ -67,14 +67,10 @@ static void roundtrip_all_sizes(const uint16_t *base, const uint16_t *tgt, size_
 		roundtrip(base, tgt, n, o);
 		o.flags = BFP_ENC_F_SCALAR;
 		roundtrip(base, tgt, n, o);
-		o.flags = BFP_ENC_F_SPARSE1; /* encoding 1 for older receivers */
+		o.flags = 0;
+		o.sparse = BFP_SPARSE_SELF_CONTAINED;
 		roundtrip(base, tgt, n, o);
-		o.flags = BFP_ENC_F_SPARSE2; /* encoding 5 likewise */
-		roundtrip(base, tgt, n, o);
-		o.flags = BFP_ENC_F_SPARSE3; /* encoding 6 likewise */
-		roundtrip(base, tgt, n, o);
-		o.flags = BFP_ENC_F_SPARSE4; /* encodings 7 and 8 likewise */
-		roundtrip(base, tgt, n, o);
+		o.sparse = BFP_SPARSE_SHARED;
 		o.flags = BFP_ENC_F_KEYFRAME;
 		o.base_version = 0;
 		roundtrip(NULL == base ? tgt : base, tgt, n, o);
@@ -182,7 +178,7 @@ static void test_sparse_frames_are_full(void **state)
 	for (size_t f = 0; f < T_SPARSE_N; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
-		o.flags = t_sparse_flags[f];
+		o.sparse = t_sparse_mode[f];
 		assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
 		assert_true(fr.n > 10);
 		for (size_t i = 0; i + 1 < fr.n; i++) {
@@ -199,8 +195,8 @@ static void test_sparse_frames_are_full(void **state)
 	free(t);
 }
 
-/* FORMAT.md 3.10, 3.11. Two ranges encoded with shared models (f: the
- * default, encodings 9 and 10, or 7 and 8): each range's first frame
+/* FORMAT.md 3.6. Two ranges encoded with shared models (f: the sparse
+ * mode of t_sparse_mode that shares them): each range's first frame
  * carries its model, the others refer to it. A frame that refers to a
  * model is rejected with BFP_E_NO_MODEL, the weights untouched, by a
  * decoder that holds no model or another range's; it decodes once its
@@ -215,7 +211,8 @@ static t_frames model_frames_need_their_model(size_t f)
 	t_weights_changed(b, t, n, 30000, &s);
 	t_frames fr = {0};
 	bfp_encode_opts o = opts(1200);
-	o.flags = BFP_ENC_F_NO_DENSE | t_sparse_flags[f];
+	o.flags = BFP_ENC_F_NO_DENSE;
+	o.sparse = t_sparse_mode[f];
 	assert_int_equal(t_encode(&o, b, t, n, 0, n / 2, &fr), BFP_OK);
 	const size_t second = fr.n;
 	o.first_index = (uint32_t)second;
@@ -279,24 +276,8 @@ static t_frames model_frames_need_their_model(size_t f)
 static void test_model_frames_need_their_model(void **state)
 {
 	(void)state;
-	t_frames v2 = model_frames_need_their_model(0), v1 = model_frames_need_their_model(1);
-	/* the model of a frame of encoding 7 does not serve a frame of
-	 * encoding 10 that refers to a frame of the same index, nor one of 9
-	 * a frame of 8 */
-	static bfp_decoder d;
-	static uint16_t w[200000];
-	bfp_apply_opts ao = aopts();
-	assert_int_equal(bfp_decoder_init(&d, 0), BFP_OK);
-	assert_int_equal(bfp_decoder_load_model(&d, v1.buf, t_frame_len(&v1, 0)), BFP_OK);
-	assert_int_equal(bfp_decode_apply(&d, &ao, v2.buf + v2.off[1], t_frame_len(&v2, 1), w,
-					  200000, NULL),
-			 BFP_E_NO_MODEL);
-	assert_int_equal(bfp_decoder_load_model(&d, v2.buf, t_frame_len(&v2, 0)), BFP_OK);
-	assert_int_equal(bfp_decode_apply(&d, &ao, v1.buf + v1.off[1], t_frame_len(&v1, 1), w,
-					  200000, NULL),
-			 BFP_E_NO_MODEL);
-	t_frames_free(&v1);
-	t_frames_free(&v2);
+	t_frames fr = model_frames_need_their_model(0);
+	t_frames_free(&fr);
 }
 
 /* A model is planned from the changes at the start of a range; a change
@@ -314,7 +295,8 @@ static void test_model_codes_take_changes_past_the_plan(void **state)
 	for (size_t f = 0; f < 2; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
-		o.flags = t_sparse_flags[f] | BFP_ENC_F_NO_DENSE;
+		o.flags = BFP_ENC_F_NO_DENSE;
+		o.sparse = t_sparse_mode[f];
 		roundtrip(b, t, n, o);
 		assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
 		size_t models = 0;
@@ -343,7 +325,8 @@ static void test_frame_stats_by_class(void **state)
 	for (size_t f = 0; f < T_SPARSE_N; f++) {
 		t_frames fr = {0};
 		bfp_encode_opts o = opts(1200);
-		o.flags = t_sparse_flags[f] | BFP_ENC_F_NO_DENSE;
+		o.flags = BFP_ENC_F_NO_DENSE;
+		o.sparse = t_sparse_mode[f];
 		assert_int_equal(t_encode(&o, b, t, n, 0, n, &fr), BFP_OK);
 		assert_true(fr.n > 5);
 		for (size_t i = 0; i < fr.n; i++) {
@@ -434,7 +417,8 @@ static void test_frames_at_the_change_limit_decode_exactly(void **state)
 	for (size_t z = 0; z < 2; z++) {
 		for (size_t f = 0; f < T_SPARSE_N; f++) {
 			bfp_encode_opts o = opts(sizes[z]);
-			o.flags = t_sparse_flags[f] | BFP_ENC_F_NO_DENSE;
+			o.flags = BFP_ENC_F_NO_DENSE;
+			o.sparse = t_sparse_mode[f];
 			t_frames fr = {0};
 			bfp_decoder dec;
 			bfp_frame_stats st;
@@ -613,9 +597,9 @@ static void test_frames_from_the_model_batch_match_fresh_gathers(void **state)
 		b[i] = t_weight(&s);
 	for (size_t k = 0; k < 3; k++)
 		t_mutate(b + cut[k], t + cut[k], cut[k + 1] - cut[k], ppm[k], &s);
-	const uint32_t fs[] = {1200, 8900}, flags[] = {0, BFP_ENC_F_SPARSE4, BFP_ENC_F_SCALAR};
+	const uint32_t fs[] = {1200, 8900}, flags[] = {0, BFP_ENC_F_SCALAR};
 	for (size_t i = 0; i < 2; i++) {
-		for (size_t j = 0; j < 3; j++) {
+		for (size_t j = 0; j < 2; j++) {
 			t_frames f1 = {0}, f2 = {0};
 			bfp_encode_opts o = opts(fs[i]);
 			o.flags = flags[j];
@@ -814,7 +798,7 @@ static int ref_code(ref_br *r, int rice, unsigned k, uint64_t *v)
 	return 1;
 }
 
-/* FORMAT.md 3.11's magnitude symbols, for every table shape a frame may
+/* FORMAT.md 3.6's magnitude symbols, for every table shape a frame may
  * carry: the encoder's symbol and raw bits of each magnitude 1..32768,
  * through the decoder's base, give the magnitude back; symbols run
  * 0..nsym-1 in the order of the magnitudes, each one used, and raw bits
@@ -1079,7 +1063,7 @@ static int reject_setup(void **state)
 	t_weights_changed(rb, rt, RN, 10000, &s);
 	bfp_encode_opts o = opts(1200);
 	o.frame_count = 3;
-	o.flags = BFP_ENC_F_SPARSE3; /* one self-contained frame */
+	o.sparse = BFP_SPARSE_SELF_CONTAINED; /* one self-contained frame */
 	assert_int_equal(bfp_encoder_init(enc, &o, rb, rt, RN, 0, RN), BFP_OK);
 	assert_int_equal(bfp_encode_next(enc, frame, sizeof(frame), &frame_len), BFP_OK);
 	free(enc);
@@ -1349,7 +1333,7 @@ static void corrupt_payloads(const uint8_t *frm, size_t len)
 			memcpy(rw, rsnap, sizeof(rw));
 			continue;
 		}
-		/* (a frame of encoding 8 whose reference was hit: no model) */
+		/* (a frame that refers to a model, its reference hit: no model) */
 		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH || st == BFP_E_NO_MODEL);
 		assert_words_equal(rw, rsnap, RN);
 	}
@@ -1359,26 +1343,17 @@ static void test_reject_corrupt_payload_under_valid_crc(void **state)
 {
 	(void)state;
 	uint8_t p[BFP_FRAME_SIZE_MAX];
-	assert_int_equal(frame[5], BFP_ENC_SPARSE3);
+	assert_int_equal(frame[5], BFP_ENC_SPARSE);
 	corrupt_payloads(frame, frame_len);
-	/* the same for frames of the other self-contained sparse encodings */
 	static bfp_encoder enc;
-	for (size_t f = 3; f < T_SPARSE_N; f++) {
-		bfp_encode_opts o = opts(1200);
-		o.flags = t_sparse_flags[f];
-		size_t len;
-		assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
-		assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &len), BFP_OK);
-		assert_int_equal(p[5], t_sparse_encs[f]);
-		corrupt_payloads(p, len);
-	}
-	/* and for a frame that carries a model (9, 7), then one that refers
-	 * to it (10, 8), with that model loaded */
-	for (size_t f = 0; f < 2; f++) {
+	/* the same for a frame that carries a model, then one that refers to
+	 * it, with that model loaded */
+	{
+		const size_t f = 0;
 		bfp_encode_opts o = opts(BFP_FRAME_SIZE_MIN); /* two frames at least */
 		uint8_t p8[BFP_FRAME_SIZE_MAX];
 		size_t len, len8;
-		o.flags = t_sparse_flags[f];
+		o.sparse = t_sparse_mode[f];
 		assert_int_equal(bfp_encoder_init(&enc, &o, rb, rt, RN, 0, RN), BFP_OK);
 		assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &len), BFP_OK);
 		assert_int_equal(p[5], t_sparse_first[f]);
@@ -1443,27 +1418,24 @@ static bfp_status crafted(const tbits *t, uint8_t enc, bfp_frame_stats *stats)
 	return st;
 }
 
-static bfp_status crafted5(const tbits *t, bfp_frame_stats *stats)
-{
-	return crafted(t, BFP_ENC_SPARSE2, stats);
-}
-
 static unsigned tclass(uint16_t x)
 {
 	unsigned e = (x >> 7) & 0xFF;
 	return e <= 108 ? 0 : (e >= 123 ? 15 : e - 108);
 }
 
-/* Frame fields and the class headers up to class c (which gets n
- * changes and, if own, its own magnitude code), the other classes empty;
- * kn 0; gap parameter prediction g0 - 16 + c. */
-static void head5(tbits *t, unsigned g0, unsigned c, uint32_t n, int gk_code,
-		  uint32_t dc, unsigned druns, unsigned dall)
+/* A self-contained payload's own fields and the class headers up to
+ * class c (which gets n changes, gaps plain at level 0, the default
+ * magnitude code), the other classes empty: count order 0, the gap
+ * level base such that class c's level is predicted 0, and the default
+ * code of common magnitude dc, runs and all as given (k 0, down 0). */
+static void head_sc(tbits *t, unsigned c, uint32_t n, uint32_t dc, unsigned druns,
+		    unsigned dall)
 {
 	memset(t, 0, sizeof(*t));
-	tput(t, 0, 3);  /* kn */
-	tput(t, g0, 6); /* g0 */
-	teg0(t, dc - 1); /* default code: C */
+	tput(t, 0, 3);          /* kn */
+	tput(t, 64 - 2 * c, 7); /* g0 */
+	teg0(t, dc - 1);        /* default code: C */
 	tput(t, druns, 1);
 	if (druns)
 		tput(t, dall, 1);
@@ -1478,105 +1450,90 @@ static void head5(tbits *t, unsigned g0, unsigned c, uint32_t n, int gk_code,
 		teg0(t, 0);
 	teg0(t, n);
 	tput(t, 0, 1); /* gaps plain */
-	if (gk_code == 0) {
-		tput(t, 1, 1); /* predicted */
-	} else {
-		tput(t, 2, 2); /* +-1 */
-		tput(t, gk_code < 0, 1);
-	}
+	teg0(t, 0);    /* level as predicted */
 	tput(t, 1, 1); /* default magnitude code */
 }
 
-static void tail5(tbits *t, unsigned c)
+static void tail_sc(tbits *t, unsigned c)
 {
 	for (unsigned d = c + 1; d < BFP_CLASSES; d++)
 		teg0(t, 0);
 }
 
-/* One change at rank 0 of class c: gap 0 in Rice(0), the sign, and, if
+/* One change at rank 0 of class c: gap 0 at level 0, the sign, and, if
  * v is not ~0, the magnitude's folded value v in EG0. */
-static void one_change5(tbits *t, unsigned c, unsigned sign, uint32_t v)
+static void one_change_sc(tbits *t, unsigned c, unsigned sign, uint32_t v)
 {
-	tail5(t, c);
+	tail_sc(t, c);
 	tput(t, 1, 1);
 	tput(t, sign, 1);
 	if (v != ~0u)
 		teg0(t, v);
 }
 
-/* FORMAT.md 3.8: each reject rule of encoding 5 on a crafted payload that
- * is complete and well formed but for the rule, next to a well-formed one
- * built the same way. */
-static void test_reject_sparse5_rules(void **state)
+/* FORMAT.md 3.4: the magnitude rules of a sparse payload, each on a
+ * crafted self-contained payload that is complete and well formed but
+ * for the rule, next to a well-formed one built the same way. */
+static void test_reject_sparse_magnitude_rules(void **state)
 {
 	(void)state;
 	tbits t;
 	bfp_frame_stats fs;
 	unsigned c = tclass(rb[0]);
 	/* well formed: one step up (default code: all magnitudes 1) */
-	head5(&t, 16 - c, c, 1, 0, 1, 1, 1);
-	one_change5(&t, c, 0, ~0u);
-	assert_int_equal(crafted5(&t, &fs), BFP_OK);
+	head_sc(&t, c, 1, 1, 1, 1);
+	one_change_sc(&t, c, 0, ~0u);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, &fs), BFP_OK);
 	assert_int_equal(fs.n_changes, 1);
-	/* the same with its gap parameter one below a prediction of 0, or
-	 * one above a prediction of 31 */
-	head5(&t, 16 - c, c, 1, -1, 1, 1, 1);
-	one_change5(&t, c, 0, ~0u);
-	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
-	head5(&t, 16 + 31 - c, c, 1, 1, 1, 1, 1);
-	tail5(&t, c);
-	tput(&t, 1, 1);
-	tput(&t, 0, 32); /* gap 0 in Rice(32) */
-	tput(&t, 0, 1);
-	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
 	/* a default common magnitude above 32768 (no changes) */
 	memset(&t, 0, sizeof(t));
-	tput(&t, 0, 9);
+	tput(&t, 0, 3);
+	tput(&t, 64, 7);
 	teg0(&t, 32768);
 	tput(&t, 3, 2); /* runs, all */
-	tail5(&t, 0);
+	tail_sc(&t, 0);
 	teg0(&t, 0);
-	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 	/* +32768: every magnitude 32768, sign 0; with sign 1 it is valid */
-	head5(&t, 16 - c, c, 1, 0, 32768, 1, 1);
-	one_change5(&t, c, 0, ~0u);
-	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
-	head5(&t, 16 - c, c, 1, 0, 32768, 1, 1);
-	one_change5(&t, c, 1, ~0u);
-	assert_int_equal(crafted5(&t, &fs), BFP_OK);
+	head_sc(&t, c, 1, 32768, 1, 1);
+	one_change_sc(&t, c, 0, ~0u);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
+	head_sc(&t, c, 1, 32768, 1, 1);
+	one_change_sc(&t, c, 1, ~0u);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, &fs), BFP_OK);
 	/* plain code centred on 32768: v = 65534 is magnitude 1, v = 65535
 	 * folds past 32768 */
-	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
-	one_change5(&t, c, 1, 65534);
-	assert_int_equal(crafted5(&t, &fs), BFP_OK);
-	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
-	one_change5(&t, c, 1, 65535);
-	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	head_sc(&t, c, 1, 32768, 0, 0);
+	one_change_sc(&t, c, 1, 65534);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, &fs), BFP_OK);
+	head_sc(&t, c, 1, 32768, 0, 0);
+	one_change_sc(&t, c, 1, 65535);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 	/* ... and v = 0 is magnitude 32768 itself: +32768 (sign 0) is
 	 * corrupt, -32768 valid */
-	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
-	one_change5(&t, c, 0, 0);
-	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
-	head5(&t, 16 - c, c, 1, 0, 32768, 0, 0);
-	one_change5(&t, c, 1, 0);
-	assert_int_equal(crafted5(&t, &fs), BFP_OK);
+	head_sc(&t, c, 1, 32768, 0, 0);
+	one_change_sc(&t, c, 0, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
+	head_sc(&t, c, 1, 32768, 0, 0);
+	one_change_sc(&t, c, 1, 0);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, &fs), BFP_OK);
 	/* a run of common magnitudes longer than the class (2 of 1) */
-	head5(&t, 16 - c, c, 1, 0, 1, 1, 0);
-	tail5(&t, c);
+	head_sc(&t, c, 1, 1, 1, 0);
+	tail_sc(&t, c);
 	tput(&t, 1, 1); /* gap */
 	tput(&t, 4, 3); /* run length 2 in Rice(0) */
 	tput(&t, 0, 1); /* sign */
-	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 	/* more changes than the range has elements */
-	head5(&t, 16 - c, c, CL + 1, 0, 1, 1, 1);
-	tail5(&t, c);
+	head_sc(&t, c, CL + 1, 1, 1, 1);
+	tail_sc(&t, c);
 	for (unsigned i = 0; i <= CL; i++)
 		tput(&t, 1, 1); /* gaps 0 */
 	tput(&t, 0, CL + 1); /* signs */
-	assert_int_equal(crafted5(&t, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 }
 
-/* Encoding 6 (FORMAT.md 3.9): classes a - 1 and a of the fixture's range
+/* A self-contained payload (FORMAT.md 3.5): classes a - 1 and a of the fixture's range
  * get one change each at rank 0, with gap levels 0; class a - 1 uses the
  * default code (every magnitude 1), class a its own code relative to
  * it: C = 1 + dc, runs and all as given, k = kd (plain), and the one
@@ -1621,9 +1578,10 @@ static void sparse6(tbits *t, unsigned a, uint32_t lv_dev, int32_t dc, unsigned 
 	}
 }
 
-/* FORMAT.md 3.9: each reject rule of encoding 6 on a crafted payload,
- * next to a well-formed one built the same way. */
-static void test_reject_sparse6_rules(void **state)
+/* FORMAT.md 3.5: each reject rule of a self-contained payload's class
+ * header on a crafted payload, next to a well-formed one built the same
+ * way. */
+static void test_reject_self_contained_rules(void **state)
 {
 	(void)state;
 	tbits t;
@@ -1636,35 +1594,32 @@ static void test_reject_sparse6_rules(void **state)
 	assert_true(a < BFP_CLASSES);
 	/* well formed: C = 2, all; C = 32768, all (sign 1); plain, k = 15 */
 	sparse6(&t, a, 3, 1, 1, 0);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, &fs), BFP_OK);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, &fs), BFP_OK);
 	assert_int_equal(fs.n_changes, 2);
 	sparse6(&t, a, 3, 32767, 1, 0);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, &fs), BFP_OK);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, &fs), BFP_OK);
 	sparse6(&t, a, 3, 1, 0, 15);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, &fs), BFP_OK);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, &fs), BFP_OK);
 	/* a common magnitude of 0 or 32769 */
 	sparse6(&t, a, 3, -1, 1, 0);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 	sparse6(&t, a, 3, 32768, 1, 0);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 	/* an Exp-Golomb order of -1 or 16 */
 	sparse6(&t, a, 3, 1, 0, -1);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 	sparse6(&t, a, 3, 1, 0, 16);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 	/* a gap level below 0 (prediction 2, deviation -3) */
 	sparse6(&t, a, 5, 1, 1, 0);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 	/* a gap level of 63: prediction 2, deviation +61 (the gap is written
 	 * as Rice(32) would code it, so only the level rule rejects it) */
 	sparse6(&t, a, 122, 1, 1, 0);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE3, NULL), BFP_E_CORRUPT);
-	/* the same payloads are not valid encoding 5 */
-	sparse6(&t, a, 3, 1, 1, 0);
-	assert_int_equal(crafted(&t, BFP_ENC_SPARSE2, NULL), BFP_E_CORRUPT);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE, NULL), BFP_E_CORRUPT);
 }
 
-/* FORMAT.md 3.11, written out for the test: a table's frequencies, a
+/* FORMAT.md 3.6, written out for the test: a table's frequencies, a
  * magnitude's symbol, and rANS coding. */
 typedef struct ttab {
 	unsigned e, sb, ns;
@@ -1696,7 +1651,7 @@ static int ttab_freqs(ttab *t)
 	return 1;
 }
 
-/* An encoding 9 payload over the crafted range: g0 0, default code "all
+/* A payload that carries a model, over the crafted range: g0 0, default code "all
  * one", every class plain gaps at the predicted level, the default
  * magnitude code, count order 0; class 0 has table tb and n changes
  * (gaps 0) of magnitudes mag[] (sign = neg[]), coded with tb's shape and
@@ -1793,18 +1748,18 @@ static void payload9(tbits *t, const t9 *x)
 	tput(t, x->state_set ? x->state_set : st, 32);
 }
 
-/* FORMAT.md 3.11: the rules of encoding 9's tables and rANS part, each
+/* FORMAT.md 3.6: the rules of a model's tables and rANS part, each
  * on a payload that differs from a well-formed one by that rule only. */
-/* The status of the stats of y's encoding 9 payload. */
+/* The status of the stats of y's payload. */
 static void expect9(const t9 *y, bfp_status want)
 {
 	tbits t;
 	bfp_frame_stats fs;
 	payload9(&t, y);
-	assert_int_equal(crafted(&t, BFP_ENC_MODEL2, &fs), want);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE_MODEL, &fs), want);
 }
 
-static void test_reject_sparse9_rules(void **state)
+static void test_reject_model_table_rules(void **state)
 {
 	(void)state;
 	tbits t;
@@ -1820,7 +1775,7 @@ static void test_reject_sparse9_rules(void **state)
 	/* well formed: escapes, raw bits, -32768 with its sign in the state
 	 * (change 17) and in the bit stream (25) */
 	payload9(&t, &x);
-	assert_int_equal(crafted(&t, BFP_ENC_MODEL2, &fs), BFP_OK);
+	assert_int_equal(crafted(&t, BFP_ENC_SPARSE_MODEL, &fs), BFP_OK);
 	assert_int_equal(fs.n_changes, 30);
 	assert_int_equal(fs.class_changes[0], 30);
 	/* each shape rule on a table whose payload decodes otherwise (30
@@ -1895,9 +1850,6 @@ static void test_reject_sparse9_rules(void **state)
 	y = x;
 	y.gap_bytes = 1;
 	expect9(&y, BFP_E_CORRUPT);
-	/* the same payload is not a valid encoding 7 */
-	payload9(&t, &x);
-	assert_int_equal(crafted(&t, BFP_ENC_MODEL, &fs), BFP_E_CORRUPT);
 }
 
 static void test_reject_wrong_target_hash(void **state)
@@ -2024,9 +1976,9 @@ int main(void)
 		cmocka_unit_test_setup(test_reject_wrong_model, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_base_version, reject_setup),
 		cmocka_unit_test_setup(test_reject_corrupt_payload_under_valid_crc, reject_setup),
-		cmocka_unit_test_setup(test_reject_sparse5_rules, reject_setup),
-		cmocka_unit_test_setup(test_reject_sparse6_rules, reject_setup),
-		cmocka_unit_test_setup(test_reject_sparse9_rules, reject_setup),
+		cmocka_unit_test_setup(test_reject_sparse_magnitude_rules, reject_setup),
+		cmocka_unit_test_setup(test_reject_self_contained_rules, reject_setup),
+		cmocka_unit_test_setup(test_reject_model_table_rules, reject_setup),
 		cmocka_unit_test_setup(test_reject_wrong_target_hash, reject_setup),
 		cmocka_unit_test_setup(test_check_target_detects_applied_frames, reject_setup),
 		cmocka_unit_test_setup(test_set_index_reseals_the_frame, reject_setup),

@@ -149,13 +149,13 @@ static void test_classify_accepts_frames_and_names_each_drop(void **state)
 	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_ENCODING);
 	uint8_t flagged[256]; /* IN_PATCH (FORMAT.md 2.1) on a delta frame */
 	memcpy(flagged, fr, fl);
-	flagged[5] = BFP_ENC_SPARSE2;
+	flagged[5] = BFP_ENC_SPARSE;
 	flagged[6] = BFP_FLAG_IN_PATCH;
 	a.check_crc = 0;
 	size_t flen = make_udp(bad, OUR_IP, 7400, flagged, fl);
 	assert_int_equal(rp_classify(bad, flen, &a, &k), RP_DROP_FRAME);
 	a.check_crc = 1;
-	newer[5] = BFP_ENC_SPARSE2; /* the same bytes in a known encoding: only the CRC fails */
+	newer[5] = BFP_ENC_SPARSE; /* the same bytes in a known encoding: only the CRC fails */
 	len = make_udp(bad, OUR_IP, 7400, newer, fl);
 	assert_int_equal(rp_classify(bad, len, &a, &k), RP_DROP_FRAME);
 	a.check_crc = 0;
