@@ -432,7 +432,7 @@ static int prepare_some(shim *s, double budget_s)
 		done++;
 		bfp_frame_header h;
 		bfp_decoder *d = s->dec;
-		/* a frame coded with the model of an earlier frame (encoding 10, 8)
+		/* a frame coded with the model of an earlier frame (BFP_ENC_SPARSE_REF)
 		 * waits for that frame: the commit decodes it */
 		bfp_status st = bfp_decoder_model_for(d, sl->frames[i], sl->flen[i],
 						      (const uint8_t *const *)sl->frames, sl->flen,

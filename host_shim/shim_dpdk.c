@@ -506,7 +506,7 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 	const int overlaps = a->head < a->tail && e > a->lo && b < a->hi;
 
 	const int journal = a->jn && bfp_encoding_is_delta(h.encoding);
-	/* a frame coded with the model of an earlier frame (encoding 10, 8) */
+	/* a frame coded with the model of an earlier frame (BFP_ENC_SPARSE_REF) */
 	st = bfp_decoder_model_for(dec, f, flen, a->frames, a->lens, a->n_frames);
 	if (st != BFP_OK)
 		return frame_fail(a, i, st, "%s", bfp_status_str(st));

@@ -93,15 +93,15 @@ BFP_API const char *bfp_status_str(bfp_status s);
 #define BFP_CLASS_EXP0 108u
 
 typedef enum bfp_encoding {
-	BFP_ENC_SPARSE = 6,        /* sparse changes with their own code
+	BFP_ENC_SPARSE = 1,        /* sparse changes with their own code
 				      parameters: decodes alone */
 	BFP_ENC_DENSE = 2,         /* changed flag per parameter, then value */
 	BFP_ENC_KEY_RAW = 3,       /* absolute values, little-endian */
 	BFP_ENC_KEY_ZSTD = 4,      /* absolute values, byte planes through zstd */
-	BFP_ENC_SPARSE_MODEL = 9,  /* sparse changes and the model (code
+	BFP_ENC_SPARSE_MODEL = 5,  /* sparse changes and the model (code
 				      parameters and tables) they are coded
 				      with, for the frames that refer to it */
-	BFP_ENC_SPARSE_REF = 10,   /* sparse changes coded with the model of
+	BFP_ENC_SPARSE_REF = 6,    /* sparse changes coded with the model of
 				      an earlier frame of the same patch */
 } bfp_encoding;
 /* The highest encoding this build knows. */

@@ -53,35 +53,35 @@ check "diff --stages prints each stage's share, and ticks a change" \
 "$BFP" diff -q -k "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
 check "keyframe patch restores NEW from any base" "cmp -s '$T/ok.safetensors' '$S1'"
 # by default the sparse frames of each tensor chunk share one model
-# (encodings 9 and 10, FORMAT.md 3.6; at 400-byte frames, so that this
+# (encodings 5 and 6, FORMAT.md 3.6; at 400-byte frames, so that this
 # small model's largest tensors have enough changes for one): apply
 # reproduces NEW, and info counts the frames that carry a model (read back
 # from the encoding bytes)
 "$BFP" diff -q -s 400 "$S0" "$S1" -o "$T/p01m" && "$BFP" apply -q "$S0" "$T/p01m" -o "$T/om.safetensors"
 "$BFP" info --json "$T/p01m" > "$T/m.json"
-check "frames sharing a model: round trip exact, frames of encodings 9 and 10 counted by info" \
+check "frames sharing a model: round trip exact, frames of encodings 5 and 6 counted by info" \
 	"cmp -s '$T/om.safetensors' '$S1' && python3 -c \"
 import json, struct, sys
 d = open('$T/p01m', 'rb').read(); at = 0; e = []
 while at < len(d):
     e.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
 j = json.load(open('$T/m.json'))['frames_by_encoding']
-sys.exit(0 if e.count(9) > 0 and e.count(10) > 0 and j['sparse_with_model'] == e.count(9)
-         and j['sparse'] == sum(e.count(k) for k in (6, 9, 10))
-         and not set(e) - {2, 3, 4, 6, 9, 10} else 1)
+sys.exit(0 if e.count(5) > 0 and e.count(6) > 0 and j['sparse_with_model'] == e.count(5)
+         and j['sparse'] == sum(e.count(k) for k in (1, 5, 6))
+         and not set(e) - {1, 2, 3, 4, 5, 6} else 1)
 \""
 
-# --self-contained: sparse frames that each decode alone (encoding 6,
-# none of 9 or 10), round trip exact, no smaller than the default
+# --self-contained: sparse frames that each decode alone (encoding 1,
+# none of 5 or 6), round trip exact, no smaller than the default
 "$BFP" diff -q -s 400 --self-contained "$S0" "$S1" -o "$T/p01c" &&
 	"$BFP" apply -q "$S0" "$T/p01c" -o "$T/oc.safetensors"
-check "--self-contained: round trip exact, encoding 6 and none of 9 or 10, no smaller" \
+check "--self-contained: round trip exact, encoding 1 and none of 5 or 6, no smaller" \
 	"cmp -s '$T/oc.safetensors' '$S1' && [ \$(wc -c < '$T/p01c') -ge \$(wc -c < '$T/p01m') ] && python3 -c \"
 import struct, sys
 d = open('$T/p01c', 'rb').read(); at = 0; e = []
 while at < len(d):
     e.append(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
-sys.exit(0 if 6 in e and not {9, 10} & set(e) else 1)
+sys.exit(0 if 1 in e and not {5, 6} & set(e) else 1)
 \""
 
 "$BFP" diff -q -k -z "$S0" "$S1" -o "$T/keyz" && "$BFP" apply -q "$S2" "$T/keyz" -o "$T/okz.safetensors"

@@ -3,8 +3,8 @@
 
 Written from the format document, sharing no code with the C codec: it
 parses every frame of each NAME.patch, checks header rules and CRC32C,
-decodes sparse (encodings 1 and 5-10), dense and keyframe payloads bit by bit
-(and the rANS part of encodings 9 and 10 byte by byte), applies them to
+decodes sparse (encodings 1, 5 and 6), dense and keyframe payloads bit by
+bit (and the rANS part of encodings 5 and 6 byte by byte), applies them to
 NAME.base and requires the result to equal NAME.target byte for byte.
 (The XXH3 range hash is not recomputed: Python's stdlib lacks XXH3.)
 """
@@ -57,7 +57,7 @@ class Bits:
         return (q << k) | self.get(k)
 
     def level(self, lv):
-        """Gap code of level lv (FORMAT.md 3.9)."""
+        """Gap code of level lv (FORMAT.md 3.1)."""
         k = (lv + 1) // 2
         if lv == 0 or lv % 2 == 1:
             return self.rice(k)
@@ -102,7 +102,7 @@ def eg(bits, k):
 
 
 def unfold(v, c, down):
-    """Encoding 5 (FORMAT.md 3.8): magnitude from its folded value."""
+    """FORMAT.md 3.4: a magnitude from its folded value."""
     low = c - 1
     if v == 0:
         return c
@@ -113,33 +113,13 @@ def unfold(v, c, down):
     return c + (v + 1) // 2 if v % 2 == 1 else c - v // 2
 
 
-def headers1(bits):
-    n, gs, ms = [], [], []
-    for c in range(16):
-        n.append(bits.eg0())
-        g = m = None
-        if n[c]:
-            runs = bits.get(1)
-            g = dict(runs=runs, k=bits.get(5), kr=bits.get(5) if runs else 0)
-            runs = bits.get(1)
-            m = dict(runs=runs, k=bits.get(4), all=0)
-            if runs:
-                m["M"] = bits.eg0() + 1
-                if m["M"] > 32768:
-                    raise ValueError("common magnitude too large")
-                m["kr"] = bits.get(5)
-        gs.append(g)
-        ms.append(m)
-    return n, gs, ms
-
-
 def unzigzag(z):
     return -(z + 1) // 2 if z & 1 else z // 2
 
 
 def mag_code(bits, below=None):
-    """A magnitude code (FORMAT.md 3.8); with below, class c - 1's code,
-    C and k as their zigzag distances from its prediction (3.9)."""
+    """A magnitude code (FORMAT.md 3.4); with below, class c - 1's code,
+    C and k as their zigzag distances from its prediction."""
     code = dict(all=0, k=0, down=0, kr=0)
     if below is None:
         code["C"] = bits.eg0() + 1
@@ -164,25 +144,8 @@ def mag_code(bits, below=None):
     return code
 
 
-def class5(bits, c, g0, default, below):
-    """An encoding 5 class header after its count (FORMAT.md 3.8)."""
-    g = dict(runs=bits.get(1), kr=0)
-    p = min(max(g0 + c, 0), 31)
-    if bits.get(1):
-        g["k"] = p
-    elif bits.get(1):
-        g["k"] = p - 1 if bits.get(1) else p + 1
-        if not 0 <= g["k"] <= 31:
-            raise ValueError("gap parameter out of range")
-    else:
-        g["k"] = bits.get(5)
-    if g["runs"]:
-        g["kr"] = bits.get(4)
-    return g, dict(default) if bits.get(1) else mag_code(bits)
-
-
-def gap6(bits, c, g0):
-    """The gap fields of an encoding 6 class header (FORMAT.md 3.9)."""
+def gap_fields(bits, c, g0):
+    """A class's gap fields (FORMAT.md 3.5, 3.6)."""
     g = dict(runs=bits.get(1), kr=0)
     g["k"] = min(max(g0 + 2 * c, 0), 62) + unzigzag(bits.eg0())
     if not 0 <= g["k"] <= 62:
@@ -192,19 +155,19 @@ def gap6(bits, c, g0):
     return g
 
 
-def class6(bits, c, g0, default, below):
-    """An encoding 6 class header after its count (FORMAT.md 3.9); below:
-    class c - 1's magnitude code when it has changes, else None."""
-    g = gap6(bits, c, g0)
+def class_header(bits, c, g0, default, below):
+    """A self-contained class header after its count (FORMAT.md 3.5);
+    below: class c - 1's magnitude code when it has changes, else None."""
+    g = gap_fields(bits, c, g0)
     return g, dict(default) if bits.get(1) else mag_code(bits, below)
 
 
-# FORMAT.md 3.11: symbol weights on a half-octave scale
+# FORMAT.md 3.6: symbol weights on a half-octave scale
 WEIGHTS = [round(2 ** (q / 2 + 2)) for q in range(30)]
 
 
 def table(bits):
-    """A magnitude table (FORMAT.md 3.11) and its frequencies out of 2048."""
+    """A magnitude table (FORMAT.md 3.6) and its frequencies out of 2048."""
     e, sb = bits.get(3), bits.get(2)
     if e > 6 or sb > 2 or sb > e:
         raise ValueError("table shape")
@@ -227,14 +190,14 @@ def table(bits):
     return dict(e=e, sb=sb, ns=ns, nsym=nsym, f=f, cum=cum)
 
 
-def model9(bits):
-    """The model section of an encoding 9 payload (FORMAT.md 3.11)."""
+def model_section(bits):
+    """The model section of an encoding 5 payload (FORMAT.md 3.6)."""
     g0 = bits.get(7) - 64
     default = mag_code(bits)
     kc, gs, ms, tabs = [], [], [], []
     for c in range(16):
         kc.append(bits.get(4))
-        gs.append(gap6(bits, c, g0))
+        gs.append(gap_fields(bits, c, g0))
         if bits.get(1):
             tabs.append(table(bits))
             ms.append(dict(default))
@@ -246,7 +209,7 @@ def model9(bits):
 
 
 class Rans:
-    """The rANS part at the end of an encoding 9 or 10 payload: a 32-bit
+    """The rANS part at the end of an encoding 5 or 6 payload: a 32-bit
     state in its last 4 bytes, then bytes read backwards."""
 
     def __init__(self, payload):
@@ -288,10 +251,10 @@ def table_magnitude(bits, rans, t):
     return m
 
 
-def headers_compact(bits, g0_bits, g0_bias, class_header):
-    """Frame fields and class headers of encodings 5 and 6."""
+def headers_self_contained(bits):
+    """A self-contained payload's own fields and class headers (3.5)."""
     kn = bits.get(3)
-    g0 = bits.get(g0_bits) - g0_bias
+    g0 = bits.get(7) - 64
     default = mag_code(bits)
     n, gs, ms = [], [], []
     for c in range(16):
@@ -304,46 +267,16 @@ def headers_compact(bits, g0_bits, g0_bias, class_header):
     return n, gs, ms
 
 
-def headers5(bits):
-    return headers_compact(bits, 6, 16, class5)
-
-
-def headers6(bits):
-    return headers_compact(bits, 7, 64, class6)
-
-
-def model7(bits):
-    """The model section of an encoding 7 payload (FORMAT.md 3.10)."""
-    g0 = bits.get(7) - 64
-    default = mag_code(bits)
-    gs, ms = [], []
-    for c in range(16):
-        g, m = class6(bits, c, g0, default, ms[c - 1] if c else None)
-        gs.append(g)
-        ms.append(m)
-    return gs, ms
-
-
-def headers_modelled(bits, model):
-    if len(model) == 4:  # encodings 9, 10: an order per class
-        n = [eg(bits, k) for k in model[2]]
-    else:
-        kn = bits.get(3)
-        n = [eg(bits, kn) for _ in range(16)]
-    return n, model[0], model[1]
-
-
 def sparse(bits, base, enc, model=None, payload=None):
     """The changes of a sparse payload, and the length of its rANS part."""
-    if enc in (7, 8, 9, 10):
-        n, gs, ms = headers_modelled(bits, model)
+    if enc in (5, 6):  # counts in the model's order per class
+        gs, ms, kc, tabs = model
+        n = [eg(bits, k) for k in kc]
     else:
-        n, gs, ms = {1: headers1, 5: headers5, 6: headers6}[enc](bits)
-    tabs = model[3] if enc in (9, 10) else [None] * 16
+        n, gs, ms = headers_self_contained(bits)
+        tabs = [None] * 16
     rans = Rans(payload) if any(n[c] and tabs[c] for c in range(16)) else None
     deferred = []  # the first 23 table-coded changes: signs in the state
-    # the gap code: Rice(k) in encodings 1 and 5, a level in 6-10
-    gap = bits.level if enc in (6, 7, 8, 9, 10) else bits.rice
     if sum(n) > len(base) or sum(n) > 35760:
         raise ValueError("too many changes")
     out = {}
@@ -351,11 +284,11 @@ def sparse(bits, base, enc, model=None, payload=None):
         if not n[c]:
             continue
         members = [i for i, x in enumerate(base) if cls(x) == c]
-        # gaps: plain Rice, or runs of zero gaps then Rice(g - 1)
+        # gaps: plain, or runs of zero gaps then the others less one
         gaps, due, run = [], True, 0
         for j in range(n[c]):
             if not gs[c]["runs"]:
-                gaps.append(gap(gs[c]["k"]))
+                gaps.append(bits.level(gs[c]["k"]))
                 continue
             if due:
                 run = bits.rice(gs[c]["kr"])
@@ -366,14 +299,14 @@ def sparse(bits, base, enc, model=None, payload=None):
                 run -= 1
                 gaps.append(0)
             else:
-                gaps.append(gap(gs[c]["k"]) + 1)
+                gaps.append(bits.level(gs[c]["k"]) + 1)
                 due = True
         pos, r = [], -1
         for g in gaps:
             r += g + 1
             pos.append(members[r])  # IndexError: past the range
         # magnitudes: all equal; plain; or runs of the common one, then
-        # the others (encoding 1: m - 1 skipping M; encodings 5, 6: folded)
+        # the others, folded around the common one
         if tabs[c]:
             for j in range(n[c]):
                 sign = bits.get(1) if len(deferred) >= 23 else None
@@ -386,7 +319,7 @@ def sparse(bits, base, enc, model=None, payload=None):
                 out[pos[j]] = newval(base[pos[j]], sign, m)
             continue
         mm = ms[c]
-        common = mm.get("C", mm.get("M"))
+        common = mm["C"]
         due, run = True, 0
         for j in range(n[c]):
             if mm["runs"] and not mm["all"] and due:
@@ -402,10 +335,7 @@ def sparse(bits, base, enc, model=None, payload=None):
                 m = common
             else:
                 v = eg(bits, mm["k"])
-                if enc != 1:
-                    m = unfold(v + mm["runs"], common, mm["down"])
-                else:
-                    m = v + 1 if (not mm["runs"] or v + 1 < common) else v + 2
+                m = unfold(v + mm["runs"], common, mm["down"])
                 if m > 32768:
                     raise ValueError("magnitude too large")
                 due = True
@@ -441,7 +371,7 @@ def check(d, name):
     w = list(base)
     at = 0
     idx = 0
-    models = {}  # frame index -> (encoding, model carried): 7 or 9
+    models = {}  # frame index -> the model an encoding 5 frame carried
     covered = 0
     count = None
     patch_base = None
@@ -452,7 +382,7 @@ def check(d, name):
         assert magic == 0x54504642 and ver == 1 and flags in (0, 1), "header"
         # flags bit 0 (IN_PATCH): a keyframe-coded frame of the patch
         assert not flags or enc in (3, 4), "IN_PATCH on a delta frame"
-        if enc in (1, 2, 5) or flags:
+        if enc in (1, 2, 5, 6) or flags:
             assert patch_base is None or bv == patch_base, "one base per patch"
             patch_base = bv
         assert fi == idx and fc > fi and (count is None or count == fc), "index"
@@ -467,18 +397,17 @@ def check(d, name):
             assert (tv > bv if flags else bv == 0) and pl == 2 * rl
             vals = struct.unpack("<%dH" % rl, payload)
             w[rb:rb + rl] = vals
-        elif enc in (1, 2, 5, 6, 7, 8, 9, 10):
+        elif enc in (1, 2, 5, 6):
             assert tv > bv
             bits = Bits(payload)
             model = None
-            if enc in (7, 9):
-                model = (model7 if enc == 7 else model9)(bits)
-                models[idx] = (enc, model)
-            elif enc in (8, 10):
+            if enc == 5:
+                model = model_section(bits)
+                models[idx] = model
+            elif enc == 6:
                 back = bits.eg0()
                 assert back < idx, "model reference before frame 0"
-                kind, model = models[idx - back - 1]  # KeyError: no model there
-                assert kind == enc - 1, "a model of the other kind"
+                model = models[idx - back - 1]  # KeyError: no model there
             if enc == 2:
                 ch, tail = dense(bits, seg), 0
             else:

@@ -3,9 +3,9 @@
  * decode+verify (which must write nothing, and whose changes must stay
  * inside the range) and decode+apply. Input byte 0 selects whether the CRC is recomputed first
  * (so mutations reach the payload decoders) and the weight buffer length,
- * and (bit 6) whether the input starts with a frame that carries a model
- * (encoding 7), loaded first, so that frames of encoding 8 that refer to
- * it reach their payload decoder; (bits 2-3) which of this CPU's vector
+ * and (bit 6) whether the input starts with a frame that carries a model,
+ * loaded first, so that frames that refer to it reach their payload
+ * decoder; (bits 2-3) which of this CPU's vector
  * paths decodes, or (bit 7) the portable one; the rest is the frame,
  * placed against a guard page, as is the weight buffer. A rejected frame
  * must leave the weights untouched.

@@ -27,9 +27,9 @@ for f in sorted(os.listdir(kat)):
         # byte 0: mode (1 = recompute CRC, 2 = 100001-parameter weights)
         open(f"{root}/frame/{name}-{i}", "wb").write(b"\x03" + frame)
         open(f"{root}/frame/{name}-{i}-scalar", "wb").write(b"\x83" + frame)
-        if frame[5] in (7, 9):  # a frame that carries a model: kept for the ones after it
+        if frame[5] == 5:  # a frame that carries a model: kept for the ones after it
             model = frame
-        elif frame[5] in (8, 10) and i < 4:  # (bit 6: the model's frame first)
+        elif frame[5] == 6 and i < 4:  # (bit 6: the model's frame first)
             open(f"{root}/frame/{name}-{i}-model", "wb").write(b"\x43" + model + frame)
         at += 60 + pl
         i += 1
