@@ -1,8 +1,9 @@
 #!/bin/sh
 # check_symbols.sh LIB.a|LIB.so [freestanding]
-# Every global symbol the codec library defines starts with bfp_; with
-# "freestanding", the only symbols it needs from outside are memcpy,
-# memset and memmove (STYLE.md, issue 2).
+# Every global symbol the codec library defines starts with bfp_, so it
+# cannot clash with the programs that link it; with "freestanding", the
+# only symbols it needs from outside are memcpy, memset and memmove,
+# the calls the codec's copy and fill builtins may compile to.
 set -eu
 lib=$1
 mode=${2:-}

@@ -25,7 +25,8 @@ if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
 	echo "SKIP: /usr/bin/python3 has no numpy (Debian package python3-numpy)"
 	exit 77
 fi
-# headless Chromium with the flags of issue 6; each run gets a new profile
+# headless Chromium without sandbox (tests may run as root), GPU, first-run
+# dialogs or background network traffic; each run gets a new profile
 chrome() { # OUT-OPTION URL
 	prof=$(mktemp -d "$T/profile.XXXXXX")
 	timeout 60 "$CHROME" --headless --no-sandbox --disable-gpu --no-first-run \
