@@ -10,10 +10,20 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
-#define BFP_RELAY_NO_MAIN
-#include "../dpdk_app/main.c"
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_malloc.h>
+#include <rte_telemetry.h>
+
+#include "bfpatch.h"
+#include "relay.h"
 #include "eal_rundir.h"
 
 static relay *T;
@@ -44,9 +54,9 @@ static int setup(void **state)
 		return -1;
 	T = rte_zmalloc("relay", sizeof(*T), RTE_CACHE_LINE_SIZE);
 	char *argv[] = {"relay", "--cache-bytes", "1M", "--queue", "1024", NULL};
-	if (!T || parse_args(5, argv, &T->cf) || relay_setup(T))
+	if (!T || relay_parse_args(5, argv, &T->cf) || relay_prepare(T) ||
+	    relay_pools_create(T) || relay_ports_start(T) || relay_static_subs(T))
 		return -1;
-	R = T;
 	return 0;
 }
 
@@ -64,7 +74,7 @@ static int drop_subs(void **state)
 	(void)state;
 	for (unsigned i = 0; i < MAX_SUBS; i++)
 		if (T->subs[i].used)
-			sub_remove(&T->subs[i]);
+			relay_sub_remove(&T->subs[i]);
 	rte_eth_tx_buffer_flush(0, 0, T->txb[0]);
 	return 0;
 }
@@ -118,13 +128,13 @@ static size_t frame(uint8_t *out, uint32_t index, uint32_t version)
 static void receive(struct rte_mbuf *m)
 {
 	lcore_stats *st = &T->stats[rte_lcore_id()];
-	if (rx_classify(T, m, st))
-		core_packet(T, m, st);
+	if (relay_rx_classify(T, m, st))
+		relay_core_packet(T, m, st);
 }
 
 static sub *paced_sub(uint32_t ip, uint16_t port, uint8_t last_mac)
 {
-	sub *s = sub_add(T, ip, port, 0, 8000000, &T->stats[rte_lcore_id()]);
+	sub *s = relay_sub_add(T, ip, port, 0, 8000000, &T->stats[rte_lcore_id()]);
 	assert_non_null(s);
 	s->is_static = 1;
 	s->mac_from = MAC_CONF;
@@ -181,7 +191,7 @@ static void test_telemetry_lists_every_subscriber(void **state)
 	paced_sub(0xC6120011u, 7501, 2);
 	struct rte_tel_data *d = rte_tel_data_alloc();
 	assert_non_null(d);
-	assert_int_equal(tel_subscribers("/bfpatch/subscribers", NULL, d), 0);
+	assert_int_equal(relay_tel_subscribers(T, d), 0);
 	rte_tel_data_free(d);
 }
 
@@ -205,16 +215,16 @@ static void test_newest_version_is_kept_per_model(void **state)
 	uint8_t fr[1200];
 	size_t fl = frame(fr, 0, 2); /* model 99, version 2 */
 	receive(datagram(T->cf.data_port, fr, fl));
-	latest_note(T, 7, 40, 0);
+	relay_latest_note(T, 7, 40, 0);
 	assert_int_equal(latest_of(99)->version, 2);
 	assert_int_equal(latest_of(7)->version, 40);
-	latest_note(T, 7, 39, 0); /* a late frame */
+	relay_latest_note(T, 7, 39, 0); /* a late frame */
 	assert_int_equal(latest_of(7)->version, 40);
-	latest_note(T, 7, 3, 1); /* upstream: started over */
+	relay_latest_note(T, 7, 3, 1); /* upstream: started over */
 	assert_int_equal(latest_of(7)->version, 3);
 	assert_int_equal(latest_of(99)->version, 2);
 	for (uint64_t m = 1000; m < 1000 + RP_CACHE_MODELS; m++)
-		latest_note(T, m, 1, 0);
+		relay_latest_note(T, m, 1, 0);
 	assert_null(latest_of(99)); /* the oldest news */
 	assert_non_null(latest_of(1000 + RP_CACHE_MODELS - 1));
 	memset(T->latest, 0, sizeof(T->latest));
@@ -230,12 +240,12 @@ static void test_mbuf_sizing_leaves_room_to_queue(void **state)
 	for (unsigned ports = 1; ports <= 4; ports++)
 		for (unsigned workers = 0; workers <= 8; workers++) {
 			unsigned nq = workers ? workers : 1;
-			unsigned rings = rx_rings_of(ports, nq, workers);
-			unsigned reserve = rx_reserve_of(ports, nq, workers);
-			for (uint32_t n = rx_min_of(ports, nq, workers); n < rings + 300000;
+			unsigned rings = relay_rx_rings_of(ports, nq, workers);
+			unsigned reserve = relay_rx_reserve_of(ports, nq, workers);
+			for (uint32_t n = relay_rx_min_of(ports, nq, workers); n < rings + 300000;
 			     n = n * 3 / 2) {
 				uint32_t want;
-				uint32_t cap = cache_cap_of(n, rings, 1ull << 30, &want);
+				uint32_t cap = relay_cache_cap_of(n, rings, 1ull << 30, &want);
 				assert_true(n - rings - cap >= reserve + (n - rings) / 4);
 			}
 		}
@@ -291,11 +301,11 @@ static void test_slow_subscriber_leaves_the_rx_reserve(void **state)
 	assert_int_equal(rte_pktmbuf_alloc_bulk(T->pool, held, n), 0);
 	uint8_t fr[1200];
 	uint64_t drops = slow->drops, fast_tx = fast->tx_pkts;
-	uint64_t reserve_drops = sum_counter(T, C_RX_RESERVE);
+	uint64_t reserve_drops = relay_sum_counter(T, C_RX_RESERVE);
 	receive(datagram(T->cf.data_port, fr, frame(fr, 21, 2)));
 	assert_int_equal(slow->drops, drops + 1);
 	/* counted as what it is, not as a full queue */
-	assert_int_equal(sum_counter(T, C_RX_RESERVE), reserve_drops + 1);
+	assert_int_equal(relay_sum_counter(T, C_RX_RESERVE), reserve_drops + 1);
 	assert_int_equal(rte_ring_count(slow->q), 0);
 	assert_int_equal(fast->tx_pkts, fast_tx + 1);
 	for (unsigned i = 0; i < n; i++)
@@ -399,8 +409,9 @@ static void test_keyframe_streams_go_to_those_that_asked(void **state)
 	ctl_send(RP_JOIN, 9005, 0);                /* at version 2 */
 	ctl_send(RP_JOIN, 9006, RP_VERSION_NONE);  /* asks for a keyframe stream */
 	ctl_send(RP_JOIN, 9007, RP_VERSION_RELAY); /* a relay */
-	sub *a = sub_by_control(T, 0xC6120063u, 9005), *b = sub_by_control(T, 0xC6120063u, 9006);
-	sub *rl = sub_by_control(T, 0xC6120063u, 9007);
+	sub *a = relay_sub_by_control(T, 0xC6120063u, 9005);
+	sub *b = relay_sub_by_control(T, 0xC6120063u, 9006);
+	sub *rl = relay_sub_by_control(T, 0xC6120063u, 9007);
 	sub *st = paced_sub(0xC6120012u, 7502, 3);
 	assert_non_null(a);
 	assert_non_null(b);
@@ -436,7 +447,7 @@ static void test_nack_is_answered_from_the_cache_to_joined_subscribers_only(void
 	ctl_send(RP_NACK, 9000, 7); /* not joined */
 	assert_int_equal(st->c[C_NACK_REFUSED], 1);
 	ctl_send(RP_JOIN, 9001, 0);
-	sub *s = sub_by_control(T, 0xC6120063u, 9001);
+	sub *s = relay_sub_by_control(T, 0xC6120063u, 9001);
 	assert_non_null(s);
 	assert_int_equal(s->data_port, 7600);
 	assert_memory_equal(s->mac, PEER_MAC, 6); /* from the JOIN until ARP answers */
@@ -452,7 +463,7 @@ static void test_nack_is_answered_from_the_cache_to_joined_subscribers_only(void
 	assert_int_equal(st->c[C_CACHE_MISS], 2);
 	assert_int_equal(st->c[C_NACK_SUPPRESSED], 1);
 	ctl_send(RP_LEAVE, 9001, 0);
-	assert_null(sub_by_control(T, 0xC6120063u, 9001));
+	assert_null(relay_sub_by_control(T, 0xC6120063u, 9001));
 }
 
 /* One subscriber's NACKs ask for at most a full answer at once, then
@@ -519,7 +530,7 @@ static void test_cache_releases_every_mbuf(void **state)
 	assert_true(T->cache.len < 3000);
 	assert_non_null(rp_cache_get(&T->cache, 99, 3, 2999)); /* newest kept */
 	assert_null(rp_cache_get(&T->cache, 99, 3, 0));        /* oldest gone */
-	rp_cache_clear(&T->cache, mbuf_drop, NULL);
+	rp_cache_clear(&T->cache, relay_mbuf_drop, NULL);
 	assert_true(rte_mempool_in_use_count(T->pool) <= before);
 	assert_int_equal(rte_mempool_in_use_count(T->clone_pool), 0);
 	assert_int_equal(rte_mempool_in_use_count(T->hdr_pool), 0);
@@ -540,7 +551,7 @@ static void test_pacing_holds_a_subscriber_to_its_rate(void **state)
 	/* 1000 x about 1.2 kB queued: more than 200 ms at the rate, so the
 	 * pacer, not the queue, decides what leaves */
 	for (int i = 0; i < 1000; i++)
-		emit(T, s, f, f->hash.fdir.hi, st);
+		relay_emit(T, s, f, f->hash.fdir.hi, st);
 	assert_true(rte_ring_count(s->q) >= 1000); /* and the frame as it came */
 	uint64_t t0 = rte_get_tsc_cycles(), sent0 = s->tx_bytes, last = t0, starved = 0;
 	/* a gap between two calls longer than the burst lasts (65536 B at
@@ -552,7 +563,7 @@ static void test_pacing_holds_a_subscriber_to_its_rate(void **state)
 		if (now - last > burst_t)
 			starved += now - last - burst_t;
 		last = now;
-		pace(T, st);
+		relay_pace(T, st);
 	}
 	double secs = (double)(rte_get_tsc_cycles() - t0) / (double)T->hz;
 	double most = 65536 + 1e6 * secs + 1300; /* burst + rate * time */
@@ -569,7 +580,7 @@ static void test_join_keeps_pacing_and_static_settings(void **state)
 {
 	(void)state;
 	ctl_send(RP_JOIN, 9003, 0);
-	sub *s = sub_by_control(T, 0xC6120063u, 9003);
+	sub *s = relay_sub_by_control(T, 0xC6120063u, 9003);
 	assert_non_null(s);
 	s->bucket.tokens = 12345;
 	ctl_send(RP_JOIN, 9003, 0);
@@ -582,12 +593,12 @@ static void test_join_keeps_pacing_and_static_settings(void **state)
 	assert_int_equal(s->model_id, 5);
 }
 
-/* parse_args on a fresh configuration; 0 or -1 */
+/* relay_parse_args on a fresh configuration; 0 or -1 */
 static int parse(int argc, char **argv, relay_conf *cf)
 {
 	memset(cf, 0, sizeof(*cf));
 	optind = 0; /* glibc: start getopt over */
-	return parse_args(argc, argv, cf);
+	return relay_parse_args(argc, argv, cf);
 }
 
 static void test_options_refuse_nonsense_and_read_sizes_in_binary(void **state)
@@ -612,7 +623,7 @@ static void test_options_refuse_nonsense_and_read_sizes_in_binary(void **state)
 	assert_int_equal(cf.subs[0].rate_bps, 100000000ull);
 	char *same_port[] = {"relay", "--data-port", "7400", "--control-port", "7400", NULL};
 	assert_int_equal(parse(5, same_port, &cf), -1);
-	char ip_arg[] = "9:198.18.0.1"; /* parse_args cuts its copy */
+	char ip_arg[] = "9:198.18.0.1"; /* relay_parse_args cuts its copy */
 	char *bad_ip[] = {"relay", "--ip", ip_arg, NULL};
 	assert_int_equal(parse(3, bad_ip, &cf), -1);
 	/* the command line ps shows stays as given */
@@ -645,16 +656,16 @@ static void test_options_refuse_nonsense_and_read_sizes_in_binary(void **state)
 	char a0[] = "0:198.18.0.1/24", a1[] = "1:198.18.1.1/24", g1[] = "1:198.18.1.254";
 	char *two[] = {"relay", "--ip", a0, "--ip", a1, "--upstream", "198.18.1.10:7401", NULL};
 	assert_int_equal(parse(7, two, &cf), 0);
-	assert_int_equal(upstream_port(&cf, 2), 1);
+	assert_int_equal(relay_upstream_port(&cf, 2), 1);
 	char b0[] = "0:198.18.0.1/24", b1[] = "1:198.18.1.1/24";
 	char *gw[] = {"relay",	   "--ip",	 b0, "--ip", b1, "--gateway", g1,
 		      "--upstream", "10.9.0.1:7401", NULL};
 	assert_int_equal(parse(9, gw, &cf), 0);
-	assert_int_equal(upstream_port(&cf, 2), 1);
+	assert_int_equal(relay_upstream_port(&cf, 2), 1);
 	char c0[] = "0:198.18.0.1/24";
 	char *on0[] = {"relay", "--ip", c0, "--upstream", "198.18.0.9:7401", NULL};
 	assert_int_equal(parse(5, on0, &cf), 0);
-	assert_int_equal(upstream_port(&cf, 1), 0);
+	assert_int_equal(relay_upstream_port(&cf, 1), 0);
 }
 
 int main(void)

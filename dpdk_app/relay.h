@@ -1,0 +1,248 @@
+/*
+ * relay.h: bfpatch-relay's internal interface: its configuration, its
+ * state and counters, and what each of its files gives the others
+ * (main.c, options.c, setup.c, datapath.c, control.c). One core lcore
+ * owns the state; worker lcores only receive, classify and count.
+ */
+#ifndef BFP_RELAY_H
+#define BFP_RELAY_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <rte_common.h>
+#include <rte_ether.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include "auth.h"
+#include "events.h"
+#include "proto.h"
+
+#define BURST 32
+#define MAX_PORTS 8
+#define MAX_SUBS 64
+#define NACK_MEMO_BITS 14
+#define NACK_MEMO (1u << NACK_MEMO_BITS)
+#define MAX_LCORES 64
+#define HDR_ROOM 128
+#define OUT_POOL_N 16383u /* header and clone mbufs: one of each per output queued */
+
+/* Set by the signal handlers (main.c), read by the lcore loops. */
+extern volatile sig_atomic_t force_quit, dump_stats;
+
+/* ---- configuration ---- */
+
+typedef struct sub_conf {
+	uint32_t ip;
+	uint16_t port;       /* UDP data port of the subscriber */
+	uint16_t eth_port;
+	uint8_t mac[6];
+	int has_mac;
+	uint64_t rate_bps;   /* bits per second, 0 = the default */
+} sub_conf;
+
+typedef struct relay_conf {
+	uint32_t ip[MAX_PORTS];       /* per DPDK port, host order */
+	uint8_t prefix[MAX_PORTS];    /* its subnet's prefix length; 0: every
+				       * address is on the link */
+	uint32_t gateway[MAX_PORTS];  /* next hop off the subnet; 0: none */
+	unsigned n_ip;
+	uint16_t data_port, control_port;
+	sub_conf subs[MAX_SUBS];
+	unsigned n_subs;
+	uint32_t upstream_ip;
+	uint16_t upstream_port;       /* upstream control port */
+	uint64_t cache_bytes;
+	uint32_t cache_versions;
+	int cache_bytes_given;         /* --cache-bytes on the command line */
+	int n_mbufs_given;             /* --mbufs on the command line */
+	uint64_t default_rate_bps;
+	uint32_t queue_len;
+	uint32_t max_per_host;        /* subscriptions one address may JOIN;
+				       * 0: no limit */
+	uint32_t nack_rate;           /* frames a subscriber's NACKs may ask for
+				       * per second; 0: unlimited */
+	uint32_t heartbeat_timeout_s;
+	int check_crc;
+	int copy_fanout;              /* measurement only: copy payloads */
+	const char *events_path;      /* --events */
+	const char *name;             /* --name */
+	const char *key_paths[RP_AUTH_MAX_KEYS]; /* --key */
+	unsigned n_keys;
+	uint32_t mbuf_size;
+	uint32_t n_mbufs;
+	double run_time_s;            /* 0: until a signal */
+} relay_conf;
+
+/* ---- state ---- */
+
+/* Where a subscriber's MAC came from: the latest JOIN is followed (an
+ * ARP reply for a shared next hop must not replace it), an ARP answer is
+ * asked again now and then, a configured one stays. */
+enum { MAC_NONE, MAC_ARP, MAC_JOIN, MAC_CONF };
+
+typedef struct sub {
+	int used, is_static;
+	int mac_from;                 /* MAC_*; MAC_NONE: not known yet */
+	uint32_t ip;
+	uint16_t data_port, ctl_port, eth_port;
+	uint8_t mac[6];
+	uint64_t model_id;            /* 0: every model */
+	uint32_t join_version;        /* its latest JOIN's (NONE: it asks for a
+					 keyframe stream; RELAY: a relay) */
+	rp_bucket bucket;
+	rp_bucket nack_bucket;        /* frames its NACKs may still ask for */
+	struct rte_ring *q;
+	struct rte_mbuf *held;        /* dequeued, waiting for tokens */
+	uint64_t last_seen;
+	uint64_t tx_pkts, tx_bytes, drops;
+} sub;
+
+/* Counters: one cache-aligned block per lcore, written by that lcore only,
+ * summed by readers (telemetry, exit). Their names: control.c. */
+enum {
+	C_RX, C_TX, C_FANOUT, C_RING_FULL, C_INBOUND_FULL, C_NO_MBUF, C_NO_MAC,
+	C_CACHE_HIT, C_CACHE_MISS, C_NACK_RX, C_NACK_FWD, C_NACK_REFUSED,
+	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
+	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED, C_BAD_VERSION, C_NACK_UNASKED,
+	C_SHARE_FULL, C_CACHE_REPLACED, C_JOIN_REFUSED, C_RX_RESERVE,
+	C_COUNT
+};
+
+typedef struct lcore_stats {
+	uint64_t c[C_COUNT];
+	uint64_t cls[RP_CLASS_COUNT];
+} __rte_cache_aligned lcore_stats;
+
+typedef struct relay {
+	relay_conf cf;
+	rp_addrs addrs;
+	uint16_t n_ports;
+	struct rte_ether_addr mac[MAX_PORTS];
+	uint8_t csum_offload[MAX_PORTS]; /* port computes IPv4/UDP checksums */
+	struct rte_mempool *pool, *hdr_pool, *clone_pool;
+	struct rte_ring *inbound;
+	struct rte_eth_dev_tx_buffer *txb[MAX_PORTS];
+	unsigned n_workers;
+	unsigned worker_q[MAX_LCORES];  /* RX queue of each worker lcore */
+	uint16_t n_rxq;
+	unsigned rx_reserve;     /* RX mbufs paced queues leave free */
+	unsigned q_share;        /* outputs one subscriber may hold queued (0: not
+				  * counted yet; recounted like rx_short) */
+	int rx_short;            /* fewer free than that (-1: not counted yet):
+				  * counted at most once per frame fanned out
+				  * or NACK answered, and only if an output is
+				  * queued; its outputs share one RX mbuf, and
+				  * counting walks every lcore's pool cache */
+	sub subs[MAX_SUBS];
+	rp_cache cache;
+	rp_cache_entry *cache_ring;
+	uint32_t *cache_hash;
+	uint8_t upstream_mac[6];
+	uint16_t up_port;        /* the port the upstream is reached through */
+	int upstream_has_mac;
+	unsigned upstream_arp_age;
+	int want_key;            /* a subscriber JOINed with RP_VERSION_NONE */
+	events ev;               /* JSON-lines event log (core lcore only) */
+	rp_auth auth;            /* --key: its keys are read by every RX lcore
+				  * (data frames), its control-message state
+				  * used by the core lcore only */
+	/* --events: the (model, version)s whose first frame was logged last,
+	 * 16 of them (a ring; [ev_at - 1] the newest) */
+	struct {
+		uint64_t model;
+		uint32_t version;
+	} ev_seen[16];
+	unsigned ev_at;
+	/* per model, the newest version heard of (frames, HEARTBEATs), told
+	 * to subscribers once a second */
+	struct model_latest {
+		uint64_t id, t;  /* t: TSC of the last news, 0 = free */
+		uint32_t version;
+	} latest[RP_CACHE_MODELS];
+	unsigned latest_hint;    /* the entry noted last */
+	/* frames asked of upstream lately (NACK suppression), direct-mapped */
+	struct nack_memo {
+		uint64_t model, t;
+		uint32_t version, index;
+	} memo[NACK_MEMO];
+	unsigned hk_rounds;             /* housekeeping rounds so far */
+	uint16_t ip_id;
+	uint64_t hz;
+	lcore_stats stats[MAX_LCORES];
+} relay;
+
+/* The netmask of a prefix length, host order (0: every address). */
+static inline uint32_t prefix_mask(unsigned len)
+{
+	return len ? ~0u << (32 - len) : 0;
+}
+
+/* The cache keeps keyframe-stream frames apart from the patch frames of
+ * the same version: they share (version, index) but not the model key. */
+static inline uint64_t cache_model(uint64_t model, int key)
+{
+	return key ? model ^ 0x8000000000000000ull : model;
+}
+
+/* ---- options.c ---- */
+
+extern const char relay_usage_text[];
+
+/* The relay's options (argv[0] a program name) into cf, defaults for
+ * the rest; 0, or -1 after a message and the usage on stderr. */
+int relay_parse_args(int argc, char **argv, relay_conf *cf);
+
+/* ---- setup.c: sizing, pools, ports, teardown ---- */
+
+unsigned relay_rx_rings_of(unsigned n_ports, unsigned nq, unsigned n_workers);
+unsigned relay_rx_reserve_of(unsigned n_ports, unsigned nq, unsigned n_workers);
+unsigned relay_rx_min_of(unsigned n_ports, unsigned nq, unsigned n_workers);
+uint32_t relay_cache_cap_of(uint32_t n_mbufs, unsigned rx_need, uint64_t cache_bytes,
+			    uint32_t *want);
+uint16_t relay_upstream_port(const relay_conf *cf, unsigned n_ports);
+
+/* In this order, after EAL initialisation, each 0 or -1 after a message;
+ * on failure relay_teardown() undoes whatever was done. */
+int relay_prepare(relay *r);      /* keys, events, lcores, ports, addresses */
+int relay_pools_create(relay *r); /* mempools, rings, the repair cache */
+int relay_ports_start(relay *r);  /* each port configured and started */
+int relay_static_subs(relay *r);  /* the --subscriber table entries */
+/* Stop and close the ports and free everything the above took; frees r. */
+void relay_teardown(relay *r);
+
+/* ---- datapath.c: RX, classify, fan-out, pacing, TX ---- */
+
+void relay_mbuf_drop(void *ctx, void *obj);
+void relay_send(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *st);
+void relay_emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		lcore_stats *st);
+int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st);
+void relay_core_packet(relay *r, struct rte_mbuf *m, lcore_stats *st);
+void relay_pace(relay *r, lcore_stats *st);
+int relay_worker_main(void *arg);
+void relay_core_main(relay *r);
+void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata);
+
+/* ---- control.c: control messages, subscribers, upstream, counters ---- */
+
+const char *relay_ip_str(uint32_t ip, char *buf);
+void relay_latest_note(relay *r, uint64_t m, uint32_t v, int set);
+sub *relay_sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port,
+		   uint64_t rate_bps, lcore_stats *st);
+sub *relay_sub_by_control(relay *r, uint32_t ip, uint16_t ctl_port);
+void relay_sub_flush(sub *s);
+void relay_sub_remove(sub *s);
+void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats *st);
+void relay_on_arp_reply(relay *r, const rp_pkt *k);
+void relay_housekeeping(relay *r, lcore_stats *st);
+uint64_t relay_sum_counter(const relay *r, int k);
+void relay_print_stats(const relay *r, FILE *f);
+struct rte_tel_data;
+int relay_tel_subscribers(const relay *r, struct rte_tel_data *d);
+/* /bfpatch/stats and /bfpatch/subscribers for r (one relay a process) */
+void relay_telemetry_register(relay *r);
+
+#endif
