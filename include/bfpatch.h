@@ -85,7 +85,7 @@ BFP_API const char *bfp_status_str(bfp_status s);
 #define BFP_FRAME_BOUND(frame_size) \
 	((frame_size) ? (size_t)(frame_size) : (size_t)BFP_FRAME_SIZE_DEFAULT)
 /* Upper bound on changed parameters one frame carries: encoders stop
- * there and decoders reject more (FORMAT.md 3.4). Sizes the scratch. */
+ * there and decoders reject more (FORMAT.md 3.5, 3.6). Sizes the scratch. */
 #define BFP_CHANGES_MAX (BFP_PAYLOAD_MAX * 4u)
 /* Number of base-exponent contexts of the sparse encoding, and the BF16
  * exponent field of class 0's upper end (FORMAT.md 3.3). */
