@@ -11,9 +11,8 @@
 bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags)
 {
 	BFP_CHECK(dec, BFP_E_ARG);
-	/* 1: BFP_DEC_F_SCALAR's value before 0.1.1 */
-	BFP_CHECK(!(flags & ~(BFP_DEC_F_SCALAR | 1u)), BFP_E_ARG);
-	dec->cpu = (flags & (BFP_DEC_F_SCALAR | 1u)) ? 0 : bfp_cpu_features();
+	BFP_CHECK(!(flags & ~BFP_DEC_F_SCALAR), BFP_E_ARG);
+	dec->cpu = (flags & BFP_DEC_F_SCALAR) ? 0 : bfp_cpu_features();
 	dec->n_changes = 0;
 	dec->model_loaded = 0;
 	dec->tables_at = 0;

@@ -31,7 +31,7 @@
 extern "C" {
 #endif
 
-#define BFP_VERSION_STRING "0.1.1"
+#define BFP_VERSION_STRING "0.2.0"
 
 /* Public functions; everything else in the shared library is hidden. */
 #if defined(__GNUC__)
@@ -433,8 +433,7 @@ typedef struct bfp_apply_opts {
 
 /* bfp_decoder_init: no SIMD paths. A bit of its own, so that it in
  * bfp_apply_opts.flags is refused (BFP_E_ARG), not taken for
- * BFP_DEC_F_ANY_MODEL; bfp_decoder_init still takes 1, its value before
- * 0.1.1. */
+ * BFP_DEC_F_ANY_MODEL. */
 #define BFP_DEC_F_SCALAR 256u
 
 /* Decoder scratch (about 0.5 MB, independent of the model size). */

@@ -1918,11 +1918,15 @@ static void test_encoder_rejects_bad_options(void **state)
 	 * zero frame size would have let frames overrun the buffer) */
 	memset(&enc, 0, sizeof(enc));
 	assert_int_equal(bfp_encoder_reset(&enc, rb, rt, RN, 0, RN, 0), BFP_E_ARG);
+	/* a sparse mode that bfp_sparse_mode does not name */
+	bfp_encode_opts so = opts(1200);
+	so.sparse = BFP_SPARSE_SELF_CONTAINED + 1;
+	assert_int_equal(bfp_encoder_init(&enc, &so, rb, rt, RN, 0, RN), BFP_E_ARG);
 	/* the decoder's SCALAR flag is no apply option: in bfp_apply_opts it
 	 * is refused, not taken for BFP_DEC_F_ANY_MODEL */
 	static bfp_decoder d;
 	assert_int_equal(bfp_decoder_init(&d, BFP_DEC_F_SCALAR), BFP_OK);
-	assert_int_equal(bfp_decoder_init(&d, 1u), BFP_OK); /* its old value */
+	assert_int_equal(bfp_decoder_init(&d, 1u), BFP_E_ARG);
 	assert_int_equal(bfp_decoder_init(&d, 2u), BFP_E_ARG);
 	assert_true((BFP_DEC_F_SCALAR & (BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE)) == 0);
 	bfp_apply_opts ao = aopts();
