@@ -163,6 +163,8 @@ sub *relay_sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port,
 		char a[INET_ADDRSTRLEN];
 		events_emit(&r->ev, "subscriber", "\"peer\":\"%s:%u\",\"rate_bps\":%" PRIu64,
 			    relay_ip_str(ip, a), data_port, rate_bps);
+		RELAY_LOG(DEBUG, "subscriber %s:%u on port %u, %" PRIu64 " bit/s (0: the "
+			  "default)\n", a, data_port, eth_port, rate_bps);
 	}
 	uint64_t rate = rate_bps ? rate_bps : r->cf.default_rate_bps;
 	/* burst: 2 ms at the rate, at least 64 kB, so short bursts pass; a
@@ -241,6 +243,7 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 		return;
 	}
 	sub *s;
+	char a[INET_ADDRSTRLEN];
 	switch (c.type) {
 	case RP_JOIN:
 		if ((r->cf.upstream_ip && k->src_ip == r->cf.upstream_ip) ||
@@ -262,11 +265,15 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 		if (!sub_find(r, k->src_ip, c.data_port) && !join_room(r, k->src_ip)) {
 			/* a new subscription (one moved above is not) */
 			st->c[C_JOIN_REFUSED]++;
+			RELAY_LOG(DEBUG, "JOIN from %s:%u refused: --max-per-host %u\n",
+				  relay_ip_str(k->src_ip, a), k->src_port, r->cf.max_per_host);
 			return;
 		}
 		s = relay_sub_add(r, k->src_ip, c.data_port, m->port, (uint64_t)c.rate_kbps * 1000, st);
 		if (!s) {
 			st->c[C_JOIN_REFUSED]++; /* the table is full */
+			RELAY_LOG(DEBUG, "JOIN from %s:%u refused: %u subscribers already\n",
+				  relay_ip_str(k->src_ip, a), k->src_port, MAX_SUBS);
 			return;
 		}
 		s->ctl_port = k->src_port;
@@ -286,6 +293,8 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 	case RP_LEAVE:
 		s = relay_sub_by_control(r, k->src_ip, k->src_port);
 		if (s && !s->is_static) {
+			RELAY_LOG(DEBUG, "subscriber %s:%u left\n", relay_ip_str(s->ip, a),
+				  s->data_port);
 			relay_sub_remove(s);
 			st->c[C_LEAVE]++;
 		}
@@ -372,6 +381,12 @@ void relay_on_arp_reply(relay *r, const rp_pkt *k)
 		}
 	}
 	if (r->cf.upstream_ip && next_hop(r, r->up_port, r->cf.upstream_ip) == k->src_ip) {
+		if (!r->upstream_has_mac || memcmp(r->upstream_mac, k->src_mac, 6)) {
+			char a[INET_ADDRSTRLEN];
+			RELAY_LOG(DEBUG, "upstream %s reached through %02x:%02x:%02x:%02x:%02x:%02x\n",
+				  relay_ip_str(r->cf.upstream_ip, a), k->src_mac[0], k->src_mac[1],
+				  k->src_mac[2], k->src_mac[3], k->src_mac[4], k->src_mac[5]);
+		}
 		memcpy(r->upstream_mac, k->src_mac, 6);
 		r->upstream_has_mac = 1;
 	}
@@ -385,6 +400,9 @@ void relay_housekeeping(relay *r, lcore_stats *st)
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		sub *s = &r->subs[i];
 		if (s->used && !s->is_static && now - s->last_seen > timeout) {
+			char a[INET_ADDRSTRLEN];
+			RELAY_LOG(DEBUG, "subscriber %s:%u expired: silent for %u s\n",
+				  relay_ip_str(s->ip, a), s->data_port, r->cf.heartbeat_timeout_s);
 			relay_sub_remove(s);
 			st->c[C_EXPIRED]++;
 		}

@@ -38,6 +38,8 @@
 /* set by the signal handlers (main.c), polled by the lcore loops below */
 volatile sig_atomic_t force_quit, dump_stats;
 
+RTE_LOG_REGISTER(relay_logtype, bfpatch.relay, INFO);
+
 /* The repair cache's release callback: its reference to a frame. */
 void relay_mbuf_drop(void *ctx, void *obj)
 {

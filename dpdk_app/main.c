@@ -48,29 +48,28 @@ static int usage_without_eal(int argc, char **argv)
 		dashes |= !strcmp(argv[i], "--");
 	}
 	if (argc > 1 && !dashes)
-		fprintf(stderr, "bfpatch-relay: warning: no '--' on the command line, so every "
-			"option went to DPDK's EAL (where -m, -n, -c, -s, -d mean other things); "
-			"the relay's own options go after --\n");
+		RELAY_LOG(WARNING, "warning: no '--' on the command line, so every option went "
+			  "to DPDK's EAL (where -m, -n, -c, -s, -d mean other things); the "
+			  "relay's own options go after --\n");
 	return 0;
 }
 
 static void print_start(const relay *r)
 {
-	printf("bfpatch-relay: %u port(s), %u worker lcore(s), data port %u, "
-	       "control port %u, %u static subscriber(s), repair cache %u frames or %"
-	       PRIu64 " bytes\n", r->n_ports, r->n_workers, r->cf.data_port,
-	       r->cf.control_port, r->cf.n_subs, r->cache.cap, r->cf.cache_bytes);
+	RELAY_LOG(INFO, "%u port(s), %u worker lcore(s), data port %u, control port %u, "
+		  "%u static subscriber(s), repair cache %u frames or %" PRIu64 " bytes\n",
+		  r->n_ports, r->n_workers, r->cf.data_port, r->cf.control_port, r->cf.n_subs,
+		  r->cache.cap, r->cf.cache_bytes);
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		char ip[INET_ADDRSTRLEN];
-		printf("bfpatch-relay: port %u %s, checksums in %s\n", p,
-		       relay_ip_str(r->cf.ip[p], ip), r->csum_offload[p] ? "the NIC" : "software");
+		RELAY_LOG(INFO, "port %u %s, checksums in %s\n", p, relay_ip_str(r->cf.ip[p], ip),
+			  r->csum_offload[p] ? "the NIC" : "software");
 	}
 	if (r->cf.upstream_ip) {
 		char ip[INET_ADDRSTRLEN];
-		printf("bfpatch-relay: upstream %s:%u through port %u\n",
-		       relay_ip_str(r->cf.upstream_ip, ip), r->cf.upstream_port, r->up_port);
+		RELAY_LOG(INFO, "upstream %s:%u through port %u\n",
+			  relay_ip_str(r->cf.upstream_ip, ip), r->cf.upstream_port, r->up_port);
 	}
-	fflush(stdout);
 }
 
 int main(int argc, char **argv)
@@ -79,8 +78,7 @@ int main(int argc, char **argv)
 		return 0;
 	int ret = rte_eal_init(argc, argv);
 	if (ret < 0) {
-		fprintf(stderr, "bfpatch-relay: EAL initialisation failed: %s\n",
-			rte_strerror(rte_errno));
+		RELAY_LOG(ERR, "EAL initialisation failed: %s\n", rte_strerror(rte_errno));
 		return 1;
 	}
 	argc -= ret;
@@ -93,7 +91,7 @@ int main(int argc, char **argv)
 	int rc = 1;
 	relay *r = rte_zmalloc("relay", sizeof(*r), RTE_CACHE_LINE_SIZE);
 	if (!r) {
-		fprintf(stderr, "bfpatch-relay: out of memory\n");
+		RELAY_LOG(ERR, "out of memory\n");
 		rte_eal_cleanup();
 		return 1;
 	}

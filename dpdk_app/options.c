@@ -103,8 +103,8 @@ static int parse_sub(const char *s, sub_conf *sc)
 
 static int bad(const char *opt, const char *val)
 {
-	fprintf(stderr, "bfpatch-relay: invalid value '%s' for %s\n%s", val ? val : "", opt,
-		relay_usage_text);
+	RELAY_LOG(ERR, "invalid value '%s' for %s\n", val ? val : "", opt);
+	fputs(relay_usage_text, stderr);
 	return -1;
 }
 
@@ -121,7 +121,7 @@ static int opt_u32(const char *opt, const char *arg, uint64_t lo, uint64_t hi, u
 /* --data-port, --control-port */
 static int opt_udp_port(const char *opt, const char *arg, uint16_t *out)
 {
-	uint32_t v;
+	uint32_t v = 0;
 	if (opt_u32(opt, arg, 1, 65535, &v))
 		return -1;
 	*out = (uint16_t)v;
@@ -168,9 +168,8 @@ static int opt_subscriber(relay_conf *cf, const char *arg)
 			   arg);
 	for (unsigned i = 0; i < cf->n_subs; i++)
 		if (cf->subs[i].ip == sc->ip && cf->subs[i].port == sc->port) {
-			fprintf(stderr, "bfpatch-relay: --subscriber %s is given twice "
-				"(one --subscriber an address and port, with all its "
-				"options)\n", arg);
+			RELAY_LOG(ERR, "--subscriber %s is given twice (one --subscriber an "
+				  "address and port, with all its options)\n", arg);
 			return -1;
 		}
 	cf->n_subs++;
@@ -297,8 +296,8 @@ static int check_ports_differ(const relay_conf *cf)
 {
 	if (cf->data_port != cf->control_port)
 		return 0;
-	fprintf(stderr, "bfpatch-relay: --control-port %u is the data port: give them "
-		"different ports\n", cf->control_port);
+	RELAY_LOG(ERR, "--control-port %u is the data port: give them different ports\n",
+		  cf->control_port);
 	return -1;
 }
 
@@ -307,8 +306,7 @@ static int check_no_loops(const relay_conf *cf)
 {
 	for (unsigned p = 0; p < cf->n_ip; p++)
 		if (cf->upstream_ip && cf->upstream_ip == cf->ip[p]) {
-			fprintf(stderr, "bfpatch-relay: --upstream is this relay's own address "
-				"(port %u)\n", p);
+			RELAY_LOG(ERR, "--upstream is this relay's own address (port %u)\n", p);
 			return -1;
 		}
 	for (unsigned i = 0; i < cf->n_subs; i++) {
@@ -316,9 +314,9 @@ static int check_no_loops(const relay_conf *cf)
 		for (unsigned p = 0; p < cf->n_ip; p++)
 			own |= cf->subs[i].ip == cf->ip[p];
 		if (own || (cf->upstream_ip && cf->subs[i].ip == cf->upstream_ip)) {
-			fprintf(stderr, "bfpatch-relay: a --subscriber at %s is not allowed: frames "
-				"to it would come back round\n",
-				own ? "this relay's own address" : "the --upstream's address");
+			RELAY_LOG(ERR, "a --subscriber at %s is not allowed: frames to it would "
+				  "come back round\n",
+				  own ? "this relay's own address" : "the --upstream's address");
 			return -1;
 		}
 	}
@@ -336,10 +334,9 @@ static int check_gateways(const relay_conf *cf)
 		uint32_t mask = prefix_mask(len);
 		if (!len || len == 32 || ((cf->gateway[p] ^ cf->ip[p]) & mask) ||
 		    cf->gateway[p] == cf->ip[p]) {
-			fprintf(stderr,
-				"bfpatch-relay: --gateway for port %u needs --ip %u:ADDR/LEN with the "
-				"gateway on that subnet (and not the relay's own address)\n",
-				p, p);
+			RELAY_LOG(ERR, "--gateway for port %u needs --ip %u:ADDR/LEN with the "
+				  "gateway on that subnet (and not the relay's own address)\n",
+				  p, p);
 			return -1;
 		}
 	}
@@ -371,8 +368,8 @@ int relay_parse_args(int argc, char **argv, relay_conf *cf)
 		if (parse_one(cf, c, optarg))
 			return -1;
 	if (optind != argc) {
-		fprintf(stderr, "bfpatch-relay: unexpected argument '%s'\n%s", argv[optind],
-			relay_usage_text);
+		RELAY_LOG(ERR, "unexpected argument '%s'\n", argv[optind]);
+		fputs(relay_usage_text, stderr);
 		return -1;
 	}
 	if (cf->n_ip == 0) {

@@ -13,6 +13,7 @@
 
 #include <rte_common.h>
 #include <rte_ether.h>
+#include <rte_log.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
@@ -31,6 +32,14 @@
 
 /* Set by the signal handlers (main.c), read by the lcore loops. */
 extern volatile sig_atomic_t force_quit, dump_stats;
+
+/* The relay's DPDK log type, "bfpatch.relay" (datapath.c), so that
+ * --log-level=bfpatch.relay:LEVEL sets what it says (info by default;
+ * debug adds subscribers coming and going). Every message starts
+ * "bfpatch-relay: ", as the relay's other output does. */
+extern int relay_logtype;
+#define RELAY_LOG(level, ...) \
+	rte_log(RTE_LOG_ ## level, relay_logtype, "bfpatch-relay: " __VA_ARGS__)
 
 /* ---- configuration ---- */
 

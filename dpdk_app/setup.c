@@ -76,36 +76,35 @@ int relay_prepare(relay *r)
 	for (unsigned i = 0; i < r->cf.n_keys; i++) {
 		char err[512] = "libsodium did not initialise";
 		if (rp_auth_init() || rp_auth_load(&r->auth, r->cf.key_paths[i], err, sizeof(err))) {
-			fprintf(stderr, "bfpatch-relay: %s\n", err);
+			RELAY_LOG(ERR, "%s\n", err);
 			return -1;
 		}
 	}
 	if (events_open(&r->ev, r->cf.events_path, "relay", r->cf.name)) {
-		fprintf(stderr, "bfpatch-relay: --events %s: %s\n", r->cf.events_path,
-			strerror(errno));
+		RELAY_LOG(ERR, "--events %s: %s\n", r->cf.events_path, strerror(errno));
 		return -1;
 	}
 	unsigned top = rte_get_main_lcore(), wl;
 	RTE_LCORE_FOREACH_WORKER(wl)
 		top = wl > top ? wl : top; /* per-lcore arrays are indexed by id */
 	if (top >= MAX_LCORES) {
-		fprintf(stderr, "bfpatch-relay: lcore ids must be below %d (got %u; map them, e.g. "
-			"--lcores 0@0,1@1)\n", MAX_LCORES, top);
+		RELAY_LOG(ERR, "lcore ids must be below %d (got %u; map them, e.g. "
+			  "--lcores 0@0,1@1)\n", MAX_LCORES, top);
 		return -1;
 	}
 	r->n_ports = rte_eth_dev_count_avail();
 	if (r->n_ports == 0 || r->n_ports > MAX_PORTS) {
-		fprintf(stderr, "bfpatch-relay: need 1..%d ports (got %u); add --vdev=...\n",
-			MAX_PORTS, r->n_ports);
+		RELAY_LOG(ERR, "need 1..%d ports (got %u); add --vdev=...\n", MAX_PORTS,
+			  r->n_ports);
 		r->n_ports = 0;
 		return -1;
 	}
 	for (unsigned p = 0; p < MAX_PORTS; p++)
 		if ((p < r->cf.n_ip && r->cf.ip[p] && p >= r->n_ports) ||
 		    (r->cf.gateway[p] && p >= r->n_ports)) {
-			fprintf(stderr, "bfpatch-relay: --%s %u:...: there is no DPDK port %u "
-				"(%u port%s: 0..%u)\n", p < r->cf.n_ip && r->cf.ip[p] ? "ip" : "gateway",
-				p, p, r->n_ports, r->n_ports == 1 ? "" : "s", r->n_ports - 1);
+			RELAY_LOG(ERR, "--%s %u:...: there is no DPDK port %u (%u port%s: 0..%u)\n",
+				  p < r->cf.n_ip && r->cf.ip[p] ? "ip" : "gateway", p, p,
+				  r->n_ports, r->n_ports == 1 ? "" : "s", r->n_ports - 1);
 			r->n_ports = 0;
 			return -1;
 		}
@@ -148,9 +147,9 @@ int relay_pools_create(relay *r)
 	while (!r->cf.n_mbufs_given && r->cf.n_mbufs < rx_min + 4096)
 		r->cf.n_mbufs = r->cf.n_mbufs * 2 + 1;
 	if (r->cf.n_mbufs < rx_min) {
-		fprintf(stderr, "bfpatch-relay: --mbufs %u is too few: the RX rings of %u port(s) x "
-			"%u queue(s) take %u; give at least %u\n", r->cf.n_mbufs, r->n_ports, nq,
-			rx_need, rx_min);
+		RELAY_LOG(ERR, "--mbufs %u is too few: the RX rings of %u port(s) x %u queue(s) "
+			  "take %u; give at least %u\n", r->cf.n_mbufs, r->n_ports, nq, rx_need,
+			  rx_min);
 		return -1;
 	}
 	r->pool = rte_pktmbuf_pool_create("rx", r->cf.n_mbufs, 256, 0,
@@ -162,7 +161,7 @@ int relay_pools_create(relay *r)
 						(int)rte_socket_id());
 	r->inbound = rte_ring_create("inbound", 4096, (int)rte_socket_id(), RING_F_SC_DEQ);
 	if (!r->pool || !r->hdr_pool || !r->clone_pool || !r->inbound) {
-		fprintf(stderr, "bfpatch-relay: cannot create pools: %s\n", rte_strerror(rte_errno));
+		RELAY_LOG(ERR, "cannot create pools: %s\n", rte_strerror(rte_errno));
 		return -1;
 	}
 	/* cache index sized for the budget at 1 kB frames, at least 1024; the
@@ -172,18 +171,18 @@ int relay_pools_create(relay *r)
 	uint32_t want;
 	uint32_t cap = relay_cache_cap_of(r->cf.n_mbufs, rx_need, r->cf.cache_bytes, &want);
 	if (cap < want && r->cf.cache_bytes_given)
-		fprintf(stderr, "bfpatch-relay: warning: the repair cache holds at most %u frames, "
-			"half of what --mbufs %u leaves beside the RX rings (%u) (about %.0f MB of "
-			"1200-byte frames, %.0f MB of 8900-byte ones), less than --cache-bytes %"
-			PRIu64 " asks for; give --mbufs %u to use it all\n", cap, r->cf.n_mbufs,
-			rx_need, cap * 1200.0 / 1e6, cap * 8900.0 / 1e6, r->cf.cache_bytes,
-			2 * want + rx_need);
+		RELAY_LOG(WARNING, "warning: the repair cache holds at most %u frames, half of "
+			  "what --mbufs %u leaves beside the RX rings (%u) (about %.0f MB of "
+			  "1200-byte frames, %.0f MB of 8900-byte ones), less than --cache-bytes %"
+			  PRIu64 " asks for; give --mbufs %u to use it all\n", cap, r->cf.n_mbufs,
+			  rx_need, cap * 1200.0 / 1e6, cap * 8900.0 / 1e6, r->cf.cache_bytes,
+			  2 * want + rx_need);
 	r->cache_ring = rte_zmalloc("cache_ring", cap * sizeof(rp_cache_entry), 0);
 	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint32_t), 0);
 	if (!r->cache_ring || !r->cache_hash ||
 	    rp_cache_init(&r->cache, r->cache_ring, r->cache_hash, cap, r->cf.cache_bytes,
 			  r->cf.cache_versions)) {
-		fprintf(stderr, "bfpatch-relay: out of memory for the cache\n");
+		RELAY_LOG(ERR, "out of memory for the cache\n");
 		return -1;
 	}
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
@@ -192,8 +191,7 @@ int relay_pools_create(relay *r)
 		r->subs[i].q = rte_ring_create(name, r->cf.queue_len, (int)rte_socket_id(),
 					       RING_F_SP_ENQ | RING_F_SC_DEQ);
 		if (!r->subs[i].q) {
-			fprintf(stderr, "bfpatch-relay: cannot create queues: %s\n",
-				rte_strerror(rte_errno));
+			RELAY_LOG(ERR, "cannot create queues: %s\n", rte_strerror(rte_errno));
 			return -1;
 		}
 	}
@@ -281,7 +279,7 @@ int relay_ports_start(relay *r)
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		int rc = port_init(r, p, r->n_rxq);
 		if (rc) {
-			fprintf(stderr, "bfpatch-relay: port %u: %s\n", p, rte_strerror(-rc));
+			RELAY_LOG(ERR, "port %u: %s\n", p, rte_strerror(-rc));
 			return -1;
 		}
 	}
@@ -294,8 +292,8 @@ int relay_ports_start(relay *r)
 	}
 	r->n_workers = n_workers < r->n_rxq ? n_workers : r->n_rxq;
 	if (n_workers > r->n_rxq)
-		fprintf(stderr, "bfpatch-relay: %u RX queue(s) per port: %u worker lcore(s) idle\n",
-			r->n_rxq, n_workers - r->n_rxq);
+		RELAY_LOG(WARNING, "%u RX queue(s) per port: %u worker lcore(s) idle\n", r->n_rxq,
+			  n_workers - r->n_rxq);
 	return 0;
 }
 
@@ -306,12 +304,12 @@ int relay_static_subs(relay *r)
 	for (unsigned i = 0; i < r->cf.n_subs; i++) {
 		const sub_conf *sc = &r->cf.subs[i];
 		if (sc->eth_port >= r->n_ports) {
-			fprintf(stderr, "bfpatch-relay: subscriber %u: no port %u\n", i, sc->eth_port);
+			RELAY_LOG(ERR, "subscriber %u: no port %u\n", i, sc->eth_port);
 			return -1;
 		}
 		sub *s = relay_sub_add(r, sc->ip, sc->port, sc->eth_port, sc->rate_bps, st);
 		if (!s) {
-			fprintf(stderr, "bfpatch-relay: too many subscribers\n");
+			RELAY_LOG(ERR, "too many subscribers\n");
 			return -1;
 		}
 		s->is_static = 1;
