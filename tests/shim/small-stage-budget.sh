@@ -3,8 +3,9 @@
 # a staging budget too small for both the frames and their prepared
 # changes (an 8M-parameter model, --max-stage 1 MiB): preparation takes at
 # most half and gives way, no frame is refused for room, and the version
-# commits bit-exact without a resync; the publisher sends encoding 1
-# (--sparse-v1, for receivers older than encoding 5), as its history shows
+# commits bit-exact without a resync; the publisher sends self-contained
+# sparse frames (--self-contained: encoding 1, no model), as its history
+# shows
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -13,7 +14,7 @@ mkdir -p "$T/hist9"
 start_shim m --init "$T/big/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 13)) --max-stage 1048576 --exit-after 30
 "$BFP" publish --dir "$T/big" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
-	--linger 1 --sparse-v1 --history "$T/hist9" > "$T/publish9.log" 2>&1 ||
+	--linger 1 --self-contained --history "$T/hist9" > "$T/publish9.log" 2>&1 ||
 	fail "publish the 8M model"
 wait_line "committed version 0 -> 1" "$T/shimm.log"
 # frames in an encoding this build does not read (from a newer publisher):
@@ -38,6 +39,6 @@ check_buffers "$T/big/step-0001.safetensors" "$SHM.m" || fail "small budget buff
 "$BFP" info --json "$T/hist9/v00000000-v00000001.bfp" | python3 -c "
 import json, sys
 f = json.load(sys.stdin)['frames_by_encoding']
-sys.exit(0 if f['sparse'] > 0 and f['sparse_encoding1'] == f['sparse'] else 1)" ||
-	fail "publish --sparse-v1 did not send encoding 1"
-echo "ok - a small staging budget shared with prepared changes, --sparse-v1 frames of encoding 1, frames of an unknown encoding dropped and said once"
+sys.exit(0 if f['sparse'] > 0 and f['sparse_with_model'] == 0 else 1)" ||
+	fail "publish --self-contained sent frames that carry a model"
+echo "ok - a small staging budget shared with prepared changes, self-contained frames (encoding 1), frames of an unknown encoding dropped and said once"
