@@ -72,6 +72,34 @@ static void print_start(const relay *r)
 	}
 }
 
+/* After EAL and the signals, in DPDK's examples' order: options, pools,
+ * ports, links, subscribers, then the lcores until a signal or
+ * --run-time, and the counters. 0, or -1 after a message. */
+static int relay_run(relay *r, int argc, char **argv)
+{
+	if (relay_parse_args(argc, argv, &r->cf) || relay_prepare(r) ||
+	    relay_pools_create(r) || relay_ports_start(r))
+		return -1;
+	relay_links_wait(r);
+	if (relay_static_subs(r))
+		return -1;
+	relay_telemetry_register(r);
+	print_start(r);
+	events_emit(&r->ev, "start", "\"ports\":%u,\"lcores\":%u", r->n_ports,
+		    r->n_workers + 1);
+	if (r->n_workers)
+		rte_eal_mp_remote_launch(relay_worker_main, r, SKIP_MAIN);
+	relay_core_main(r);
+	rte_eal_mp_wait_lcore();
+	relay_print_stats(r, stdout);
+	events_emit(&r->ev, "stats", "\"rx\":%" PRIu64 ",\"tx\":%" PRIu64 ",\"cache_hits\":%"
+		    PRIu64 ",\"cache_misses\":%" PRIu64 ",\"nacks\":%" PRIu64 ",\"drop_auth\":%"
+		    PRIu64, relay_sum_counter(r, C_RX), relay_sum_counter(r, C_TX),
+		    relay_sum_counter(r, C_CACHE_HIT), relay_sum_counter(r, C_CACHE_MISS),
+		    relay_sum_counter(r, C_NACK_RX), relay_sum_counter(r, C_AUTH_FAIL));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (usage_without_eal(argc, argv))
@@ -88,7 +116,6 @@ int main(int argc, char **argv)
 	rp_catch_signal(SIGHUP, on_signal);
 	signal(SIGUSR1, on_usr1);
 
-	int rc = 1;
 	relay *r = rte_zmalloc("relay", sizeof(*r), RTE_CACHE_LINE_SIZE);
 	if (!r) {
 		RELAY_LOG(ERR, "out of memory\n");
@@ -96,24 +123,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r->ev.fd = -1;
-	if (relay_parse_args(argc, argv, &r->cf) == 0 && relay_prepare(r) == 0 &&
-	    relay_pools_create(r) == 0 && relay_ports_start(r) == 0 && relay_static_subs(r) == 0) {
-		relay_telemetry_register(r);
-		print_start(r);
-		events_emit(&r->ev, "start", "\"ports\":%u,\"lcores\":%u", r->n_ports,
-			    r->n_workers + 1);
-		if (r->n_workers)
-			rte_eal_mp_remote_launch(relay_worker_main, r, SKIP_MAIN);
-		relay_core_main(r);
-		rte_eal_mp_wait_lcore();
-		relay_print_stats(r, stdout);
-		events_emit(&r->ev, "stats", "\"rx\":%" PRIu64 ",\"tx\":%" PRIu64 ",\"cache_hits\":%"
-			    PRIu64 ",\"cache_misses\":%" PRIu64 ",\"nacks\":%" PRIu64 ",\"drop_auth\":%"
-			    PRIu64, relay_sum_counter(r, C_RX), relay_sum_counter(r, C_TX),
-			    relay_sum_counter(r, C_CACHE_HIT), relay_sum_counter(r, C_CACHE_MISS),
-			    relay_sum_counter(r, C_NACK_RX), relay_sum_counter(r, C_AUTH_FAIL));
-		rc = 0;
-	}
+	int rc = relay_run(r, argc, argv) ? 1 : 0;
 	relay_teardown(r); /* stops and closes the ports */
 	rte_eal_cleanup();
 	return rc;

@@ -218,6 +218,7 @@ uint16_t relay_upstream_port(const relay_conf *cf, unsigned n_ports);
 int relay_prepare(relay *r);      /* keys, events, lcores, ports, addresses */
 int relay_pools_create(relay *r); /* mempools, rings, the repair cache */
 int relay_ports_start(relay *r);  /* each port configured and started */
+unsigned relay_links_wait(relay *r); /* ports still down after a bounded wait */
 int relay_static_subs(relay *r);  /* the --subscriber table entries */
 /* Stop and close the ports and free everything the above took; frees r. */
 void relay_teardown(relay *r);

@@ -297,6 +297,45 @@ int relay_ports_start(relay *r)
 	return 0;
 }
 
+/* Wait for every port's link, as DPDK's l2fwd does: up to 9 s, looked at
+ * every 100 ms (virtual devices are up at once, a NIC takes a few seconds
+ * to negotiate), then say how each port is. A port still down does not
+ * stop the relay, which forwards on it once it comes up. Returns the
+ * ports still down. */
+unsigned relay_links_wait(relay *r)
+{
+	enum { CHECK_MS = 100, WAIT_MS = 9000 };
+	unsigned down = 0, waited = 0;
+	for (;;) {
+		down = 0;
+		for (uint16_t p = 0; p < r->n_ports; p++) {
+			struct rte_eth_link link;
+			memset(&link, 0, sizeof(link));
+			if (rte_eth_link_get_nowait(p, &link) < 0 ||
+			    link.link_status == RTE_ETH_LINK_DOWN)
+				down++;
+		}
+		if (!down || waited >= WAIT_MS || force_quit)
+			break;
+		rte_delay_ms(CHECK_MS);
+		waited += CHECK_MS;
+	}
+	for (uint16_t p = 0; p < r->n_ports; p++) {
+		struct rte_eth_link link;
+		memset(&link, 0, sizeof(link));
+		if (rte_eth_link_get_nowait(p, &link) < 0 || link.link_status == RTE_ETH_LINK_DOWN)
+			RELAY_LOG(WARNING, "port %u: link down after %.1f s; forwarding on it starts "
+				  "when it comes up\n", p, waited / 1000.0);
+		else if (link.link_speed == RTE_ETH_SPEED_NUM_NONE ||
+			 link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN)
+			RELAY_LOG(INFO, "port %u: link up\n", p);
+		else /* rte_eth_link_to_str() is still experimental in 22.11 */
+			RELAY_LOG(INFO, "port %u: link up, %u Mbps, %s duplex\n", p, link.link_speed,
+				  link.link_duplex == RTE_ETH_LINK_FULL_DUPLEX ? "full" : "half");
+	}
+	return down;
+}
+
 /* The --subscriber entries, in the table for good. */
 int relay_static_subs(relay *r)
 {

@@ -593,6 +593,14 @@ static void test_join_keeps_pacing_and_static_settings(void **state)
 	assert_int_equal(s->model_id, 5);
 }
 
+/* The relay waits for every port's link before forwarding, and a port
+ * that is up (a started net_null port) is not counted as down. */
+static void test_links_are_up_before_forwarding(void **state)
+{
+	(void)state;
+	assert_int_equal(relay_links_wait(T), 0);
+}
+
 /* relay_parse_args on a fresh configuration; 0 or -1 */
 static int parse(int argc, char **argv, relay_conf *cf)
 {
@@ -687,6 +695,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_pacing_holds_a_subscriber_to_its_rate, drop_subs),
 		cmocka_unit_test(test_options_refuse_nonsense_and_read_sizes_in_binary),
 		cmocka_unit_test(test_mbuf_sizing_leaves_room_to_queue),
+		cmocka_unit_test(test_links_are_up_before_forwarding),
 		cmocka_unit_test_teardown(test_keyframe_streams_go_to_those_that_asked, drop_subs),
 		cmocka_unit_test_teardown(test_first_frame_events_follow_versions_that_go_back,
 					  drop_subs),
