@@ -253,13 +253,13 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < p.n; i++) {
 			bfp_frame_header h;
 			if (bfp_decode_verify(&dec, &b.ao, fr[i], lens[i], base, n, &h) != BFP_OK ||
-			    used + dec.n_changes > changed) {
+			    used + bfp_decoder_changes(&dec, NULL, NULL) > changed) {
 				fprintf(stderr, "bench_apply: frame %zu does not prepare\n", i);
 				return 1;
 			}
 			fc[i] = frame_changes_keep(&dec, &h, cpos + used, cval + used);
 			fcp[i] = &fc[i];
-			used += dec.n_changes;
+			used += fc[i].n;
 		}
 		double t = now_s() - t0;
 		best = t < best ? t : best;

@@ -579,7 +579,7 @@ static size_t path_encode(uint32_t cpu, uint32_t flags, const uint16_t *a, const
 		fputs("paths: encoder_init failed\n", stderr);
 		exit(1);
 	}
-	path_enc.cpu = cpu;
+	bfp_enc_of(&path_enc)->cpu = cpu;
 	size_t tot = 0;
 	*nf = 0;
 	path_changed = 0;
@@ -625,10 +625,12 @@ static void print_stages(const uint16_t *a, const uint16_t *b, uint64_t n)
 		double t0 = now_s();
 		path_encode(bfp_cpu_features(), BFP_ENC_F_STAGES, a, b, n, NULL, 0, NULL, &nf);
 		double dt = now_s() - t0;
-		if (rep == 0 || path_enc.stage[BFP_STAGE_ALL] < best.ticks[BFP_STAGE_ALL]) {
-			memcpy(best.ticks, path_enc.stage, sizeof(best.ticks));
-			best.listed = path_enc.stage_listed;
-			best.sized = path_enc.stage_sized;
+		bfp_stage_counts sc;
+		bfp_encoder_stages(&path_enc, &sc);
+		if (rep == 0 || sc.ticks[BFP_STAGE_ALL] < best.ticks[BFP_STAGE_ALL]) {
+			memcpy(best.ticks, sc.ticks, sizeof(best.ticks));
+			best.listed = sc.listed;
+			best.sized = sc.sized;
 			best.changed = path_changed;
 			wall = dt;
 		}
@@ -671,7 +673,7 @@ static void print_paths(const uint16_t *a, const uint16_t *b, uint64_t n, uint16
 		for (int rep = 0; rep < TIMING_REPS; rep++) {
 			memcpy(scratch, a, n * 2);
 			bfp_decoder_init(&dec, 0);
-			dec.cpu = paths[p].cpu;
+			bfp_dec_of(&dec)->cpu = paths[p].cpu;
 			bfp_apply_opts ao;
 			memset(&ao, 0, sizeof(ao));
 			ao.model_id = 1;

@@ -808,7 +808,7 @@ NEON_INLINE run_neon count_row_neon(cls_neon k, run_neon r, uint16_t *row)
 #include "scan_undef.h"
 #endif
 
-uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
+uint64_t bfp_gather_snap(bfp_enc *e, uint64_t end)
 {
 #ifdef BFP_X86
 	if (e->cpu & BFP_CPU_AVX512BW)
@@ -823,7 +823,7 @@ uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end)
 	return gather_snap_generic(e, end);
 }
 
-uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
+uint64_t bfp_gather(bfp_enc *e, uint64_t end, uint64_t limit_bits)
 {
 #ifdef BFP_X86
 	if (e->cpu & BFP_CPU_AVX512BW)

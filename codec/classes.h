@@ -16,15 +16,15 @@
  * class, gap in the class's rank space, step); stop once the running
  * size estimate exceeds limit_bits or the scratch is full. Returns the
  * first position not examined. */
-uint64_t bfp_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits);
+uint64_t bfp_gather(bfp_enc *e, uint64_t end, uint64_t limit_bits);
 
 /* Elements between the class-count snapshots of e->bat_snap. */
 #define BFP_SNAP_EVERY 8192u
-#define BFP_SNAP_MAX (sizeof(((bfp_encoder *)0)->bat_snap) / sizeof(((bfp_encoder *)0)->bat_snap[0]))
+#define BFP_SNAP_MAX (sizeof(((bfp_enc *)0)->bat_snap) / sizeof(((bfp_enc *)0)->bat_snap[0]))
 
 /* bfp_gather with no size limit that also takes a snapshot of the class
  * counts every BFP_SNAP_EVERY elements (e->bat_snap, e->bat_nsnap). */
-uint64_t bfp_gather_snap(bfp_encoder *e, uint64_t end);
+uint64_t bfp_gather_snap(bfp_enc *e, uint64_t end);
 
 /* The gather's size estimate of a change of gap gap and magnitude m
  * (m >= 1): 1 + (m > 1 ? EG0(m - 2) : 0) + bitlen(gap) + 2. Without

@@ -8,26 +8,53 @@
 #include "sparse.h"
 #include "keyzstd.h"
 
-bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags)
+bfp_status bfp_decoder_init(bfp_decoder *decoder, uint32_t flags)
 {
-	BFP_CHECK(dec, BFP_E_ARG);
+	BFP_CHECK(decoder, BFP_E_ARG);
+	bfp_dec *dec = bfp_dec_of(decoder);
+	dec->ready = 0; /* until it succeeds */
 	BFP_CHECK(!(flags & ~BFP_DEC_F_SCALAR), BFP_E_ARG);
 	dec->cpu = (flags & BFP_DEC_F_SCALAR) ? 0 : bfp_cpu_features();
 	dec->n_changes = 0;
 	dec->model_loaded = 0;
 	dec->tables_at = 0;
-	dec->ready = 1;
+	dec->ready = BFP_CTX_READY;
 	return BFP_OK;
 }
 
-_Static_assert(sizeof(bfp_model) <= sizeof(((bfp_decoder *)0)->model_codes),
+/* A set-up decoder behind decoder, or NULL. */
+static bfp_dec *ready_dec(bfp_decoder *decoder)
+{
+	bfp_dec *d = decoder ? bfp_dec_of(decoder) : NULL;
+	return d && d->ready == BFP_CTX_READY ? d : NULL;
+}
+
+uint32_t bfp_decoder_changes(const bfp_decoder *decoder, const uint32_t **pos,
+			     const uint16_t **val)
+{
+	const bfp_dec *d = decoder ? bfp_dec_of_c(decoder) : NULL;
+	if (!d || d->ready != BFP_CTX_READY || !d->n_changes) {
+		if (pos)
+			*pos = NULL;
+		if (val)
+			*val = NULL;
+		return 0;
+	}
+	if (pos)
+		*pos = d->chg_pos;
+	if (val)
+		*val = d->chg_val;
+	return d->n_changes;
+}
+
+_Static_assert(sizeof(bfp_model) <= sizeof(((bfp_dec *)0)->model_codes),
 	       "the decoder's model space holds a model");
-_Static_assert(sizeof(bfp_rtab) <= sizeof(((bfp_decoder *)0)->model_tables[0]),
+_Static_assert(sizeof(bfp_rtab) <= sizeof(((bfp_dec *)0)->model_tables[0]),
 	       "the decoder's table space holds a model's tables");
 
 /* The loaded model's tables (spare 0), or the room to build a new
  * model's (spare 1) while its frame is checked. */
-static bfp_rtab *model_tables(bfp_decoder *d, unsigned spare)
+static bfp_rtab *model_tables(bfp_dec *d, unsigned spare)
 {
 	return (bfp_rtab *)(void *)d->model_tables[(d->tables_at ^ spare) & 1];
 }
@@ -44,7 +71,7 @@ static bfp_status model_ref(bfp_br *r, const bfp_frame_header *h, uint32_t *inde
 }
 
 /* Does d hold the model of frame index of h's patch? */
-static int holds_model(const bfp_decoder *d, const bfp_frame_header *h, uint32_t index)
+static int holds_model(const bfp_dec *d, const bfp_frame_header *h, uint32_t index)
 {
 	return d->model_loaded && d->model_index == index && d->model_id == h->model_id &&
 	       d->model_base == h->base_version && d->model_target == h->target_version;
@@ -52,7 +79,7 @@ static int holds_model(const bfp_decoder *d, const bfp_frame_header *h, uint32_t
 
 /* The model of a BFP_ENC_SPARSE_REF frame: the loaded one, if it is the
  * model of the frame it refers to. */
-static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_header *h,
+static bfp_status loaded_model(const bfp_dec *d, bfp_br *r, const bfp_frame_header *h,
 			       bfp_model *m)
 {
 	uint32_t index;
@@ -66,7 +93,7 @@ static bfp_status loaded_model(const bfp_decoder *d, bfp_br *r, const bfp_frame_
 
 /* Keep the model of a frame that carries one and checked out, with the
  * tables built in the spare room. */
-static void keep_model(bfp_decoder *d, const bfp_frame_header *h, const bfp_model *m)
+static void keep_model(bfp_dec *d, const bfp_frame_header *h, const bfp_model *m)
 {
 	BFP_MEMCPY(d->model_codes, m, sizeof(*m));
 	d->tables_at ^= 1;
@@ -94,14 +121,15 @@ bfp_status bfp_frame_model_index(const void *frame, size_t frame_len, uint32_t *
 	return model_ref(&r, &h, index);
 }
 
-bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t frame_len,
+bfp_status bfp_decoder_model_for(bfp_decoder *decoder, const void *frame, size_t frame_len,
 				 const uint8_t *const *frames, const uint32_t *lens,
 				 size_t n_frames)
 {
 	bfp_frame_header h;
 	uint32_t index;
 	bfp_br r;
-	BFP_CHECK(dec && dec->ready && frame && (frames || !n_frames), BFP_E_ARG);
+	bfp_dec *dec = ready_dec(decoder);
+	BFP_CHECK(dec && frame && (frames || !n_frames), BFP_E_ARG);
 	if (frame_len < BFP_HEADER_SIZE || !bfp_encoding_refers(((const uint8_t *)frame)[5]) ||
 	    bfp_frame_parse(frame, frame_len, &h) != BFP_OK)
 		return BFP_OK;
@@ -115,15 +143,16 @@ bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t fra
 			  mh.model_id == h.model_id && mh.base_version == h.base_version &&
 			  mh.target_version == h.target_version,
 		  BFP_E_NO_MODEL);
-	return bfp_decoder_load_model(dec, frames[index], lens[index]);
+	return bfp_decoder_load_model(decoder, frames[index], lens[index]);
 }
 
-bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame, size_t frame_len)
+bfp_status bfp_decoder_load_model(bfp_decoder *decoder, const void *frame, size_t frame_len)
 {
 	bfp_frame_header h;
 	bfp_model m;
 	bfp_br r;
-	BFP_CHECK(dec && dec->ready && frame, BFP_E_ARG);
+	bfp_dec *dec = ready_dec(decoder);
+	BFP_CHECK(dec && frame, BFP_E_ARG);
 	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
 	if (st != BFP_OK)
 		return st;
@@ -150,7 +179,7 @@ static bfp_status check_end(bfp_br *r, size_t payload_len)
 /* Parse and check a sparse payload (FORMAT.md 3.4-3.6) into d's
  * per-class scratch, counting into st if not NULL; the model of a
  * modelled frame in *m (a new one's tables built in the spare room). */
-static bfp_status parse_sparse(bfp_decoder *d, const bfp_frame_header *h, const uint8_t *pl,
+static bfp_status parse_sparse(bfp_dec *d, const bfp_frame_header *h, const uint8_t *pl,
 			       bfp_model *m, uint32_t start[BFP_CLASSES + 1], bfp_frame_stats *st)
 {
 	bfp_br r;
@@ -170,7 +199,7 @@ static bfp_status parse_sparse(bfp_decoder *d, const bfp_frame_header *h, const 
 }
 
 /* ... and turn it into positions and new values over base */
-static bfp_status decode_sparse(bfp_decoder *d, const bfp_frame_header *h, const uint8_t *pl,
+static bfp_status decode_sparse(bfp_dec *d, const bfp_frame_header *h, const uint8_t *pl,
 				const uint16_t *base, bfp_model *m)
 {
 	uint32_t start[BFP_CLASSES + 1];
@@ -185,7 +214,7 @@ static bfp_status decode_sparse(bfp_decoder *d, const bfp_frame_header *h, const
 }
 
 /* FORMAT.md 3.7 */
-static bfp_status decode_dense(bfp_decoder *d, const uint8_t *pl,
+static bfp_status decode_dense(bfp_dec *d, const uint8_t *pl,
 			       size_t pl_len, const uint16_t *base,
 			       uint32_t len)
 {
@@ -235,12 +264,12 @@ static bfp_status check_header(const bfp_apply_opts *o,
 /* Parse and check a frame against the receiver's model and weights; for
  * a delta frame also decode its changes into d and check the target hash
  * of base-with-changes. Writes nothing. */
-static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *frame,
-			  size_t frame_len, const uint16_t *weights, uint64_t n_params,
-			  bfp_frame_header *h)
+static bfp_status prepare_frame(bfp_dec *d, const bfp_apply_opts *o, const void *frame,
+				size_t frame_len, const uint16_t *weights, uint64_t n_params,
+				bfp_frame_header *h)
 {
 	bfp_status st;
-	BFP_CHECK(d && d->ready && o && frame && weights, BFP_E_ARG);
+	BFP_CHECK(o && frame && weights, BFP_E_ARG);
 	BFP_CHECK(!(o->flags & ~(BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE)),
 		  BFP_E_ARG);
 	st = bfp_frame_parse(frame, frame_len, h);
@@ -267,11 +296,26 @@ static bfp_status prepare(bfp_decoder *d, const bfp_apply_opts *o, const void *f
 	return BFP_OK;
 }
 
-bfp_status bfp_decode_verify(bfp_decoder *d, const bfp_apply_opts *o, const void *frame,
+/* prepare_frame, and the decoder holds the frame's changes only if it
+ * checked out (a delta frame: decoded; else none) */
+static bfp_status prepare(bfp_dec *d, const bfp_apply_opts *o, const void *frame,
+			  size_t frame_len, const uint16_t *weights, uint64_t n_params,
+			  bfp_frame_header *h)
+{
+	d->n_changes = 0;
+	bfp_status st = prepare_frame(d, o, frame, frame_len, weights, n_params, h);
+	if (st != BFP_OK)
+		d->n_changes = 0;
+	return st;
+}
+
+bfp_status bfp_decode_verify(bfp_decoder *decoder, const bfp_apply_opts *o, const void *frame,
 			     size_t frame_len, const uint16_t *weights, uint64_t n_params,
 			     bfp_frame_header *hdr_out)
 {
 	bfp_frame_header h;
+	bfp_dec *d = ready_dec(decoder);
+	BFP_CHECK(d, BFP_E_ARG);
 	bfp_status st = prepare(d, o, frame, frame_len, weights, n_params, &h);
 	if (st != BFP_OK)
 		return st;
@@ -281,12 +325,14 @@ bfp_status bfp_decode_verify(bfp_decoder *d, const bfp_apply_opts *o, const void
 	return BFP_OK;
 }
 
-bfp_status bfp_decode_apply(bfp_decoder *d, const bfp_apply_opts *o,
+bfp_status bfp_decode_apply(bfp_decoder *decoder, const bfp_apply_opts *o,
 			    const void *frame, size_t frame_len,
 			    uint16_t *weights, uint64_t n_params,
 			    bfp_frame_header *hdr_out)
 {
 	bfp_frame_header h;
+	bfp_dec *d = ready_dec(decoder);
+	BFP_CHECK(d, BFP_E_ARG);
 	bfp_status st = prepare(d, o, frame, frame_len, weights, n_params, &h);
 	if (st != BFP_OK)
 		return st;
@@ -354,12 +400,13 @@ bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 	return BFP_OK;
 }
 
-bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
+bfp_status bfp_frame_stats_get(bfp_decoder *decoder, const void *frame,
 			       size_t frame_len, bfp_frame_stats *out)
 {
 	bfp_frame_header h;
 	bfp_br r;
-	BFP_CHECK(dec && dec->ready && frame && out, BFP_E_ARG);
+	bfp_dec *dec = ready_dec(decoder);
+	BFP_CHECK(dec && frame && out, BFP_E_ARG);
 	bfp_status st = bfp_frame_parse(frame, frame_len, &h);
 	if (st != BFP_OK)
 		return st;

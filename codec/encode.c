@@ -19,9 +19,9 @@
  * that no frame refers further back. */
 #define MODEL_SPAN 4096u
 
-_Static_assert(sizeof(bfp_model) <= sizeof(((bfp_encoder *)0)->model_codes),
+_Static_assert(sizeof(bfp_model) <= sizeof(((bfp_enc *)0)->model_codes),
 	       "the encoder's model space holds a model");
-_Static_assert(sizeof(bfp_rtab) <= sizeof(((bfp_encoder *)0)->model_tables),
+_Static_assert(sizeof(bfp_rtab) <= sizeof(((bfp_enc *)0)->model_tables),
 	       "the encoder's table space holds a model's tables");
 
 /* BFP_ENC_F_STAGES: a counter at a fixed rate, 0 where there is none */
@@ -71,7 +71,7 @@ static inline uint64_t ticks(void)
  * thousand elements after it). batch_gather gives what bfp_gather from
  * e->pos would, or nothing when the batch cannot say (the frame reaches
  * past it): then the frame gathers, and the batch is gone. */
-static void batch_start(bfp_encoder *e, uint64_t end, uint64_t scanned)
+static void batch_start(bfp_enc *e, uint64_t end, uint64_t scanned)
 {
 	e->bat_ok = 1;
 	e->bat_n = e->n_changes;
@@ -85,7 +85,7 @@ static void batch_start(bfp_encoder *e, uint64_t end, uint64_t scanned)
 }
 
 /* Put back the batch's gaps that a frame rewrote. */
-static void batch_restore(bfp_encoder *e)
+static void batch_restore(bfp_enc *e)
 {
 	for (uint32_t i = 0; i < e->bat_nsaved; i++)
 		e->chg_rank[e->bat_saved[i][0]] = e->bat_saved[i][1];
@@ -95,7 +95,7 @@ static void batch_restore(bfp_encoder *e)
 /* bfp_gather(e, end, limit_bits) from the batch: the frame's changes are
  * e->chg_*[e->chg0 ..] (their offsets count from bat_begin). Returns 0
  * if the batch cannot say. */
-static int batch_gather(bfp_encoder *e, uint64_t end, uint64_t limit_bits, uint64_t *scanned)
+static int batch_gather(bfp_enc *e, uint64_t end, uint64_t limit_bits, uint64_t *scanned)
 {
 	uint64_t next[BFP_CLASSES], cnt[BFP_CLASSES], est = 16 + 8 * 10;
 	uint32_t seen = 0, n = 0;
@@ -143,7 +143,7 @@ done:
 }
 
 /* After a frame: the batch's changes before e->pos are behind. */
-static void batch_advance(bfp_encoder *e)
+static void batch_advance(bfp_enc *e)
 {
 	batch_restore(e);
 	e->chg0 = 0;
@@ -157,7 +157,7 @@ static void batch_advance(bfp_encoder *e)
 }
 
 /* Offset from the frame's start of its j-th gathered change. */
-static uint64_t change_offset(const bfp_encoder *e, uint32_t j)
+static uint64_t change_offset(const bfp_enc *e, uint32_t j)
 {
 	const uint32_t i = e->chg0 + j;
 	return e->bat_ok ? e->chg_pos[i] - (e->pos - e->bat_begin) : e->chg_pos[i];
@@ -167,7 +167,7 @@ static uint64_t change_offset(const bfp_encoder *e, uint32_t j)
  * range has so few changes (two frames' worth at a byte each) that a
  * model would not pay for itself, or when the model would take more than
  * half a frame (tiny frames): the range's frames are then self-contained. */
-static int plan_model(bfp_encoder *e, uint64_t end, size_t budget, bfp_model *m, bfp_rtab *rt)
+static int plan_model(bfp_enc *e, uint64_t end, size_t budget, bfp_model *m, bfp_rtab *rt)
 {
 	bfp_sparse_plan pl;
 	const uint64_t scanned = bfp_gather_snap(e, end);
@@ -193,7 +193,7 @@ static inline unsigned dense_bits(unsigned m)
 }
 
 /* Parameters covered by a dense frame starting at pos within budget. */
-static uint64_t dense_cover(const bfp_encoder *e, uint64_t end, size_t budget,
+static uint64_t dense_cover(const bfp_enc *e, uint64_t end, size_t budget,
 			    uint32_t cpu)
 {
 	uint64_t bits = 0, cap = (uint64_t)budget * 8, i = e->pos;
@@ -220,7 +220,7 @@ static uint64_t dense_cover(const bfp_encoder *e, uint64_t end, size_t budget,
 }
 
 /* Returns the number of changes written. */
-static uint64_t write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
+static uint64_t write_dense(const bfp_enc *e, uint64_t len, bfp_bw *w)
 {
 	uint64_t changed = 0;
 	for (uint64_t i = 0; i < len; i++) {
@@ -244,7 +244,7 @@ static uint64_t write_dense(const bfp_encoder *e, uint64_t len, bfp_bw *w)
 /* Keyframe covering as much as fits from e->pos: byte planes through zstd
  * when allowed and smaller, else raw words (FORMAT.md 3.8, 3.9). Writes
  * the payload at pl; returns the range length, sets *enc and *len. */
-static uint64_t key_frame(bfp_encoder *e, uint64_t end, size_t budget,
+static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 			  uint8_t *pl, uint8_t *encoding, size_t *len)
 {
 	uint64_t raw = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;
@@ -279,11 +279,44 @@ static uint64_t key_frame(bfp_encoder *e, uint64_t end, size_t budget,
 	return raw;
 }
 
-bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
+/* The range checks of init and reset: nothing is changed. */
+static bfp_status range_check(const bfp_enc *enc, const uint16_t *base, const uint16_t *target,
+			      uint64_t n_params, uint64_t begin, uint64_t end)
+{
+	BFP_CHECK(target, BFP_E_ARG);
+	BFP_CHECK(base || (enc->opts.flags & BFP_ENC_F_KEYFRAME), BFP_E_ARG);
+	BFP_CHECK(begin <= end && end <= n_params, BFP_E_RANGE);
+	return BFP_OK;
+}
+
+static void set_range(bfp_enc *enc, const uint16_t *base, const uint16_t *target,
+		      uint64_t n_params, uint64_t begin, uint64_t end, uint32_t first_index)
+{
+	enc->opts.first_index = first_index;
+	enc->base = base;
+	enc->target = target;
+	enc->n_params = n_params;
+	enc->pos = begin;
+	enc->end = end;
+	enc->emitted = 0;
+	enc->changed = 0;
+	enc->n_changes = 0;
+	enc->gather_scale = GATHER_SCALE0;
+	enc->model_state = BFP_MODEL_NONE;
+	enc->model_index = 0;
+	enc->bat_ok = 0;
+	enc->bat_nsaved = 0;
+	enc->chg0 = 0;
+}
+
+bfp_status bfp_encoder_init(bfp_encoder *encoder, const bfp_encode_opts *opts,
 			    const uint16_t *base, const uint16_t *target,
 			    uint64_t n_params, uint64_t begin, uint64_t end)
 {
-	BFP_CHECK(enc && opts, BFP_E_ARG);
+	BFP_CHECK(encoder, BFP_E_ARG);
+	bfp_enc *enc = bfp_enc_of(encoder);
+	enc->ready = 0; /* until it succeeds */
+	BFP_CHECK(opts, BFP_E_ARG);
 	uint32_t fs = opts->frame_size ? opts->frame_size : BFP_FRAME_SIZE_DEFAULT;
 	BFP_CHECK(fs >= BFP_FRAME_SIZE_MIN && fs <= BFP_FRAME_SIZE_MAX, BFP_E_ARG);
 	if (opts->flags & BFP_ENC_F_KEYFRAME)
@@ -311,36 +344,26 @@ bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 	enc->cpu = (opts->flags & BFP_ENC_F_SCALAR) ? 0 : bfp_cpu_features();
 	enc->base = enc->target = NULL;
 	enc->pos = enc->end = 0;
-	return bfp_encoder_reset(enc, base, target, n_params, begin, end,
-				 opts->first_index);
+	bfp_status st = range_check(enc, base, target, n_params, begin, end);
+	if (st != BFP_OK)
+		return st;
+	enc->ready = BFP_CTX_READY;
+	set_range(enc, base, target, n_params, begin, end, opts->first_index);
+	return BFP_OK;
 }
 
-bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
+bfp_status bfp_encoder_reset(bfp_encoder *encoder, const uint16_t *base,
 			     const uint16_t *target, uint64_t n_params,
 			     uint64_t begin, uint64_t end, uint32_t first_index)
 {
-	BFP_CHECK(enc && target, BFP_E_ARG);
-	/* an encoder bfp_encoder_init never set up (zeroed) has no frame size */
-	BFP_CHECK(enc->opts.frame_size >= BFP_FRAME_SIZE_MIN &&
-			  enc->opts.frame_size <= BFP_FRAME_SIZE_MAX,
-		  BFP_E_ARG);
-	BFP_CHECK(base || (enc->opts.flags & BFP_ENC_F_KEYFRAME), BFP_E_ARG);
-	BFP_CHECK(begin <= end && end <= n_params, BFP_E_RANGE);
-	enc->opts.first_index = first_index;
-	enc->base = base;
-	enc->target = target;
-	enc->n_params = n_params;
-	enc->pos = begin;
-	enc->end = end;
-	enc->emitted = 0;
-	enc->changed = 0;
-	enc->n_changes = 0;
-	enc->gather_scale = GATHER_SCALE0;
-	enc->model_state = 0;
-	enc->model_index = 0;
-	enc->bat_ok = 0;
-	enc->bat_nsaved = 0;
-	enc->chg0 = 0;
+	BFP_CHECK(encoder, BFP_E_ARG);
+	bfp_enc *enc = bfp_enc_of(encoder);
+	/* an encoder bfp_encoder_init never set up (zeroed) */
+	BFP_CHECK(enc->ready == BFP_CTX_READY, BFP_E_ARG);
+	bfp_status st = range_check(enc, base, target, n_params, begin, end);
+	if (st != BFP_OK)
+		return st;
+	set_range(enc, base, target, n_params, begin, end, first_index);
 	return BFP_OK;
 }
 
@@ -349,17 +372,30 @@ size_t bfp_frame_bound(uint32_t frame_size)
 	return BFP_FRAME_BOUND(frame_size);
 }
 
-uint32_t bfp_encoder_frames(const bfp_encoder *enc)
+uint32_t bfp_encoder_frames(const bfp_encoder *encoder)
 {
-	return enc->emitted;
+	const bfp_enc *enc = bfp_enc_of_c(encoder);
+	return encoder && enc->ready == BFP_CTX_READY ? enc->emitted : 0;
 }
 
-uint64_t bfp_encoder_changed(const bfp_encoder *enc)
+uint64_t bfp_encoder_changed(const bfp_encoder *encoder)
 {
-	return enc->changed;
+	const bfp_enc *enc = bfp_enc_of_c(encoder);
+	return encoder && enc->ready == BFP_CTX_READY ? enc->changed : 0;
 }
 
-static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t *out_len)
+bfp_status bfp_encoder_stages(const bfp_encoder *encoder, bfp_stage_counts *out)
+{
+	BFP_CHECK(encoder && out, BFP_E_ARG);
+	const bfp_enc *enc = bfp_enc_of_c(encoder);
+	BFP_CHECK(enc->ready == BFP_CTX_READY, BFP_E_ARG);
+	BFP_MEMCPY(out->ticks, enc->stage, sizeof(out->ticks));
+	out->listed = enc->stage_listed;
+	out->sized = enc->stage_sized;
+	return BFP_OK;
+}
+
+static bfp_status encode_next(bfp_enc *e, void *out, size_t out_cap, size_t *out_len)
 {
 	if (e->pos >= e->end)
 		return BFP_DONE;
@@ -389,13 +425,16 @@ static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t 
 		uint32_t n, k;
 	replan:
 		if (e->opts.sparse == BFP_SPARSE_SHARED) { /* a model shared by the range's frames */
-			if (e->model_state == 2 && index - e->model_index >= MODEL_SPAN)
-				e->model_state = 0;
-			if (e->model_state == 0) /* plan one from the changes ahead */
+			if (e->model_state == BFP_MODEL_SENT && index - e->model_index >= MODEL_SPAN)
+				e->model_state = BFP_MODEL_NONE;
+			if (e->model_state == BFP_MODEL_NONE) /* plan one from the changes ahead */
 				STAGE(e, BFP_STAGE_MODEL,
-				      e->model_state = plan_model(e, end, budget, model, rt) ? 1 : 3);
-			if (e->model_state != 3)
-				enc = e->model_state == 1 ? BFP_ENC_SPARSE_MODEL : BFP_ENC_SPARSE_REF;
+				      e->model_state = plan_model(e, end, budget, model, rt)
+							       ? BFP_MODEL_PLANNED
+							       : BFP_MODEL_NEVER);
+			if (e->model_state != BFP_MODEL_NEVER)
+				enc = e->model_state == BFP_MODEL_PLANNED ? BFP_ENC_SPARSE_MODEL
+									  : BFP_ENC_SPARSE_REF;
 		}
 		for (int round = 0;; round++) {
 			const uint64_t limit = bits * e->gather_scale / 256;
@@ -423,8 +462,8 @@ static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t 
 				 * cannot say: end the frame before it, or, if it is
 				 * the first, plan a model that can (from the changes
 				 * ahead, so it always can) */
-				if (k == 0 && e->model_state == 2) {
-					e->model_state = 0;
+				if (k == 0 && e->model_state == BFP_MODEL_SENT) {
+					e->model_state = BFP_MODEL_NONE;
 					goto replan;
 				}
 				break;
@@ -467,7 +506,7 @@ static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t 
 				e->changed += k;
 				if (bfp_encoding_carries_model(enc)) {
 					/* the frames after it refer to it */
-					e->model_state = 2;
+					e->model_state = BFP_MODEL_SENT;
 					e->model_index = index;
 				}
 			}
@@ -503,10 +542,12 @@ static bfp_status encode_next(bfp_encoder *e, void *out, size_t out_cap, size_t 
 	return BFP_OK;
 }
 
-bfp_status bfp_encode_next(bfp_encoder *e, void *out, size_t out_cap,
+bfp_status bfp_encode_next(bfp_encoder *encoder, void *out, size_t out_cap,
 			   size_t *out_len)
 {
-	BFP_CHECK(e && out && out_len, BFP_E_ARG);
+	BFP_CHECK(encoder && out && out_len, BFP_E_ARG);
+	bfp_enc *e = bfp_enc_of(encoder);
+	BFP_CHECK(e->ready == BFP_CTX_READY, BFP_E_ARG);
 	bfp_status st;
 	STAGE(e, BFP_STAGE_ALL, st = encode_next(e, out, out_cap, out_len));
 	return st;

@@ -10,6 +10,120 @@
 #include "bfp_deps.h"
 #include "bfpatch.h"
 
+/* ---- the contexts behind bfp_encoder and bfp_decoder ---- */
+
+/* The mark of a set-up context: storage that is zero (static), or was
+ * never set up, or whose set-up failed, is refused with BFP_E_ARG. */
+#define BFP_CTX_READY 0x42465052u
+
+/* Where an encoder stands with the model its range's frames share. */
+enum bfp_model_state {
+	BFP_MODEL_NONE = 0,    /* none yet: plan one from the changes ahead */
+	BFP_MODEL_PLANNED = 1, /* the next sparse frame carries it */
+	BFP_MODEL_SENT = 2,    /* frames refer to the one model_index carried */
+	BFP_MODEL_NEVER = 3,   /* none for this range (too few changes, or
+				  frames too small for one) */
+};
+
+/* What an encoder holds (bfpatch.h's bfp_encoder is its opaque storage). */
+typedef struct bfp_enc {
+	uint32_t ready;        /* BFP_CTX_READY once bfp_encoder_init succeeded */
+	bfp_encode_opts opts;
+	const uint16_t *base;
+	const uint16_t *target;
+	uint64_t n_params;
+	uint64_t pos;
+	uint64_t end;
+	uint32_t emitted;
+	uint32_t cpu;
+	uint64_t changed;   /* changed parameters in the frames emitted */
+	uint32_t n_changes;
+	uint32_t gather_scale; /* changes gathered per frame: size estimate
+				  limit over the budget, 1/256 units */
+	uint32_t model_state;  /* enum bfp_model_state */
+	uint32_t model_index;  /* index of the frame that carried it */
+	/* the changes gathered to plan the model, which the frames after it
+	 * take theirs from */
+	uint32_t bat_ok;       /* 1: chg_* hold them */
+	uint32_t bat_n;        /* how many */
+	uint32_t bat_at;       /* the first after the frames emitted */
+	uint32_t chg0;         /* the current frame's changes start here */
+	uint64_t bat_begin;    /* ranks and offsets count from here */
+	uint64_t bat_end;      /* gathered up to (exclusive) */
+	uint64_t bat_limit;    /* the range end they were gathered for */
+	uint64_t bat_next[BFP_CLASSES]; /* rank after the last change of each class
+					   before bat_at */
+	uint32_t bat_saved[BFP_CLASSES][2]; /* gaps the current frame rewrote: index, gap */
+	uint32_t bat_nsaved;
+	uint32_t bat_nsnap;
+	uint32_t bat_snap[1024][BFP_CLASSES]; /* elements of each class from
+						  bat_begin to every 8192nd */
+	uint64_t model_codes[256]; /* the model's codes (a bfp_model) */
+	uint64_t model_tables[5376]; /* the model's tables, ready to code with
+					(a bfp_rtab) */
+	uint8_t tail[BFP_PAYLOAD_MAX]; /* a payload's rANS bytes */
+	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
+	uint16_t chg_delta[BFP_CHANGES_MAX];
+	uint8_t chg_class[BFP_CHANGES_MAX];
+	uint32_t chg_rank[BFP_CHANGES_MAX]; /* class elements skipped */
+	uint32_t chg_order[BFP_CHANGES_MAX];
+	uint32_t chg_cost[BFP_CHANGES_MAX];  /* bits of each class's changes
+						so far */
+	uint32_t chg_rcost[BFP_CHANGES_MAX]; /* ... and of their rANS symbols */
+	uint8_t chg_sym[BFP_CHANGES_MAX];    /* ... the symbols */
+	/* BFP_ENC_F_STAGES: ticks of each stage (enum bfp_stage), the
+	 * changes the gathers listed and those the cut sized (some more than
+	 * fit each frame) */
+	uint64_t stage[BFP_STAGES];
+	uint64_t stage_listed, stage_sized;
+} bfp_enc;
+
+/* What a decoder holds (bfp_decoder's storage). */
+typedef struct bfp_dec {
+	uint32_t ready;        /* BFP_CTX_READY once bfp_decoder_init succeeded */
+	uint32_t cpu;
+	uint32_t n_changes;
+	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offsets in the frame's range */
+	uint16_t chg_val[BFP_CHANGES_MAX];  /* new values */
+	uint32_t grp_pos[BFP_CHANGES_MAX];  /* the same, grouped by class */
+	uint16_t grp_val[BFP_CHANGES_MAX];
+	uint16_t chunk[8192];    /* target values: range hash, zstd keyframes */
+	/* the model loaded for frames that refer to one: the identity of
+	 * the frame that carried it, and its codes */
+	uint32_t model_loaded;
+	uint32_t model_index;
+	uint32_t model_base, model_target;
+	uint64_t model_id;
+	uint32_t tables_at;      /* which of model_tables is the model's */
+	uint64_t model_codes[256]; /* a bfp_model */
+	/* the loaded model's tables, and room to build a new model's while
+	 * its frame is checked (bfp_rtab each) */
+	uint64_t model_tables[2][5376];
+} bfp_dec;
+
+_Static_assert(sizeof(bfp_enc) <= sizeof(bfp_encoder), "BFP_ENCODER_SIZE holds an encoder");
+_Static_assert(sizeof(bfp_dec) <= sizeof(bfp_decoder), "BFP_DECODER_SIZE holds a decoder");
+_Static_assert(_Alignof(bfp_enc) <= _Alignof(bfp_encoder) &&
+		       _Alignof(bfp_dec) <= _Alignof(bfp_decoder),
+	       "the opaque storage is aligned for the contexts");
+
+static inline bfp_enc *bfp_enc_of(bfp_encoder *e)
+{
+	return (bfp_enc *)(void *)e;
+}
+static inline const bfp_enc *bfp_enc_of_c(const bfp_encoder *e)
+{
+	return (const bfp_enc *)(const void *)e;
+}
+static inline bfp_dec *bfp_dec_of(bfp_decoder *d)
+{
+	return (bfp_dec *)(void *)d;
+}
+static inline const bfp_dec *bfp_dec_of_c(const bfp_decoder *d)
+{
+	return (const bfp_dec *)(const void *)d;
+}
+
 /* The one bounds-check macro: on a false condition, fail with a status. */
 #define BFP_CHECK(cond, status)                                                \
 	do {                                                                   \

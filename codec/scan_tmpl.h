@@ -39,7 +39,7 @@
 #define T_LOW_SAME 1
 #endif
 T_ATTR static inline __attribute__((always_inline)) uint64_t
-T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int snap)
+T_NAME(gather_t)(bfp_enc *e, uint64_t end, uint64_t limit_bits, const int snap)
 {
 	const uint64_t s = e->pos;
 	uint64_t cnt[BFP_CLASSES] = {0}, next[BFP_CLASSES] = {0};
@@ -119,12 +119,12 @@ T_NAME(gather_t)(bfp_encoder *e, uint64_t end, uint64_t limit_bits, const int sn
 	return end;
 }
 
-T_ATTR static uint64_t T_NAME(gather)(bfp_encoder *e, uint64_t end, uint64_t limit_bits)
+T_ATTR static uint64_t T_NAME(gather)(bfp_enc *e, uint64_t end, uint64_t limit_bits)
 {
 	return T_NAME(gather_t)(e, end, limit_bits, 0);
 }
 
-T_ATTR static uint64_t T_NAME(gather_snap)(bfp_encoder *e, uint64_t end)
+T_ATTR static uint64_t T_NAME(gather_snap)(bfp_enc *e, uint64_t end)
 {
 	return T_NAME(gather_t)(e, end, UINT64_MAX, 1);
 }

@@ -463,7 +463,7 @@ static void plan_frame(bfp_sparse_plan *pl)
 
 /* Codes are chosen from per-class statistics with a cost model (one pass
  * over the changes); bfp_sparse_cut then counts the exact size. */
-void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl)
+void bfp_sparse_plan_make(const bfp_enc *e, uint32_t k, bfp_sparse_plan *pl)
 {
 	const uint8_t *const cls = CHG_CLASS(e);
 	const uint32_t *const rank = CHG_RANK(e);
@@ -647,7 +647,7 @@ static int tab_try(const mag_hist *h, unsigned e, unsigned sb, bfp_mtab *t, uint
 
 /* Tables for the classes where one costs fewer bits than the class's
  * magnitude code over the first k changes. */
-static void plan_tables(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+static void plan_tables(const bfp_enc *e, uint32_t k, const bfp_sparse_plan *pl,
 			bfp_model *m)
 {
 	const uint8_t *const cls = CHG_CLASS(e);
@@ -692,7 +692,7 @@ static void plan_tables(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan 
 /* Count orders: the ones that code the class counts of frames of about
  * the size the first k changes predict (their estimated bits over the
  * budget) in the fewest bits. */
-static void plan_counts(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+static void plan_counts(const bfp_enc *e, uint32_t k, const bfp_sparse_plan *pl,
 			uint64_t budget_bits, bfp_model *m)
 {
 	const uint8_t *const cls = CHG_CLASS(e);
@@ -723,7 +723,7 @@ static void plan_counts(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan 
 	}
 }
 
-void bfp_model_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+void bfp_model_from_plan(const bfp_enc *e, uint32_t k, const bfp_sparse_plan *pl,
 			 uint64_t budget_bits, bfp_model *m)
 {
 	model_from_plan(pl, m);
@@ -738,7 +738,7 @@ void bfp_model_tables(const bfp_model *m, bfp_rtab *rt, int encoder)
 			bfp_rtab_build(&m->tab[c], rt, c, encoder);
 }
 
-void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
+void bfp_sparse_plan_model(const bfp_enc *e, uint32_t k, unsigned enc,
 			   const bfp_model *m, const bfp_rtab *rt, uint32_t dref,
 			   bfp_sparse_plan *pl)
 {
@@ -815,7 +815,7 @@ static inline int mag_mode(const bfp_sparse_plan *pl, unsigned c)
 #define CUT_OPEN(x) ((x) >> 24)
 _Static_assert(BFP_CHANGES_MAX * 256ull < (1ull << 24), "CUT_BITS holds a class's bits");
 static inline __attribute__((always_inline)) uint32_t
-cut_class_t(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, uint32_t b,
+cut_class_t(bfp_enc *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, uint32_t b,
 	    uint32_t *cost, uint32_t *rcost, const int gruns, const int mode)
 {
 	const uint32_t *const rank = CHG_RANK(e);
@@ -880,7 +880,7 @@ cut_class_t(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c, uint32_t a, u
 
 /* cut_class_t for each way a class codes its gaps (runs or not) and its
  * magnitudes, so that no loop tests that per change */
-static uint32_t cut_class(bfp_encoder *e, const bfp_sparse_plan *pl, unsigned c,
+static uint32_t cut_class(bfp_enc *e, const bfp_sparse_plan *pl, unsigned c,
 			  uint32_t a, uint32_t b, uint32_t *cost, uint32_t *rcost)
 {
 #define CUT_CASE(gr, md)                                                                 \
@@ -910,7 +910,7 @@ typedef struct {
 
 /* Class c's share of a prefix that holds its first nc changes: its
  * count, and its running totals at the last of them. */
-static inline prefix_acc prefix_class(const bfp_encoder *e, const bfp_sparse_plan *pl,
+static inline prefix_acc prefix_class(const bfp_enc *e, const bfp_sparse_plan *pl,
 				      const uint8_t *tabbed, unsigned c, uint32_t nc)
 {
 	prefix_acc a = {count_bits(pl, c, nc), 0, 0};
@@ -931,7 +931,7 @@ static inline uint64_t prefix_total(const prefix_acc *a)
 /* The payload of the first len changes, for a model's codes: each
  * class's share at its last change among them (a binary search in its
  * list of changes); n gets the per-class counts. */
-static prefix_acc prefix_sum(const bfp_encoder *e, const bfp_sparse_plan *pl,
+static prefix_acc prefix_sum(const bfp_enc *e, const bfp_sparse_plan *pl,
 			     const uint8_t *tabbed, uint32_t len, uint32_t *n)
 {
 	const uint32_t *order = e->chg_order, *start = pl->start;
@@ -957,7 +957,7 @@ static prefix_acc prefix_sum(const bfp_encoder *e, const bfp_sparse_plan *pl,
 	return a;
 }
 
-static uint64_t prefix_bits(const bfp_encoder *e, const bfp_sparse_plan *pl,
+static uint64_t prefix_bits(const bfp_enc *e, const bfp_sparse_plan *pl,
 			    const uint8_t *tabbed, uint32_t len, uint32_t *n)
 {
 	const prefix_acc a = prefix_sum(e, pl, tabbed, len, n);
@@ -973,7 +973,7 @@ static uint64_t prefix_bits(const bfp_encoder *e, const bfp_sparse_plan *pl,
  * for it; returns UINT32_MAX, n and pl->bits unchanged, when SHORTEN_MAX
  * steps are not enough (the binary search then finds it). */
 #define SHORTEN_MAX 512u
-static uint32_t shorten(const bfp_encoder *e, bfp_sparse_plan *pl, const uint8_t *tabbed,
+static uint32_t shorten(const bfp_enc *e, bfp_sparse_plan *pl, const uint8_t *tabbed,
 			prefix_acc a, uint32_t len, uint64_t budget_bits, uint32_t *n)
 {
 	const uint8_t *const cls = CHG_CLASS(e);
@@ -1001,7 +1001,7 @@ static uint32_t shorten(const bfp_encoder *e, bfp_sparse_plan *pl, const uint8_t
 	return UINT32_MAX;
 }
 
-uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
+uint32_t bfp_sparse_cut(bfp_enc *e, uint32_t k, bfp_sparse_plan *pl,
 			uint64_t budget_bits)
 {
 	const uint8_t *const cls = CHG_CLASS(e);
@@ -1181,7 +1181,7 @@ static void write_model(bfp_bw *w, const bfp_model *m)
  * magnitudes (in decoding order: by class, then position), coded
  * backwards from a state that holds the signs the bit stream left out.
  * Returns its length. */
-static size_t write_tail(const bfp_encoder *e, const bfp_sparse_plan *pl, uint32_t signs,
+static size_t write_tail(const bfp_enc *e, const bfp_sparse_plan *pl, uint32_t signs,
 			 uint8_t *tail)
 {
 	const uint8_t *const sym = e->chg_sym;
@@ -1302,7 +1302,7 @@ write_mags_t(bfp_bw *w, const uint16_t *delta, const uint32_t *order, uint32_t a
 }
 
 /* Write a run-coded or plain sequence of symbols (FORMAT.md 3.4-3.6). */
-size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *wout,
+size_t bfp_sparse_write(const bfp_enc *e, const bfp_sparse_plan *pl, bfp_bw *wout,
 			uint8_t *tail)
 {
 	const uint32_t *const rank = CHG_RANK(e);

@@ -74,14 +74,14 @@ typedef struct bfp_sparse_plan {
 /* Choose codes for the first k gathered changes of e (cost model over
  * per-class statistics) for a self-contained frame; sizes come from
  * bfp_sparse_cut. */
-void bfp_sparse_plan_make(const bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl);
+void bfp_sparse_plan_make(const bfp_enc *e, uint32_t k, bfp_sparse_plan *pl);
 
 /* The model (FORMAT.md 3.6) for the first k gathered changes of e and
  * their self-contained plan pl: pl's codes (for classes without changes
  * a plain gap code at the predicted level and the default magnitude
  * code), count orders for frames of budget_bits, and magnitude tables
  * where they pay. */
-void bfp_model_from_plan(const bfp_encoder *e, uint32_t k, const bfp_sparse_plan *pl,
+void bfp_model_from_plan(const bfp_enc *e, uint32_t k, const bfp_sparse_plan *pl,
 			 uint64_t budget_bits, bfp_model *m);
 
 /* Build the tables of a model's table-coded classes. */
@@ -93,7 +93,7 @@ unsigned bfp_model_bits(const bfp_model *m);
 /* A plan for BFP_ENC_SPARSE_MODEL (m carried; dref 0) or
  * BFP_ENC_SPARSE_REF (dref frames back to the frame that carried m) of
  * the first k gathered changes of e: the codes are m's, rt its tables. */
-void bfp_sparse_plan_model(const bfp_encoder *e, uint32_t k, unsigned enc,
+void bfp_sparse_plan_model(const bfp_enc *e, uint32_t k, unsigned enc,
 			   const bfp_model *m, const bfp_rtab *rt, uint32_t dref,
 			   bfp_sparse_plan *pl);
 
@@ -105,14 +105,14 @@ int bfp_model_parse(bfp_br *r, bfp_model *m);
  * pl->bits and pl->stuck for it, and groups the changes by class in
  * e->chg_order (pl->start), with the rANS symbol of each table-coded one
  * in e->chg_sym, for bfp_sparse_write. */
-uint32_t bfp_sparse_cut(bfp_encoder *e, uint32_t k, bfp_sparse_plan *pl,
+uint32_t bfp_sparse_cut(bfp_enc *e, uint32_t k, bfp_sparse_plan *pl,
 			uint64_t budget_bits);
 
 /* Write the payload of the changes bfp_sparse_cut took, with pl, as it
  * left them (pl->n, pl->start, e->chg_order, e->chg_sym):
  * the bit stream to w and, for modelled plans, the rANS part that
  * follows it (after padding) to tail; returns the rANS part's length. */
-size_t bfp_sparse_write(const bfp_encoder *e, const bfp_sparse_plan *pl, bfp_bw *w,
+size_t bfp_sparse_write(const bfp_enc *e, const bfp_sparse_plan *pl, bfp_bw *w,
 			uint8_t *tail);
 
 /* Parse a sparse payload of encoding enc into per-class gaps and steps

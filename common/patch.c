@@ -196,11 +196,12 @@ static void *enc_worker(void *arg)
 		enc_notify(j, c, 1);
 	}
 	patch_stages *ps = j->o->stages;
-	if (ps) { /* this thread's share */
+	bfp_stage_counts sc;
+	if (ps && bfp_encoder_stages(enc, &sc) == BFP_OK) { /* this thread's share */
 		for (unsigned k = 0; k < BFP_STAGES; k++)
-			__atomic_fetch_add(&ps->ticks[k], enc->stage[k], __ATOMIC_RELAXED);
-		__atomic_fetch_add(&ps->listed, enc->stage_listed, __ATOMIC_RELAXED);
-		__atomic_fetch_add(&ps->sized, enc->stage_sized, __ATOMIC_RELAXED);
+			__atomic_fetch_add(&ps->ticks[k], sc.ticks[k], __ATOMIC_RELAXED);
+		__atomic_fetch_add(&ps->listed, sc.listed, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&ps->sized, sc.sized, __ATOMIC_RELAXED);
 	}
 	free(ws);
 	free(enc);
@@ -464,9 +465,14 @@ int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
 frame_changes frame_changes_keep(const bfp_decoder *d, const bfp_frame_header *h,
 				 uint32_t *pos, uint16_t *val)
 {
-	memcpy(pos, d->chg_pos, (size_t)d->n_changes * sizeof(*pos));
-	memcpy(val, d->chg_val, (size_t)d->n_changes * sizeof(*val));
-	return (frame_changes){h->range_begin, d->n_changes, h->range_len, pos, val};
+	const uint32_t *p;
+	const uint16_t *v;
+	const uint32_t n = bfp_decoder_changes(d, &p, &v);
+	if (n) {
+		memcpy(pos, p, (size_t)n * sizeof(*pos));
+		memcpy(val, v, (size_t)n * sizeof(*val));
+	}
+	return (frame_changes){h->range_begin, n, h->range_len, pos, val};
 }
 
 int patch_encode(const model *old, const model *nw, const patch_opts *o,
@@ -706,7 +712,10 @@ static bfp_status apply_journalled(apply_job *j, unsigned worker, bfp_decoder *d
 	bfp_status st = bfp_decode_verify(dec, ao, f, len, j->params, j->n, h);
 	if (st != BFP_OK)
 		return st;
-	write_changes(j, worker, h->range_begin, dec->chg_pos, dec->chg_val, dec->n_changes);
+	const uint32_t *pos;
+	const uint16_t *val;
+	const uint32_t n = bfp_decoder_changes(dec, &pos, &val);
+	write_changes(j, worker, h->range_begin, pos, val, n);
 	return BFP_OK;
 }
 

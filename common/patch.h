@@ -102,7 +102,7 @@ typedef struct frame_changes {
 } frame_changes;
 
 /* Keep the changes bfp_decode_verify left in d for the frame h: copy
- * them to pos (d->n_changes offsets) and val (as many values) and return
+ * them to pos (bfp_decoder_changes offsets) and val (as many values) and return
  * their record. */
 frame_changes frame_changes_keep(const bfp_decoder *d, const bfp_frame_header *h,
 				 uint32_t *pos, uint16_t *val);

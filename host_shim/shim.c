@@ -456,11 +456,12 @@ static int prepare_some(shim *s, double budget_s)
 			sl->have--;
 			continue;
 		}
-		size_t bytes = sizeof(prep) + (size_t)d->n_changes * 6;
+		const uint32_t nch = bfp_decoder_changes(d, NULL, NULL);
+		size_t bytes = sizeof(prep) + (size_t)nch * 6;
 		prep *p = malloc(bytes);
 		if (!p)
 			return 0;
-		uint16_t *val = (uint16_t *)(void *)(p->v + d->n_changes);
+		uint16_t *val = (uint16_t *)(void *)(p->v + nch);
 		p->fc = frame_changes_keep(d, &h, p->v, val);
 		sl->preps[i] = p;
 		sl->prepped++;

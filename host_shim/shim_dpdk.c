@@ -520,11 +520,14 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 			st = bfp_decode_apply(dec, o, f, flen, a->params, a->n_params, NULL);
 		} else if ((st = bfp_decode_verify(dec, o, f, flen, a->params, a->n_params,
 						   NULL)) == BFP_OK) {
-			if (a->jn->note(a->jn->arg, b, dec->chg_pos, dec->n_changes))
+			const uint32_t *pos;
+			const uint16_t *val;
+			const uint32_t n = bfp_decoder_changes(dec, &pos, &val);
+			if (a->jn->note(a->jn->arg, b, pos, n))
 				return frame_fail(a, i, 0, "range [%" PRIu64 ", %" PRIu64 "): no room "
 						  "in the journal", b, e);
-			for (uint32_t k = 0; k < dec->n_changes; k++)
-				a->params[b + dec->chg_pos[k]] = dec->chg_val[k];
+			for (uint32_t k = 0; k < n; k++)
+				a->params[b + pos[k]] = val[k];
 			a->jn->retire(a->jn->arg);
 		}
 		if (st != BFP_OK)
@@ -557,7 +560,9 @@ static int apply_one(apply_run *a, bfp_decoder *dec, const bfp_apply_opts *o, ui
 	/* the values the copy will overwrite, kept before it can start; a
 	 * full journal empties as the copies in flight complete, then this
 	 * frame is done again (reaping them all resets the arena) */
-	if (journal && a->jn->note(a->jn->arg, b, dec->chg_pos, dec->n_changes)) {
+	const uint32_t *pos;
+	const uint32_t n = bfp_decoder_changes(dec, &pos, NULL);
+	if (journal && a->jn->note(a->jn->arg, b, pos, n)) {
 		if (retried)
 			return frame_fail(a, i, 0, "range [%" PRIu64 ", %" PRIu64 "): no room in "
 					  "the journal", b, e);

@@ -295,7 +295,7 @@ typedef enum bfp_sparse_mode {
 				   (tests: the same bytes either way) */
 #define BFP_ENC_F_STAGES 512u  /* count the time each stage of the encoder
 				  takes, in the CPU's cycle counter ticks
-				  (bfp_encoder.stage); the frames are the
+				  (bfp_encoder_stages); the frames are the
 				  same */
 
 /* The encoder's stages (BFP_ENC_F_STAGES): the sums of their ticks over
@@ -319,79 +319,48 @@ enum bfp_stage {
 	BFP_STAGES
 };
 
-/* Encoder state. Large (scratch for one frame's changes); place it in
- * static or caller-allocated memory, not on a small stack. Its size does
- * not depend on the model size. */
+/* Encoder state: BFP_ENCODER_SIZE bytes of opaque storage (about 1 MB,
+ * whatever the model size) that only the library reads or writes. Place
+ * it in static or heap memory, not on a small stack, and set it up with
+ * bfp_encoder_init. It holds no pointers into itself: a set-up encoder
+ * may be copied with memcpy (both copies then go on independently from
+ * the same point). */
+#define BFP_ENCODER_SIZE ((size_t)1048576)
 typedef struct bfp_encoder {
-	bfp_encode_opts opts;
-	const uint16_t *base;
-	const uint16_t *target;
-	uint64_t n_params;
-	uint64_t pos;
-	uint64_t end;
-	uint32_t emitted;
-	uint32_t cpu;
-	uint64_t changed;   /* changed parameters in the frames emitted */
-	uint32_t n_changes;
-	uint32_t gather_scale; /* changes gathered per frame: size estimate
-				  limit over the budget, 1/256 units */
-	uint32_t model_state;  /* shared models: 0 none yet, 1 planned (the
-				  next sparse frame carries it), 2 sent, 3
-				  none for this range (too few changes, or
-				  frames too small for one) */
-	uint32_t model_index;  /* index of the frame that carried it */
-	/* the changes gathered to plan the model, which the frames after it
-	 * take theirs from (codec internal) */
-	uint32_t bat_ok;       /* 1: chg_* hold them */
-	uint32_t bat_n;        /* how many */
-	uint32_t bat_at;       /* the first after the frames emitted */
-	uint32_t chg0;         /* the current frame's changes start here */
-	uint64_t bat_begin;    /* ranks and offsets count from here */
-	uint64_t bat_end;      /* gathered up to (exclusive) */
-	uint64_t bat_limit;    /* the range end they were gathered for */
-	uint64_t bat_next[BFP_CLASSES]; /* rank after the last change of each class
-					   before bat_at */
-	uint32_t bat_saved[BFP_CLASSES][2]; /* gaps the current frame rewrote: index, gap */
-	uint32_t bat_nsaved;
-	uint32_t bat_nsnap;
-	uint32_t bat_snap[1024][BFP_CLASSES]; /* elements of each class from
-						  bat_begin to every 8192nd */
-	uint64_t model_codes[256]; /* the model's codes (codec internal) */
-	uint64_t model_tables[5376]; /* the model's tables, ready to code with
-					(codec internal) */
-	uint8_t tail[BFP_PAYLOAD_MAX]; /* a payload's rANS bytes (internal) */
-	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
-	uint16_t chg_delta[BFP_CHANGES_MAX];
-	uint8_t chg_class[BFP_CHANGES_MAX];
-	uint32_t chg_rank[BFP_CHANGES_MAX]; /* class elements skipped */
-	uint32_t chg_order[BFP_CHANGES_MAX];
-	uint32_t chg_cost[BFP_CHANGES_MAX];  /* bits of each class's changes
-						so far (internal) */
-	uint32_t chg_rcost[BFP_CHANGES_MAX]; /* ... and of their rANS symbols */
-	uint8_t chg_sym[BFP_CHANGES_MAX];    /* ... the symbols (internal) */
-	/* BFP_ENC_F_STAGES: ticks of each stage (enum bfp_stage), the
-	 * changes the gathers listed and those the cut sized (some more than
-	 * fit each frame) */
-	uint64_t stage[BFP_STAGES];
-	uint64_t stage_listed, stage_sized;
+	union {
+		uint64_t u64;
+		void *ptr;
+		unsigned char bytes[8];
+	} opaque_[BFP_ENCODER_SIZE / 8];
 } bfp_encoder;
 
-/* Start encoding parameters [begin, end) of the model. base and target
- * point to element 0 of the full arrays of n_params words each (base may
- * be NULL with BFP_ENC_F_KEYFRAME). Frames never span beyond end, so call
- * once per tensor to keep frames within tensor boundaries. The ranges of
- * one patch must tile the model: where two tensors share a word (a tensor
- * that ends at an odd byte), start each range at the end of the one
- * before, not at the tensor's first word (two frames covering one word
- * cannot both verify). */
+/* Set enc up to encode parameters [begin, end) of the model: base and
+ * target point to element 0 of the full arrays of n_params words each
+ * (base may be NULL with BFP_ENC_F_KEYFRAME); the encoder reads them, and
+ * opts->zstd_workspace, until the range is done or it is reset, and
+ * copies *opts. Frames never span beyond end, so call once per tensor to
+ * keep frames within tensor boundaries. The ranges of one patch must
+ * tile the model: where two tensors share a word (a tensor that ends at
+ * an odd byte), start each range at the end of the one before, not at
+ * the tensor's first word (two frames covering one word cannot both
+ * verify).
+ * Returns BFP_OK; BFP_E_ARG for NULL pointers, a frame size outside
+ * BFP_FRAME_SIZE_MIN..MAX, versions that do not go up (a keyframe stream
+ * needs base_version 0), unknown flags or sparse mode, or a missing or
+ * misaligned zstd workspace with BFP_ENC_F_ZSTD; BFP_E_UNSUPPORTED for
+ * BFP_ENC_F_ZSTD in a build without zstd; BFP_E_RANGE when begin > end or
+ * end > n_params. After an error enc is not set up: every other call on
+ * it fails with BFP_E_ARG until an init succeeds. */
 BFP_API bfp_status bfp_encoder_init(bfp_encoder *enc, const bfp_encode_opts *opts,
 			    const uint16_t *base, const uint16_t *target,
 			    uint64_t n_params, uint64_t begin, uint64_t end);
 
-/* Point an initialised encoder at another range (of the same or other
- * arrays), keeping its options and detected CPU features: cheaper than
+/* Point a set-up encoder at another range (of the same or other arrays),
+ * keeping its options and detected CPU features: cheaper than
  * bfp_encoder_init per tensor. Frames count from first_index again.
- * BFP_E_ARG for an encoder bfp_encoder_init did not set up. */
+ * Returns BFP_OK; BFP_E_ARG for an encoder that is not set up or a
+ * missing array, BFP_E_RANGE for a bad range; after an error the encoder
+ * is unchanged. */
 BFP_API bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 			     const uint16_t *target, uint64_t n_params,
 			     uint64_t begin, uint64_t end, uint32_t first_index);
@@ -399,19 +368,37 @@ BFP_API bfp_status bfp_encoder_reset(bfp_encoder *enc, const uint16_t *base,
 /* Function twin of BFP_FRAME_BOUND(). */
 BFP_API size_t bfp_frame_bound(uint32_t frame_size);
 
-/* Emit the next frame into out (at least bfp_frame_bound(opts.frame_size)
- * bytes). Returns BFP_OK with *out_len set, or
- * BFP_DONE when the range is fully covered. Canonical: the same inputs and
- * options always produce the same bytes. */
+/* Emit the next frame of the range into out (out_cap at least
+ * bfp_frame_bound(opts.frame_size) bytes). Returns BFP_OK with *out_len
+ * set, or BFP_DONE (nothing written) when the range is fully covered.
+ * Canonical: the same inputs and options always produce the same bytes.
+ * Errors: BFP_E_ARG (NULL pointers, an encoder that is not set up) and
+ * BFP_E_SPACE (out_cap too small); the encoder is then unchanged and the
+ * call may be repeated with a larger buffer. */
 BFP_API bfp_status bfp_encode_next(bfp_encoder *enc, void *out, size_t out_cap,
 			   size_t *out_len);
 
-/* Frames emitted so far by this encoder. */
+/* Frames emitted since the last init or reset (0 for an encoder that is
+ * not set up). */
 BFP_API uint32_t bfp_encoder_frames(const bfp_encoder *enc);
 
 /* Parameters whose value changes, in the sparse and dense frames emitted
- * since the last init or reset (keyframes count none). */
+ * since the last init or reset (keyframes count none; 0 for an encoder
+ * that is not set up). */
 BFP_API uint64_t bfp_encoder_changed(const bfp_encoder *enc);
+
+/* The stage counters of an encoder set up with BFP_ENC_F_STAGES, summed
+ * since bfp_encoder_init (all 0 without the flag). */
+typedef struct bfp_stage_counts {
+	uint64_t ticks[BFP_STAGES]; /* ticks of each stage (enum bfp_stage) */
+	uint64_t listed;            /* changes the gathers listed */
+	uint64_t sized;             /* changes the cut sized (some more than
+				       fit each frame) */
+} bfp_stage_counts;
+
+/* Copy enc's stage counters to *out. BFP_E_ARG for NULL pointers or an
+ * encoder that is not set up (*out unchanged). */
+BFP_API bfp_status bfp_encoder_stages(const bfp_encoder *enc, bfp_stage_counts *out);
 
 /* Workspace bytes needed for zstd keyframes (0 if built without zstd). */
 BFP_API size_t bfp_zstd_workspace_size(void);
@@ -436,39 +423,35 @@ typedef struct bfp_apply_opts {
  * BFP_DEC_F_ANY_MODEL. */
 #define BFP_DEC_F_SCALAR 256u
 
-/* Decoder scratch (about 0.5 MB, independent of the model size). */
+/* Decoder state: BFP_DECODER_SIZE bytes of opaque storage (about 0.6 MB,
+ * whatever the model size) that only the library reads or writes: the
+ * last frame's changes and the model that frames refer to. Place and copy
+ * it as an encoder; set it up with bfp_decoder_init. */
+#define BFP_DECODER_SIZE ((size_t)589824)
 typedef struct bfp_decoder {
-	uint32_t ready;
-	uint32_t cpu;
-	uint32_t n_changes;
-	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offsets in the frame's range */
-	uint16_t chg_val[BFP_CHANGES_MAX];  /* new values */
-	uint32_t grp_pos[BFP_CHANGES_MAX];  /* the same, grouped by class */
-	uint16_t grp_val[BFP_CHANGES_MAX];
-	uint16_t chunk[8192];    /* target values: range hash, zstd keyframes */
-	/* the model loaded for frames that refer to one: the identity of
-	 * the frame that carried it, and its codes */
-	uint32_t model_loaded;
-	uint32_t model_index;
-	uint32_t model_base, model_target;
-	uint64_t model_id;
-	uint32_t tables_at;      /* which of model_tables is the model's */
-	uint64_t model_codes[256]; /* codec internal */
-	/* the loaded model's tables, and room to build a new model's while
-	 * its frame is checked (codec internal) */
-	uint64_t model_tables[2][5376];
+	union {
+		uint64_t u64;
+		void *ptr;
+		unsigned char bytes[8];
+	} opaque_[BFP_DECODER_SIZE / 8];
 } bfp_decoder;
 
-/* Prepare a decoder; flags: BFP_DEC_F_SCALAR or 0. */
+/* Set dec up; flags: BFP_DEC_F_SCALAR or 0. The decoder holds no model
+ * and no changes. BFP_E_ARG for a NULL dec or other flags; after an error
+ * dec is not set up (every other call on it fails with BFP_E_ARG). */
 BFP_API bfp_status bfp_decoder_init(bfp_decoder *dec, uint32_t flags);
 
 /* Validate a frame completely (header, CRC, model, base version, range
- * within [0, n_params), payload, target hash) and only then write its
- * target values into weights. On any error weights is untouched. Applying
- * the same delta frame twice fails with BFP_E_HASH and changes nothing
- * (unless the frame changes nothing in its range: then it is at its
- * target either way).
- * hdr_out may be NULL. */
+ * within [0, n_params), payload, target hash: FORMAT.md 2.4, in that
+ * order) and only then write its target values into weights. hdr_out,
+ * if not NULL, gets the frame's header on success. Applying the same
+ * delta frame twice fails with BFP_E_HASH and changes nothing (unless the
+ * frame changes nothing in its range: then it is at its target either
+ * way). On success with a delta frame the decoder holds its changes
+ * (bfp_decoder_changes), and after a frame that carries a model, that
+ * model. On any error weights and the model the decoder holds are
+ * unchanged, and it holds no changes. BFP_E_ARG also for a decoder that
+ * is not set up and for unknown flags in opts. */
 BFP_API bfp_status bfp_decode_apply(bfp_decoder *dec, const bfp_apply_opts *opts,
 			    const void *frame, size_t frame_len,
 			    uint16_t *weights, uint64_t n_params,
@@ -476,32 +459,47 @@ BFP_API bfp_status bfp_decode_apply(bfp_decoder *dec, const bfp_apply_opts *opts
 
 /* Everything bfp_decode_apply checks, the target hash included, for a
  * delta frame (sparse or dense; keyframes get BFP_E_UNSUPPORTED), but
- * nothing is written: the frame's changes are left in dec, n_changes of
- * them, chg_pos[i] an offset from the range's first parameter and
- * chg_val[i] its new value, in no particular order. Writing them later
- * gives the frame's target values as long as weights over the range are
- * as they were here (a receiver that prepares a patch before it commits). */
+ * nothing is written: the frame's changes stay in dec for
+ * bfp_decoder_changes. Writing them later gives the frame's target values
+ * as long as weights over the range are as they were here (a receiver
+ * that prepares a patch before it commits). Errors as bfp_decode_apply. */
 BFP_API bfp_status bfp_decode_verify(bfp_decoder *dec, const bfp_apply_opts *opts,
 			     const void *frame, size_t frame_len,
 			     const uint16_t *weights, uint64_t n_params,
 			     bfp_frame_header *hdr_out);
 
+/* The changes of the delta frame that the last bfp_decode_verify or
+ * bfp_decode_apply on dec checked out: returns their number n, and sets
+ * *pos to n offsets from the frame's first parameter (range_begin) and
+ * *val to their n new values, in no particular order. The arrays live in
+ * dec until its next decode call. 0 (and NULL pointers) after any other
+ * outcome. pos or val may be NULL. */
+BFP_API uint32_t bfp_decoder_changes(const bfp_decoder *dec, const uint32_t **pos,
+				 const uint16_t **val);
+
 /* Does weights already hold this frame's target values over its range?
- * (Crash recovery, duplicate detection.) *at_target gets 1 or 0. */
+ * (Crash recovery, duplicate detection.) After the header checks of
+ * bfp_frame_parse (any model, any base) and the range check against
+ * n_params, *at_target gets 1 or 0; on error it is unchanged. */
 BFP_API bfp_status bfp_frame_check_target(const void *frame, size_t frame_len,
 				  const uint16_t *weights, uint64_t n_params,
 				  int *at_target);
 
 /* Frames of BFP_ENC_SPARSE_REF are coded with the model (code parameters,
  * tables) that an earlier frame of BFP_ENC_SPARSE_MODEL of the same patch
- * carries (FORMAT.md 3.6). bfp_frame_model_index gives the index of that
- * frame (for BFP_ENC_SPARSE_MODEL the frame's own index;
- * BFP_E_UNSUPPORTED for other encodings); after the header checks of
- * bfp_frame_parse. bfp_decoder_load_model parses and checks a frame of
- * BFP_ENC_SPARSE_MODEL (header, CRC, model) and keeps its model in dec
- * for the frames that refer to it; decoding such a frame successfully
- * loads its model too. A frame of BFP_ENC_SPARSE_REF whose model is not
- * the one loaded is rejected with BFP_E_NO_MODEL. */
+ * carries (FORMAT.md 3.6). A decoder holds one model at a time; decoding
+ * a frame that carries one loads it, and a frame of BFP_ENC_SPARSE_REF
+ * whose model is not the one held is rejected with BFP_E_NO_MODEL.
+ *
+ * bfp_frame_model_index gives the index of that frame (for
+ * BFP_ENC_SPARSE_MODEL the frame's own index; BFP_E_UNSUPPORTED for other
+ * encodings), after the header checks of bfp_frame_parse; *index is
+ * unchanged on error.
+ *
+ * bfp_decoder_load_model parses and checks a frame of
+ * BFP_ENC_SPARSE_MODEL (header, CRC, model; BFP_E_ARG for another
+ * encoding) and keeps its model in dec for the frames that refer to it.
+ * On error dec keeps the model it held. */
 BFP_API bfp_status bfp_frame_model_index(const void *frame, size_t frame_len,
 				 uint32_t *index);
 BFP_API bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame,
@@ -511,7 +509,7 @@ BFP_API bfp_status bfp_decoder_load_model(bfp_decoder *dec, const void *frame,
  * frames[model index] (lens[] their lengths, NULL where missing).
  * BFP_E_NO_MODEL when that frame is missing or is not the model's; BFP_OK
  * (nothing to do) for other encodings and for frames whose reference the
- * decoder rejects anyway. */
+ * decoder rejects anyway. On error dec keeps the model it held. */
 BFP_API bfp_status bfp_decoder_model_for(bfp_decoder *dec, const void *frame, size_t frame_len,
 				 const uint8_t *const *frames, const uint32_t *lens,
 				 size_t n_frames);
@@ -535,10 +533,12 @@ typedef struct bfp_frame_stats {
 } bfp_frame_stats;
 
 /* Parse a frame and its payload structure (not the values, which need the
- * base) and count what it carries. Validates header, CRC and the payload
- * rules that do not need the base. dec (from bfp_decoder_init) is scratch,
- * and keeps the model of a frame that carries one for the frames after it
- * that refer to it, as decoding does. */
+ * base) and count what it carries into *st. Validates header, CRC and the
+ * payload rules that do not need the base. dec (set up by
+ * bfp_decoder_init) is scratch, and keeps the model of a frame that
+ * carries one for the frames after it that refer to it, as decoding does;
+ * the changes it holds for bfp_decoder_changes are kept. On error *st is
+ * unspecified and dec keeps the model it held. */
 BFP_API bfp_status bfp_frame_stats_get(bfp_decoder *dec, const void *frame,
 			       size_t frame_len, bfp_frame_stats *st);
 

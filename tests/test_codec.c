@@ -662,28 +662,30 @@ static void test_stage_counters(void **state)
 		assert_int_equal(f.len, ref.len);
 		assert_memory_equal(f.buf, ref.buf, f.len);
 		uint64_t parts = 0;
+		bfp_stage_counts sc;
+		assert_int_equal(bfp_encoder_stages(&enc, &sc), BFP_OK);
 		for (unsigned k = 0; k < BFP_STAGE_ALL; k++)
-			parts += enc.stage[k];
+			parts += sc.ticks[k];
 #if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
 		const int counter = 1; /* the counters codec/encode.c reads */
 #else
 		const int counter = 0;
 #endif
 		if (!on || !counter) {
-			assert_true(parts == 0 && enc.stage[BFP_STAGE_ALL] == 0);
+			assert_true(parts == 0 && sc.ticks[BFP_STAGE_ALL] == 0);
 		} else {
 			const unsigned used[] = {BFP_STAGE_GATHER, BFP_STAGE_MODEL, BFP_STAGE_PLAN,
 						 BFP_STAGE_CUT, BFP_STAGE_WRITE, BFP_STAGE_OTHER,
 						 BFP_STAGE_HASH};
 			for (size_t k = 0; k < sizeof(used) / sizeof(used[0]); k++)
-				assert_true(enc.stage[used[k]] > 0);
-			assert_true(parts <= enc.stage[BFP_STAGE_ALL]);
+				assert_true(sc.ticks[used[k]] > 0);
+			assert_true(parts <= sc.ticks[BFP_STAGE_ALL]);
 		}
 		if (on) { /* the cut sizes every change a gather lists */
-			assert_true(enc.stage_listed > 0);
-			assert_true(enc.stage_sized >= enc.stage_listed);
+			assert_true(sc.listed > 0);
+			assert_true(sc.sized >= sc.listed);
 		} else {
-			assert_true(enc.stage_listed == 0 && enc.stage_sized == 0);
+			assert_true(sc.listed == 0 && sc.sized == 0);
 		}
 		t_frames_free(&f);
 	}
@@ -1256,17 +1258,24 @@ static void test_decode_verify_writes_nothing(void **state)
 	bfp_apply_opts ao = aopts();
 	assert_int_equal(bfp_decode_verify(&rdec, &ao, frame, frame_len, rw, RN, &h), BFP_OK);
 	assert_words_equal(rw, rsnap, RN);
-	assert_true(rdec.n_changes > 0);
-	for (uint32_t i = 0; i < rdec.n_changes; i++) {
-		assert_true(rdec.chg_pos[i] < h.range_len);
-		rw[h.range_begin + rdec.chg_pos[i]] = rdec.chg_val[i];
+	const uint32_t *pos;
+	const uint16_t *val;
+	const uint32_t n = bfp_decoder_changes(&rdec, &pos, &val);
+	assert_true(n > 0);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_true(pos[i] < h.range_len);
+		rw[h.range_begin + pos[i]] = val[i];
 	}
 	assert_words_equal(rw + h.range_begin, rt + h.range_begin, h.range_len);
 	assert_words_equal(rw, rb, h.range_begin);
-	/* at the target already: the hash of base-with-changes fails */
+	/* at the target already: the hash of base-with-changes fails, and
+	 * the decoder then holds no changes */
 	memcpy(rsnap, rw, sizeof(rw));
 	expect_reject(frame, frame_len, BFP_E_HASH);
 	assert_int_equal(bfp_decode_verify(&rdec, &ao, frame, frame_len, rw, RN, NULL), BFP_E_HASH);
+	assert_int_equal(bfp_decoder_changes(&rdec, &pos, &val), 0);
+	assert_null(pos);
+	assert_null(val);
 	/* a corrupt frame is refused as by apply */
 	memcpy(p, frame, frame_len);
 	p[frame_len - 1] ^= 1;
@@ -1285,6 +1294,7 @@ static void test_decode_verify_writes_nothing(void **state)
 	assert_int_equal(bfp_encode_next(&enc, p, sizeof(p), &kl), BFP_OK);
 	ao.flags = BFP_DEC_F_ANY_MODEL;
 	assert_int_equal(bfp_decode_verify(&rdec, &ao, p, kl, rb, 64, NULL), BFP_E_UNSUPPORTED);
+	assert_int_equal(bfp_decoder_changes(&rdec, NULL, NULL), 0);
 }
 
 static void test_reject_wrong_model(void **state)
@@ -1918,10 +1928,40 @@ static void test_encoder_rejects_bad_options(void **state)
 	 * zero frame size would have let frames overrun the buffer) */
 	memset(&enc, 0, sizeof(enc));
 	assert_int_equal(bfp_encoder_reset(&enc, rb, rt, RN, 0, RN, 0), BFP_E_ARG);
-	/* a sparse mode that bfp_sparse_mode does not name */
+	/* a sparse mode that bfp_sparse_mode does not name; after a failed
+	 * init the encoder is not set up, whatever it held before */
 	bfp_encode_opts so = opts(1200);
+	assert_int_equal(bfp_encoder_init(&enc, &so, rb, rt, RN, 0, RN), BFP_OK);
 	so.sparse = BFP_SPARSE_SELF_CONTAINED + 1;
 	assert_int_equal(bfp_encoder_init(&enc, &so, rb, rt, RN, 0, RN), BFP_E_ARG);
+	assert_int_equal(bfp_encode_next(&enc, out, sizeof(out), &len), BFP_E_ARG);
+	assert_int_equal(bfp_encoder_reset(&enc, rb, rt, RN, 0, RN, 0), BFP_E_ARG);
+	bfp_stage_counts sc;
+	assert_int_equal(bfp_encoder_stages(&enc, &sc), BFP_E_ARG);
+	assert_int_equal(bfp_encoder_frames(&enc), 0);
+	/* a failed reset leaves the encoder as it was: the same frames */
+	so.sparse = BFP_SPARSE_SHARED;
+	uint8_t first[BFP_FRAME_SIZE_MAX], again[BFP_FRAME_SIZE_MAX];
+	size_t first_len, again_len;
+	assert_int_equal(bfp_encoder_init(&enc, &so, rb, rt, RN, 0, RN), BFP_OK);
+	assert_int_equal(bfp_encode_next(&enc, first, sizeof(first), &first_len), BFP_OK);
+	assert_int_equal(bfp_encoder_init(&enc, &so, rb, rt, RN, 0, RN), BFP_OK);
+	assert_int_equal(bfp_encoder_reset(&enc, rb, rt, RN, 0, RN + 1, 0), BFP_E_RANGE);
+	assert_int_equal(bfp_encoder_reset(&enc, rb, NULL, RN, 0, RN, 0), BFP_E_ARG);
+	assert_int_equal(bfp_encode_next(&enc, again, 16, &again_len), BFP_E_SPACE);
+	assert_int_equal(bfp_encode_next(&enc, again, sizeof(again), &again_len), BFP_OK);
+	assert_int_equal(again_len, first_len);
+	assert_memory_equal(again, first, first_len);
+	/* a decoder never set up, or whose set-up failed, refuses every call */
+	static bfp_decoder z;
+	memset(&z, 0, sizeof(z));
+	bfp_apply_opts zo = aopts();
+	assert_int_equal(bfp_decode_apply(&z, &zo, frame, frame_len, rw, RN, NULL), BFP_E_ARG);
+	assert_int_equal(bfp_decoder_init(&z, 0), BFP_OK);
+	assert_int_equal(bfp_decoder_init(&z, 2u), BFP_E_ARG);
+	assert_int_equal(bfp_decode_verify(&z, &zo, frame, frame_len, rw, RN, NULL), BFP_E_ARG);
+	bfp_frame_stats zst;
+	assert_int_equal(bfp_frame_stats_get(&z, frame, frame_len, &zst), BFP_E_ARG);
 	/* the decoder's SCALAR flag is no apply option: in bfp_apply_opts it
 	 * is refused, not taken for BFP_DEC_F_ANY_MODEL */
 	static bfp_decoder d;

@@ -175,7 +175,7 @@ static void test_apply_prepared_changes(void **state)
 		assert_int_equal(bfp_decode_verify(&dec, &ao, fr[i], lens[i], base, M, &h), BFP_OK);
 		fc[i] = frame_changes_keep(&dec, &h, pos + used, val + used);
 		fcp[i] = &fc[i];
-		used += dec.n_changes;
+		used += fc[i].n;
 	}
 	apply_ctl ctl = {.threads = 2, .changes = fcp};
 	apply_result res;

@@ -68,7 +68,7 @@ static size_t encode(uint32_t cpu, const uint16_t *b, const uint16_t *t, size_t 
 	o.target_version = 8;
 	o.flags = BFP_ENC_F_NO_DENSE; /* sparse frames at every density */
 	CHECK(bfp_encoder_init(&enc, &o, b, t, n, 0, n) == BFP_OK, "encoder_init");
-	enc.cpu = cpu;
+	bfp_enc_of(&enc)->cpu = cpu;
 	size_t nf = 0, len;
 	bfp_status st;
 	off[0] = 0;
@@ -133,7 +133,7 @@ int main(void)
 						simd++;
 					}
 					CHECK(bfp_decoder_init(&dec, 0) == BFP_OK, "decoder_init");
-					dec.cpu = cpu;
+					bfp_dec_of(&dec)->cpu = cpu;
 					memcpy(w, b, n * 2);
 					bfp_apply_opts ao;
 					memset(&ao, 0, sizeof(ao));

@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static const uint32_t path[4] = {
 		~0u, BFP_CPU_AVX2 | BFP_CPU_PDEP | BFP_CPU_NEON, BFP_CPU_AVX2 | BFP_CPU_NEON,
 		BFP_CPU_AVX2 | BFP_CPU_AVX512BW | BFP_CPU_PDEP | BFP_CPU_NEON};
-	dec.cpu &= path[(mode >> 2) & 3];
+	bfp_dec_of(&dec)->cpu &= path[(mode >> 2) & 3];
 	if ((mode & 64) && bfp_frame_length(data + 1, size - 1, &mlen) == BFP_OK) {
 		if (guarded_alloc(&in, mlen))
 			abort();
@@ -78,10 +78,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bfp_apply_opts o;
 	memset(&o, 0, sizeof(o));
 	o.flags = BFP_DEC_F_ANY_MODEL | BFP_DEC_F_ANY_BASE;
-	if (bfp_decode_verify(&dec, &o, in.p, size - 1, wt, n, &h) == BFP_OK)
-		for (uint32_t i = 0; i < dec.n_changes; i++)
-			if (dec.chg_pos[i] >= h.range_len)
+	if (bfp_decode_verify(&dec, &o, in.p, size - 1, wt, n, &h) == BFP_OK) {
+		const uint32_t *pos;
+		const uint32_t nch = bfp_decoder_changes(&dec, &pos, NULL);
+		for (uint32_t i = 0; i < nch; i++)
+			if (pos[i] >= h.range_len)
 				abort(); /* a change outside the frame's range */
+	} else if (bfp_decoder_changes(&dec, NULL, NULL)) {
+		abort(); /* changes kept after a rejected frame */
+	}
 	if (memcmp(snap, wt, n * 2) != 0)
 		abort(); /* verify wrote */
 	if (bfp_decode_apply(&dec, &o, in.p, size - 1, wt, n, NULL) != BFP_OK &&
