@@ -70,7 +70,7 @@ static struct rte_mbuf *ctl_packet(relay *r, uint16_t port, const uint8_t dmac[6
 {
 	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
 	size_t n = rp_auth_ctl_build(&r->auth, msg, sizeof(msg), c); /* signed with --key */
-	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool);
+	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[port]);
 	if (!m || n == 0) {
 		st->c[C_NO_MBUF]++;
 		rte_pktmbuf_free(m);
@@ -99,7 +99,7 @@ static void arp_request(relay *r, uint16_t port, uint32_t ip, lcore_stats *st)
 {
 	ip = next_hop(r, port, ip);
 
-	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool);
+	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[port]);
 	if (!m) {
 		st->c[C_NO_MBUF]++;
 		return;

@@ -86,9 +86,14 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 	}
 	/* a queued output holds its frame's RX mbuf: slow subscribers must
 	 * not take the mbufs the ports receive with, or one of them would
-	 * stop the relay for everyone (JOINs and ARP included) */
-	if (r->rx_short < 0)
-		r->rx_short = rte_mempool_avail_count(r->pool) < r->rx_reserve;
+	 * stop the relay for everyone (JOINs and ARP included); with a pool
+	 * on each of several sockets, any pool short is short (one count
+	 * serves a NACK answer's frames from every port) */
+	if (r->rx_short < 0) {
+		r->rx_short = 0;
+		for (unsigned i = 0; i < r->n_rx_pools; i++)
+			r->rx_short |= rte_mempool_avail_count(r->rx_pools[i]) < r->rx_reserve;
+	}
 	/* each queued output also holds a header mbuf and a clone: a
 	 * subscriber may hold its share of those pools, two shares staying
 	 * for the unpaced ones and NACK answers, or a few slow subscribers
@@ -125,7 +130,7 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 static struct rte_mbuf *output_copy(relay *r, sub *s, struct rte_mbuf *f,
 				    uint32_t payload_sum)
 {
-	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool);
+	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[s->eth_port]);
 	uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
 	uint8_t *p = m ? (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RP_HDRS + fl)) : NULL;
 	if (!p) {

@@ -131,13 +131,16 @@ typedef struct relay {
 	uint16_t n_ports;
 	struct rte_ether_addr mac[MAX_PORTS];
 	uint8_t csum_offload[MAX_PORTS]; /* port computes IPv4/UDP checksums */
-	struct rte_mempool *pool, *hdr_pool, *clone_pool;
+	struct rte_mempool *pool[MAX_PORTS]; /* each port's RX pool: its NUMA socket's */
+	struct rte_mempool *rx_pools[MAX_PORTS]; /* those pools, one a socket */
+	unsigned n_rx_pools;
+	struct rte_mempool *hdr_pool, *clone_pool; /* on the core lcore's socket */
 	struct rte_ring *inbound;
 	struct rte_eth_dev_tx_buffer *txb[MAX_PORTS];
 	unsigned n_workers;
 	unsigned worker_q[MAX_LCORES];  /* RX queue of each worker lcore */
 	uint16_t n_rxq;
-	unsigned rx_reserve;     /* RX mbufs paced queues leave free */
+	unsigned rx_reserve;     /* RX mbufs paced queues leave free (in each pool) */
 	unsigned q_share;        /* outputs one subscriber may hold queued (0: not
 				  * counted yet; recounted like rx_short) */
 	int rx_short;            /* fewer free than that (-1: not counted yet):

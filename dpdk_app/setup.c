@@ -68,6 +68,32 @@ uint16_t relay_upstream_port(const relay_conf *cf, unsigned n_ports)
 	return 0;
 }
 
+/* The NUMA socket of a port's device, or the main lcore's where the
+ * device does not say (virtual devices). */
+static int port_socket(uint16_t port)
+{
+	int socket = rte_eth_dev_socket_id(port);
+	return socket == SOCKET_ID_ANY || socket < 0 ? (int)rte_socket_id() : socket;
+}
+
+/* The RX pool of port's socket, made the first time that socket is
+ * asked for; NULL if it cannot be. */
+static struct rte_mempool *rx_pool_of(relay *r, uint16_t port)
+{
+	const int socket = port_socket(port);
+	for (unsigned i = 0; i < r->n_rx_pools; i++)
+		if (r->rx_pools[i]->socket_id == socket)
+			return r->rx_pools[i];
+	char name[RTE_MEMPOOL_NAMESIZE];
+	snprintf(name, sizeof(name), "rx%d", socket);
+	struct rte_mempool *mp = rte_pktmbuf_pool_create(
+		name, r->cf.n_mbufs, 256, 0, (uint16_t)(r->cf.mbuf_size + RTE_PKTMBUF_HEADROOM),
+		socket);
+	if (mp)
+		r->rx_pools[r->n_rx_pools++] = mp;
+	return mp;
+}
+
 /* The keys, the event log, the lcores and ports there are, and each
  * port's address. */
 int relay_prepare(relay *r)
@@ -152,15 +178,22 @@ int relay_pools_create(relay *r)
 			  rx_min);
 		return -1;
 	}
-	r->pool = rte_pktmbuf_pool_create("rx", r->cf.n_mbufs, 256, 0,
-					  (uint16_t)(r->cf.mbuf_size + RTE_PKTMBUF_HEADROOM),
-					  (int)rte_socket_id());
+	/* each port receives into a pool on its own NUMA socket, where its
+	 * NIC writes; ports on one socket share it. Each pool holds all of
+	 * --mbufs, sized as if its ports took every ring and the whole cache:
+	 * one socket's ports may carry all the traffic. Headers and clones are
+	 * written by the core lcore, so their pools are on its socket. */
+	for (uint16_t p = 0; p < r->n_ports; p++)
+		if (!(r->pool[p] = rx_pool_of(r, p))) {
+			RELAY_LOG(ERR, "cannot create pools: %s\n", rte_strerror(rte_errno));
+			return -1;
+		}
 	r->hdr_pool = rte_pktmbuf_pool_create("hdr", OUT_POOL_N, 256, 0,
 					      HDR_ROOM + RTE_PKTMBUF_HEADROOM, (int)rte_socket_id());
 	r->clone_pool = rte_pktmbuf_pool_create("clone", OUT_POOL_N, 256, 0, 0,
 						(int)rte_socket_id());
 	r->inbound = rte_ring_create("inbound", 4096, (int)rte_socket_id(), RING_F_SC_DEQ);
-	if (!r->pool || !r->hdr_pool || !r->clone_pool || !r->inbound) {
+	if (!r->hdr_pool || !r->clone_pool || !r->inbound) {
 		RELAY_LOG(ERR, "cannot create pools: %s\n", rte_strerror(rte_errno));
 		return -1;
 	}
@@ -245,20 +278,18 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 	rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nrx, &ntx);
 	if (rc)
 		return rc;
-	int socket = rte_eth_dev_socket_id(port);
+	const int socket = port_socket(port);
 	for (uint16_t q = 0; q < nq; q++) {
-		rc = rte_eth_rx_queue_setup(port, q, nrx, socket < 0 ? 0 : (unsigned)socket,
-					    NULL, r->pool);
+		rc = rte_eth_rx_queue_setup(port, q, nrx, (unsigned)socket, NULL, r->pool[port]);
 		if (rc)
 			return rc;
 	}
 	for (uint16_t q = 0; q < ntq; q++) {
-		rc = rte_eth_tx_queue_setup(port, q, ntx, socket < 0 ? 0 : (unsigned)socket, NULL);
+		rc = rte_eth_tx_queue_setup(port, q, ntx, (unsigned)socket, NULL);
 		if (rc)
 			return rc;
 	}
-	r->txb[port] = rte_zmalloc_socket("txb", RTE_ETH_TX_BUFFER_SIZE(BURST), 0,
-					  socket < 0 ? 0 : socket);
+	r->txb[port] = rte_zmalloc_socket("txb", RTE_ETH_TX_BUFFER_SIZE(BURST), 0, socket);
 	if (!r->txb[port])
 		return -ENOMEM;
 	rte_eth_tx_buffer_init(r->txb[port], BURST);
@@ -383,7 +414,8 @@ void relay_teardown(relay *r)
 	for (uint16_t p = 0; p < MAX_PORTS; p++)
 		rte_free(r->txb[p]);
 	rte_ring_free(r->inbound);
-	rte_mempool_free(r->pool);
+	for (unsigned i = 0; i < r->n_rx_pools; i++)
+		rte_mempool_free(r->rx_pools[i]);
 	rte_mempool_free(r->hdr_pool);
 	rte_mempool_free(r->clone_pool);
 	rte_free(r);

@@ -82,7 +82,7 @@ static int drop_subs(void **state)
 /* A received datagram from the peer to the relay, as the NIC gives it. */
 static struct rte_mbuf *datagram(uint16_t dport, const uint8_t *pl, size_t n)
 {
-	struct rte_mbuf *m = rte_pktmbuf_alloc(T->pool);
+	struct rte_mbuf *m = rte_pktmbuf_alloc(T->pool[0]);
 	assert_non_null(m);
 	uint8_t *p = (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RP_HDRS + n));
 	rp_build_udp(p, T->mac[0].addr_bytes, PEER_MAC, 0xC6120063u, T->cf.ip[0], 7777, dport,
@@ -292,13 +292,13 @@ static void test_slow_subscriber_leaves_the_rx_reserve(void **state)
 	sub *slow = paced_sub(0xC6120010u, 7500, 1);
 	sub *fast = paced_sub(0xC6120011u, 7501, 2);
 	fast->bucket.rate = 0; /* unpaced: sent at once */
-	unsigned avail = rte_mempool_avail_count(T->pool);
+	unsigned avail = rte_mempool_avail_count(T->pool[0]);
 	assert_true(avail > T->rx_reserve + 2);
 	enum { MAXH = 16384 };
 	static struct rte_mbuf *held[MAXH];
 	unsigned n = avail - T->rx_reserve; /* leaves the reserve and 1 */
 	assert_true(n < MAXH);
-	assert_int_equal(rte_pktmbuf_alloc_bulk(T->pool, held, n), 0);
+	assert_int_equal(rte_pktmbuf_alloc_bulk(T->pool[0], held, n), 0);
 	uint8_t fr[1200];
 	uint64_t drops = slow->drops, fast_tx = fast->tx_pkts;
 	uint64_t reserve_drops = relay_sum_counter(T, C_RX_RESERVE);
@@ -522,7 +522,7 @@ static void test_nack_budget_is_per_subscriber(void **state)
 static void test_cache_releases_every_mbuf(void **state)
 {
 	(void)state;
-	unsigned before = rte_mempool_in_use_count(T->pool);
+	unsigned before = rte_mempool_in_use_count(T->pool[0]);
 	uint8_t fr[1200];
 	for (uint32_t i = 0; i < 3000; i++) /* 3000 x ~660 B > 1 MB budget */
 		receive(datagram(T->cf.data_port, fr, frame(fr, i, 3)));
@@ -531,7 +531,7 @@ static void test_cache_releases_every_mbuf(void **state)
 	assert_non_null(rp_cache_get(&T->cache, 99, 3, 2999)); /* newest kept */
 	assert_null(rp_cache_get(&T->cache, 99, 3, 0));        /* oldest gone */
 	rp_cache_clear(&T->cache, relay_mbuf_drop, NULL);
-	assert_true(rte_mempool_in_use_count(T->pool) <= before);
+	assert_true(rte_mempool_in_use_count(T->pool[0]) <= before);
 	assert_int_equal(rte_mempool_in_use_count(T->clone_pool), 0);
 	assert_int_equal(rte_mempool_in_use_count(T->hdr_pool), 0);
 }
@@ -591,6 +591,22 @@ static void test_join_keeps_pacing_and_static_settings(void **state)
 	ctl_send(RP_JOIN, 9003, 0); /* rate 0 (the default), model 99 */
 	assert_int_equal(s->bucket.rate, 1000);
 	assert_int_equal(s->model_id, 5);
+}
+
+/* Each port receives into a pool on its own NUMA socket (the main
+ * lcore's where the device does not say, as for net_null), one pool a
+ * socket. */
+static void test_rx_pools_sit_on_each_ports_socket(void **state)
+{
+	(void)state;
+	for (uint16_t p = 0; p < T->n_ports; p++) {
+		int socket = rte_eth_dev_socket_id(p);
+		if (socket < 0)
+			socket = (int)rte_socket_id();
+		assert_non_null(T->pool[p]);
+		assert_int_equal(T->pool[p]->socket_id, socket);
+	}
+	assert_int_equal(T->n_rx_pools, 1);
 }
 
 /* The relay waits for every port's link before forwarding, and a port
@@ -696,6 +712,7 @@ int main(void)
 		cmocka_unit_test(test_options_refuse_nonsense_and_read_sizes_in_binary),
 		cmocka_unit_test(test_mbuf_sizing_leaves_room_to_queue),
 		cmocka_unit_test(test_links_are_up_before_forwarding),
+		cmocka_unit_test(test_rx_pools_sit_on_each_ports_socket),
 		cmocka_unit_test_teardown(test_keyframe_streams_go_to_those_that_asked, drop_subs),
 		cmocka_unit_test_teardown(test_first_frame_events_follow_versions_that_go_back,
 					  drop_subs),
