@@ -184,7 +184,7 @@ static void cleanup(demo *d)
 		snprintf(side, sizeof(side), "%s.lock", d->shm[i]); /* one shim a buffer */
 		unlink(side);
 	}
-	if (d->keep[0]) {
+	if (d->keep[0] && d->dir[0]) {
 		sh("mkdir -p '%s' && cp -r '%s'/. '%s'/", d->keep, d->dir, d->keep);
 		printf("demo: trajectory, logs and event logs kept in %s\n", d->keep);
 	}
@@ -377,7 +377,19 @@ static int write_report(const demo *d, const char *traj, uint32_t steps, const c
 	return rc;
 }
 
-int cmd_demo(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct demo_config {
+	synth_opts so;
+	patch_opts po;
+	uint32_t steps;
+	uint64_t rate;           /* publisher's send rate, bit/s */
+	int loopback, in_process, rate_given;
+	const char *keep;        /* --keep DIR, or NULL */
+	const char *report;      /* --report PAGE, or NULL */
+} demo_config;
+
+/* Fill *cfg from the command line: -1 to go on, else the exit status. */
+static int demo_parse(int argc, char **argv, demo_config *cfg)
 {
 	static const struct option lo[] = {
 		{"params", required_argument, 0, 'p'}, {"steps", required_argument, 0, 'n'},
@@ -386,46 +398,44 @@ int cmd_demo(int argc, char **argv)
 		{"loopback", no_argument, 0, 'L'}, {"in-process", no_argument, 0, 'I'},
 		{"keep", required_argument, 0, 'k'}, {"report", required_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	synth_opts so = {.params = 16000000, .lr = 1e-6, .seed = 1};
-	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
-	uint32_t steps = 10;
-	int loopback = 0, in_process = 0, rate_given = 0;
-	const char *report = NULL;
-	static demo d;
-	memset(&d, 0, sizeof(d));
-	d.rate = 1000000000ull;
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->so = (synth_opts){.params = 16000000, .lr = 1e-6, .seed = 1};
+	cfg->po = (patch_opts){.frame_size = BFP_FRAME_SIZE_DEFAULT};
+	cfg->steps = 10;
+	cfg->rate = 1000000000ull;
 	int c;
 	while ((c = getopt_long(argc, argv, "p:n:l:gs:r:k:R:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p':
-			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096)
+			if (parse_u64(optarg, 1ull << 34, &cfg->so.params) || cfg->so.params < 4096)
 				return bad_value("demo", "--params", optarg);
 			break;
 		case 'n':
-			if (parse_u32(optarg, 1, 100000, &steps))
+			if (parse_u32(optarg, 1, 100000, &cfg->steps))
 				return bad_value("demo", "--steps", optarg);
 			break;
 		case 'l': {
 			char *e;
-			so.lr = strtod(optarg, &e);
-			if (*e || !(so.lr > 0 && so.lr < 1))
+			cfg->so.lr = strtod(optarg, &e);
+			if (*e || !(cfg->so.lr > 0 && cfg->so.lr < 1))
 				return bad_value("demo", "--lr", optarg);
 			break;
 		}
-		case 'g': so.ongrid = 1; break;
+		case 'g': cfg->so.ongrid = 1; break;
 		case 's':
-			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
+			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX,
+				      &cfg->po.frame_size))
 				return bad_value("demo", "--frame-size", optarg);
 			break;
 		case 'r':
-			if (parse_u64(optarg, 400000000000ull, &d.rate))
+			if (parse_u64(optarg, 400000000000ull, &cfg->rate))
 				return bad_value("demo", "--rate", optarg);
-			rate_given = 1;
+			cfg->rate_given = 1;
 			break;
-		case 'L': loopback = 1; break;
-		case 'I': in_process = 1; break;
-		case 'k': snprintf(d.keep, sizeof(d.keep), "%s", optarg); break;
-		case 'R': report = optarg; break;
+		case 'L': cfg->loopback = 1; break;
+		case 'I': cfg->in_process = 1; break;
+		case 'k': cfg->keep = optarg; break;
+		case 'R': cfg->report = optarg; break;
 		case 'h': fputs(demo_usage, stdout); return 0;
 		default: fputs(demo_usage, stderr); return 2;
 		}
@@ -435,225 +445,281 @@ int cmd_demo(int argc, char **argv)
 			demo_usage);
 		return 2;
 	}
-	if (in_process && (d.keep[0] || report || loopback || rate_given)) {
+	if (cfg->keep && strlen(cfg->keep) >= sizeof(((demo *)0)->keep))
+		return bad_value("demo", "--keep", cfg->keep);
+	if (cfg->in_process && (cfg->keep || cfg->report || cfg->loopback || cfg->rate_given)) {
 		/* nothing runs but this process: no logs to keep or report on */
 		fprintf(stderr, "bfpatch demo: --in-process runs no publisher, relay or shims: "
 			"%s does not apply to it\n",
-			d.keep[0] ? "--keep" : report ? "--report" : loopback ? "--loopback" : "--rate");
+			cfg->keep ? "--keep" : cfg->report ? "--report"
+			: cfg->loopback ? "--loopback" : "--rate");
 		return 2;
 	}
-	d.frame_size = po.frame_size;
-	char err[ERRLEN] = "";
-	model cur;
-	synth *s = synth_new(&so, &cur, err, sizeof(err));
-	if (!s)
-		return die("demo", err);
-	printf("bfpatch demo: %" PRIu64 " parameters (%zu tensors), lr %g, %s master, frames of "
-	       "%u bytes, %u steps\n", cur.n_params, cur.n_tensors, so.lr,
-	       so.ongrid ? "on-grid" : "off-grid", po.frame_size, steps);
-	if (in_process) {
-		int rc = run_in_process(s, &cur, &po, steps, err);
-		synth_free(s);
-		model_free(&cur);
-		return rc ? die("demo", err) : 0;
-	}
+	return -1;
+}
 
-	/* find the other programs next to this one (build tree or install) */
+/* A running demo: the trainer's trajectory, and the processes, buffers
+ * and files demo_open took. */
+typedef struct demo_run_state {
+	const demo_config *cfg;
+	demo d;
+	synth *s;
+	model cur;
+	int have_cur;
+	char traj[128];
+	wbuf w[ACTORS];
+	uint16_t *prev;          /* the trainer's weights of the step before */
+} demo_run_state;
+
+/* Where the other programs are: next to this one (build tree or
+ * install), else on PATH. */
+static int find_programs(demo *d, int *have_relay, char *err)
+{
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = 0;
 	const char *exe_dir = dirname(exe);
-	if (strlen(exe_dir) >= sizeof(d.self_dir)) {
-		synth_free(s);
-		model_free(&cur);
-		return die("demo", "the path of this program is too long");
-	}
-	snprintf(d.self_dir, sizeof(d.self_dir), "%s", exe_dir);
+	if (strlen(exe_dir) >= sizeof(d->self_dir))
+		return set_err(err, ERRLEN, "the path of this program is too long");
+	snprintf(d->self_dir, sizeof(d->self_dir), "%s", exe_dir);
 	static const char *const shim_rel[] = {"", "../host_shim/", NULL};
 	static const char *const relay_rel[] = {"", "../dpdk_app/", NULL};
-	if (find_bin(&d, "bfpatch-shim", shim_rel, d.shim_bin)) {
-		synth_free(s);
-		model_free(&cur);
-		return die("demo", "bfpatch-shim not found next to bfpatch or on PATH");
+	if (find_bin(d, "bfpatch-shim", shim_rel, d->shim_bin))
+		return set_err(err, ERRLEN, "bfpatch-shim not found next to bfpatch or on PATH");
+	*have_relay = find_bin(d, "bfpatch-relay", relay_rel, d->relay_bin) == 0;
+	return 0;
+}
+
+/* The relay in network namespaces where it can run (root, ip netns,
+ * bfpatch-relay), else loopback; says which. */
+static int choose_topology(demo *d, const demo_config *cfg, int have_relay, char *err)
+{
+	const char *why = NULL;
+	if (cfg->loopback)
+		why = "--loopback";
+	else if (geteuid() != 0)
+		why = "not root";
+	else if (!have_relay)
+		why = "bfpatch-relay not found";
+	if (!why) {
+		snprintf(d->ns, sizeof(d->ns), "bfpd%d", (int)getpid());
+		if (setup_netns(d)) {
+			why = "cannot create network namespaces";
+		} else if (start_relay(d)) {
+			show_logs(d);
+			return set_err(err, ERRLEN, "bfpatch-relay did not start (log above)");
+		}
 	}
-	int have_relay = find_bin(&d, "bfpatch-relay", relay_rel, d.relay_bin) == 0;
-	snprintf(d.dir, sizeof(d.dir), "/tmp/bfpdemo.XXXXXX");
-	if (!mkdtemp(d.dir)) {
-		synth_free(s);
-		model_free(&cur);
-		return die("demo", "cannot create a work directory in /tmp");
+	if (why) {
+		stop_all(d);
+		if (d->netns) {
+			for (int i = 1; i <= ACTORS; i++)
+				sh("ip netns del %sa%d 2>/dev/null", d->ns, i);
+			sh("ip netns del %s 2>/dev/null", d->ns);
+			d->netns = 0;
+		}
+		d->ns[0] = 0;
+		printf("topology: publisher -> %d shims over loopback, no relay (%s)\n", ACTORS, why);
+	} else {
+		printf("topology: publisher (netns %s, 198.18.0.10) -> bfpatch-relay (DPDK net_tap, "
+		       "198.18.0.1) -> bridge -> %d shims (netns %sa1..a%d, 198.18.0.21-2%d, veth)\n",
+		       d->ns, ACTORS, d->ns, ACTORS, ACTORS);
+	}
+	return 0;
+}
+
+/* Everything the demo runs on: the trajectory's step 0 on disk, relay,
+ * shims and publisher started and joined, the actors' buffers mapped.
+ * On error demo_close still frees what was taken. */
+static int demo_open(demo_run_state *r, const demo_config *cfg, char *err)
+{
+	demo *d = &r->d;
+	memset(r, 0, sizeof(*r));
+	r->cfg = cfg;
+	d->rate = cfg->rate;
+	d->frame_size = cfg->po.frame_size;
+	if (cfg->keep)
+		snprintf(d->keep, sizeof(d->keep), "%s", cfg->keep);
+	r->s = synth_new(&cfg->so, &r->cur, err, ERRLEN);
+	if (!r->s)
+		return -1;
+	r->have_cur = 1;
+	printf("bfpatch demo: %" PRIu64 " parameters (%zu tensors), lr %g, %s master, frames of "
+	       "%u bytes, %u steps\n", r->cur.n_params, r->cur.n_tensors, cfg->so.lr,
+	       cfg->so.ongrid ? "on-grid" : "off-grid", cfg->po.frame_size, cfg->steps);
+	if (cfg->in_process)
+		return 0;
+	int have_relay = 0;
+	if (find_programs(d, &have_relay, err))
+		return -1;
+	snprintf(d->dir, sizeof(d->dir), "/tmp/bfpdemo.XXXXXX");
+	if (!mkdtemp(d->dir)) {
+		d->dir[0] = 0;
+		return set_err(err, ERRLEN, "cannot create a work directory in /tmp");
 	}
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_int;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	int rc = 0;
-	char traj[128], path[PATH_MAX];
-	snprintf(traj, sizeof(traj), "%s/traj", d.dir);
-	mkdir(traj, 0755);
-	snprintf(path, sizeof(path), "%s/step-0000.safetensors", traj);
-	if (model_save(&cur, path, err, sizeof(err)))
-		rc = -1;
-	const char *why = NULL;
-	if (loopback)
-		why = "--loopback";
-	else if (geteuid() != 0)
-		why = "not root";
-	else if (!have_relay)
-		why = "bfpatch-relay not found";
-	if (!rc && !why) {
-		snprintf(d.ns, sizeof(d.ns), "bfpd%d", (int)getpid());
-		if (setup_netns(&d))
-			why = "cannot create network namespaces";
-		else if (start_relay(&d)) {
-			show_logs(&d);
-			snprintf(err, sizeof(err), "bfpatch-relay did not start (log above)");
-			rc = -1;
-		}
-	}
-	if (!rc && why) {
-		stop_all(&d);
-		if (d.netns) {
-			for (int i = 1; i <= ACTORS; i++)
-				sh("ip netns del %sa%d 2>/dev/null", d.ns, i);
-			sh("ip netns del %s 2>/dev/null", d.ns);
-			d.netns = 0;
-		}
-		d.ns[0] = 0;
-		printf("topology: publisher -> %d shims over loopback, no relay (%s)\n", ACTORS, why);
-	} else if (!rc) {
-		printf("topology: publisher (netns %s, 198.18.0.10) -> bfpatch-relay (DPDK net_tap, "
-		       "198.18.0.1) -> bridge -> %d shims (netns %sa1..a%d, 198.18.0.21-2%d, veth)\n",
-		       d.ns, ACTORS, d.ns, ACTORS, ACTORS);
-	}
-	if (!rc && (start_shims(&d, path) || start_publisher(&d, traj))) {
-		snprintf(err, sizeof(err), "cannot start the shims or the publisher");
-		rc = -1;
-	}
-	wbuf w[ACTORS];
-	memset(w, 0, sizeof(w));
-	for (int i = 0; i < ACTORS && !rc; i++) {
+	char path[PATH_MAX];
+	snprintf(r->traj, sizeof(r->traj), "%s/traj", d->dir);
+	mkdir(r->traj, 0755);
+	snprintf(path, sizeof(path), "%s/step-0000.safetensors", r->traj);
+	if (model_save(&r->cur, path, err, ERRLEN) || choose_topology(d, cfg, have_relay, err))
+		return -1;
+	if (start_shims(d, path) || start_publisher(d, r->traj))
+		return set_err(err, ERRLEN, "cannot start the shims or the publisher");
+	for (int i = 0; i < ACTORS; i++) {
 		char log[PATH_MAX];
-		snprintf(log, sizeof(log), "%s/shim%d.log", d.dir, i + 1);
+		snprintf(log, sizeof(log), "%s/shim%d.log", d->dir, i + 1);
 		if (wait_for_line(log, "listening on", 20) ||
-		    wbuf_open(&w[i], d.shm[i], err, sizeof(err))) {
-			show_logs(&d);
-			snprintf(err, sizeof(err), "shim %d did not start (log above)", i + 1);
-			rc = -1;
+		    wbuf_open(&r->w[i], d->shm[i], err, ERRLEN)) {
+			show_logs(d);
+			return set_err(err, ERRLEN, "shim %d did not start (log above)", i + 1);
 		}
 	}
 	/* the shims JOIN once a second: wait until the publisher heard them */
-	if (!rc) {
-		char log[PATH_MAX];
-		snprintf(log, sizeof(log), "%s/publish.log", d.dir);
-		if (wait_for_line(log, "joined", 20)) {
-			show_logs(&d);
-			snprintf(err, sizeof(err), "no subscriber reached the publisher (logs above)");
-			rc = -1;
-		}
-		struct timespec ts = {1, 200 * 1000 * 1000}; /* every shim JOINs the relay */
+	char log[PATH_MAX];
+	snprintf(log, sizeof(log), "%s/publish.log", d->dir);
+	if (wait_for_line(log, "joined", 20)) {
+		show_logs(d);
+		return set_err(err, ERRLEN, "no subscriber reached the publisher (logs above)");
+	}
+	struct timespec ts = {1, 200 * 1000 * 1000}; /* every shim JOINs the relay */
+	nanosleep(&ts, NULL);
+	r->prev = alloc_aligned((size_t)r->cur.n_params * 2);
+	if (!r->prev)
+		return set_err(err, ERRLEN, "out of memory");
+	return 0;
+}
+
+/* Wait until every actor committed version k and is READY: 0, or -1
+ * after 120 s or an interrupt. */
+static int wait_all_committed(const demo_run_state *r, uint32_t k)
+{
+	double deadline = now_s() + 120;
+	while (now_s() < deadline && !interrupted) {
+		int all = 1;
+		for (int i = 0; i < ACTORS; i++)
+			all &= atomic_load(&r->w[i].h->version) >= k &&
+			       atomic_load(&r->w[i].h->state) == WBUF_READY;
+		if (all)
+			return 0;
+		struct timespec ts = {0, 200 * 1000};
 		nanosleep(&ts, NULL);
 	}
-	size_t bytes = (size_t)cur.n_params * 2;
-	uint16_t *prev = alloc_aligned(bytes);
-	if (!prev && !rc) {
-		snprintf(err, sizeof(err), "out of memory");
-		rc = -1;
-	}
-	if (!rc)
-		printf("%4s %9s %10s %8s %8s %9s %12s %s\n", "step", "changed", "wire B", "frames",
-		       "resent", "x dense", "publish->all", "actors == trainer");
+	return -1;
+}
+
+/* The trainer takes each step and writes its checkpoint; every actor
+ * must commit it and hold the trainer's bytes. Then the processes stop
+ * and their counters are shown. */
+static int demo_run(demo_run_state *r, char *err)
+{
+	const demo_config *cfg = r->cfg;
+	demo *d = &r->d;
+	const size_t bytes = (size_t)r->cur.n_params * 2;
+	char path[PATH_MAX];
+	int rc = 0;
+	printf("%4s %9s %10s %8s %8s %9s %12s %s\n", "step", "changed", "wire B", "frames",
+	       "resent", "x dense", "publish->all", "actors == trainer");
 	double total_s = 0;
 	uint64_t total_wire = 0;
-	for (uint32_t k = 1; k <= steps && !rc && !interrupted; k++) {
-		memcpy(prev, cur.params, bytes);
-		synth_step(s, &cur);
+	for (uint32_t k = 1; k <= cfg->steps && !rc && !interrupted; k++) {
+		memcpy(r->prev, r->cur.params, bytes);
+		synth_step(r->s, &r->cur);
 		uint64_t changed = 0;
-		for (uint64_t i = 0; i < cur.n_params; i++)
-			changed += prev[i] != cur.params[i];
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", traj, k);
-		if (model_save(&cur, path, err, sizeof(err))) { /* the trainer publishes */
-			rc = -1;
-			break;
-		}
+		for (uint64_t i = 0; i < r->cur.n_params; i++)
+			changed += r->prev[i] != r->cur.params[i];
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", r->traj, k);
+		if (model_save(&r->cur, path, err, ERRLEN)) /* the trainer publishes */
+			return -1;
 		double t0 = now_s(); /* the checkpoint is there (renamed into place) */
-		/* every actor committed version k? */
-		double deadline = t0 + 120;
-		int all = 0;
-		while (!all && now_s() < deadline && !interrupted) {
-			all = 1;
-			for (int i = 0; i < ACTORS; i++)
-				all &= atomic_load(&w[i].h->version) >= k &&
-				       atomic_load(&w[i].h->state) == WBUF_READY;
-			if (!all) {
-				struct timespec ts = {0, 200 * 1000};
-				nanosleep(&ts, NULL);
-			}
+		if (wait_all_committed(r, k)) {
+			show_logs(d);
+			return set_err(err, ERRLEN, "step %u: not every actor committed it in 120 s "
+				       "(logs above)", k);
 		}
 		double t1 = now_s();
-		if (!all) {
-			show_logs(&d);
-			snprintf(err, sizeof(err), "step %u: not every actor committed it in 120 s "
-				 "(logs above)", k);
-			rc = -1;
-			break;
-		}
 		/* the independent check: each actor's bytes against the trainer's */
 		int same = 1;
 		for (int i = 0; i < ACTORS; i++)
-			same &= atomic_load(&w[i].h->version) == k &&
-				memcmp(w[i].params, cur.params, bytes) == 0;
+			same &= atomic_load(&r->w[i].h->version) == k &&
+				memcmp(r->w[i].params, r->cur.params, bytes) == 0;
 		uint64_t wire, frames, resent;
-		sent_bytes(&d, k, &wire, &frames, &resent);
+		sent_bytes(d, k, &wire, &frames, &resent);
 		total_s += t1 - t0;
 		total_wire += wire;
 		printf("%4u %8.3f%% %10" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8.1fx %9.1f ms %s\n", k,
-		       100.0 * (double)changed / (double)cur.n_params, wire, frames, resent,
+		       100.0 * (double)changed / (double)r->cur.n_params, wire, frames, resent,
 		       wire ? (double)bytes / (double)wire : 0.0, (t1 - t0) * 1e3,
 		       same ? "yes, all 3 (byte compare)" : "NO");
 		fflush(stdout);
-		if (!same) {
-			snprintf(err, sizeof(err), "step %u: an actor's weights differ from the "
-				 "trainer's", k);
-			rc = -1;
-		}
+		if (!same)
+			rc = set_err(err, ERRLEN, "step %u: an actor's weights differ from the "
+				     "trainer's", k);
 		/* drop step k-1's file: the publisher holds what it needs */
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", traj, k - 1);
-		if (!d.keep[0] && !report)
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", r->traj, k - 1);
+		if (!cfg->keep && !cfg->report)
 			unlink(path);
 	}
-	if (interrupted && !rc) {
-		snprintf(err, sizeof(err), "interrupted");
-		rc = -1;
-	}
-	if (!rc)
-		printf("all %u steps: every actor bit-exact with the trainer; %.1f MB on the wire "
-		       "instead of %.1f MB dense (%.1fx), mean %.1f ms from publish to the last "
-		       "commit\n", steps, (double)total_wire / 1e6, (double)bytes * steps / 1e6,
-		       total_wire ? (double)bytes * steps / (double)total_wire : 0.0,
-		       total_s * 1e3 / steps);
+	if (rc)
+		return rc;
+	if (interrupted)
+		return set_err(err, ERRLEN, "interrupted");
+	printf("all %u steps: every actor bit-exact with the trainer; %.1f MB on the wire "
+	       "instead of %.1f MB dense (%.1fx), mean %.1f ms from publish to the last "
+	       "commit\n", cfg->steps, (double)total_wire / 1e6, (double)bytes * cfg->steps / 1e6,
+	       total_wire ? (double)bytes * cfg->steps / (double)total_wire : 0.0,
+	       total_s * 1e3 / cfg->steps);
 	fflush(stdout); /* before the counters other processes print */
 	for (int i = 0; i < ACTORS; i++)
-		if (w[i].map)
-			wbuf_close(&w[i]);
-	stop_all(&d);
-	if (!rc) { /* the counters each process printed on exit */
-		sh("grep -h 'bfpatch-shim: version' '%s'/shim*.log | sed 's/^bfpatch-shim: /  shim: /'",
-		   d.dir);
-		sh("grep -h 'bfpatch publish: at version' '%s/publish.log' | "
-		   "sed 's/^bfpatch publish: /  publisher: /'", d.dir);
-		if (d.netns)
-			sh("awk '$1 == \"rx\" || $1 == \"tx\" || $1 == \"cache_hits\" || "
-			   "$1 == \"nacks\" { s = s sep $1 \" \" $2; sep = \", \" } "
-			   "END { print \"  relay: \" s }' '%s/relay.log'", d.dir);
-	}
-	if (!rc && report && write_report(&d, traj, steps, report, err))
-		rc = -1;
-	cleanup(&d);
-	free(prev);
-	synth_free(s);
-	model_free(&cur);
+		if (r->w[i].map)
+			wbuf_close(&r->w[i]);
+	stop_all(d);
+	/* the counters each process printed on exit */
+	sh("grep -h 'bfpatch-shim: version' '%s'/shim*.log | sed 's/^bfpatch-shim: /  shim: /'",
+	   d->dir);
+	sh("grep -h 'bfpatch publish: at version' '%s/publish.log' | "
+	   "sed 's/^bfpatch publish: /  publisher: /'", d->dir);
+	if (d->netns)
+		sh("awk '$1 == \"rx\" || $1 == \"tx\" || $1 == \"cache_hits\" || "
+		   "$1 == \"nacks\" { s = s sep $1 \" \" $2; sep = \", \" } "
+		   "END { print \"  relay: \" s }' '%s/relay.log'", d->dir);
+	if (cfg->report && write_report(d, r->traj, cfg->steps, cfg->report, err))
+		return -1;
+	return 0;
+}
+
+/* Free what demo_open took (also after it failed): buffers, processes,
+ * namespaces, files, memory. */
+static void demo_close(demo_run_state *r)
+{
+	for (int i = 0; i < ACTORS; i++)
+		if (r->w[i].map)
+			wbuf_close(&r->w[i]);
+	cleanup(&r->d);
+	free(r->prev);
+	if (r->s)
+		synth_free(r->s);
+	if (r->have_cur)
+		model_free(&r->cur);
+}
+
+int cmd_demo(int argc, char **argv)
+{
+	demo_config cfg;
+	int rc = demo_parse(argc, argv, &cfg);
+	if (rc >= 0)
+		return rc;
+	static demo_run_state r;
+	char err[ERRLEN] = "";
+	rc = demo_open(&r, &cfg, err);
+	if (!rc)
+		rc = cfg.in_process ? run_in_process(r.s, &r.cur, &cfg.po, cfg.steps, err)
+				    : demo_run(&r, err);
+	demo_close(&r);
 	return rc ? die("demo", err) : 0;
 }
 
