@@ -3,8 +3,10 @@
  *
  * Memory contract. The library never allocates, has no mutable static or
  * global state, and does no I/O. Every context lives in memory the caller
- * provides; contexts hold no pointers into themselves and may be copied
- * with memcpy. The only libc functions it calls are memcpy, memset and
+ * provides: bfp_encoder and bfp_decoder are opaque storage of a fixed
+ * size (BFP_ENCODER_SIZE, BFP_DECODER_SIZE) that only the library reads;
+ * contexts hold no pointers into themselves and may be copied with
+ * memcpy. The only libc functions it calls are memcpy, memset and
  * memmove (and libzstd's static-workspace API when built with zstd).
  * Different contexts may be used from different threads at the same time;
  * one context must not be used by two threads at once. A zstd workspace
@@ -12,8 +14,9 @@
  * give each encoder or decoder working at the same time its own.
  *
  * Errors. Every fallible function returns a bfp_status. Sizes come back
- * through out-parameters. Status values are pinned: new ones are appended,
- * none is ever renumbered.
+ * through out-parameters. Each function's comment says what its outputs
+ * and its context hold after an error. Status values are pinned: new ones
+ * are appended, none is ever renumbered.
  *
  * Parameter space. A model is a flat array of 16-bit words (BF16 bit
  * patterns) indexed 0 .. n_params-1. BF16 values are treated as bit
