@@ -1,5 +1,5 @@
 /*
- * publish.c: `bfpatch publish`, the trainer side. Each new version of the
+ * main.c: `bfpatch publish`, the trainer side. Each new version of the
  * weights (a checkpoint file appearing in a directory, or a commit into a
  * shared-memory weight buffer the trainer writes through wbuf.h) is
  * encoded on all cores against the previous one and sent over UDP
