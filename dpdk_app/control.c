@@ -469,7 +469,7 @@ void relay_housekeeping(relay *r, lcore_stats *st)
 uint64_t relay_sum_counter(const relay *r, int k)
 {
 	uint64_t s = 0;
-	for (unsigned l = 0; l < MAX_LCORES; l++)
+	for (unsigned l = 0; l < RTE_MAX_LCORE; l++)
 		s += r->stats[l].c[k];
 	return s;
 }
@@ -477,7 +477,7 @@ uint64_t relay_sum_counter(const relay *r, int k)
 static uint64_t sum_class(const relay *r, int k)
 {
 	uint64_t s = 0;
-	for (unsigned l = 0; l < MAX_LCORES; l++)
+	for (unsigned l = 0; l < RTE_MAX_LCORE; l++)
 		s += r->stats[l].cls[k];
 	return s;
 }

@@ -26,7 +26,6 @@
 #define MAX_SUBS 64
 #define NACK_MEMO_BITS 14
 #define NACK_MEMO (1u << NACK_MEMO_BITS)
-#define MAX_LCORES 64
 #define HDR_ROOM 128
 #define OUT_POOL_N 16383u /* header and clone mbufs: one of each per output queued */
 
@@ -138,7 +137,7 @@ typedef struct relay {
 	struct rte_ring *inbound;
 	struct rte_eth_dev_tx_buffer *txb[MAX_PORTS];
 	unsigned n_workers;
-	unsigned worker_q[MAX_LCORES];  /* RX queue of each worker lcore */
+	unsigned worker_q[RTE_MAX_LCORE]; /* RX queue of each worker lcore */
 	uint16_t n_rxq;
 	unsigned rx_reserve;     /* RX mbufs paced queues leave free (in each pool) */
 	unsigned q_share;        /* outputs one subscriber may hold queued (0: not
@@ -183,7 +182,9 @@ typedef struct relay {
 	unsigned hk_rounds;             /* housekeeping rounds so far */
 	uint16_t ip_id;
 	uint64_t hz;
-	lcore_stats stats[MAX_LCORES];
+	lcore_stats stats[RTE_MAX_LCORE]; /* by lcore id: EAL gives every lcore,
+					   * however mapped, an id below
+					   * RTE_MAX_LCORE */
 } relay;
 
 /* The netmask of a prefix length, host order (0: every address). */

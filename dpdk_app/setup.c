@@ -110,14 +110,6 @@ int relay_prepare(relay *r)
 		RELAY_LOG(ERR, "--events %s: %s\n", r->cf.events_path, strerror(errno));
 		return -1;
 	}
-	unsigned top = rte_get_main_lcore(), wl;
-	RTE_LCORE_FOREACH_WORKER(wl)
-		top = wl > top ? wl : top; /* per-lcore arrays are indexed by id */
-	if (top >= MAX_LCORES) {
-		RELAY_LOG(ERR, "lcore ids must be below %d (got %u; map them, e.g. "
-			  "--lcores 0@0,1@1)\n", MAX_LCORES, top);
-		return -1;
-	}
 	r->n_ports = rte_eth_dev_count_avail();
 	if (r->n_ports == 0 || r->n_ports > MAX_PORTS) {
 		RELAY_LOG(ERR, "need 1..%d ports (got %u); add --vdev=...\n", MAX_PORTS,
