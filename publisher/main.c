@@ -15,13 +15,15 @@
  * frame, docs/FORMAT.md 2.5), so the first frame leaves after the first
  * chunk. NACKs are answered from the finished patch, whose frames carry
  * the count.
+ *
+ * cmd_publish() parses the options into a publish_config (options.c),
+ * then opens, runs and closes a publisher, as the relay's main() does.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -44,127 +46,21 @@
 #include "auth.h"
 #include "wbuf.h"
 #include "publish.h"
+#include "publisher.h"
 
-static const char publish_usage[] =
-	"usage: bfpatch publish (--dir DIR | --buffer PATH) --listen ADDR:PORT [options]\n"
-	"Publish each new version of a model as a patch from the previous one:\n"
-	"frames go over UDP to every subscriber that JOINed (relays or shims,\n"
-	"docs/PROTOCOL.md), paced to --rate; NACKs are answered from the last\n"
-	"--keep patches; a subscriber too far behind gets a keyframe stream.\n"
-	"  -d, --dir DIR             checkpoints DIR/step-NNNN.safetensors, from the\n"
-	"                            first one there; each new file is published\n"
-	"                            when it appears (renamed in, or closed by its\n"
-	"                            writer)\n"
-	"  -b, --buffer PATH         or a weight buffer the trainer commits into\n"
-	"                            (wbuf.h): each committed version is published\n"
-	"  -l, --listen ADDR:PORT    control port (JOIN, NACK); frames leave from it\n"
-	"  -r, --rate BITS           send rate, e.g. 1g (default 1g; 0: unlimited); a\n"
-	"                            subscriber's JOIN rate paces what goes to it\n"
-	"  -s, --frame-size N        frame size (default 1200)\n"
-	"  -k, --keep N              patches kept for NACKs and catch-up (default 4)\n"
-	"      --nack-rate N         frames one subscriber's NACKs may ask for per\n"
-	"                            second, after a first 4096 (65536; 0: no limit)\n"
-	"  -H, --history DIR         also keep the last --keep patches on disk there\n"
-	"                            (vBASE-vTARGET.bfp, atomic writes)\n"
-	"  -R, --resume              start at the latest checkpoint in --dir (a\n"
-	"                            restarted publisher; with --history it also\n"
-	"                            takes the patches kept there back)\n"
-	"  -K, --keyframes           send every version as a keyframe stream (the\n"
-	"                            dense baseline through the same pipeline)\n"
-	"      --self-contained      sparse frames that each decode alone\n"
-	"                            (docs/FORMAT.md 3.5), not sharing a model per\n"
-	"                            tensor chunk: 2-5% more bytes\n"
-	"  -w, --wait-subscribers N  start publishing only once N subscribers joined\n"
-	"  -n, --steps N             stop after publishing version N (no step above\n"
-	"                            N is published, also where N is missing)\n"
-	"  -L, --linger S            then keep answering NACKs for S seconds (5), and\n"
-	"                            finish the catch-ups begun by then\n"
-	"  -A, --key FILE            sign frames and heartbeats with this key and\n"
-	"                            accept only JOINs/NACKs signed by a key given\n"
-	"                            (repeatable: the first signs; docs/SECURITY.md)\n"
-	"  -E, --events FILE         append JSON-lines events (docs/EVENTS.md)\n"
-	"  -N, --name NAME           this publisher's name in the events (publish)\n"
-	"  -h, --help\n";
-
-#define MAX_SUBS 64
-#define MAX_KEEP 16
-#define SUB_TIMEOUT_S 10.0
-
-typedef struct pub_sub {
-	struct sockaddr_in data, ctl;
-	double last_seen, last_catchup;
-	uint32_t version;       /* from its JOINs */
-	double version_since;   /* when it first reported that version */
-	int catchup;            /* behind: needs patches or a keyframe */
-	uint32_t said_ahead;    /* the version it was said to be ahead at */
-	rp_bucket nack;         /* frames its NACKs may still ask for */
-	rp_bucket link;         /* its JOIN's rate_kbps (rate 0: none given) */
-	uint32_t rate_kbps;
-	/* a catch-up being sent, a slice per turn of the main loop (so that
-	 * new versions, NACKs and HEARTBEATs go on meanwhile): the keyframe
-	 * stream of cu_target, or the held patch cu_base -> cu_target and
-	 * then the ones after it up to cu_end; frames from cu_next */
-	int cu_active, cu_key;
-	uint32_t cu_base, cu_target, cu_end;
-	size_t cu_next;
-} pub_sub;
-
-typedef struct pub {
-	int sock;
-	rp_bucket bucket;
-	pub_sub subs[MAX_SUBS];
-	unsigned n_subs;
-	uint32_t nack_rate;     /* --nack-rate: frames/s per subscriber; 0: no limit */
-	uint64_t nack_limited;  /* NACKed frames over a subscriber's budget */
-	patch hist[MAX_KEEP];
-	uint32_t hist_base[MAX_KEEP], hist_ver[MAX_KEEP];
-	unsigned keep, n_hist;
-	const char *history;    /* directory, or NULL */
-	const char *dir;        /* --dir, or NULL (--buffer) */
-	/* frames of the version being encoded, as streamed so far (frame_count
-	 * 0): NACKs that come meanwhile are answered from them */
-	patch streamed;
-	uint32_t streamed_ver;
-	int streaming;
-	patch key;              /* keyframe stream of key_ver, made on demand */
-	uint32_t key_ver;
-	double published_at;    /* when the current version went out */
-	events ev;
-	rp_auth auth;           /* --key: frames and heartbeats signed, JOIN/NACK verified */
-	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors, auth_fail;
-	int told_full;          /* "subscriber table full" was said */
-	/* subscribers that left (LEAVE, or silent): a JOIN from the same
-	 * control port gets back the time of its last catch-up and its NACK
-	 * budget, so leaving and joining again does not buy a keyframe
-	 * stream (or a full NACK budget) each time */
-	struct pub_left {
-		struct sockaddr_in ctl;
-		double last_catchup;
-		rp_bucket nack;
-	} left[MAX_SUBS];
-	unsigned left_next;
-	size_t cu_slice;        /* catch-up frames per subscriber and turn of
-				 * the main loop: about 10 ms at --rate */
-	uint32_t frame_size;    /* configured (kept patches may differ) */
-	int closing;            /* --linger is over: no new catch-ups */
-	uint64_t ctl_bad, other_model; /* control messages malformed, of another model */
-	uint64_t model_id;      /* of every version published */
-} pub;
-
-static volatile sig_atomic_t quit, dump_stats;
+volatile sig_atomic_t pub_quit, pub_dump_stats;
 static void on_signal(int s)
 {
 	(void)s;
-	quit = 1;
+	pub_quit = 1;
 }
 static void on_usr1(int s)
 {
 	(void)s;
-	dump_stats = 1;
+	pub_dump_stats = 1;
 }
-
 /* The counters, on stderr: at exit and on SIGUSR1. */
-static void pub_print_stats(const pub *P, uint32_t ver)
+static void pub_print_stats(const publisher *P, uint32_t ver)
 {
 	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
 		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
@@ -210,7 +106,7 @@ static size_t pub_slice(uint64_t rate_bps, uint32_t frame_size)
 
 /* A subscriber's link, as its JOIN tells it (PROTOCOL.md 2.1): frames to
  * it are paced at that rate too. */
-static void sub_link(pub *P, pub_sub *s, uint32_t rate_kbps, double t)
+static void sub_link(publisher *P, pub_sub *s, uint32_t rate_kbps, double t)
 {
 	if (s->rate_kbps == rate_kbps)
 		return; /* a new subscriber's zeroed bucket: no limit, as for 0 */
@@ -224,7 +120,7 @@ static int pub_wait_tokens(rp_bucket *b, uint64_t len)
 {
 	while (!rp_bucket_take(b, len, (uint64_t)(now_s() * 1e6), 1000000)) {
 		struct timespec ts = {0, 20000};
-		if (quit)
+		if (pub_quit)
 			return 0;
 		nanosleep(&ts, NULL);
 	}
@@ -235,7 +131,7 @@ static int pub_wait_tokens(rp_bucket *b, uint64_t len)
  * batches, paced by the publisher's token bucket and by each
  * subscriber's link: one the same frames go to in turn waits for the
  * slowest (a relay paces each of its subscribers on its own). */
-static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size_t n,
+static void pub_send_frames(publisher *P, uint8_t *const *fr, const size_t *lens, size_t n,
 			    pub_sub *const *to, unsigned n_to)
 {
 	enum { BATCH = SEND_BATCH };
@@ -294,7 +190,7 @@ static void pub_send_frames(pub *P, uint8_t *const *fr, const size_t *lens, size
 }
 
 /* Send frames [first, first + count) of p to the subscribers in to[]. */
-static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub *const *to,
+static void pub_send(publisher *P, const patch *p, size_t first, size_t count, pub_sub *const *to,
 		     unsigned n_to)
 {
 	uint8_t *fr[SEND_BATCH];
@@ -311,7 +207,7 @@ static void pub_send(pub *P, const patch *p, size_t first, size_t count, pub_sub
 }
 
 /* A control message to a, signed when keyed. */
-static void pub_ctl_send(pub *P, const rp_ctl *c, const struct sockaddr_in *a)
+static void pub_ctl_send(publisher *P, const rp_ctl *c, const struct sockaddr_in *a)
 {
 	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
 	size_t n = rp_auth_ctl_build(&P->auth, msg, sizeof(msg), c);
@@ -319,7 +215,7 @@ static void pub_ctl_send(pub *P, const rp_ctl *c, const struct sockaddr_in *a)
 		sendto(P->sock, msg, n, 0, (const struct sockaddr *)a, sizeof(*a));
 }
 
-static void pub_send_one(pub *P, pub_sub *s, const patch *p, size_t first, size_t count)
+static void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count)
 {
 	pub_sub *to[1] = {s};
 	pub_send(P, p, first, count, to, 1);
@@ -333,7 +229,7 @@ static int is_key(const patch *p)
 }
 
 /* The patch to version target, or the keyframe stream of it (key). */
-static const patch *hist_lookup(const pub *P, uint32_t target, int key)
+static const patch *hist_lookup(const publisher *P, uint32_t target, int key)
 {
 	for (unsigned h = 0; h < P->n_hist; h++)
 		if (P->hist_ver[h] == target && is_key(&P->hist[h]) == key)
@@ -341,12 +237,12 @@ static const patch *hist_lookup(const pub *P, uint32_t target, int key)
 	return NULL;
 }
 
-static const patch *hist_find(const pub *P, uint32_t target)
+static const patch *hist_find(const publisher *P, uint32_t target)
 {
 	return hist_lookup(P, target, 0);
 }
 
-static const patch *key_find(const pub *P, uint32_t target)
+static const patch *key_find(const publisher *P, uint32_t target)
 {
 	if (P->key.n && P->key_ver == target)
 		return &P->key;
@@ -355,7 +251,7 @@ static const patch *key_find(const pub *P, uint32_t target)
 
 /* The held patch base -> target, the one from base, and a held patch's
  * target version. */
-static const patch *hist_pair(const pub *P, uint32_t base, uint32_t target)
+static const patch *hist_pair(const publisher *P, uint32_t base, uint32_t target)
 {
 	for (unsigned h = 0; h < P->n_hist; h++)
 		if (P->hist_base[h] == base && P->hist_ver[h] == target && P->hist[h].n)
@@ -363,7 +259,7 @@ static const patch *hist_pair(const pub *P, uint32_t base, uint32_t target)
 	return NULL;
 }
 
-static const patch *hist_from(const pub *P, uint32_t base)
+static const patch *hist_from(const publisher *P, uint32_t base)
 {
 	for (unsigned h = 0; h < P->n_hist; h++)
 		if (P->hist_base[h] == base && P->hist[h].n)
@@ -371,7 +267,7 @@ static const patch *hist_from(const pub *P, uint32_t base)
 	return NULL;
 }
 
-static uint32_t hist_ver_of(const pub *P, const patch *p)
+static uint32_t hist_ver_of(const publisher *P, const patch *p)
 {
 	return P->hist_ver[p - P->hist];
 }
@@ -387,7 +283,7 @@ static void cu_start(pub_sub *s, int key, uint32_t base, uint32_t target, uint32
 }
 
 /* The patch s's catch-up is sending now, or NULL. */
-static const patch *cu_patch(const pub *P, const pub_sub *s)
+static const patch *cu_patch(const publisher *P, const pub_sub *s)
 {
 	if (!s->cu_active)
 		return NULL;
@@ -396,7 +292,7 @@ static const patch *cu_patch(const pub *P, const pub_sub *s)
 
 /* Whether held patches lead from version from to ver; *first: the
  * target of the first. */
-static int chain_held(const pub *P, uint32_t from, uint32_t ver, uint32_t *first)
+static int chain_held(const publisher *P, uint32_t from, uint32_t ver, uint32_t *first)
 {
 	uint32_t at = from;
 	for (unsigned k = 0; at < ver && k < MAX_KEEP; k++) {
@@ -411,7 +307,7 @@ static int chain_held(const pub *P, uint32_t from, uint32_t ver, uint32_t *first
 }
 
 /* Subscriber i leaves: remember what pub_left says, and take it out. */
-static void sub_drop(pub *P, unsigned i)
+static void sub_drop(publisher *P, unsigned i)
 {
 	pub_sub *s = &P->subs[i];
 	struct pub_left *l = &P->left[P->left_next++ % MAX_SUBS];
@@ -421,7 +317,7 @@ static void sub_drop(pub *P, unsigned i)
 	*s = P->subs[--P->n_subs];
 }
 
-static void pub_control(pub *P)
+static void pub_control(publisher *P)
 {
 	uint8_t buf[2048];
 	struct sockaddr_in from;
@@ -578,7 +474,7 @@ static void pub_control(pub *P)
 
 /* Tell every subscriber the newest version (PROTOCOL.md 2.3), so one
  * that lost all of a patch learns of it and NACKs it. */
-static void pub_heartbeat(pub *P, uint64_t model_id, uint32_t ver)
+static void pub_heartbeat(publisher *P, uint64_t model_id, uint32_t ver)
 {
 	rp_ctl c;
 	memset(&c, 0, sizeof(c));
@@ -601,7 +497,7 @@ static int make_keyframes(const model *cur, uint32_t ver, const patch_opts *po, 
 
 /* The publisher's side of a streamed encode (patch_opts.stream). */
 typedef struct stream_ctx {
-	pub *P;
+	publisher *P;
 	uint32_t version;
 	uint64_t params, changed;
 	int key;
@@ -613,7 +509,7 @@ typedef struct stream_ctx {
 static void pub_stream(void *arg, uint8_t *const *fr, const size_t *lens, size_t n)
 {
 	stream_ctx *sc = arg;
-	pub *P = sc->P;
+	publisher *P = sc->P;
 	pub_sub *to[MAX_SUBS];
 	if (sc->t_first == 0) {
 		sc->t_first = now_s();
@@ -641,7 +537,7 @@ static void pub_encoded(void *arg, size_t frames, size_t bytes, uint64_t changed
 /* Bring subscribers that are behind version ver up to it: the patches
  * still held, in order, or else a keyframe stream of the current model;
  * pub_catchup_send() sends them. */
-static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
+static void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts *po)
 {
 	double t = now_s();
 	for (unsigned i = 0; i < P->n_subs && !P->closing; i++) {
@@ -717,7 +613,7 @@ static void pub_catchup(pub *P, const model *cur, uint32_t ver, const patch_opts
 /* One slice of every catch-up in progress. A patch or keyframe stream no
  * longer held (a newer version took its place) ends the catch-up: the
  * subscriber's next JOINs start another. Returns whether any goes on. */
-static int pub_catchup_send(pub *P)
+static int pub_catchup_send(publisher *P)
 {
 	int busy = 0;
 	for (unsigned i = 0; i < P->n_subs; i++) {
@@ -758,7 +654,7 @@ static int pub_catchup_send(pub *P)
 /* Keep patch p (base -> ver) on disk in DIR/vBASE-vVER.bfp, written
  * atomically, and remove the one it displaces. A failure (disk full,
  * read-only directory) is reported and counted; publishing goes on. */
-static void history_put(pub *P, const patch *p, uint32_t base, uint32_t ver, uint32_t old_base,
+static void history_put(publisher *P, const patch *p, uint32_t base, uint32_t ver, uint32_t old_base,
 			uint32_t old_ver)
 {
 	if (!P->history)
@@ -779,7 +675,7 @@ static void history_put(pub *P, const patch *p, uint32_t base, uint32_t ver, uin
 
 /* The history slot for the next patch: a free one, or the one holding
  * the oldest target version. */
-static unsigned hist_slot(const pub *P)
+static unsigned hist_slot(const publisher *P)
 {
 	if (P->n_hist < P->keep)
 		return P->n_hist;
@@ -799,7 +695,7 @@ static unsigned hist_slot(const pub *P)
  * holds now: cur for t == ver, else DIR/step-t, if there is one. A patch
  * kept from before a rollback (the trainer went back and wrote another
  * step t) must not answer for the new version t. */
-static int history_matches(const pub *P, const patch *p, uint32_t t, const model *cur,
+static int history_matches(const publisher *P, const patch *p, uint32_t t, const model *cur,
 			   uint32_t ver)
 {
 	model m;
@@ -829,7 +725,7 @@ stale:
 	return 0;
 }
 
-static void history_load(pub *P, uint64_t model_id, uint32_t ver, const model *cur, int resume)
+static void history_load(publisher *P, uint64_t model_id, uint32_t ver, const model *cur, int resume)
 {
 	if (!P->history)
 		return;
@@ -910,7 +806,7 @@ static void history_load(pub *P, uint64_t model_id, uint32_t ver, const model *c
 
 /* Patch b -> t from the checkpoints mb and mt into a history slot, kept
  * on disk too. */
-static int history_add(pub *P, const model *mb, const model *mt, uint32_t b, uint32_t t,
+static int history_add(publisher *P, const model *mb, const model *mt, uint32_t b, uint32_t t,
 		       const patch_opts *po)
 {
 	char err[ERRLEN];
@@ -942,7 +838,7 @@ static int history_add(pub *P, const model *mb, const model *mt, uint32_t b, uin
  * of them; holding none, the one from the step before ver. So subscribers
  * that were behind catch up with patches rather than a keyframe stream of
  * the whole model. */
-static void history_make(pub *P, const model *cur, uint32_t ver, const patch_opts *po)
+static void history_make(publisher *P, const model *cur, uint32_t ver, const patch_opts *po)
 {
 	uint32_t from = 0, st[MAX_KEEP + 1];
 	int held = 0;
@@ -983,31 +879,6 @@ static void history_make(pub *P, const model *cur, uint32_t ver, const patch_opt
 	model_free(&mb);
 }
 
-typedef struct source {
-	const char *dir;
-	wbuf w;                 /* --buffer */
-	int is_buffer;
-	const char *path;       /* --buffer: its path, and the file mapped */
-	dev_t dev;
-	ino_t ino;
-	model proto;            /* the buffer's layout (no params) */
-	/* --dir: steps whose file fails to load (0: a free entry; a step
-	 * that never loads is passed over a minute after it first failed,
-	 * once a later one is there) */
-	struct {
-		uint32_t step;
-		double first;   /* it first failed */
-		double said;    /* it was last said */
-	} fail[8];
-	int steps_done;         /* --steps N: N is not there, a later one is */
-	double last_scan;       /* --dir: for a step after a missing one */
-	uint32_t cand;          /* ... the step it chose (0: none yet) */
-	uint32_t said_skip;     /* ... the last step said to be gone on with */
-	uint32_t max_step;      /* --steps: no step above it is published */
-	struct stat other;      /* the file found to be of another model */
-	void *spare;            /* a retired version's parameters, for the next */
-	size_t spare_cap;       /* (model_load_into): bytes */
-} source;
 
 /* Whether a process has path open for writing: a checkpoint written in
  * place (not renamed into the directory) is taken only once its writer
@@ -1260,194 +1131,137 @@ static void source_retire_model(source *S, model *m)
 	source_free_model(S, m);
 }
 
-int cmd_publish(int argc, char **argv)
+/* ---- open, run, close ---- */
+
+/* --key: libsodium, then each key file in order (the first signs). */
+static int pub_open_keys(publisher *P)
 {
-	static const struct option lo[] = {
-		{"dir", required_argument, 0, 'd'}, {"buffer", required_argument, 0, 'b'},
-		{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
-		{"frame-size", required_argument, 0, 's'}, {"keep", required_argument, 0, 'k'},
-		{"history", required_argument, 0, 'H'}, {"keyframes", no_argument, 0, 'K'},
-		{"resume", no_argument, 0, 'R'},
-		{"self-contained", no_argument, 0, 'C'},
-		{"wait-subscribers", required_argument, 0, 'w'},
-		{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
-		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
-		{"key", required_argument, 0, 'A'}, {"nack-rate", required_argument, 0, 'Q'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	const char *dir = NULL, *buffer = NULL, *events_path = NULL, *name = "publish";
-	uint32_t lip = 0, keep = 4, waitn = 0, steps = UINT32_MAX, linger = 5;
-	uint16_t lport = 0;
-	uint64_t rate = 1000000000ull;
-	int keyframes = 0, resume = 0;
-	/* actors hold tensor data: a new __metadata__ is no reason to stop */
-	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT, .any_header = 1};
-	static pub P;
-	memset(&P, 0, sizeof(P));
-	P.nack_rate = 65536;
-	int c;
-	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'd': dir = optarg; break;
-		case 'b': buffer = optarg; break;
-		case 'l':
-			if (rp_parse_hostport(optarg, &lip, &lport, NULL))
-				return bad_value("publish", "--listen", optarg);
-			break;
-		case 'r':
-			if (rp_parse_rate(optarg, 400000000000ull, &rate)) {
-				fprintf(stderr, "bfpatch publish: invalid value '%s' for --rate (bit/s, "
-					"at least 1k: 100m is 100 Mbit/s; 0: unlimited)\n", optarg);
-				return 2;
-			}
-			break;
-		case 's':
-			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
-				return bad_value("publish", "--frame-size", optarg);
-			break;
-		case 'k':
-			if (parse_u32(optarg, 1, MAX_KEEP, &keep))
-				return bad_value("publish", "--keep", optarg);
-			break;
-		case 'Q':
-			if (parse_u32(optarg, 0, 1000000000, &P.nack_rate))
-				return bad_value("publish", "--nack-rate", optarg);
-			break;
-		case 'H': P.history = optarg; break;
-		case 'K': keyframes = 1; break;
-		case 'R': resume = 1; break;
-		case 'C': po.sparse = BFP_SPARSE_SELF_CONTAINED; break;
-		case 'w':
-			if (parse_u32(optarg, 0, MAX_SUBS, &waitn))
-				return bad_value("publish", "--wait-subscribers", optarg);
-			break;
-		case 'n':
-			if (parse_u32(optarg, 1, UINT32_MAX - 1, &steps))
-				return bad_value("publish", "--steps", optarg);
-			break;
-		case 'L':
-			if (parse_u32(optarg, 0, 86400, &linger))
-				return bad_value("publish", "--linger", optarg);
-			break;
-		case 'E': events_path = optarg; break;
-		case 'N': name = optarg; break;
-		case 'A': {
-			char kerr[512] = "cannot initialise libsodium";
-			if (rp_auth_init() || rp_auth_load(&P.auth, optarg, kerr, sizeof(kerr))) {
-				fprintf(stderr, "bfpatch publish: %s\n", kerr);
-				return 1;
-			}
-			break;
-		}
-		case 'h': fputs(publish_usage, stdout); return 0;
-		default: fputs(publish_usage, stderr); return 2;
+	for (unsigned i = 0; i < P->cf->n_keys; i++) {
+		char kerr[512] = "cannot initialise libsodium";
+		if (rp_auth_init() || rp_auth_load(&P->auth, P->cf->key_paths[i], kerr, sizeof(kerr))) {
+			fprintf(stderr, "bfpatch publish: %s\n", kerr);
+			return 1;
 		}
 	}
-	if (optind != argc) {
-		fprintf(stderr, "bfpatch publish: unexpected argument '%s' (the checkpoints go "
-			"with --dir)\n%s", argv[optind], publish_usage);
-		return 2;
-	}
-	if (resume && buffer) {
-		fprintf(stderr, "bfpatch publish: --resume goes with --dir (a --buffer has one "
-			"version, the one it holds)\n");
-		return 2;
-	}
-	if (!dir == !buffer || !lport) {
-		fprintf(stderr, "bfpatch publish: %s\n%s",
-			!dir == !buffer ? "give one of --dir and --buffer" : "--listen is required",
-			publish_usage);
-		return 2;
-	}
-	if (P.auth.n_keys) { /* the trailer rides in the same datagram */
-		if (po.frame_size < BFP_FRAME_SIZE_MIN + RP_AUTH_LEN) {
-			fprintf(stderr, "bfpatch publish: --frame-size too small for a signed frame\n");
-			return 2;
-		}
-		po.frame_size -= RP_AUTH_LEN;
-	}
-	if (P.history && access(P.history, W_OK) != 0) {
-		fprintf(stderr, "bfpatch publish: --history %s: %s\n", P.history, strerror(errno));
-		return 1;
-	}
-	if (events_open(&P.ev, events_path, "publish", name)) {
-		fprintf(stderr, "bfpatch publish: --events %s: %s\n", events_path, strerror(errno));
-		return 1;
-	}
-	P.keep = keep;
-	rp_bucket_init(&P.bucket, (rate + 7) / 8, pub_burst(rate, po.frame_size),
+	return 0;
+}
+
+/* The control port, bound (frames leave from it too), and the pacing at
+ * --rate. */
+static int pub_open_socket(publisher *P)
+{
+	const publish_config *cf = P->cf;
+	rp_bucket_init(&P->bucket, (cf->rate_bps + 7) / 8, pub_burst(cf->rate_bps, cf->frame_size),
 		       (uint64_t)(now_s() * 1e6));
-	P.cu_slice = pub_slice(rate, po.frame_size);
-	P.frame_size = po.frame_size;
-	P.sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(lport),
-				 .sin_addr.s_addr = htonl(lip)};
+	P->cu_slice = pub_slice(cf->rate_bps, cf->frame_size);
+	P->frame_size = cf->frame_size;
+	P->sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(cf->listen_port),
+				 .sin_addr.s_addr = htonl(cf->listen_ip)};
 	int big = 8 << 20;
-	setsockopt(P.sock, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
-	if (P.sock < 0 || bind(P.sock, (struct sockaddr *)&la, sizeof(la)) != 0) {
-		fprintf(stderr, "bfpatch publish: cannot bind port %u: %s\n", lport, strerror(errno));
+	setsockopt(P->sock, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+	if (P->sock < 0 || bind(P->sock, (struct sockaddr *)&la, sizeof(la)) != 0) {
+		fprintf(stderr, "bfpatch publish: cannot bind port %u: %s\n", cf->listen_port,
+			strerror(errno));
 		return 1;
 	}
-	char err[ERRLEN] = "";
-	static source S;
-	memset(&S, 0, sizeof(S));
+	return 0;
+}
+
+/* The first version: the buffer's, or the first checkpoint in --dir
+ * (old ones may have been pruned), with --resume the latest, once it
+ * loads. 0, or the exit status after a message. */
+static int pub_open_first(publisher *P)
+{
+	const publish_config *cf = P->cf;
+	source *S = &P->src;
+	char err[ERRLEN] = "", path[PATH_MAX];
+	if (cf->buffer) {
+		int v = source_open_buffer(S, cf->buffer, &P->cur, err, sizeof(err));
+		if (v < 0)
+			return die("publish", err);
+		P->ver = (uint32_t)v;
+		return 0;
+	}
+	S->dir = cf->dir;
+	S->max_step = cf->steps == UINT32_MAX ? 0 : cf->steps;
+	uint32_t first = 0, last = 0;
+	if (!steps_scan(cf->dir, 0, &first, &last)) {
+		fprintf(stderr, "bfpatch publish: no checkpoint DIR/step-NNNN.safetensors in %s\n",
+			cf->dir);
+		return 1;
+	}
+	uint32_t ver = cf->resume ? last : first;
+	/* with the checks later steps get: not while a writer has it open
+	 * (a preallocated file of zeros looks whole), not before it loads;
+	 * --resume starts at the latest step that does */
+	double said = 0;
+	for (;;) {
+		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", cf->dir, ver);
+		int busy = access(path, R_OK) == 0 && being_written(path);
+		if (!busy && model_load(&P->cur, path, err, sizeof(err)) == 0)
+			break;
+		if (cf->resume && ver > first) {
+			fprintf(stderr, "bfpatch publish: %s is not whole yet (%s); starting at the "
+				"step before\n", path, busy ? "still being written" : err);
+			/* the step before that is there (a trainer that keeps
+			 * every k-th step leaves gaps) */
+			struct stat sb;
+			do {
+				ver--;
+				snprintf(path, sizeof(path), "%s/step-%04u.safetensors", cf->dir, ver);
+			} while (ver > first && stat(path, &sb) != 0 && errno == ENOENT);
+			continue;
+		}
+		if (now_s() - said > 10) {
+			fprintf(stderr, "bfpatch publish: waiting for %s (%s)\n", path,
+				busy ? "still being written" : err);
+			said = now_s();
+		}
+		usleep(100000);
+	}
+	P->ver = ver;
+	return 0;
+}
+
+int publisher_open(publisher *P, const publish_config *cf)
+{
+	memset(P, 0, sizeof(*P));
+	P->cf = cf;
+	P->sock = -1;
+	P->ev.fd = -1;
+	P->nack_rate = cf->nack_rate;
+	P->keep = cf->keep;
+	P->history = cf->history;
+	P->gate_open = cf->wait_subs == 0;
+	/* actors hold tensor data: a new __metadata__ is no reason to stop */
+	P->po.frame_size = cf->frame_size;
+	P->po.any_header = 1;
+	if (cf->self_contained)
+		P->po.sparse = BFP_SPARSE_SELF_CONTAINED;
+	if (pub_open_keys(P))
+		return 1;
+	if (cf->history && access(cf->history, W_OK) != 0) {
+		fprintf(stderr, "bfpatch publish: --history %s: %s\n", cf->history, strerror(errno));
+		return 1;
+	}
+	if (events_open(&P->ev, cf->events_path, "publish", cf->name)) {
+		fprintf(stderr, "bfpatch publish: --events %s: %s\n", cf->events_path,
+			strerror(errno));
+		return 1;
+	}
+	if (pub_open_socket(P))
+		return 1;
 	/* from here, before the first version loads (which, with --resume,
 	 * may make patches for a while): SIGUSR1 asks for the counters */
 	signal(SIGUSR1, on_usr1);
-	model cur;
-	uint32_t ver = 0;
-	if (buffer) {
-		int v = source_open_buffer(&S, buffer, &cur, err, sizeof(err));
-		if (v < 0)
-			return die("publish", err);
-		ver = (uint32_t)v;
-	} else {
-		char path[PATH_MAX];
-		S.dir = dir;
-		S.max_step = steps == UINT32_MAX ? 0 : steps;
-		/* the first checkpoint there (old ones may have been pruned), or
-		 * with --resume the latest */
-		uint32_t first = 0, last = 0;
-		if (!steps_scan(dir, 0, &first, &last)) {
-			fprintf(stderr, "bfpatch publish: no checkpoint DIR/step-NNNN.safetensors in "
-				"%s\n", dir);
-			return 1;
-		}
-		ver = resume ? last : first;
-		/* with the checks later steps get: not while a writer has it
-		 * open (a preallocated file of zeros looks whole), not before
-		 * it loads; --resume starts at the latest step that does */
-		double said = 0;
-		for (;;) {
-			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, ver);
-			int busy = access(path, R_OK) == 0 && being_written(path);
-			if (!busy && model_load(&cur, path, err, sizeof(err)) == 0)
-				break;
-			if (resume && ver > first) {
-				fprintf(stderr, "bfpatch publish: %s is not whole yet (%s); starting "
-					"at the step before\n", path, busy ? "still being written" : err);
-				/* the step before that is there (a trainer that
-				 * keeps every k-th step leaves gaps) */
-				struct stat sb;
-				do {
-					ver--;
-					snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir,
-						 ver);
-				} while (ver > first && stat(path, &sb) != 0 && errno == ENOENT);
-				continue;
-			}
-			if (now_s() - said > 10) {
-				fprintf(stderr, "bfpatch publish: waiting for %s (%s)\n", path,
-					busy ? "still being written" : err);
-				said = now_s();
-			}
-			usleep(100000);
-		}
-	}
-	P.model_id = cur.model_id;
-	P.dir = buffer ? NULL : dir;
-	history_load(&P, cur.model_id, ver, &cur, resume);
-	if (resume && !buffer && !keyframes && ver > 0 && !hist_find(&P, ver))
-		history_make(&P, &cur, ver, &po);
+	if (pub_open_first(P))
+		return 1;
+	P->model_id = P->cur.model_id;
+	P->dir = cf->buffer ? NULL : cf->dir;
+	history_load(P, P->cur.model_id, P->ver, &P->cur, cf->resume);
+	if (cf->resume && !cf->buffer && !cf->keyframes && P->ver > 0 && !hist_find(P, P->ver))
+		history_make(P, &P->cur, P->ver, &P->po);
 	rp_catch_signal(SIGINT, on_signal);
 	rp_catch_signal(SIGTERM, on_signal);
 	rp_catch_signal(SIGHUP, on_signal);
@@ -1455,154 +1269,212 @@ int cmd_publish(int argc, char **argv)
 	 * breaks the lease, and the kernel says so with SIGIO (fatal unless
 	 * ignored) */
 	signal(SIGIO, SIG_IGN);
-	fprintf(stderr, "bfpatch publish: version %u from %s, %" PRIu64 " parameters%s\n", ver,
-		buffer ? buffer : dir, cur.n_params, keyframes ? ", keyframes only" : "");
-	events_emit(&P.ev, "start", "\"params\":%" PRIu64 ",\"model_id\":\"%016" PRIx64
-		    "\",\"rate_bps\":%" PRIu64 ",\"frame_size\":%u,\"version\":%u", cur.n_params,
-		    cur.model_id, rate, po.frame_size, ver);
-	if (ver >= steps)
+	return 0;
+}
+
+/* What is published from where, on stderr and in the events. */
+static void pub_say_start(publisher *P)
+{
+	const publish_config *cf = P->cf;
+	fprintf(stderr, "bfpatch publish: version %u from %s, %" PRIu64 " parameters%s\n", P->ver,
+		cf->buffer ? cf->buffer : cf->dir, P->cur.n_params,
+		cf->keyframes ? ", keyframes only" : "");
+	events_emit(&P->ev, "start", "\"params\":%" PRIu64 ",\"model_id\":\"%016" PRIx64
+		    "\",\"rate_bps\":%" PRIu64 ",\"frame_size\":%u,\"version\":%u", P->cur.n_params,
+		    P->cur.model_id, cf->rate_bps, P->po.frame_size, P->ver);
+	if (P->ver >= cf->steps)
 		fprintf(stderr, "bfpatch publish: version %u is already at or past --steps %u: "
-			"nothing new to publish; answering for --linger %u s\n", ver, steps, linger);
-	double done_at = 0, next_heartbeat = 0;
-	int rc = 0, gate_open = waitn == 0, gate_said = 0;
-	while (!quit) {
-		if (dump_stats) {
-			dump_stats = 0;
-			pub_print_stats(&P, ver);
+			"nothing new to publish; answering for --linger %u s\n", P->ver, cf->steps,
+			cf->linger_s);
+}
+
+/* The next version, if it is time for one (at t): 1 with it in *nw and
+ * *nver, 0 if none now, -1 to stop, *rc the exit status: --steps done
+ * and --linger over with no catch-up left (catching_up), or the source
+ * failed. */
+static int pub_next(publisher *P, double t, int catching_up, model *nw, uint32_t *nver, int *rc)
+{
+	const publish_config *cf = P->cf;
+	if (P->ver >= cf->steps || P->src.steps_done) {
+		if (P->done_at == 0) {
+			P->done_at = t;
+			if (P->ver < cf->steps)
+				fprintf(stderr, "bfpatch publish: no step from %u to --steps %u is there "
+					"(or loads) and the next one is past it: stopping at version "
+					"%u\n", P->ver + 1, cf->steps, P->ver);
 		}
-		pub_control(&P);
-		pub_catchup(&P, &cur, ver, &po);
-		const int catching_up = pub_catchup_send(&P);
-		double t = now_s();
-		if (t >= next_heartbeat && ver > 0) {
-			pub_heartbeat(&P, cur.model_id, ver);
-			next_heartbeat = t + 1.0;
+		/* then catch-ups in progress are finished, no new ones started
+		 * (subscribers that keep coming would keep the publisher for
+		 * ever) */
+		P->closing = t - P->done_at >= cf->linger_s;
+		return P->closing && !catching_up ? -1 : 0;
+	}
+	if (!P->gate_open && P->n_subs < cf->wait_subs) {
+		/* --wait-subscribers: a gate at the start only (a subscriber
+		 * that goes later must not stop the others) */
+		if (!P->gate_said) {
+			fprintf(stderr, "bfpatch publish: waiting for %u subscriber(s) to JOIN before "
+				"publishing (--wait-subscribers)\n", cf->wait_subs);
+			P->gate_said = 1;
+		}
+		return 0;
+	}
+	if (!P->gate_open && cf->wait_subs)
+		fprintf(stderr, "bfpatch publish: %u subscriber(s) joined; publishing\n", P->n_subs);
+	P->gate_open = 1;
+	char err[ERRLEN] = "";
+	int got = source_next(&P->src, &P->cur, P->ver, nw, nver, err, sizeof(err));
+	if (got < 0)
+		*rc = die("publish", err);
+	return got;
+}
+
+/* Publish version nver (nw, taken over): encoded against the current one
+ * and streamed to every subscriber while it is encoded (FORMAT.md 2.5),
+ * then held in place of the oldest patch for NACKs and catch-ups. 0, or
+ * the exit status of an error. */
+static int pub_publish(publisher *P, model *nw, uint32_t nver)
+{
+	const int keyframes = P->cf->keyframes;
+	model *cur = &P->cur;
+	const uint32_t ver = P->ver;
+	char err[ERRLEN] = "";
+	if (nw->model_id != cur->model_id || nw->n_params != cur->n_params) {
+		/* a weight buffer's layout is fixed; a step file's is checked
+		 * by source_next */
+		fprintf(stderr, "bfpatch publish: version %u has another tensor layout than version "
+			"%u; not published\n", nver, ver);
+		source_free_model(&P->src, nw);
+		return 1;
+	}
+	if (cur->header_len != nw->header_len ||
+	    (cur->header_len && memcmp(cur->header, nw->header, cur->header_len)))
+		fprintf(stderr, "bfpatch publish: version %u: the safetensors header differs from "
+			"version %u's beyond the tensor layout (__metadata__); the tensor data is "
+			"published\n", nver, ver);
+	unsigned slot = hist_slot(P); /* the oldest patch held goes */
+	if (slot == P->n_hist)
+		P->n_hist++;
+	uint32_t old_base = P->hist_base[slot], old_ver = P->hist_ver[slot];
+	patch_free(&P->hist[slot]);
+	P->po.base_version = ver;
+	P->po.target_version = nver;
+	events_emit(&P->ev, "encode_begin", "\"version\":%u", nver);
+	stream_ctx sc = {.P = P, .version = nver, .params = nw->n_params, .key = keyframes};
+	patch_free(&P->streamed);
+	P->streamed_ver = nver;
+	P->streaming = 1;
+	patch_opts so = P->po;
+	so.stream = pub_stream;
+	so.encoded = pub_encoded;
+	so.stream_arg = &sc;
+	sc.t0 = now_s();
+	int erc = keyframes ? make_keyframes(nw, nver, &so, &P->hist[slot], err, sizeof(err))
+			    : patch_encode(cur, nw, &so, &P->hist[slot], err, sizeof(err));
+	P->streaming = 0;
+	patch_free(&P->streamed);
+	if (erc) {
+		source_free_model(&P->src, nw);
+		return die("publish", err);
+	}
+	double t2 = now_s();
+	const patch *p = &P->hist[slot];
+	P->hist_base[slot] = keyframes ? 0 : ver;
+	P->hist_ver[slot] = nver;
+	if (!pub_quit)
+		events_emit(&P->ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
+			    "\"subscribers\":%u", nver, p->n, p->len, P->n_subs);
+	uint64_t changed = sc.changed;
+	if (keyframes) /* the dense baseline: keyframes carry no changes */
+		for (uint64_t i = 0; i < nw->n_params; i++)
+			changed += cur->params[i] != nw->params[i];
+	const double x = (double)nw->n_params * 2 / (double)p->len;
+	char sent[64];
+	if (pub_quit) /* a signal cut the sending short: the rest never left */
+		snprintf(sent, sizeof(sent), "sending cut short by a signal");
+	else
+		snprintf(sent, sizeof(sent), "sent in %.1f ms", (t2 - sc.t0) * 1e3);
+	fprintf(stderr, "bfpatch publish: version %u -> %u: %.3f%% changed, %zu frames, %zu bytes "
+		"(%.*fx %s than dense); first frame out after %.1f ms, encoded in %.1f ms, %s, %u "
+		"subscriber(s)\n", ver, nver, 100.0 * (double)changed / (double)nw->n_params, p->n,
+		p->len, x >= 1 ? 1 : 2, x >= 1 ? x : 1 / x, x >= 1 ? "smaller" : "larger",
+		(sc.t_first - sc.t0) * 1e3, (sc.t_encoded - sc.t0) * 1e3, sent, P->n_subs);
+	history_put(P, p, P->hist_base[slot], nver, old_base, old_ver);
+	source_retire_model(&P->src, cur);
+	*cur = *nw;
+	P->ver = nver;
+	P->published_at = now_s();
+	return 0;
+}
+
+int publisher_run(publisher *P)
+{
+	int rc = 0;
+	pub_say_start(P);
+	while (!pub_quit) {
+		if (pub_dump_stats) {
+			pub_dump_stats = 0;
+			pub_print_stats(P, P->ver);
+		}
+		pub_control(P);
+		pub_catchup(P, &P->cur, P->ver, &P->po);
+		const int catching_up = pub_catchup_send(P);
+		const double t = now_s();
+		if (t >= P->next_heartbeat && P->ver > 0) {
+			pub_heartbeat(P, P->cur.model_id, P->ver);
+			P->next_heartbeat = t + 1.0;
 		}
 		model nw;
 		uint32_t nver = 0;
-		int got = 0;
-		if (ver >= steps || S.steps_done) {
-			if (done_at == 0) {
-				done_at = t;
-				if (ver < steps)
-					fprintf(stderr, "bfpatch publish: no step from %u to --steps %u is "
-						"there (or loads) and the next one is past it: stopping at "
-						"version %u\n", ver + 1, steps, ver);
-			}
-			/* then catch-ups in progress are finished, no new ones
-			 * started (subscribers that keep coming would keep the
-			 * publisher for ever) */
-			P.closing = t - done_at >= linger;
-			if (P.closing && !catching_up)
-				break;
-		} else if (!gate_open && P.n_subs < waitn) {
-			/* --wait-subscribers: a gate at the start only (a
-			 * subscriber that goes later must not stop the others) */
-			if (!gate_said) {
-				fprintf(stderr, "bfpatch publish: waiting for %u subscriber(s) to JOIN "
-					"before publishing (--wait-subscribers)\n", waitn);
-				gate_said = 1;
-			}
-		} else {
-			if (!gate_open && waitn)
-				fprintf(stderr, "bfpatch publish: %u subscriber(s) joined; publishing\n",
-					P.n_subs);
-			gate_open = 1;
-			got = source_next(&S, &cur, ver, &nw, &nver, err, sizeof(err));
-			if (got < 0) {
-				rc = die("publish", err);
-				break;
-			}
-		}
+		const int got = pub_next(P, t, catching_up, &nw, &nver, &rc);
+		if (got < 0 || (got > 0 && (rc = pub_publish(P, &nw, nver)) != 0))
+			break;
 		if (!got) {
-			struct pollfd pfd = {.fd = P.sock, .events = POLLIN};
+			struct pollfd pfd = {.fd = P->sock, .events = POLLIN};
 			poll(&pfd, 1, catching_up ? 0 : 20);
-			continue;
 		}
-		if (nw.model_id != cur.model_id || nw.n_params != cur.n_params) {
-			/* a weight buffer's layout is fixed; a step file's is
-			 * checked by source_next */
-			fprintf(stderr, "bfpatch publish: version %u has another tensor layout than "
-				"version %u; not published\n", nver, ver);
-			source_free_model(&S, &nw);
-			rc = 1;
-			break;
-		}
-		if (cur.header_len != nw.header_len ||
-		    (cur.header_len && memcmp(cur.header, nw.header, cur.header_len)))
-			fprintf(stderr, "bfpatch publish: version %u: the safetensors header differs "
-				"from version %u's beyond the tensor layout (__metadata__); the "
-				"tensor data is published\n", nver, ver);
-		unsigned slot = hist_slot(&P); /* the oldest patch held goes */
-		if (slot == P.n_hist)
-			P.n_hist++;
-		uint32_t old_base = P.hist_base[slot], old_ver = P.hist_ver[slot];
-		patch_free(&P.hist[slot]);
-		po.base_version = ver;
-		po.target_version = nver;
-		events_emit(&P.ev, "encode_begin", "\"version\":%u", nver);
-		/* frames leave while the rest is encoded (FORMAT.md 2.5) */
-		stream_ctx sc = {.P = &P, .version = nver, .params = nw.n_params, .key = keyframes};
-		patch_free(&P.streamed);
-		P.streamed_ver = nver;
-		P.streaming = 1;
-		patch_opts so = po;
-		so.stream = pub_stream;
-		so.encoded = pub_encoded;
-		so.stream_arg = &sc;
-		sc.t0 = now_s();
-		int erc = keyframes ? make_keyframes(&nw, nver, &so, &P.hist[slot], err, sizeof(err))
-				    : patch_encode(&cur, &nw, &so, &P.hist[slot], err, sizeof(err));
-		P.streaming = 0;
-		patch_free(&P.streamed);
-		if (erc) {
-			source_free_model(&S, &nw);
-			rc = die("publish", err);
-			break;
-		}
-		double t2 = now_s();
-		const patch *p = &P.hist[slot];
-		P.hist_base[slot] = keyframes ? 0 : ver;
-		P.hist_ver[slot] = nver;
-		if (!quit)
-			events_emit(&P.ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
-				    "\"subscribers\":%u", nver, p->n, p->len, P.n_subs);
-		uint64_t changed = sc.changed;
-		if (keyframes) /* the dense baseline: keyframes carry no changes */
-			for (uint64_t i = 0; i < nw.n_params; i++)
-				changed += cur.params[i] != nw.params[i];
-		const double x = (double)nw.n_params * 2 / (double)p->len;
-		char sent[64];
-		if (quit) /* a signal cut the sending short: the rest never left */
-			snprintf(sent, sizeof(sent), "sending cut short by a signal");
-		else
-			snprintf(sent, sizeof(sent), "sent in %.1f ms", (t2 - sc.t0) * 1e3);
-		fprintf(stderr, "bfpatch publish: version %u -> %u: %.3f%% changed, %zu frames, %zu "
-			"bytes (%.*fx %s than dense); first frame out after %.1f ms, encoded in "
-			"%.1f ms, %s, %u subscriber(s)\n", ver, nver,
-			100.0 * (double)changed / (double)nw.n_params, p->n, p->len, x >= 1 ? 1 : 2,
-			x >= 1 ? x : 1 / x, x >= 1 ? "smaller" : "larger", (sc.t_first - sc.t0) * 1e3,
-			(sc.t_encoded - sc.t0) * 1e3, sent, P.n_subs);
-		history_put(&P, p, P.hist_base[slot], nver, old_base, old_ver);
-		source_retire_model(&S, &cur);
-		cur = nw;
-		ver = nver;
-		P.published_at = now_s();
 	}
-	pub_print_stats(&P, ver);
-	events_emit(&P.ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%" PRIu64
-		    ",\"resent\":%" PRIu64 ",\"version\":%u,\"auth_fail\":%" PRIu64, P.sent_frames,
-		    P.sent_bytes, P.nacks, P.resent, ver, P.auth_fail);
-	for (unsigned i = 0; i < P.n_hist; i++)
-		patch_free(&P.hist[i]);
-	patch_free(&P.key);
-	source_free_model(&S, &cur);
-	free(S.spare);
-	if (S.is_buffer) {
-		model_free(&S.proto);
-		wbuf_close(&S.w);
+	pub_print_stats(P, P->ver);
+	events_emit(&P->ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%"
+		    PRIu64 ",\"resent\":%" PRIu64 ",\"version\":%u,\"auth_fail\":%" PRIu64,
+		    P->sent_frames, P->sent_bytes, P->nacks, P->resent, P->ver, P->auth_fail);
+	return rc;
+}
+
+void publisher_close(publisher *P)
+{
+	source *S = &P->src;
+	for (unsigned i = 0; i < MAX_KEEP; i++)
+		patch_free(&P->hist[i]);
+	patch_free(&P->key);
+	patch_free(&P->streamed);
+	source_free_model(S, &P->cur);
+	free(S->spare);
+	S->spare = NULL;
+	if (S->is_buffer) {
+		model_free(&S->proto);
+		wbuf_close(&S->w);
+		S->is_buffer = 0;
 	}
-	events_close(&P.ev);
-	close(P.sock);
+	events_close(&P->ev);
+	if (P->sock >= 0)
+		close(P->sock);
+	P->sock = -1;
+}
+
+int cmd_publish(int argc, char **argv)
+{
+	publish_config cf;
+	int rc = publish_parse_args(argc, argv, &cf);
+	if (rc || cf.help)
+		return rc;
+	publisher *P = calloc(1, sizeof(*P)); /* its rp_auth's replay memory: about 100 KB */
+	if (!P)
+		return die("publish", "out of memory");
+	rc = publisher_open(P, &cf);
+	if (!rc)
+		rc = publisher_run(P);
+	publisher_close(P);
+	free(P);
 	return rc;
 }
