@@ -1,5 +1,5 @@
 /*
- * shim.c: bfpatch-shim, the actor-side daemon. It receives frames on a
+ * main.c: bfpatch-shim, the actor-side daemon. It receives frames on a
  * kernel UDP socket (recvmmsg), stages those of the next versions while
  * the actor runs on the current one, NACKs what is missing, and when a
  * version is complete (and the actor is at a safe point, if so
@@ -29,7 +29,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -49,6 +48,7 @@
 #include "proto.h"
 #include "auth.h"
 #include "wbuf.h"
+#include "shim.h"
 #ifdef BFP_SHIM_DPDK
 #include "shim_dpdk.h"
 #endif
@@ -1216,197 +1216,36 @@ static void print_stats(const shim *s)
 	fflush(stdout);
 }
 
-/* The long name of option c in lo, for messages. */
-static const char *long_name(const struct option *lo, int c)
-{
-	for (; lo->name; lo++)
-		if (lo->val == c)
-			return lo->name;
-	return "?";
-}
-
-static const char usage[] =
-	"usage: bfpatch-shim --buffer PATH --upstream ADDR:PORT [options]\n"
-	"Receives a model's patch frames, stages and NACKs them, and commits\n"
-	"each complete version into the weight buffer PATH, verified.\n"
-	"  -b, --buffer PATH       weight buffer (a file under /dev/shm or hugetlbfs)\n"
-	"  -i, --init FILE         create PATH from a checkpoint first (version 0,\n"
-	"                          or --version); a PATH that exists is used as it\n"
-	"                          is (a restart), unless it holds another model\n"
-	"  -V, --version N         version of --init (default 0)\n"
-	"  -u, --upstream A:PORT   control port of the relay or publisher\n"
-	"  -l, --listen A:PORT     where frames arrive (default 0.0.0.0:7500)\n"
-	"  -r, --rate BITS         what this link takes, told in JOIN (0: default)\n"
-	"  -c, --commit MODE       now (default): commit each version when complete;\n"
-	"                          safe-point: wait until the actor allows it\n"
-	"                          (bfpatch_buffer.py safe_point())\n"
-	"  -t, --threads N         apply threads (default: online CPUs, at most 8)\n"
-	"  -n, --nack-ms N         NACK missing frames after N ms quiet (100)\n"
-	"  -m, --max-stage BYTES   staged frames kept at most (default 1G), with\n"
-	"                          the changes of frames prepared while staged\n"
-	"                          (at most half of it; they give way to frames);\n"
-	"                          K, M, G: KiB, MiB, GiB\n"
-	"      --no-prepare        decode and verify frames only at commit (by\n"
-	"                          default the next version's frames are decoded\n"
-	"                          and verified as they arrive, 6 bytes per\n"
-	"                          changed weight, so the commit only writes)\n"
-	"  -A, --key FILE          accept only frames and HEARTBEATs signed with this\n"
-	"                          key; sign JOINs and NACKs (repeatable: two keys\n"
-	"                          during a rollover, the first signs)\n"
-	"  -E, --events FILE       append JSON-lines events (docs/EVENTS.md)\n"
-	"  -N, --name NAME         this shim's name in the events (shim)\n"
-#ifdef BFP_SHIM_DPDK
-	"      --dma DEV           commit through DPDK dmadev DEV (dma_skeleton0: the\n"
-	"                          software engine, added as a vdev; idxd/ioat\n"
-	"                          channels: give their EAL options in --eal)\n"
-	"      --port DEVARGS      also take frames from a DPDK port, e.g.\n"
-	"                          net_pcap0,rx_pcap=F.pcap or net_memif0,...\n"
-	"                          (UDP to --listen's port; control stays on the\n"
-	"                          kernel socket; a memif client reconnects after\n"
-	"                          its server restarts)\n"
-	"      --eal ARGS          EAL options for --dma/--port (default: --no-huge\n"
-	"                          -m 512 --no-pci -l 0 --iova-mode=va\n"
-	"                          --file-prefix bfpshim<pid>)\n"
-#endif
-	"  -T, --exit-after S      stop after S seconds (tests)\n"
-	"      --drop-every N      testing: discard one frame once, after N\n"
-	"      --crash-after N     testing: SIGKILL itself halfway through commit N\n"
-	"  -h, --help\n"
-	"SIGUSR1 prints the counters; SIGINT/SIGTERM print them and exit.\n";
-
 int main(int argc, char **argv)
 {
-	static const struct option lo[] = {
-		{"buffer", required_argument, 0, 'b'}, {"init", required_argument, 0, 'i'},
-		{"version", required_argument, 0, 'V'}, {"upstream", required_argument, 0, 'u'},
-		{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
-		{"commit", required_argument, 0, 'c'}, {"threads", required_argument, 0, 't'},
-		{"nack-ms", required_argument, 0, 'n'}, {"max-stage", required_argument, 0, 'm'},
-		{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
-		{"exit-after", required_argument, 0, 'T'}, {"drop-every", required_argument, 0, 'D'},
-		{"crash-after", required_argument, 0, 'K'}, {"dma", required_argument, 0, 'M'},
-		{"port", required_argument, 0, 'P'}, {"eal", required_argument, 0, 'G'},
-		{"key", required_argument, 0, 'A'}, {"no-prepare", no_argument, 0, 'R'},
-		{"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0}};
+	shim_config cfg;
+	int prc = shim_parse_args(argc, argv, &cfg);
+	if (prc)
+		return prc < 0 ? 2 : 0;
 	static shim s;
 	memset(&s, 0, sizeof(s));
-	const char *buffer = NULL, *init = NULL, *events_path = NULL, *name = "shim";
-	const char *dma_dev = NULL, *port_args = NULL, *eal_args = NULL;
-	uint32_t lip = 0, uip = 0;
-	uint16_t lport = 7500, uport = 0;
-	uint64_t v, version0 = 0;
+	const char *buffer = cfg.buffer, *init = cfg.init, *events_path = cfg.events_path;
+	const char *name = cfg.name;
+	const char *dma_dev = cfg.dma_dev, *port_args = cfg.port_args, *eal_args = cfg.eal_args;
+	uint32_t lip = cfg.listen_ip, uip = cfg.upstream_ip;
+	uint16_t lport = cfg.listen_port, uport = cfg.upstream_port;
+	uint64_t version0 = cfg.init_version;
 	char err[512] = "";
-	s.nack_ms = 100;
-	s.nack_backoff_ms = 100;
-	s.max_stage = 1ull << 30;
-	s.threads = cpu_count() < 8 ? cpu_count() : 8;
+	s.rate_kbps = cfg.rate_kbps;
+	s.safe_point = cfg.safe_point;
+	s.threads = cfg.threads;
+	s.nack_ms = s.nack_backoff_ms = cfg.nack_ms;
+	s.max_stage = cfg.max_stage;
+	s.no_prep = cfg.no_prep;
+	s.exit_after = cfg.exit_after;
+	s.drop_every = cfg.drop_every;
+	s.crash_after = cfg.crash_after;
 	malloc_keep_freed();
-	int c;
-	while ((c = getopt_long(argc, argv, "b:i:V:u:l:r:c:t:n:m:E:N:T:A:h", lo, NULL)) != -1) {
-		switch (c) {
-		case 'b': buffer = optarg; break;
-		case 'i': init = optarg; break;
-		case 'V':
-			if (rp_parse_num(optarg, 0, UINT32_MAX - 2, &version0))
-				goto bad;
-			break;
-		case 'u':
-			if (rp_parse_hostport(optarg, &uip, &uport, NULL))
-				goto bad;
-			break;
-		case 'l':
-			if (rp_parse_hostport(optarg, &lip, &lport, NULL))
-				goto bad;
-			break;
-		case 'r':
-			if (rp_parse_rate(optarg, 4000000000000ull, &v)) {
-				fprintf(stderr, "bfpatch-shim: invalid value '%s' for --rate (bit/s, at "
-					"least 1k: 100m is 100 Mbit/s; 0 leaves it to the sender)\n", optarg);
-				return 2;
-			}
-			s.rate_kbps = (uint32_t)(v / 1000 > UINT32_MAX ? UINT32_MAX : v / 1000);
-			break;
-		case 'c':
-			if (!strcmp(optarg, "now"))
-				s.safe_point = 0;
-			else if (!strcmp(optarg, "safe-point"))
-				s.safe_point = 1;
-			else
-				goto bad;
-			break;
-		case 't':
-			if (rp_parse_num(optarg, 1, 256, &v))
-				goto bad;
-			s.threads = (int)v;
-			break;
-		case 'n':
-			if (rp_parse_num(optarg, 1, 60000, &v))
-				goto bad;
-			s.nack_ms = s.nack_backoff_ms = (uint32_t)v;
-			break;
-		case 'm':
-			if (rp_parse_bytes(optarg, 1u << 20, 1ull << 40, &s.max_stage))
-				goto bad;
-			break;
-		case 'E': events_path = optarg; break;
-		case 'N': name = optarg; break;
-		case 'T': {
-			char *end;
-			errno = 0;
-			s.exit_after = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(s.exit_after > 0) ||
-			    s.exit_after > 1e9) /* seconds, no unit */
-				goto bad;
-			break;
+	for (unsigned i = 0; i < cfg.n_keys; i++)
+		if (rp_auth_init() || rp_auth_load(&s.auth, cfg.key_paths[i], err, sizeof(err))) {
+			fprintf(stderr, "bfpatch-shim: %s\n", err);
+			return 1;
 		}
-		case 'D':
-			if (rp_parse_num(optarg, 1, 1u << 30, &v))
-				goto bad;
-			s.drop_every = (uint32_t)v;
-			break;
-		case 'K':
-			if (rp_parse_num(optarg, 1, 1u << 30, &v))
-				goto bad;
-			s.crash_after = (uint32_t)v;
-			break;
-		case 'M': dma_dev = optarg; break;
-		case 'R': s.no_prep = 1; break;
-		case 'P': port_args = optarg; break;
-		case 'G': eal_args = optarg; break;
-		case 'A':
-			if (rp_auth_init() || rp_auth_load(&s.auth, optarg, err, sizeof(err))) {
-				fprintf(stderr, "bfpatch-shim: %s\n", err);
-				return 1;
-			}
-			break;
-		case 'h': fputs(usage, stdout); return 0;
-		default:
-			fputs(usage, stderr); /* getopt said which option */
-			return 2;
-		bad:
-			fprintf(stderr, "bfpatch-shim: invalid value '%s' for --%s (see --help)\n",
-				optarg ? optarg : "", long_name(lo, c));
-			return 2;
-		}
-	}
-	const char *why = optind != argc ? "unexpected argument"
-			  : !buffer	 ? "--buffer FILE is required"
-			  : !uport	 ? "--upstream ADDR:PORT is required"
-			  : version0 && !init ? "--version goes with --init"
-			  : eal_args && !dma_dev && !port_args ? "--eal goes with --dma or --port"
-							       : NULL;
-	if (why) {
-		fprintf(stderr, "bfpatch-shim: %s%s%s%s\n%s", why, optind != argc ? " '" : "",
-			optind != argc ? argv[optind] : "", optind != argc ? "'" : "", usage);
-		return 2;
-	}
-#ifndef BFP_SHIM_DPDK
-	if (dma_dev || port_args || eal_args) {
-		fprintf(stderr, "bfpatch-shim: --dma, --port and --eal need a build with DPDK\n");
-		return 2;
-	}
-#endif
 	/* one shim a buffer: a second would repair, roll back and commit
 	 * into the first one's buffer (or --init a file over it). The lock is
 	 * on BUFFER.lock, which --init's rename does not replace; the kernel
