@@ -69,7 +69,7 @@ static void pub_print_stats(const publisher *P, uint32_t ver)
 		PRIu64 " malformed control messages, %" PRIu64 " JOINs for another model; %u "
 		"subscriber(s)\n",
 		ver, P->sent_frames, P->sent_bytes, P->nacks, P->resent, P->keyframes,
-		P->history_errors, P->auth_fail, P->nack_limited, P->ctl_bad, P->other_model,
+		P->hist.errors, P->auth_fail, P->nack_limited, P->ctl_bad, P->other_model,
 		P->n_subs);
 }
 
@@ -221,57 +221,6 @@ static void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first,
 	pub_send(P, p, first, count, to, 1);
 }
 
-static int is_key(const patch *p)
-{
-	bfp_frame_header h;
-	return p->n && bfp_frame_parse(p->buf, p->off[1], &h) == BFP_OK &&
-	       !bfp_frame_in_patch(&h);
-}
-
-/* The patch to version target, or the keyframe stream of it (key). */
-static const patch *hist_lookup(const publisher *P, uint32_t target, int key)
-{
-	for (unsigned h = 0; h < P->n_hist; h++)
-		if (P->hist_ver[h] == target && is_key(&P->hist[h]) == key)
-			return &P->hist[h];
-	return NULL;
-}
-
-static const patch *hist_find(const publisher *P, uint32_t target)
-{
-	return hist_lookup(P, target, 0);
-}
-
-static const patch *key_find(const publisher *P, uint32_t target)
-{
-	if (P->key.n && P->key_ver == target)
-		return &P->key;
-	return hist_lookup(P, target, 1); /* --keyframes */
-}
-
-/* The held patch base -> target, the one from base, and a held patch's
- * target version. */
-static const patch *hist_pair(const publisher *P, uint32_t base, uint32_t target)
-{
-	for (unsigned h = 0; h < P->n_hist; h++)
-		if (P->hist_base[h] == base && P->hist_ver[h] == target && P->hist[h].n)
-			return &P->hist[h];
-	return NULL;
-}
-
-static const patch *hist_from(const publisher *P, uint32_t base)
-{
-	for (unsigned h = 0; h < P->n_hist; h++)
-		if (P->hist_base[h] == base && P->hist[h].n)
-			return &P->hist[h];
-	return NULL;
-}
-
-static uint32_t hist_ver_of(const publisher *P, const patch *p)
-{
-	return P->hist_ver[p - P->hist];
-}
-
 static void cu_start(pub_sub *s, int key, uint32_t base, uint32_t target, uint32_t end)
 {
 	s->cu_active = 1;
@@ -287,23 +236,8 @@ static const patch *cu_patch(const publisher *P, const pub_sub *s)
 {
 	if (!s->cu_active)
 		return NULL;
-	return s->cu_key ? key_find(P, s->cu_target) : hist_pair(P, s->cu_base, s->cu_target);
-}
-
-/* Whether held patches lead from version from to ver; *first: the
- * target of the first. */
-static int chain_held(const publisher *P, uint32_t from, uint32_t ver, uint32_t *first)
-{
-	uint32_t at = from;
-	for (unsigned k = 0; at < ver && k < MAX_KEEP; k++) {
-		const patch *q = hist_from(P, at);
-		if (!q)
-			return 0;
-		at = hist_ver_of(P, q);
-		if (!k)
-			*first = at;
-	}
-	return at == ver;
+	return s->cu_key ? history_key(&P->hist, s->cu_target)
+			 : history_pair(&P->hist, s->cu_base, s->cu_target);
 }
 
 /* Subscriber i leaves: remember what pub_left says, and take it out. */
@@ -414,8 +348,8 @@ static void pub_control(publisher *P)
 		}
 		if (c.type != RP_NACK)
 			continue;
-		const patch *p = (c.flags & RP_NACK_KEY) ? key_find(P, c.version)
-						       : hist_find(P, c.version);
+		const patch *p = (c.flags & RP_NACK_KEY) ? history_key(&P->hist, c.version)
+						       : history_find(&P->hist, c.version);
 		if (!p && P->streaming && c.version == P->streamed_ver && P->streamed.n)
 			p = &P->streamed; /* being encoded: what has been sent of it */
 		if (!p || (c.model_id && c.model_id != P->model_id))
@@ -483,16 +417,6 @@ static void pub_heartbeat(publisher *P, uint64_t model_id, uint32_t ver)
 	c.version = ver;
 	for (unsigned i = 0; i < P->n_subs; i++)
 		pub_ctl_send(P, &c, &P->subs[i].ctl);
-}
-
-static int make_keyframes(const model *cur, uint32_t ver, const patch_opts *po, patch *out,
-			  char *err, size_t errlen)
-{
-	patch_opts ko = *po;
-	ko.enc_flags |= BFP_ENC_F_KEYFRAME;
-	ko.base_version = 0;
-	ko.target_version = ver;
-	return patch_encode(cur, cur, &ko, out, err, errlen);
 }
 
 /* The publisher's side of a streamed encode (patch_opts.stream). */
@@ -570,7 +494,7 @@ static void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patc
 			continue;
 		/* the chain of held patches from its version, if complete */
 		uint32_t first = 0;
-		if (!none && chain_held(P, s->version, ver, &first)) {
+		if (!none && history_chain(&P->hist, s->version, ver, &first)) {
 			cu_start(s, 0, s->version, first, ver);
 			continue;
 		}
@@ -580,20 +504,17 @@ static void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patc
 		 * else a stream of ver replaces it, and the other subscriber's
 		 * next JOINs start it on that one */
 		uint32_t kv = ver, kfirst;
-		for (unsigned j = 0; j < P->n_subs && P->key.n && P->key_ver != ver; j++)
+		for (unsigned j = 0; j < P->n_subs && P->hist.key.n && P->hist.key_ver != ver; j++)
 			if (P->subs[j].cu_active && P->subs[j].cu_key &&
-			    P->subs[j].cu_target == P->key_ver &&
-			    (none || P->key_ver > s->version) &&
-			    chain_held(P, P->key_ver, ver, &kfirst))
-				kv = P->key_ver;
+			    P->subs[j].cu_target == P->hist.key_ver &&
+			    (none || P->hist.key_ver > s->version) &&
+			    history_chain(&P->hist, P->hist.key_ver, ver, &kfirst))
+				kv = P->hist.key_ver;
 		char err[ERRLEN];
-		if (P->key_ver != kv || !P->key.n) {
-			patch_free(&P->key);
-			if (make_keyframes(cur, ver, po, &P->key, err, sizeof(err))) {
-				fprintf(stderr, "bfpatch publish: keyframe: %s\n", err);
-				continue;
-			}
-			P->key_ver = ver;
+		if ((P->hist.key_ver != kv || !P->hist.key.n) &&
+		    history_key_make(&P->hist, cur, ver, po, err, sizeof(err))) {
+			fprintf(stderr, "bfpatch publish: keyframe: %s\n", err);
+			continue;
 		}
 		char peer[64];
 		peer_str(&s->data, peer, sizeof(peer));
@@ -601,9 +522,9 @@ static void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patc
 		if (!none)
 			snprintf(at_v, sizeof(at_v), "version %u", s->version);
 		fprintf(stderr, "bfpatch publish: keyframe stream of version %u (%zu frames) to %s "
-			"at %s\n", kv, P->key.n, peer, at_v);
+			"at %s\n", kv, P->hist.key.n, peer, at_v);
 		events_emit(&P->ev, "keyframe", "\"version\":%u,\"peer\":\"%s\",\"frames\":%zu,"
-			    "\"bytes\":%zu", kv, peer, P->key.n, P->key.len);
+			    "\"bytes\":%zu", kv, peer, P->hist.key.n, P->hist.key.len);
 		P->keyframes++;
 		cu_start(s, 1, 0, kv, kv);
 	}
@@ -632,10 +553,10 @@ static int pub_catchup_send(publisher *P)
 		}
 		if (p && s->cu_next >= p->n && !s->cu_key && s->cu_target != s->cu_end) {
 			/* the next held patch of the chain */
-			const patch *q = hist_from(P, s->cu_target);
+			const patch *q = history_from(&P->hist, s->cu_target);
 			if (q) {
 				s->cu_base = s->cu_target;
-				s->cu_target = hist_ver_of(P, q);
+				s->cu_target = history_target(&P->hist, q);
 				s->cu_next = 0;
 				busy = 1;
 				continue;
@@ -649,234 +570,6 @@ static int pub_catchup_send(publisher *P)
 		busy |= s->cu_active;
 	}
 	return busy;
-}
-
-/* Keep patch p (base -> ver) on disk in DIR/vBASE-vVER.bfp, written
- * atomically, and remove the one it displaces. A failure (disk full,
- * read-only directory) is reported and counted; publishing goes on. */
-static void history_put(publisher *P, const patch *p, uint32_t base, uint32_t ver, uint32_t old_base,
-			uint32_t old_ver)
-{
-	if (!P->history)
-		return;
-	char path[PATH_MAX], err[ERRLEN];
-	if (old_ver) {
-		snprintf(path, sizeof(path), "%s/v%08u-v%08u.bfp", P->history, old_base, old_ver);
-		unlink(path);
-	}
-	snprintf(path, sizeof(path), "%s/v%08u-v%08u.bfp", P->history, base, ver);
-	const void *bufs[1] = {p->buf};
-	size_t lens[1] = {p->len};
-	if (write_file_atomic(path, bufs, lens, 1, err, sizeof(err))) {
-		P->history_errors++;
-		fprintf(stderr, "bfpatch publish: history not kept: %s\n", err);
-	}
-}
-
-/* The history slot for the next patch: a free one, or the one holding
- * the oldest target version. */
-static unsigned hist_slot(const publisher *P)
-{
-	if (P->n_hist < P->keep)
-		return P->n_hist;
-	unsigned slot = 0;
-	for (unsigned h = 1; h < P->n_hist; h++)
-		if (P->hist_ver[h] < P->hist_ver[slot])
-			slot = h;
-	return slot;
-}
-
-/* Take the newest patches kept in the history directory back (a
- * restarted publisher answers NACKs and catches subscribers up with them):
- * those of this model that end at or before version ver, each read and
- * checked frame by frame. Temporaries a killed publisher left behind
- * (write_file_atomic's NAME.tmp.XXXXXX) are removed. */
-/* Whether every frame of p (a patch to version t) holds what checkpoint t
- * holds now: cur for t == ver, else DIR/step-t, if there is one. A patch
- * kept from before a rollback (the trainer went back and wrote another
- * step t) must not answer for the new version t. */
-static int history_matches(const publisher *P, const patch *p, uint32_t t, const model *cur,
-			   uint32_t ver)
-{
-	model m;
-	const model *at = cur;
-	char path[PATH_MAX], err[ERRLEN] = "";
-	if (t != ver) {
-		if (!P->dir) /* --buffer: only version ver is at hand */
-			goto stale;
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, t);
-		if (model_load(&m, path, err, sizeof(err)))
-			goto stale;
-		at = &m;
-	}
-	int ok = at->n_params == cur->n_params;
-	for (size_t i = 0; ok && i < p->n; i++) {
-		int hit = 0;
-		ok = bfp_frame_check_target(p->buf + p->off[i], p->off[i + 1] - p->off[i], at->params,
-					    at->n_params, &hit) == BFP_OK && hit;
-	}
-	if (at != cur)
-		model_free(&m);
-	if (ok)
-		return 1;
-stale:
-	fprintf(stderr, "bfpatch publish: history: the patch to version %u does not end at "
-		"checkpoint %u%s; ignored\n", t, t, err[0] ? " (none to check against)" : "");
-	return 0;
-}
-
-static void history_load(publisher *P, uint64_t model_id, uint32_t ver, const model *cur, int resume)
-{
-	if (!P->history)
-		return;
-	DIR *d = opendir(P->history);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		unsigned b, t;
-		char tail[8];
-		if (sscanf(e->d_name, "v%8u-v%8u.bfp.tmp.%6s", &b, &t, tail) == 3 &&
-		    strlen(e->d_name) == strlen("v00000000-v00000000.bfp.tmp.XXXXXX")) {
-			char path[PATH_MAX];
-			snprintf(path, sizeof(path), "%s/%s", P->history, e->d_name);
-			if (unlink(path) == 0)
-				fprintf(stderr, "bfpatch publish: history: removed %s, left by a "
-					"publisher that stopped while writing it\n", e->d_name);
-			continue;
-		}
-		if (sscanf(e->d_name, "v%8u-v%8u.bf%1[p]%1s", &b, &t, tail, tail + 1) != 3 || t > ver)
-			continue;
-		unsigned slot = hist_slot(P);
-		if (slot < P->n_hist && P->hist_ver[slot] >= t)
-			continue; /* older than every patch held */
-		char path[PATH_MAX], err[ERRLEN];
-		patch p;
-		snprintf(path, sizeof(path), "%s/%s", P->history, e->d_name);
-		if (patch_read(path, &p, err, sizeof(err))) {
-			fprintf(stderr, "bfpatch publish: history: %s; ignored\n", err);
-			continue;
-		}
-		bfp_frame_header h;
-		bfp_frame_parse(p.buf, p.off[1], &h);
-		if (h.model_id != model_id || h.target_version != t) {
-			patch_free(&p);
-			continue;
-		}
-		if (!history_matches(P, &p, t, cur, ver)) {
-			patch_free(&p);
-			continue;
-		}
-		if (slot == P->n_hist)
-			P->n_hist++;
-		patch_free(&P->hist[slot]);
-		P->hist[slot] = p;
-		P->hist_base[slot] = b;
-		P->hist_ver[slot] = t;
-	}
-	if (d)
-		closedir(d);
-	for (unsigned h = 0; h < P->n_hist; h++)
-		fprintf(stderr, "bfpatch publish: holds patch %u -> %u from %s\n", P->hist_base[h],
-			P->hist_ver[h], P->history);
-	/* with --resume, the patch files not taken back (beyond --keep, of
-	 * another model, from before a rollback, past the version resumed
-	 * at): the directory holds the patches held, no more, restart after
-	 * restart (without it, the history may be of a later run) */
-	d = resume ? opendir(P->history) : NULL;
-	unsigned removed = 0;
-	while (d && (e = readdir(d))) {
-		unsigned b, t, h;
-		char tail[8];
-		if (sscanf(e->d_name, "v%8u-v%8u.bf%1[p]%1s", &b, &t, tail, tail + 1) != 3 ||
-		    strlen(e->d_name) != strlen("v00000000-v00000000.bfp"))
-			continue;
-		for (h = 0; h < P->n_hist; h++)
-			if (P->hist_base[h] == b && P->hist_ver[h] == t)
-				break;
-		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/%s", P->history, e->d_name);
-		if (h == P->n_hist && unlink(path) == 0)
-			removed++;
-	}
-	if (d)
-		closedir(d);
-	if (removed)
-		fprintf(stderr, "bfpatch publish: history: removed %u patch file(s) not held (past "
-			"--keep %u, another model's, or not of these checkpoints)\n", removed, P->keep);
-}
-
-/* Patch b -> t from the checkpoints mb and mt into a history slot, kept
- * on disk too. */
-static int history_add(publisher *P, const model *mb, const model *mt, uint32_t b, uint32_t t,
-		       const patch_opts *po)
-{
-	char err[ERRLEN];
-	patch_opts so = *po;
-	so.base_version = b;
-	so.target_version = t;
-	patch p;
-	if (patch_encode(mb, mt, &so, &p, err, sizeof(err))) {
-		fprintf(stderr, "bfpatch publish: patch %u -> %u: %s\n", b, t, err);
-		return -1;
-	}
-	unsigned slot = hist_slot(P);
-	if (slot == P->n_hist)
-		P->n_hist++;
-	uint32_t old_base = P->hist_base[slot], old_ver = P->hist_ver[slot];
-	patch_free(&P->hist[slot]);
-	P->hist[slot] = p;
-	P->hist_base[slot] = b;
-	P->hist_ver[slot] = t;
-	fprintf(stderr, "bfpatch publish: holds patch %u -> %u, made from the checkpoints\n", b, t);
-	history_put(P, &P->hist[slot], b, t, old_base, old_ver);
-	return 0;
-}
-
-/* A restart (--resume) that holds no patch to its version ver: make the
- * patches out of the checkpoints there, from the newest version its kept
- * ones reach (a publisher that was down for several steps), through the
- * steps in the directory (a trainer may keep every k-th), the last --keep
- * of them; holding none, the one from the step before ver. So subscribers
- * that were behind catch up with patches rather than a keyframe stream of
- * the whole model. */
-static void history_make(publisher *P, const model *cur, uint32_t ver, const patch_opts *po)
-{
-	uint32_t from = 0, st[MAX_KEEP + 1];
-	int held = 0;
-	for (unsigned h = 0; h < P->n_hist; h++)
-		if (P->hist_ver[h] < ver && (!held || P->hist_ver[h] > from)) {
-			from = P->hist_ver[h];
-			held = 1;
-		}
-	/* the bases: the highest steps in [from, ver), at most --keep */
-	unsigned n = steps_last(P->dir, from, ver, st, held ? P->keep : 1);
-	if (!n)
-		return;
-	st[n] = ver;
-	char path[PATH_MAX], err[ERRLEN];
-	model mb, mt;
-	snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, st[0]);
-	if (model_load(&mb, path, err, sizeof(err)))
-		return;
-	for (unsigned i = 0; i < n; i++) {
-		const model *t = cur;
-		if (mb.model_id != cur->model_id)
-			break;
-		if (i + 1 < n) {
-			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", P->dir, st[i + 1]);
-			if (model_load(&mt, path, err, sizeof(err)))
-				break;
-			t = &mt;
-		}
-		int rc = t->model_id == cur->model_id ? history_add(P, &mb, t, st[i], st[i + 1], po) : -1;
-		model_free(&mb);
-		if (t == cur)
-			return;
-		mb = mt;
-		if (rc) {
-			break;
-		}
-	}
-	model_free(&mb);
 }
 
 
@@ -1231,8 +924,7 @@ int publisher_open(publisher *P, const publish_config *cf)
 	P->sock = -1;
 	P->ev.fd = -1;
 	P->nack_rate = cf->nack_rate;
-	P->keep = cf->keep;
-	P->history = cf->history;
+	history_init(&P->hist, cf->keep, cf->history, cf->buffer ? NULL : cf->dir);
 	P->gate_open = cf->wait_subs == 0;
 	/* actors hold tensor data: a new __metadata__ is no reason to stop */
 	P->po.frame_size = cf->frame_size;
@@ -1258,10 +950,10 @@ int publisher_open(publisher *P, const publish_config *cf)
 	if (pub_open_first(P))
 		return 1;
 	P->model_id = P->cur.model_id;
-	P->dir = cf->buffer ? NULL : cf->dir;
-	history_load(P, P->cur.model_id, P->ver, &P->cur, cf->resume);
-	if (cf->resume && !cf->buffer && !cf->keyframes && P->ver > 0 && !hist_find(P, P->ver))
-		history_make(P, &P->cur, P->ver, &P->po);
+	history_load(&P->hist, P->cur.model_id, P->ver, &P->cur, cf->resume);
+	if (cf->resume && !cf->buffer && !cf->keyframes && P->ver > 0 &&
+	    !history_find(&P->hist, P->ver))
+		history_make(&P->hist, &P->cur, P->ver, &P->po);
 	rp_catch_signal(SIGINT, on_signal);
 	rp_catch_signal(SIGTERM, on_signal);
 	rp_catch_signal(SIGHUP, on_signal);
@@ -1352,11 +1044,8 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 		fprintf(stderr, "bfpatch publish: version %u: the safetensors header differs from "
 			"version %u's beyond the tensor layout (__metadata__); the tensor data is "
 			"published\n", nver, ver);
-	unsigned slot = hist_slot(P); /* the oldest patch held goes */
-	if (slot == P->n_hist)
-		P->n_hist++;
-	uint32_t old_base = P->hist_base[slot], old_ver = P->hist_ver[slot];
-	patch_free(&P->hist[slot]);
+	uint32_t old_base, old_ver; /* the oldest patch held goes */
+	const unsigned slot = history_evict(&P->hist, &old_base, &old_ver);
 	P->po.base_version = ver;
 	P->po.target_version = nver;
 	events_emit(&P->ev, "encode_begin", "\"version\":%u", nver);
@@ -1369,8 +1058,9 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 	so.encoded = pub_encoded;
 	so.stream_arg = &sc;
 	sc.t0 = now_s();
-	int erc = keyframes ? make_keyframes(nw, nver, &so, &P->hist[slot], err, sizeof(err))
-			    : patch_encode(cur, nw, &so, &P->hist[slot], err, sizeof(err));
+	patch *p = &P->hist.p[slot];
+	int erc = keyframes ? history_keyframes(nw, nver, &so, p, err, sizeof(err))
+			    : patch_encode(cur, nw, &so, p, err, sizeof(err));
 	P->streaming = 0;
 	patch_free(&P->streamed);
 	if (erc) {
@@ -1378,9 +1068,7 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 		return die("publish", err);
 	}
 	double t2 = now_s();
-	const patch *p = &P->hist[slot];
-	P->hist_base[slot] = keyframes ? 0 : ver;
-	P->hist_ver[slot] = nver;
+	history_hold(&P->hist, slot, keyframes ? 0 : ver, nver);
 	if (!pub_quit)
 		events_emit(&P->ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
 			    "\"subscribers\":%u", nver, p->n, p->len, P->n_subs);
@@ -1399,7 +1087,7 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 		"subscriber(s)\n", ver, nver, 100.0 * (double)changed / (double)nw->n_params, p->n,
 		p->len, x >= 1 ? 1 : 2, x >= 1 ? x : 1 / x, x >= 1 ? "smaller" : "larger",
 		(sc.t_first - sc.t0) * 1e3, (sc.t_encoded - sc.t0) * 1e3, sent, P->n_subs);
-	history_put(P, p, P->hist_base[slot], nver, old_base, old_ver);
+	history_put(&P->hist, slot, old_base, old_ver);
 	source_retire_model(&P->src, cur);
 	*cur = *nw;
 	P->ver = nver;
@@ -1444,9 +1132,7 @@ int publisher_run(publisher *P)
 void publisher_close(publisher *P)
 {
 	source *S = &P->src;
-	for (unsigned i = 0; i < MAX_KEEP; i++)
-		patch_free(&P->hist[i]);
-	patch_free(&P->key);
+	history_free(&P->hist);
 	patch_free(&P->streamed);
 	source_free_model(S, &P->cur);
 	free(S->spare);

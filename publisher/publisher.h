@@ -109,6 +109,19 @@ typedef struct source {
 	size_t spare_cap;       /* (model_load_into): bytes */
 } source;
 
+/* The version history (history.c): the last --keep patches, each in a
+ * slot with its base and target version, and one keyframe stream. */
+typedef struct pub_history {
+	patch p[MAX_KEEP];
+	uint32_t base[MAX_KEEP], ver[MAX_KEEP];
+	unsigned keep, n;       /* --keep; slots in use */
+	const char *dir;        /* --history DIR, or NULL */
+	const char *ckpt;       /* --dir: the checkpoints, or NULL (--buffer) */
+	patch key;              /* keyframe stream of key_ver, made on demand */
+	uint32_t key_ver;
+	uint64_t errors;        /* patches --history could not keep */
+} pub_history;
+
 typedef struct publisher {
 	const publish_config *cf;
 	int sock;               /* the control port; frames leave from it */
@@ -117,22 +130,16 @@ typedef struct publisher {
 	unsigned n_subs;
 	uint32_t nack_rate;     /* --nack-rate: frames/s per subscriber; 0: no limit */
 	uint64_t nack_limited;  /* NACKed frames over a subscriber's budget */
-	patch hist[MAX_KEEP];
-	uint32_t hist_base[MAX_KEEP], hist_ver[MAX_KEEP];
-	unsigned keep, n_hist;
-	const char *history;    /* directory, or NULL */
-	const char *dir;        /* --dir, or NULL (--buffer) */
+	pub_history hist;       /* patches held, and the keyframe stream */
 	/* frames of the version being encoded, as streamed so far (frame_count
 	 * 0): NACKs that come meanwhile are answered from them */
 	patch streamed;
 	uint32_t streamed_ver;
 	int streaming;
-	patch key;              /* keyframe stream of key_ver, made on demand */
-	uint32_t key_ver;
 	double published_at;    /* when the current version went out */
 	events ev;
 	rp_auth auth;           /* --key: frames and heartbeats signed, JOIN/NACK verified */
-	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, history_errors, auth_fail;
+	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, auth_fail;
 	int told_full;          /* "subscriber table full" was said */
 	/* subscribers that left (LEAVE, or silent): a JOIN from the same
 	 * control port gets back the time of its last catch-up and its NACK
@@ -160,6 +167,67 @@ typedef struct publisher {
 	double next_heartbeat;
 	int gate_open, gate_said; /* --wait-subscribers */
 } publisher;
+
+/* ---- history.c: the patches held, on disk too ---- */
+
+/* An empty history of keep (1..MAX_KEEP) patches, kept in dir too
+ * (NULL: not), checked against and made from the checkpoints in ckpt
+ * (NULL: a --buffer, none). */
+void history_init(pub_history *h, unsigned keep, const char *dir, const char *ckpt);
+/* Free every patch held (the files stay). */
+void history_free(pub_history *h);
+/* Whether p is a keyframe stream (its first frame is in no patch). */
+int history_is_key(const patch *p);
+/* The patch held to version target, or NULL (history_find); the keyframe
+ * stream of target: the one made for catch-ups or, with --keyframes, a
+ * slot's (history_key). */
+const patch *history_find(const pub_history *h, uint32_t target);
+const patch *history_key(const pub_history *h, uint32_t target);
+/* The held patch base -> target; the one from base; a held patch's
+ * target version. */
+const patch *history_pair(const pub_history *h, uint32_t base, uint32_t target);
+const patch *history_from(const pub_history *h, uint32_t base);
+uint32_t history_target(const pub_history *h, const patch *p);
+/* Whether held patches lead from version from to ver (a subscriber at
+ * from catches up with them); *first: the target of the first. */
+int history_chain(const pub_history *h, uint32_t from, uint32_t ver, uint32_t *first);
+/* Room for the next patch: a free slot, or the one holding the oldest
+ * target version, whose patch is freed now (its versions stay until
+ * history_hold, its file until history_put). The slot, and what it held
+ * (0, 0: nothing). */
+unsigned history_evict(pub_history *h, uint32_t *old_base, uint32_t *old_ver);
+/* The patch now in h->p[slot] goes from base to ver. */
+void history_hold(pub_history *h, unsigned slot, uint32_t base, uint32_t ver);
+/* Keep slot's patch in DIR/vBASE-vVER.bfp (written atomically) in place
+ * of old_base -> old_ver's file. A failure (disk full, read-only
+ * directory) is reported and counted in h->errors; the patch stays held. */
+void history_put(pub_history *h, unsigned slot, uint32_t old_base, uint32_t old_ver);
+/* The keyframe stream of cur as version ver into out (patch_encode's
+ * result); the one held for catch-ups replaced by it (history_key_make:
+ * on failure none is held). */
+int history_keyframes(const model *cur, uint32_t ver, const patch_opts *po, patch *out,
+		      char *err, size_t errlen);
+int history_key_make(pub_history *h, const model *cur, uint32_t ver, const patch_opts *po,
+		     char *err, size_t errlen);
+/* Take the newest patches in DIR back (a restarted publisher answers
+ * NACKs and catches subscribers up with them): those of model_id that end
+ * at or before version ver (cur) and at what the checkpoints hold now,
+ * each read and checked frame by frame. Temporaries a killed publisher
+ * left behind (NAME.tmp.XXXXXX) are removed; with resume, patch files not
+ * taken back too. */
+void history_load(pub_history *h, uint64_t model_id, uint32_t ver, const model *cur, int resume);
+/* The patch b -> t from checkpoints mb and mt into the next slot, kept
+ * on disk too; 0, or -1 after a message. */
+int history_add(pub_history *h, const model *mb, const model *mt, uint32_t b, uint32_t t,
+		const patch_opts *po);
+/* A restart (--resume) that holds no patch to its version ver: make the
+ * patches out of the checkpoints there, from the newest version its kept
+ * ones reach (a publisher that was down for several steps), through the
+ * steps in the directory (a trainer may keep every k-th), the last --keep
+ * of them; holding none, the one from the step before ver. So subscribers
+ * that were behind catch up with patches rather than a keyframe stream of
+ * the whole model. */
+void history_make(pub_history *h, const model *cur, uint32_t ver, const patch_opts *po);
 
 /* ---- main.c ---- */
 
