@@ -219,7 +219,7 @@ uint16_t relay_upstream_port(const relay_conf *cf, unsigned n_ports);
 
 /* In this order, after EAL initialisation, each 0 or -1 after a message;
  * on failure relay_teardown() undoes whatever was done. */
-int relay_prepare(relay *r);      /* keys, events, lcores, ports, addresses */
+int relay_prepare(relay *r);      /* keys, events, ports, addresses */
 int relay_pools_create(relay *r); /* mempools, rings, the repair cache */
 int relay_ports_start(relay *r);  /* each port configured and started */
 unsigned relay_links_wait(relay *r); /* ports still down after a bounded wait */

@@ -94,8 +94,8 @@ static struct rte_mempool *rx_pool_of(relay *r, uint16_t port)
 	return mp;
 }
 
-/* The keys, the event log, the lcores and ports there are, and each
- * port's address. */
+/* The keys, the event log, the ports there are and each port's
+ * address. */
 int relay_prepare(relay *r)
 {
 	r->hz = rte_get_tsc_hz();
