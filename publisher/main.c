@@ -73,17 +73,13 @@ static void pub_print_stats(const publisher *P, uint32_t ver)
 		P->n_subs);
 }
 
-static void peer_str(const struct sockaddr_in *a, char *out, size_t n)
+void pub_peer_str(const struct sockaddr_in *a, char *out, size_t n)
 {
 	char ip[INET_ADDRSTRLEN];
 	inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
 	snprintf(out, n, "%s:%u", ip, ntohs(a->sin_port));
 }
 
-enum { SEND_BATCH = 32 };
-/* Bytes a frame takes on the wire: its trailer and Ethernet, IPv4 and
- * UDP headers too. */
-#define WIRE(len) ((len) + RP_AUTH_LEN + 42)
 
 /* Token bucket burst: a sendmmsg batch of frames of the configured size,
  * or 2 ms at the rate if more, and never less than one largest frame (a
@@ -215,7 +211,7 @@ static void pub_ctl_send(publisher *P, const rp_ctl *c, const struct sockaddr_in
 		sendto(P->sock, msg, n, 0, (const struct sockaddr *)a, sizeof(*a));
 }
 
-static void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count)
+void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count)
 {
 	pub_sub *to[1] = {s};
 	pub_send(P, p, first, count, to, 1);
@@ -232,7 +228,7 @@ static void cu_start(pub_sub *s, int key, uint32_t base, uint32_t target, uint32
 }
 
 /* The patch s's catch-up is sending now, or NULL. */
-static const patch *cu_patch(const publisher *P, const pub_sub *s)
+const patch *pub_cu_patch(const publisher *P, const pub_sub *s)
 {
 	if (!s->cu_active)
 		return NULL;
@@ -267,7 +263,7 @@ static void pub_control(publisher *P)
 		if (ar != RP_AUTH_OK) {
 			if (P->auth_fail++ < 10) {
 				char peer[64];
-				peer_str(&from, peer, sizeof(peer));
+				pub_peer_str(&from, peer, sizeof(peer));
 				fprintf(stderr, "bfpatch publish: control message from %s refused: %s\n",
 					peer, rp_auth_result_names[ar]);
 			}
@@ -282,7 +278,7 @@ static void pub_control(publisher *P)
 			 * and caught up for ever, all dropped at its end */
 			if (P->other_model++ < 3) {
 				char peer[64];
-				peer_str(&from, peer, sizeof(peer));
+				pub_peer_str(&from, peer, sizeof(peer));
 				fprintf(stderr, "bfpatch publish: JOIN from %s for model %016" PRIx64
 					", not this one (%016" PRIx64 "); ignored\n", peer, c.model_id,
 					P->model_id);
@@ -306,10 +302,7 @@ static void pub_control(publisher *P)
 			s->data = from;
 			s->data.sin_port = htons(c.data_port);
 			s->version = c.version;
-			/* a full NACK answer at once, then --nack-rate frames a second */
-			rp_bucket_init(&s->nack, P->nack_rate, RP_NACK_ANSWER_MAX,
-				       (uint64_t)(t * 1e6));
-			rp_bucket_fill(&s->nack, 1000000);
+			nack_budget_init(&s->nack, P->nack_rate, t);
 			for (unsigned j = 0; j < MAX_SUBS; j++) {
 				struct pub_left *l = &P->left[j];
 				if (l->ctl.sin_port == from.sin_port &&
@@ -320,7 +313,7 @@ static void pub_control(publisher *P)
 				}
 			}
 			char peer[64];
-			peer_str(&s->data, peer, sizeof(peer));
+			pub_peer_str(&s->data, peer, sizeof(peer));
 			if (c.version == RP_VERSION_NONE)
 				fprintf(stderr, "bfpatch publish: subscriber %s joined with no usable "
 					"version\n", peer);
@@ -348,58 +341,14 @@ static void pub_control(publisher *P)
 		}
 		if (c.type != RP_NACK)
 			continue;
-		const patch *p = (c.flags & RP_NACK_KEY) ? history_key(&P->hist, c.version)
-						       : history_find(&P->hist, c.version);
-		if (!p && P->streaming && c.version == P->streamed_ver && P->streamed.n)
-			p = &P->streamed; /* being encoded: what has been sent of it */
-		if (!p || (c.model_id && c.model_id != P->model_id))
-			continue; /* not held any more (catch-up handles it), or not ours */
-		/* at most RP_NACK_ANSWER_MAX frames per NACK, however its ranges
-		 * overlap (PROTOCOL.md 2.4); of the patch its catch-up is being
-		 * sent, only frames already sent (the rest come anyway) */
-		const size_t end = p == cu_patch(P, s) ? s->cu_next : p->n;
-		/* to a subscriber whose link is slower than --rate, about 100
-		 * ms of its link a NACK: the answer is sent paced at that link,
-		 * and all else waits meanwhile (it NACKs the rest again) */
-		uint64_t most = RP_NACK_ANSWER_MAX;
-		if (s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate)) {
-			uint64_t f = (uint64_t)s->rate_kbps * 1000 / 8 / 10 / WIRE(P->frame_size);
-			most = f < 1 ? 1 : f < most ? f : most;
-		}
-		uint64_t resent = 0, bytes = 0;
-		for (unsigned r = 0; r < c.n_ranges && resent < most; r++) {
-			if (c.ranges[r].first >= end)
-				continue;
-			uint32_t cnt = c.ranges[r].count;
-			if (cnt > end - c.ranges[r].first)
-				cnt = (uint32_t)(end - c.ranges[r].first);
-			if (cnt > most - resent)
-				cnt = (uint32_t)(most - resent);
-			/* one subscriber cannot take the link from the others */
-			uint32_t ok = (uint32_t)rp_bucket_take_upto(&s->nack, cnt, (uint64_t)(t * 1e6),
-								    1000000);
-			P->nack_limited += cnt - ok;
-			if (!(cnt = ok))
-				continue;
-			pub_send_one(P, s, p, c.ranges[r].first, cnt);
-			resent += cnt;
-			bytes += p->off[c.ranges[r].first + cnt] - p->off[c.ranges[r].first];
-		}
-		if (!resent)
-			continue; /* nothing of it held or within the budget: not answered */
-		P->nacks++;
-		P->resent += resent;
-		char peer[64];
-		peer_str(&s->data, peer, sizeof(peer));
-		events_emit(&P->ev, "nack", "\"version\":%u,\"peer\":\"%s\",\"frames\":%" PRIu64
-			    ",\"bytes\":%" PRIu64, c.version, peer, resent, bytes);
+		nack_answer(P, s, &c, t);
 	}
 	/* subscribers JOIN every second; forget the silent ones */
 	t = now_s();
 	for (unsigned i = 0; i < P->n_subs; i++)
 		if (t - P->subs[i].last_seen > SUB_TIMEOUT_S) {
 			char peer[64];
-			peer_str(&P->subs[i].data, peer, sizeof(peer));
+			pub_peer_str(&P->subs[i].data, peer, sizeof(peer));
 			fprintf(stderr, "bfpatch publish: subscriber %s silent for %.0f s, dropped\n",
 				peer, SUB_TIMEOUT_S);
 			sub_drop(P, i--);
@@ -479,7 +428,7 @@ static void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patc
 			 * --resume; nothing from here applies to it before the
 			 * patch to the version after its own */
 			char peer[64];
-			peer_str(&s->data, peer, sizeof(peer));
+			pub_peer_str(&s->data, peer, sizeof(peer));
 			fprintf(stderr, "bfpatch publish: subscriber %s is at version %u, ahead of "
 				"this publisher's %u (checkpoints rolled back, another run, a restart "
 				"without --resume?): it takes nothing from here before version %u, "
@@ -517,7 +466,7 @@ static void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patc
 			continue;
 		}
 		char peer[64];
-		peer_str(&s->data, peer, sizeof(peer));
+		pub_peer_str(&s->data, peer, sizeof(peer));
 		char at_v[32] = "no usable version";
 		if (!none)
 			snprintf(at_v, sizeof(at_v), "version %u", s->version);
@@ -541,7 +490,7 @@ static int pub_catchup_send(publisher *P)
 		pub_sub *s = &P->subs[i];
 		if (!s->cu_active)
 			continue;
-		const patch *p = cu_patch(P, s);
+		const patch *p = pub_cu_patch(P, s);
 		if (p && s->cu_next < p->n) {
 			/* about 10 ms at --rate, or at the subscriber's link */
 			size_t slice = s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate)

@@ -21,6 +21,10 @@
 #define MAX_SUBS 64
 #define MAX_KEEP 16
 #define SUB_TIMEOUT_S 10.0
+enum { SEND_BATCH = 32 };
+/* Bytes a frame takes on the wire: its trailer and Ethernet, IPv4 and
+ * UDP headers too. */
+#define WIRE(len) ((len) + RP_AUTH_LEN + 42)
 
 /* Set by the signal handlers (main.c), read by the loops that wait. */
 extern volatile sig_atomic_t pub_quit, pub_dump_stats;
@@ -229,7 +233,49 @@ int history_add(pub_history *h, const model *mb, const model *mt, uint32_t b, ui
  * the whole model. */
 void history_make(pub_history *h, const model *cur, uint32_t ver, const patch_opts *po);
 
+/* ---- nack.c: answering NACKs ---- */
+
+/* A NACK answer as nack_plan() decides it: ranges of frames of p. */
+typedef struct nack_range {
+	uint32_t first, count;
+} nack_range;
+typedef struct nack_reply {
+	const patch *p;         /* answered from; NULL: nothing held */
+	unsigned n;             /* ranges */
+	nack_range r[RP_NACK_MAX];
+	uint64_t frames, bytes; /* in the ranges */
+	uint64_t limited;       /* frames asked for over the subscriber's budget */
+} nack_reply;
+
+/* A new subscriber's NACK budget at time t: a full answer at once
+ * (RP_NACK_ANSWER_MAX frames), then nack_rate frames a second (0: no
+ * limit). */
+void nack_budget_init(rp_bucket *b, uint32_t nack_rate, double t);
+/* The frames NACK c asks of: the held patch to its version, or with
+ * RP_NACK_KEY the keyframe stream of it; else, while that version is
+ * being encoded, the frames streamed so far. NULL if none is held or c
+ * is of another model. */
+const patch *nack_source(const publisher *P, const rp_ctl *c);
+/* Frames one NACK of s gets at most: RP_NACK_ANSWER_MAX, or about 100 ms
+ * of its link where its JOIN's rate is below --rate (at least 1). */
+uint64_t nack_most(const publisher *P, const pub_sub *s);
+/* What answers NACK c from s at time t, its ranges in its order, each
+ * cut to the frames held (of the patch s's catch-up is sending, those
+ * sent already), to nack_most() in all and to what s's budget holds,
+ * which it spends. Sends nothing. */
+void nack_plan(const publisher *P, pub_sub *s, const rp_ctl *c, double t, nack_reply *a);
+/* nack_plan(), then the frames sent to s and counted (an event too);
+ * whether anything was sent. */
+int nack_answer(publisher *P, pub_sub *s, const rp_ctl *c, double t);
+
 /* ---- main.c ---- */
+
+/* "ADDR:PORT" of a, into out (n bytes). */
+void pub_peer_str(const struct sockaddr_in *a, char *out, size_t n);
+/* Send frames [first, first + count) of p to s alone, paced. */
+void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count);
+/* The patch s's catch-up is sending now, or NULL. */
+const patch *pub_cu_patch(const publisher *P, const pub_sub *s);
 
 /* Take everything cf asks for: keys, the history directory, the events
  * file, the socket, the first version (waiting for it to load) and the
