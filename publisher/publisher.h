@@ -268,14 +268,63 @@ void nack_plan(const publisher *P, pub_sub *s, const rp_ctl *c, double t, nack_r
  * whether anything was sent. */
 int nack_answer(publisher *P, pub_sub *s, const rp_ctl *c, double t);
 
-/* ---- main.c ---- */
+/* ---- source.c: where versions come from ---- */
+
+/* The first version (cf's --dir or --buffer) into *cur and *ver: the
+ * buffer's, or the first checkpoint in --dir (old ones may have been
+ * pruned), with --resume the latest, once it is whole and loads (this
+ * waits). 0, or the exit status after a message; source_close() frees
+ * what it took either way. */
+int source_open(source *S, const publish_config *cf, model *cur, uint32_t *ver);
+/* The version after ver (cur), if there is one yet: 1 with it in *nw and
+ * *nver, 0 if not yet, -1 on error (err). With --dir that is step ver+1;
+ * if it is missing and a later step is there (a trainer that keeps every
+ * k-th step, or one pruned before it was published), or it failed to
+ * load for a minute while a later one is there, the lowest later step: a
+ * patch may skip versions. */
+int source_next(source *S, const model *cur, uint32_t ver, model *nw, uint32_t *nver,
+		char *err, size_t errlen);
+/* Free a version (what model_free would, less what a buffer's versions
+ * share with its layout); a retired one's memory becomes the spare the
+ * next is read into. */
+void source_free_model(source *S, model *m);
+void source_retire_model(source *S, model *m);
+/* Free the version cur and everything source_open took. */
+void source_close(source *S, model *cur);
+
+/* ---- send.c: frames and control messages out, paced ---- */
 
 /* "ADDR:PORT" of a, into out (n bytes). */
 void pub_peer_str(const struct sockaddr_in *a, char *out, size_t n);
+/* The token bucket's burst at rate_bps for frames of frame_size, and
+ * the catch-up frames a turn of the main loop sends (about 10 ms). */
+uint64_t pub_burst(uint64_t rate_bps, uint32_t frame_size);
+size_t pub_slice(uint64_t rate_bps, uint32_t frame_size);
+/* s's link as its JOIN tells it (rate_kbps; 0: none), at time t. */
+void pub_sub_link(publisher *P, pub_sub *s, uint32_t rate_kbps, double t);
+/* Send n frames to the n_to subscribers in to[], paced; a signal
+ * (pub_quit) cuts it short. */
+void pub_send_frames(publisher *P, uint8_t *const *fr, const size_t *lens, size_t n,
+		     pub_sub *const *to, unsigned n_to);
 /* Send frames [first, first + count) of p to s alone, paced. */
 void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count);
+/* Tell every subscriber the newest version (PROTOCOL.md 2.3). */
+void pub_heartbeat(publisher *P, uint64_t model_id, uint32_t ver);
+
+/* ---- subs.c: subscribers, control messages, catch-ups ---- */
+
+/* Every control message waiting on the socket: JOINs, LEAVEs, NACKs
+ * (answered, nack.c); then subscribers silent for SUB_TIMEOUT_S go. */
+void pub_control(publisher *P);
+/* Start a catch-up for each subscriber behind version ver (cur): the
+ * patches held from its version, or else a keyframe stream. */
+void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts *po);
+/* Send one slice of every catch-up in progress; whether any goes on. */
+int pub_catchup_send(publisher *P);
 /* The patch s's catch-up is sending now, or NULL. */
 const patch *pub_cu_patch(const publisher *P, const pub_sub *s);
+
+/* ---- main.c ---- */
 
 /* Take everything cf asks for: keys, the history directory, the events
  * file, the socket, the first version (waiting for it to load) and the

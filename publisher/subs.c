@@ -1,0 +1,268 @@
+/*
+ * subs.c: the publisher's subscribers: control messages in (JOIN, LEAVE,
+ * NACK, each verified with --key), the table of those that JOINed and of
+ * those that left, and each one's catch-up when it is behind: the held
+ * patches that lead from its version, or else a keyframe stream, sent a
+ * slice per turn of the main loop so that nothing else waits for it.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "bfpatch.h"
+#include "util.h"
+#include "publisher.h"
+
+static void cu_start(pub_sub *s, int key, uint32_t base, uint32_t target, uint32_t end)
+{
+	s->cu_active = 1;
+	s->cu_key = key;
+	s->cu_base = base;
+	s->cu_target = target;
+	s->cu_end = end;
+	s->cu_next = 0;
+}
+
+/* The patch s's catch-up is sending now, or NULL. */
+const patch *pub_cu_patch(const publisher *P, const pub_sub *s)
+{
+	if (!s->cu_active)
+		return NULL;
+	return s->cu_key ? history_key(&P->hist, s->cu_target)
+			 : history_pair(&P->hist, s->cu_base, s->cu_target);
+}
+
+/* Subscriber i leaves: remember what pub_left says, and take it out. */
+static void sub_drop(publisher *P, unsigned i)
+{
+	pub_sub *s = &P->subs[i];
+	struct pub_left *l = &P->left[P->left_next++ % MAX_SUBS];
+	l->ctl = s->ctl;
+	l->last_catchup = s->cu_active ? now_s() : s->last_catchup;
+	l->nack = s->nack;
+	*s = P->subs[--P->n_subs];
+}
+
+void pub_control(publisher *P)
+{
+	uint8_t buf[2048];
+	struct sockaddr_in from;
+	socklen_t fl = sizeof(from);
+	ssize_t n;
+	double t = now_s();
+	while ((n = recvfrom(P->sock, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from,
+			     &fl)) > 0) {
+		rp_ctl c;
+		size_t len = (size_t)n;
+		/* with keys: only what a key holder signed, fresh, once */
+		rp_auth_result ar = rp_auth_accept(&P->auth, buf, len, 1, &len);
+		if (ar != RP_AUTH_OK) {
+			if (P->auth_fail++ < 10) {
+				char peer[64];
+				pub_peer_str(&from, peer, sizeof(peer));
+				fprintf(stderr, "bfpatch publish: control message from %s refused: %s\n",
+					peer, rp_auth_result_names[ar]);
+			}
+			continue;
+		}
+		if (rp_ctl_parse(buf, len, &c) != 0) {
+			P->ctl_bad++;
+			continue;
+		}
+		if (c.type == RP_JOIN && c.model_id && c.model_id != P->model_id) {
+			/* another model's subscriber: it would be sent every frame
+			 * and caught up for ever, all dropped at its end */
+			if (P->other_model++ < 3) {
+				char peer[64];
+				pub_peer_str(&from, peer, sizeof(peer));
+				fprintf(stderr, "bfpatch publish: JOIN from %s for model %016" PRIx64
+					", not this one (%016" PRIx64 "); ignored\n", peer, c.model_id,
+					P->model_id);
+			}
+			continue;
+		}
+		pub_sub *s = NULL;
+		for (unsigned i = 0; i < P->n_subs; i++)
+			if (P->subs[i].ctl.sin_addr.s_addr == from.sin_addr.s_addr &&
+			    P->subs[i].ctl.sin_port == from.sin_port)
+				s = &P->subs[i];
+		if (c.type == RP_JOIN && !s && P->n_subs == MAX_SUBS && !P->told_full) {
+			P->told_full = 1;
+			fprintf(stderr, "bfpatch publish: %d subscribers already; more JOINs are "
+				"ignored (put a bfpatch-relay in front for more)\n", MAX_SUBS);
+		}
+		if (c.type == RP_JOIN && !s && P->n_subs < MAX_SUBS) {
+			s = &P->subs[P->n_subs++];
+			memset(s, 0, sizeof(*s));
+			s->ctl = from;
+			s->data = from;
+			s->data.sin_port = htons(c.data_port);
+			s->version = c.version;
+			nack_budget_init(&s->nack, P->nack_rate, t);
+			for (unsigned j = 0; j < MAX_SUBS; j++) {
+				struct pub_left *l = &P->left[j];
+				if (l->ctl.sin_port == from.sin_port &&
+				    l->ctl.sin_addr.s_addr == from.sin_addr.s_addr) {
+					s->last_catchup = l->last_catchup;
+					s->nack = l->nack;
+					memset(l, 0, sizeof(*l));
+				}
+			}
+			char peer[64];
+			pub_peer_str(&s->data, peer, sizeof(peer));
+			if (c.version == RP_VERSION_NONE)
+				fprintf(stderr, "bfpatch publish: subscriber %s joined with no usable "
+					"version\n", peer);
+			else
+				fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n",
+					peer, c.version);
+			events_emit(&P->ev, "subscriber", "\"peer\":\"%s\",\"version\":%u", peer,
+				    c.version);
+		}
+		if (!s)
+			continue; /* NACKs only from JOINed subscribers, to their own address */
+		s->last_seen = now_s(); /* a NACK answer before may have taken long */
+		if (c.type == RP_JOIN) {
+			/* a repeated JOIN updates the subscription (PROTOCOL.md 2.1) */
+			s->data.sin_port = htons(c.data_port);
+			if (c.version != s->version || s->version_since == 0)
+				s->version_since = t;
+			s->version = c.version;
+			pub_sub_link(P, s, c.rate_kbps, t);
+			s->catchup = 1; /* the main loop decides */
+		}
+		if (c.type == RP_LEAVE) {
+			sub_drop(P, (unsigned)(s - P->subs));
+			continue;
+		}
+		if (c.type != RP_NACK)
+			continue;
+		nack_answer(P, s, &c, t);
+	}
+	/* subscribers JOIN every second; forget the silent ones */
+	t = now_s();
+	for (unsigned i = 0; i < P->n_subs; i++)
+		if (t - P->subs[i].last_seen > SUB_TIMEOUT_S) {
+			char peer[64];
+			pub_peer_str(&P->subs[i].data, peer, sizeof(peer));
+			fprintf(stderr, "bfpatch publish: subscriber %s silent for %.0f s, dropped\n",
+				peer, SUB_TIMEOUT_S);
+			sub_drop(P, i--);
+		}
+}
+
+/* Bring subscribers that are behind version ver up to it: the patches
+ * still held, in order, or else a keyframe stream of the current model;
+ * pub_catchup_send() sends them. */
+void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts *po)
+{
+	double t = now_s();
+	for (unsigned i = 0; i < P->n_subs && !P->closing; i++) {
+		pub_sub *s = &P->subs[i];
+		if (!s->catchup || s->cu_active)
+			continue;
+		s->catchup = 0;
+		/* behind for a moment is patches in flight (NACKs repair
+		 * them); behind at the same version for 3 s needs catching up */
+		int none = s->version == RP_VERSION_NONE; /* asks for keyframes */
+		if (!none && s->version != RP_VERSION_RELAY && s->version > ver &&
+		    s->said_ahead != s->version) {
+			/* a version this publisher has not made (yet): a rollback
+			 * of the checkpoints, another run, a restart without
+			 * --resume; nothing from here applies to it before the
+			 * patch to the version after its own */
+			char peer[64];
+			pub_peer_str(&s->data, peer, sizeof(peer));
+			fprintf(stderr, "bfpatch publish: subscriber %s is at version %u, ahead of "
+				"this publisher's %u (checkpoints rolled back, another run, a restart "
+				"without --resume?): it takes nothing from here before version %u, "
+				"and if its weights are not this run's version %u it fails to verify "
+				"then; restart its shim with --init of the current checkpoint\n",
+				peer, s->version, ver, s->version + 1, s->version);
+			s->said_ahead = s->version;
+		}
+		if (s->version == RP_VERSION_RELAY || t - s->last_catchup < 3 ||
+		    (!none && (s->version >= ver || t - s->version_since < 3 ||
+			       t - P->published_at < 3)))
+			continue;
+		/* the chain of held patches from its version, if complete */
+		uint32_t first = 0;
+		if (!none && history_chain(&P->hist, s->version, ver, &first)) {
+			cu_start(s, 0, s->version, first, ver);
+			continue;
+		}
+		/* a keyframe stream: of ver, or of the older version whose stream
+		 * another subscriber is being sent (one stream is held), if that
+		 * leads this one further and held patches go on from it to ver;
+		 * else a stream of ver replaces it, and the other subscriber's
+		 * next JOINs start it on that one */
+		uint32_t kv = ver, kfirst;
+		for (unsigned j = 0; j < P->n_subs && P->hist.key.n && P->hist.key_ver != ver; j++)
+			if (P->subs[j].cu_active && P->subs[j].cu_key &&
+			    P->subs[j].cu_target == P->hist.key_ver &&
+			    (none || P->hist.key_ver > s->version) &&
+			    history_chain(&P->hist, P->hist.key_ver, ver, &kfirst))
+				kv = P->hist.key_ver;
+		char err[ERRLEN];
+		if ((P->hist.key_ver != kv || !P->hist.key.n) &&
+		    history_key_make(&P->hist, cur, ver, po, err, sizeof(err))) {
+			fprintf(stderr, "bfpatch publish: keyframe: %s\n", err);
+			continue;
+		}
+		char peer[64];
+		pub_peer_str(&s->data, peer, sizeof(peer));
+		char at_v[32] = "no usable version";
+		if (!none)
+			snprintf(at_v, sizeof(at_v), "version %u", s->version);
+		fprintf(stderr, "bfpatch publish: keyframe stream of version %u (%zu frames) to %s "
+			"at %s\n", kv, P->hist.key.n, peer, at_v);
+		events_emit(&P->ev, "keyframe", "\"version\":%u,\"peer\":\"%s\",\"frames\":%zu,"
+			    "\"bytes\":%zu", kv, peer, P->hist.key.n, P->hist.key.len);
+		P->keyframes++;
+		cu_start(s, 1, 0, kv, kv);
+	}
+}
+
+/* One slice of every catch-up in progress. A patch or keyframe stream no
+ * longer held (a newer version took its place) ends the catch-up: the
+ * subscriber's next JOINs start another. Returns whether any goes on. */
+int pub_catchup_send(publisher *P)
+{
+	int busy = 0;
+	for (unsigned i = 0; i < P->n_subs; i++) {
+		pub_sub *s = &P->subs[i];
+		if (!s->cu_active)
+			continue;
+		const patch *p = pub_cu_patch(P, s);
+		if (p && s->cu_next < p->n) {
+			/* about 10 ms at --rate, or at the subscriber's link */
+			size_t slice = s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate)
+					       ? pub_slice((uint64_t)s->rate_kbps * 1000, P->frame_size)
+					       : P->cu_slice;
+			size_t n = p->n - s->cu_next < slice ? p->n - s->cu_next : slice;
+			pub_send_one(P, s, p, s->cu_next, n);
+			s->cu_next += n;
+		}
+		if (p && s->cu_next >= p->n && !s->cu_key && s->cu_target != s->cu_end) {
+			/* the next held patch of the chain */
+			const patch *q = history_from(&P->hist, s->cu_target);
+			if (q) {
+				s->cu_base = s->cu_target;
+				s->cu_target = history_target(&P->hist, q);
+				s->cu_next = 0;
+				busy = 1;
+				continue;
+			}
+			p = NULL;
+		}
+		if (!p || s->cu_next >= p->n) {
+			s->cu_active = 0;
+			s->last_catchup = now_s();
+		}
+		busy |= s->cu_active;
+	}
+	return busy;
+}
