@@ -1,26 +1,10 @@
 /*
  * datapath.c: bfpatch-relay's packets: RX bursts, classification (on the
- * lcore that received them), fan-out to subscribers, the repair cache's
- * intake, pacing and TX. Workers only receive, classify and hand over
- * through one MP/SC ring; everything after that runs on the core lcore,
- * so nothing here takes a lock.
- *
- * Fan-out (as DPDK's ipv4_multicast explains its two methods): each
- * subscriber gets a fresh header mbuf (Ethernet/IPv4/UDP for that
- * subscriber) chained to an indirect clone of the frame's payload, so the
- * payload is never copied and each output carries its own addresses. A
- * refcount-only method (the same bytes to all) cannot address several
- * unicast subscribers, so the real alternative is a full copy per output
- * (--copy-fanout keeps it, for measurement). bench/bench_relay.sh measured
- * both on one core here (whole relay loop per output, fan-out 16, payload
- * hot in cache): clone 79 ns and copy 64 ns at 1500 bytes, clone 115 ns
- * and copy 156 ns at 8000 bytes; the break-even is near 3 kB. The relay
- * clones at every size: below the cutoff a copy would save ~15 ns per
- * output (less once payloads come cold from the NIC), but it multiplies
- * the frame's memory and memory traffic by the fan-out while the repair
- * cache holds the frame; above it the clone wins by a growing margin. One
- * method keeps one payload shared by fan-out, cache and repairs, with
- * zero payload copies.
+ * lcore that received them), a frame's way to its subscribers (output.c
+ * makes each output), the repair cache's intake, pacing and the lcore
+ * loops. Workers only receive, classify and hand over through one MP/SC
+ * ring; everything after that runs on the core lcore, so nothing here
+ * takes a lock.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -45,144 +29,6 @@ void relay_mbuf_drop(void *ctx, void *obj)
 {
 	(void)ctx;
 	rte_pktmbuf_free(obj);
-}
-
-/* Buffer m for transmit on port (core lcore only); failures are counted
- * by the buffer's error callback. */
-void relay_send(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *st)
-{
-	if (!m)
-		return;
-	st->c[C_TX]++;
-	rte_eth_tx_buffer(port, 0, r->txb[port], m);
-}
-
-/* On a port with checksum offload, leave the IPv4 and UDP checksums of the
- * header at the start of m to the NIC. */
-static void offload_csum(relay *r, struct rte_mbuf *m, uint16_t port)
-{
-	if (!r->csum_offload[port])
-		return;
-	struct rte_ipv4_hdr *ip = rte_pktmbuf_mtod_offset(m, struct rte_ipv4_hdr *, RP_ETH_LEN);
-	struct rte_udp_hdr *udp = rte_pktmbuf_mtod_offset(m, struct rte_udp_hdr *,
-							  RP_ETH_LEN + RP_IP_LEN);
-	m->l2_len = RP_ETH_LEN;
-	m->l3_len = RP_IP_LEN;
-	m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
-	ip->hdr_checksum = 0;
-	udp->dgram_cksum = rte_ipv4_phdr_cksum(ip, m->ol_flags);
-}
-
-/* Hand one output to s: straight to the TX buffer when s is unpaced and
- * has nothing waiting, else into its queue (full: dropped, counted). */
-static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
-{
-	if (s->bucket.rate == 0 && !s->held && rte_ring_empty(s->q)) {
-		st->c[C_FANOUT]++;
-		s->tx_pkts++;
-		s->tx_bytes += rte_pktmbuf_pkt_len(out);
-		relay_send(r, s->eth_port, out, st);
-		return;
-	}
-	/* a queued output holds its frame's RX mbuf: slow subscribers must
-	 * not take the mbufs the ports receive with, or one of them would
-	 * stop the relay for everyone (JOINs and ARP included); with a pool
-	 * on each of several sockets, any pool short is short (one count
-	 * serves a NACK answer's frames from every port) */
-	if (r->rx_short < 0) {
-		r->rx_short = 0;
-		for (unsigned i = 0; i < r->n_rx_pools; i++)
-			r->rx_short |= rte_mempool_avail_count(r->rx_pools[i]) < r->rx_reserve;
-	}
-	/* each queued output also holds a header mbuf and a clone: a
-	 * subscriber may hold its share of those pools, two shares staying
-	 * for the unpaced ones and NACK answers, or a few slow subscribers
-	 * would take them all and starve the rest (PROTOCOL.md 3) */
-	if (!r->q_share) {
-		unsigned n = 0;
-		for (unsigned i = 0; i < MAX_SUBS; i++)
-			n += r->subs[i].used != 0;
-		r->q_share = OUT_POOL_N / (n + 2);
-	}
-	if (rte_ring_count(s->q) >= r->q_share) {
-		rte_pktmbuf_free(out);
-		st->c[C_SHARE_FULL]++;
-		s->drops++;
-		return;
-	}
-	if (r->rx_short) { /* it would take the RX mbufs the ports receive with */
-		rte_pktmbuf_free(out);
-		st->c[C_RX_RESERVE]++;
-		s->drops++;
-		return;
-	}
-	if (rte_ring_enqueue(s->q, out) != 0) {
-		rte_pktmbuf_free(out);
-		st->c[C_RING_FULL]++;
-		s->drops++;
-		return;
-	}
-	st->c[C_FANOUT]++;
-}
-
-/* A payload copy per output: the method not taken, kept for
- * bench_relay.sh (--copy-fanout). */
-static struct rte_mbuf *output_copy(relay *r, sub *s, struct rte_mbuf *f,
-				    uint32_t payload_sum)
-{
-	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[s->eth_port]);
-	uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
-	uint8_t *p = m ? (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RP_HDRS + fl)) : NULL;
-	if (!p) {
-		rte_pktmbuf_free(m);
-		return NULL;
-	}
-	rp_build_udp(p, s->mac, r->mac[s->eth_port].addr_bytes, r->cf.ip[s->eth_port], s->ip,
-		     r->cf.data_port, s->data_port, fl, payload_sum, r->ip_id++);
-	memcpy(p + RP_HDRS, rte_pktmbuf_mtod(f, const void *), fl);
-	offload_csum(r, m, s->eth_port);
-	return m;
-}
-
-/* The fan-out method: a header mbuf for s chained to a clone of f. */
-static struct rte_mbuf *output_clone(relay *r, sub *s, struct rte_mbuf *f,
-				     uint32_t payload_sum)
-{
-	struct rte_mbuf *h = rte_pktmbuf_alloc(r->hdr_pool);
-	struct rte_mbuf *c = h ? rte_pktmbuf_clone(f, r->clone_pool) : NULL;
-	if (!c) {
-		rte_pktmbuf_free(h);
-		return NULL;
-	}
-	uint8_t *p = (uint8_t *)rte_pktmbuf_append(h, RP_HDRS);
-	rp_build_udp(p, s->mac, r->mac[s->eth_port].addr_bytes, r->cf.ip[s->eth_port], s->ip,
-		     r->cf.data_port, s->data_port, (uint16_t)rte_pktmbuf_pkt_len(f), payload_sum,
-		     r->ip_id++);
-	if (rte_pktmbuf_chain(h, c) != 0) {
-		rte_pktmbuf_free(h);
-		rte_pktmbuf_free(c);
-		return NULL;
-	}
-	offload_csum(r, h, s->eth_port);
-	return h;
-}
-
-/* One output of frame f (payload only, sum precomputed) for s. */
-void relay_emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
-		lcore_stats *st)
-{
-	if (s->mac_from == MAC_NONE) {
-		st->c[C_NO_MAC]++;
-		return;
-	}
-	struct rte_mbuf *out = r->cf.copy_fanout ? output_copy(r, s, f, payload_sum)
-						 : output_clone(r, s, f, payload_sum);
-	if (!out) {
-		st->c[C_NO_MBUF]++;
-		s->drops++;
-		return;
-	}
-	deliver(r, s, out, st);
 }
 
 /* A frame whose (model, version, index) is cached with another target
@@ -439,13 +285,4 @@ void relay_core_main(relay *r)
 	force_quit = 1;
 	for (uint16_t p = 0; p < r->n_ports; p++)
 		rte_eth_tx_buffer_flush(p, 0, r->txb[p]);
-}
-
-void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata)
-{
-	lcore_stats *st = userdata;
-	st->c[C_TX_FAIL] += count;
-	st->c[C_TX] -= count;
-	for (uint16_t i = 0; i < count; i++)
-		rte_pktmbuf_free(unsent[i]);
 }

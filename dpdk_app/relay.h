@@ -1,8 +1,10 @@
 /*
  * relay.h: bfpatch-relay's internal interface: its configuration, its
  * state and counters, and what each of its files gives the others
- * (main.c, options.c, setup.c, datapath.c, control.c). One core lcore
- * owns the state; worker lcores only receive, classify and count.
+ * (main.c, options.c, setup.c, datapath.c, control.c, output.c); calls
+ * run one way: datapath -> control -> output, datapath -> output. One
+ * core lcore owns the state; worker lcores only receive, classify and
+ * count.
  */
 #ifndef BFP_RELAY_H
 #define BFP_RELAY_H
@@ -227,18 +229,21 @@ int relay_static_subs(relay *r);  /* the --subscriber table entries */
 /* Stop and close the ports and free everything the above took; frees r. */
 void relay_teardown(relay *r);
 
-/* ---- datapath.c: RX, classify, fan-out, pacing, TX ---- */
+/* ---- output.c: one output for one subscriber, TX buffering ---- */
 
-void relay_mbuf_drop(void *ctx, void *obj);
 void relay_send(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *st);
 void relay_emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		lcore_stats *st);
+void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata);
+
+/* ---- datapath.c: RX, classify, a frame's fan-out, pacing, lcore loops ---- */
+
+void relay_mbuf_drop(void *ctx, void *obj);
 int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st);
 void relay_core_packet(relay *r, struct rte_mbuf *m, lcore_stats *st);
 void relay_pace(relay *r, lcore_stats *st);
 int relay_worker_main(void *arg);
 void relay_core_main(relay *r);
-void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata);
 
 /* ---- control.c: control messages, subscribers, upstream, counters ---- */
 
