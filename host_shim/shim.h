@@ -76,6 +76,10 @@ typedef struct slot {
 	uint64_t idx_bytes;     /* of frames[], flen[] and preps[] */
 } slot;
 
+/* What a slot's index arrays take per frame (frames[], flen[], preps[]):
+ * counted against --max-stage, so a hostile frame_count buys nothing. */
+#define IDX_BYTES (sizeof(uint8_t *) + sizeof(uint32_t) + sizeof(struct prep *))
+
 /* A delta frame decoded and verified against the buffer's version while
  * it was staged (bfp_decode_verify): committing it is writing n values. */
 typedef struct prep {

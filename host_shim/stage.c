@@ -551,8 +551,6 @@ static uint32_t max_frames(const shim *s)
 	return m < (1u << 24) ? (uint32_t)m : (1u << 24);
 }
 
-#define IDX_BYTES (sizeof(uint8_t *) + sizeof(uint32_t) + sizeof(struct prep *))
-
 /* Make room for index i in sl's arrays; they count against --max-stage
  * (a hostile frame_count must not buy 20 bytes per frame it names). */
 static int slot_reserve(shim *s, slot *sl, uint32_t i)

@@ -1,0 +1,958 @@
+/*
+ * test_shim_stage.c: the shim's staging and commit state machine
+ * (host_shim/stage.c) driven frame by frame, with no network and nothing
+ * timed: a weight buffer in a temporary directory, real patches and
+ * keyframe streams between seeded weight versions, and the JOINs and
+ * NACKs the stager sends caught by its ctl_send hook. Every commit is
+ * checked byte for byte against the generator's copy of that version,
+ * made without the shim or the buffer.
+ */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "bfp_test.h"
+#include "model.h"
+#include "patch.h"
+#include "shim.h"
+#include "wbuf.h"
+
+#define N 60000u                    /* parameters */
+#define MODEL 0x5ee0f00dcafe0001ull /* the model id */
+#define VERSIONS 8                  /* W[0 .. VERSIONS) */
+#define PATCH_FRAME 256u            /* patch frame size: many frames */
+#define KEY_FRAME 8000u             /* keyframe stream frame size */
+
+/* The versions (W[v]), the patches v -> v + 1 (P[v]) and the keyframe
+ * streams of v (K[v]): made once, read by every test. */
+static uint16_t *W[VERSIONS];
+static patch P[VERSIONS - 1];
+static patch K[VERSIONS];
+
+/* A test's shim and what it sent. The shim comes first: the ctl_send
+ * hook finds the fixture from it. */
+typedef struct fx {
+	shim s;
+	char dir[64], path[96];
+	rp_ctl sent[256];
+	unsigned n_sent;
+} fx;
+
+static const uint8_t *frame_of(const patch *p, size_t i)
+{
+	return p->buf + p->off[i];
+}
+
+static size_t len_of(const patch *p, size_t i)
+{
+	return p->off[i + 1] - p->off[i];
+}
+
+static uint64_t bytes_of(const patch *p)
+{
+	return p->off[p->n];
+}
+
+/* What a slot's index arrays take for p: its frame count, at least 64
+ * entries (stage.c's slot_reserve). */
+static uint64_t idx_of(const patch *p)
+{
+	return (p->n > 64 ? p->n : 64) * IDX_BYTES;
+}
+
+static void wr32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A frame's CRC after its header was changed (FORMAT.md 2.1: header
+ * bytes 0..55, then the payload), computed here bit by bit. */
+static void reseal(uint8_t *f, size_t len)
+{
+	uint32_t crc = t_crc32c_bitwise(0, f, 56);
+	wr32(f + 56, t_crc32c_bitwise(crc, f + 60, len - 60));
+}
+
+/* A copy of frame i of p to change (free it). */
+static uint8_t *copy_of(const patch *p, size_t i)
+{
+	uint8_t *f = malloc(len_of(p, i));
+	assert_non_null(f);
+	memcpy(f, frame_of(p, i), len_of(p, i));
+	return f;
+}
+
+/* A copy of frame i of p whose target hash is wrong, sealed with a
+ * valid CRC: it parses, and fails only when its values are verified. */
+static uint8_t *forged_hash(const patch *p, size_t i)
+{
+	uint8_t *f = copy_of(p, i);
+	f[48] ^= 1;
+	reseal(f, len_of(p, i));
+	return f;
+}
+
+static bfp_frame_header header_of(const patch *p, size_t i)
+{
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(frame_of(p, i), len_of(p, i), &h), BFP_OK);
+	return h;
+}
+
+static void record(shim *s, const rp_ctl *c)
+{
+	fx *f = (fx *)(void *)s;
+	assert_true(f->n_sent < sizeof(f->sent) / sizeof(f->sent[0]));
+	f->sent[f->n_sent++] = *c;
+}
+
+/* The last message of this type sent, or NULL. */
+static const rp_ctl *last_sent(const fx *f, uint8_t type)
+{
+	for (unsigned i = f->n_sent; i-- > 0;)
+		if (f->sent[i].type == type)
+			return &f->sent[i];
+	return NULL;
+}
+
+/* ---- set-up ---- */
+
+static int make_versions(void **state)
+{
+	(void)state;
+	uint64_t rs = 20240611;
+	char err[256];
+	for (unsigned v = 0; v < VERSIONS; v++) {
+		W[v] = malloc(N * sizeof(uint16_t));
+		if (!W[v])
+			return -1;
+		if (v == 0)
+			for (unsigned i = 0; i < N; i++)
+				W[0][i] = t_weight(&rs);
+		else /* 3,000 changes, then 12,000 a version: the later
+		      * patches outweigh what the budget test leaves them */
+			t_mutate(W[v - 1], W[v], N, v == 1 ? 50000 : 200000, &rs);
+	}
+	for (unsigned v = 0; v + 1 < VERSIONS; v++) {
+		patch_opts o = {.frame_size = PATCH_FRAME, .base_version = v, .target_version = v + 1,
+				.threads = 1};
+		if (patch_encode_arrays(W[v], W[v + 1], N, MODEL, &o, &P[v], err, sizeof(err)))
+			return -1;
+	}
+	for (unsigned v = 1; v < VERSIONS; v++) {
+		patch_opts o = {.frame_size = KEY_FRAME, .target_version = v, .threads = 1,
+				.enc_flags = BFP_ENC_F_KEYFRAME};
+		if (patch_encode_arrays(W[v], W[v], N, MODEL, &o, &K[v], err, sizeof(err)))
+			return -1;
+	}
+	return 0;
+}
+
+static int free_versions(void **state)
+{
+	(void)state;
+	for (unsigned v = 0; v < VERSIONS; v++) {
+		free(W[v]);
+		patch_free(&K[v]);
+		if (v + 1 < VERSIONS)
+			patch_free(&P[v]);
+	}
+	return 0;
+}
+
+/* A buffer at version 0 (W[0]) and a shim on it as shim_open() leaves
+ * one, but for the network: 64 MiB to stage, two apply threads,
+ * commits when complete. */
+static int fx_setup(void **state)
+{
+	fx *f = calloc(1, sizeof(*f));
+	char err[256];
+	model m;
+	if (!f)
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/bfp-stage-XXXXXX");
+	if (!mkdtemp(f->dir))
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/buf", f->dir);
+	if (model_init_raw(&m, N))
+		return -1;
+	memcpy(m.params, W[0], N * sizeof(uint16_t));
+	m.model_id = MODEL;
+	int rc = wbuf_create(f->path, &m, 0, 0, err, sizeof(err));
+	model_free(&m);
+	shim *s = &f->s;
+	s->cf.max_stage = 64u << 20;
+	s->cf.threads = 2;
+	s->cf.nack_ms = 100;
+	s->cf.listen_port = 7500;
+	s->lock_fd = s->sock = -1;
+	s->undo.fd = s->dlog.fd = s->ev.fd = -1;
+	s->ctl_send = record;
+	if (rc || wbuf_open(&s->w, f->path, err, sizeof(err)) ||
+	    wbuf_undo_open(&s->undo, &s->w, f->path, 2, err, sizeof(err))) {
+		fprintf(stderr, "set-up: %s\n", err);
+		return -1;
+	}
+	stage_init(s);
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	fx *f = *state;
+	char p[128];
+	stage_fini(&f->s);
+	wbuf_undo_close(&f->s.undo);
+	wbuf_close(&f->s.w);
+	snprintf(p, sizeof(p), "%s.undo", f->path);
+	unlink(p);
+	unlink(f->path);
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+/* ---- domain asserts ---- */
+
+/* The buffer holds version v, ready, equal to W[v] byte for byte. */
+static void assert_buffer_at(const fx *f, uint32_t v)
+{
+	assert_int_equal(shim_state(&f->s), WBUF_READY);
+	assert_int_equal(shim_version(&f->s), v);
+	assert_words_equal(f->s.w.params, W[v], N);
+}
+
+/* The buffer's range [b, b + n) equals W[v]'s. */
+static void assert_range_at(const fx *f, uint64_t b, uint64_t n, uint32_t v)
+{
+	assert_words_equal(f->s.w.params + b, W[v] + b, n);
+}
+
+/* The staging accounts add up to what the slots hold, within the budget,
+ * prepared changes within half of it. */
+static void assert_budget(const fx *f)
+{
+	const shim *s = &f->s;
+	uint64_t all = 0, preps = 0;
+	for (unsigned i = 0; i < SLOTS; i++) {
+		const slot *sl = &s->slots[i];
+		uint64_t frames = 0;
+		for (uint32_t k = 0; sl->used && k < sl->cap; k++)
+			frames += sl->frames[k] ? sl->flen[k] : 0;
+		assert_int_equal(frames, sl->bytes);
+		all += sl->bytes + sl->prep_bytes + sl->idx_bytes;
+		preps += sl->prep_bytes;
+	}
+	assert_int_equal(s->staged_bytes, all);
+	assert_int_equal(s->prep_bytes, preps);
+	assert_true(s->staged_bytes <= s->cf.max_stage);
+	assert_true(s->prep_bytes <= s->cf.max_stage / 2);
+}
+
+/* The slot staging target (a patch, or with key a keyframe stream), or
+ * NULL. */
+static const slot *slot_of(const fx *f, uint32_t target, int key)
+{
+	for (unsigned i = 0; i < SLOTS; i++)
+		if (f->s.slots[i].used && f->s.slots[i].target == target && f->s.slots[i].key == key)
+			return &f->s.slots[i];
+	return NULL;
+}
+
+static void feed(fx *f, const uint8_t *p, size_t len)
+{
+	assert_int_equal(stage_frame(&f->s, p, len), 0);
+	assert_budget(f);
+}
+
+static void feed_frame(fx *f, const patch *p, size_t i)
+{
+	feed(f, frame_of(p, i), len_of(p, i));
+}
+
+static void feed_all(fx *f, const patch *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		feed_frame(f, p, i);
+}
+
+/* ---- tests ---- */
+
+/* Frames of version 1 are staged while the buffer stays at version 0,
+ * byte for byte, also while they are prepared; the version commits only
+ * once every frame is staged, and then equals W[1]. */
+static void test_a_patch_commits_only_when_every_frame_is_staged(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	assert_true(p->n >= 8);
+	for (size_t i = 0; i + 1 < p->n; i++) {
+		feed_frame(f, p, i);
+		assert_int_equal(stage_try_commit(&f->s), 0);
+		assert_buffer_at(f, 0);
+	}
+	stage_prepare_some(&f->s, 1e9);
+	assert_true(f->s.prepared > 0);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 0);
+	feed_frame(f, p, p->n - 1);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	assert_int_equal(f->s.commits, 1);
+	assert_int_equal(f->s.staged_bytes, 0);
+	/* the shim tells upstream the version it holds */
+	assert_non_null(last_sent(f, RP_JOIN));
+	assert_int_equal(last_sent(f, RP_JOIN)->version, 1);
+}
+
+/* A patch commits the same bytes whether its frames were decoded and
+ * verified while staged (the commit only writes their values) or are
+ * decoded at the commit (--no-prepare). */
+static void test_a_patch_commits_the_same_bytes_prepared_or_not(void **state)
+{
+	fx *f = *state;
+	feed_all(f, &P[0]);
+	while (stage_prepare_some(&f->s, 1e9))
+		;
+	assert_true(f->s.prepared > 0);
+	assert_true(f->s.prep_bytes > 0);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	f->s.no_prep = 1;
+	feed_all(f, &P[1]);
+	const uint64_t prepared = f->s.prepared;
+	assert_int_equal(stage_prepare_some(&f->s, 1e9), 0);
+	assert_int_equal(f->s.prepared, prepared);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+	assert_int_equal(f->s.commits, 2);
+}
+
+/* A complete set of frames that does not tile the model (two frames over
+ * the same range) writes nothing: the version is dropped, one resync is
+ * counted and the shim JOINs asking for a keyframe stream. */
+static void test_frames_that_do_not_tile_the_model_are_never_committed(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	uint8_t *twin = copy_of(p, 0); /* frame 0's range, as frame 1 */
+	wr32(twin + 24, 1);
+	reseal(twin, len_of(p, 0));
+	feed_frame(f, p, 0);
+	feed(f, twin, len_of(p, 0));
+	for (size_t i = 2; i < p->n; i++)
+		feed_frame(f, p, i);
+	assert_int_equal(slot_of(f, 1, 0)->have, p->n);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 0);
+	assert_int_equal(f->s.commits, 0);
+	assert_int_equal(f->s.resyncs, 1);
+	assert_null(slot_of(f, 1, 0));
+	assert_int_equal(f->s.staged_bytes, 0);
+	assert_int_equal(last_sent(f, RP_JOIN)->version, RP_VERSION_NONE);
+	free(twin);
+}
+
+/* A frame whose values do not hash to its target is refused while it is
+ * prepared and dropped, the buffer untouched; the genuine frame, when it
+ * comes again, completes the version. */
+static void test_a_frame_failing_verification_while_prepared_is_dropped(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	const size_t k = 3;
+	uint8_t *bad = forged_hash(p, k);
+	for (size_t i = 0; i < p->n; i++) {
+		if (i == k)
+			feed(f, bad, len_of(p, k));
+		else
+			feed_frame(f, p, i);
+	}
+	while (stage_prepare_some(&f->s, 1e9))
+		;
+	assert_int_equal(f->s.bad, 1);
+	assert_int_equal(f->s.prep_fail, 1);
+	assert_int_equal(slot_of(f, 1, 0)->have, p->n - 1);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 0);
+	feed_frame(f, p, k);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	free(bad);
+}
+
+/* Committed without preparing, a frame that fails verification writes
+ * nothing: its range stays at the base while every other range is whole
+ * at the base or at the target; the buffer is marked invalid (no version)
+ * and the shim asks for a keyframe stream. */
+static void test_a_frame_failing_verification_at_commit_is_never_written(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	const size_t k = p->n / 2;
+	uint8_t *bad = forged_hash(p, k);
+	f->s.no_prep = 1;
+	for (size_t i = 0; i < p->n; i++) {
+		if (i == k)
+			feed(f, bad, len_of(p, k));
+		else
+			feed_frame(f, p, i);
+	}
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_int_equal(shim_state(&f->s), WBUF_RESYNC);
+	assert_int_equal(f->s.commits, 0);
+	assert_int_equal(f->s.resyncs, 1);
+	assert_int_equal(last_sent(f, RP_JOIN)->version, RP_VERSION_NONE);
+	for (size_t i = 0; i < p->n; i++) {
+		bfp_frame_header h = header_of(p, i);
+		const uint16_t *at = f->s.w.params + h.range_begin;
+		const size_t bytes = (size_t)h.range_len * 2;
+		if (i == k)
+			assert_range_at(f, h.range_begin, h.range_len, 0);
+		else
+			assert_true(!memcmp(at, W[0] + h.range_begin, bytes) ||
+				    !memcmp(at, W[1] + h.range_begin, bytes));
+	}
+	free(bad);
+}
+
+/* A frame that comes twice is counted as a duplicate and staged once:
+ * the staged bytes do not grow, and the version still commits. */
+static void test_a_duplicate_frame_is_counted_and_staged_once(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	feed_frame(f, p, 0);
+	const uint64_t staged = f->s.staged_bytes;
+	feed_frame(f, p, 0);
+	assert_int_equal(f->s.dup, 1);
+	assert_int_equal(f->s.staged_bytes, staged);
+	assert_int_equal(slot_of(f, 1, 0)->have, 1);
+	for (size_t i = 1; i < p->n; i++)
+		feed_frame(f, p, i);
+	feed_frame(f, p, 1);
+	assert_int_equal(f->s.dup, 2);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+}
+
+/* Frames of no use are refused, counted each in its own counter, and
+ * staged nowhere: another model's, a damaged one, those of a version
+ * the buffer already holds, a patch too far ahead, a version number the
+ * protocol reserves. The buffer is untouched by all of them. */
+static void test_frames_of_another_model_or_an_old_version_are_refused(void **state)
+{
+	fx *f = *state;
+	uint8_t *other = copy_of(&P[0], 0);
+	other[8] ^= 1; /* model_id */
+	reseal(other, len_of(&P[0], 0));
+	feed(f, other, len_of(&P[0], 0));
+	assert_int_equal(f->s.other_model, 1);
+	uint8_t *damaged = copy_of(&P[0], 0);
+	damaged[len_of(&P[0], 0) - 1] ^= 1; /* the CRC no longer matches */
+	feed(f, damaged, len_of(&P[0], 0));
+	assert_int_equal(f->s.bad, 1);
+	uint8_t *reserved = copy_of(&K[1], 0);
+	wr32(reserved + 20, RP_VERSION_NONE);
+	reseal(reserved, len_of(&K[1], 0));
+	feed(f, reserved, len_of(&K[1], 0));
+	assert_int_equal(f->s.bad, 2);
+	assert_int_equal(f->s.staged_bytes, 0);
+
+	feed_all(f, &P[0]);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	feed_frame(f, &P[0], 0);    /* the version held */
+	feed_frame(f, &K[1], 0);    /* its keyframes */
+	assert_int_equal(f->s.old, 2);
+	feed_frame(f, &P[5], 0);    /* 5 -> 6: SLOTS versions past the next */
+	assert_int_equal(f->s.ahead, 1);
+	assert_int_equal(f->s.staged_bytes, 0);
+	assert_buffer_at(f, 1);
+	free(other);
+	free(damaged);
+	free(reserved);
+}
+
+/* Staged frames, their index arrays and prepared changes never take more
+ * than --max-stage; when a frame needs room, prepared changes give way
+ * before any frame is refused, and the version that commits next still
+ * commits (decoded at commit) to the exact target. */
+static void test_the_staging_budget_holds_and_prepared_changes_give_way_first(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	uint32_t flen_max = 0;
+	for (size_t i = 0; i < p->n; i++)
+		flen_max = len_of(p, i) > flen_max ? (uint32_t)len_of(p, i) : flen_max;
+	/* room for version 1's frames and index arrays and the bound of one
+	 * frame's prepared changes (stage.c), little more */
+	const uint64_t prep_most = sizeof(prep) + 6 * 8 * (uint64_t)flen_max;
+	f->s.cf.max_stage = bytes_of(p) + idx_of(&P[0]) + idx_of(&P[1]) + idx_of(&P[2]) +
+			    idx_of(&P[3]) + 2 * prep_most;
+	/* the later versions cannot fit beside them */
+	assert_true(bytes_of(&P[1]) + bytes_of(&P[2]) + bytes_of(&P[3]) > 3 * prep_most);
+
+	for (size_t i = 0; i + 1 < p->n; i++)
+		feed_frame(f, p, i);
+	while (stage_prepare_some(&f->s, 1e9))
+		;
+	assert_true(f->s.prepared > 0);
+	assert_true(f->s.prep_bytes > 0);
+	assert_int_equal(f->s.over_budget + f->s.ahead, 0);
+	for (unsigned v = 1; v <= 3; v++)
+		for (size_t i = 0; i < P[v].n; i++) {
+			const uint64_t refused = f->s.over_budget + f->s.ahead;
+			const uint64_t prep_before = f->s.prep_bytes;
+			feed_frame(f, &P[v], i);
+			if (f->s.over_budget + f->s.ahead > refused) /* only once none is left */
+				assert_int_equal(f->s.prep_bytes, 0);
+			if (f->s.prep_bytes < prep_before)
+				assert_int_equal(f->s.prep_bytes, 0);
+		}
+	assert_true(f->s.prep_dropped > 0);
+	assert_true(f->s.over_budget + f->s.ahead > 0);
+	feed_frame(f, p, p->n - 1);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_true(shim_version(&f->s) >= 1);
+	assert_buffer_at(f, shim_version(&f->s));
+	assert_budget(f);
+}
+
+/* Changes prepared while staged never take more than half of
+ * --max-stage, however much more the patch would give; what is not
+ * prepared by then is decoded at the commit, which is exact. */
+static void test_prepared_changes_take_at_most_half_the_budget(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[1];
+	uint32_t flen_max = 0;
+	for (size_t i = 0; i < p->n; i++)
+		flen_max = len_of(p, i) > flen_max ? (uint32_t)len_of(p, i) : flen_max;
+	const uint64_t prep_most = sizeof(prep) + 6 * 8 * (uint64_t)flen_max;
+	/* frames take a small part: half of it is the bound that holds */
+	f->s.cf.max_stage = 5 * (bytes_of(p) + idx_of(p) + prep_most) / 2;
+	feed_all(f, &P[0]);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	feed_all(f, p);
+	while (stage_prepare_some(&f->s, 1e9))
+		assert_budget(f);
+	assert_budget(f);
+	assert_true(f->s.prepared > 0);
+	assert_true(f->s.prepared < p->n);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+}
+
+/* With the budget full, frames of the version that commits next evict
+ * the versions staged after it, the furthest first; frames of a later
+ * version never evict it (they are refused). Version 1 then commits
+ * exactly. */
+static void test_the_next_version_evicts_later_ones_never_the_reverse(void **state)
+{
+	fx *f = *state;
+	/* two frames of version 1, and all of versions 2 and 3, fill it */
+	f->s.cf.max_stage = len_of(&P[0], 0) + len_of(&P[0], 1) + bytes_of(&P[1]) +
+			    bytes_of(&P[2]) + idx_of(&P[0]) + idx_of(&P[1]) + idx_of(&P[2]);
+	feed_frame(f, &P[0], 0);
+	feed_frame(f, &P[0], 1);
+	feed_all(f, &P[1]);
+	feed_all(f, &P[2]);
+	assert_int_equal(f->s.staged_bytes, f->s.cf.max_stage);
+	/* version 4's frame finds no room: refused, nothing evicted */
+	feed_frame(f, &P[3], 0);
+	assert_int_equal(f->s.over_budget + f->s.ahead, 1);
+	assert_int_equal(f->s.evicted, 0);
+	assert_null(slot_of(f, 4, 0));
+	assert_int_equal(slot_of(f, 1, 0)->have, 2);
+	assert_int_equal(slot_of(f, 2, 0)->have, P[1].n);
+	assert_int_equal(slot_of(f, 3, 0)->have, P[2].n);
+	/* version 1's next frame: version 3 goes first */
+	feed_frame(f, &P[0], 2);
+	assert_int_equal(f->s.evicted, 1);
+	assert_null(slot_of(f, 3, 0));
+	assert_non_null(slot_of(f, 2, 0));
+	assert_int_equal(slot_of(f, 1, 0)->have, 3);
+	for (size_t i = 3; i < P[0].n; i++)
+		feed_frame(f, &P[0], i);
+	assert_int_equal(slot_of(f, 1, 0)->have, P[0].n);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_true(shim_version(&f->s) >= 1);
+	assert_buffer_at(f, shim_version(&f->s));
+}
+
+/* Safe-point commits with four complete patches staged (0 -> 4, every
+ * slot busy): a keyframe stream of version 1 arriving then is refused,
+ * not put in place of the patch 3 -> 4 that is about to commit; once the
+ * actor allows version 4, the buffer holds it exactly. */
+static void test_a_keyframe_stream_never_evicts_a_staged_patch_about_to_commit(void **state)
+{
+	fx *f = *state;
+	f->s.cf.safe_point = 1;
+	for (unsigned v = 0; v < 4; v++)
+		feed_all(f, &P[v]);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 0);
+	assert_int_equal(atomic_load(&f->s.w.h->staged), 4);
+	assert_int_equal(stage_join_version(&f->s), 4);
+	feed_all(f, &K[1]);
+	assert_int_equal(f->s.ahead, K[1].n);
+	for (unsigned v = 1; v <= 4; v++)
+		assert_int_equal(slot_of(f, v, 0)->have, P[v - 1].n);
+	assert_null(slot_of(f, 1, 1));
+	atomic_store(&f->s.w.h->allow, 4);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 4);
+	assert_int_equal(f->s.commits, 4);
+}
+
+/* With commits at the safe point, complete versions wait: the buffer
+ * stays at the version the actor runs, the JOIN says how far the staged
+ * patches reach, and each allow commits up to the version allowed, in
+ * order, catching up several at once. */
+static void test_commits_wait_for_the_safe_point_and_catch_up_at_once(void **state)
+{
+	fx *f = *state;
+	f->s.cf.safe_point = 1;
+	for (unsigned v = 0; v < 3; v++)
+		feed_all(f, &P[v]);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 0);
+	assert_int_equal(stage_join_version(&f->s), 3);
+	atomic_store(&f->s.w.h->allow, 1);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	atomic_store(&f->s.w.h->allow, 3);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 3);
+	assert_int_equal(f->s.commits, 3);
+}
+
+/* A NACK names the version that commits next and exactly the frames of
+ * it not staged, as runs of indices; with nothing of it staged, it asks
+ * for all of it. */
+static void test_a_nack_asks_for_exactly_the_missing_frames(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	assert_true(p->n >= 8);
+	stage_nack(&f->s);
+	const rp_ctl *c = last_sent(f, RP_NACK);
+	assert_non_null(c);
+	assert_int_equal(c->version, 1);
+	assert_int_equal(c->flags, 0);
+	assert_int_equal(c->model_id, MODEL);
+	assert_int_equal(c->n_ranges, 1);
+	assert_int_equal(c->ranges[0].first, 0);
+	assert_int_equal(c->ranges[0].count, 4096);
+
+	for (size_t i = 0; i < p->n; i++)
+		if (i != 1 && i != 2 && i != 5 && i != p->n - 1)
+			feed_frame(f, p, i);
+	stage_nack(&f->s);
+	c = last_sent(f, RP_NACK);
+	assert_int_equal(c->version, 1);
+	assert_int_equal(c->flags, 0);
+	assert_int_equal(c->n_ranges, 3);
+	assert_int_equal(c->ranges[0].first, 1);
+	assert_int_equal(c->ranges[0].count, 2);
+	assert_int_equal(c->ranges[1].first, 5);
+	assert_int_equal(c->ranges[1].count, 1);
+	assert_int_equal(c->ranges[2].first, p->n - 1);
+	assert_int_equal(c->ranges[2].count, 1);
+	assert_int_equal(f->s.nacks, 2);
+
+	/* complete, nothing is missing: no NACK */
+	feed_frame(f, p, 1);
+	feed_frame(f, p, 2);
+	feed_frame(f, p, 5);
+	feed_frame(f, p, p->n - 1);
+	f->s.cf.safe_point = 1; /* it waits for the actor */
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	stage_nack(&f->s);
+	assert_int_equal(f->s.nacks, 2);
+	/* ... but the first incomplete version after it is repaired */
+	feed_frame(f, &P[1], 1);
+	stage_nack(&f->s);
+	c = last_sent(f, RP_NACK);
+	assert_int_equal(f->s.nacks, 3);
+	assert_int_equal(c->version, 2);
+	assert_int_equal(c->ranges[0].first, 0);
+	assert_int_equal(c->ranges[0].count, 1);
+	assert_int_equal(c->ranges[1].first, 2);
+	assert_int_equal(c->ranges[1].count, P[1].n - 2);
+}
+
+/* Frames streamed before their count was known (frame_count 0) are
+ * staged; a NACK then asks for the gaps and for the tail past the
+ * highest index seen, and the frame that reaches the model's end tells
+ * the count, after which the version commits exactly. */
+static void test_a_nack_for_a_streamed_patch_asks_for_its_tail(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	uint8_t **fr = malloc(p->n * sizeof(*fr));
+	assert_non_null(fr);
+	for (size_t i = 0; i < p->n; i++) {
+		fr[i] = copy_of(p, i);
+		wr32(fr[i] + 28, 0); /* frame_count: not known yet */
+		reseal(fr[i], len_of(p, i));
+	}
+	feed(f, fr[0], len_of(p, 0));
+	feed(f, fr[2], len_of(p, 2));
+	assert_int_equal(slot_of(f, 1, 0)->count, 0);
+	stage_nack(&f->s);
+	const rp_ctl *c = last_sent(f, RP_NACK);
+	assert_int_equal(c->n_ranges, 2);
+	assert_int_equal(c->ranges[0].first, 1);
+	assert_int_equal(c->ranges[0].count, 1);
+	assert_int_equal(c->ranges[1].first, 3);
+	assert_int_equal(c->ranges[1].count, 256);
+	feed(f, fr[p->n - 1], len_of(p, p->n - 1)); /* ends the model: the count */
+	assert_int_equal(slot_of(f, 1, 0)->count, p->n);
+	for (size_t i = 1; i + 1 < p->n; i++)
+		feed(f, fr[i], len_of(p, i));
+	assert_int_equal(f->s.dup, 1);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	for (size_t i = 0; i < p->n; i++)
+		free(fr[i]);
+	free(fr);
+}
+
+/* NACK_GIVE_UP rounds without a frame of the version that commits next
+ * give up on its patch: one resync is counted and the shim JOINs asking
+ * for a keyframe stream. A frame of that version starts the count over. */
+static void test_unanswered_nacks_give_up_and_ask_for_keyframes(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	for (size_t i = 3; i < p->n; i++)
+		feed_frame(f, p, i);
+	for (unsigned r = 0; r + 1 < NACK_GIVE_UP; r++)
+		stage_nack(&f->s);
+	feed_frame(f, p, 0); /* an answer: the rounds start over */
+	for (unsigned r = 0; r + 1 < NACK_GIVE_UP; r++)
+		stage_nack(&f->s);
+	assert_int_equal(f->s.resyncs, 0);
+	assert_null(last_sent(f, RP_JOIN));
+	stage_nack(&f->s);
+	assert_int_equal(f->s.resyncs, 1);
+	assert_int_equal(f->s.want_key, 1);
+	assert_int_equal(last_sent(f, RP_JOIN)->version, RP_VERSION_NONE);
+	assert_int_equal(f->s.nacks, 2 * (NACK_GIVE_UP - 1) + 1);
+	assert_buffer_at(f, 0);
+}
+
+/* A frame count is a claim: the index arrays it makes the stager
+ * reserve count against --max-stage, so frames claiming streams of
+ * 250,000 frames stage three versions in 16 MiB and the fourth is
+ * refused; a claim of more frames than could ever be staged is refused
+ * outright. */
+static void test_a_frame_count_lie_is_held_to_the_staging_budget(void **state)
+{
+	fx *f = *state;
+	f->s.cf.max_stage = 16u << 20;
+	const size_t len = len_of(&K[1], 0);
+	uint8_t *lie = copy_of(&K[1], 0);
+	wr32(lie + 28, 1000000); /* more than 16 MiB of frames could be */
+	reseal(lie, len);
+	feed(f, lie, len);
+	assert_int_equal(f->s.ahead, 1);
+	assert_int_equal(f->s.staged_bytes, 0);
+	for (uint32_t v = 5; v <= 8; v++) {
+		wr32(lie + 20, v);         /* target version */
+		wr32(lie + 24, 0);         /* frame 0 */
+		wr32(lie + 28, 250000);    /* of 250,000: 5 MB of index arrays */
+		reseal(lie, len);
+		feed(f, lie, len);
+	}
+	assert_int_equal(f->s.ahead, 2);
+	assert_non_null(slot_of(f, 7, 1));
+	assert_null(slot_of(f, 8, 1));
+	assert_true(f->s.staged_bytes >= 15000000);
+	assert_buffer_at(f, 0);
+	free(lie);
+}
+
+/* After a crash in the middle of the commit 0 -> 1 (half of its frames
+ * written, the buffer COMMITTING), the shim wants the same patch, NACKs
+ * for it, and finishes the commit from it: ranges already at the target
+ * are recognised and the whole buffer ends at W[1]; a patch 1 -> 2
+ * staged meanwhile commits after it. */
+static void test_a_commit_cut_short_is_finished_from_its_patch(void **state)
+{
+	fx *f = *state;
+	const patch *p = &P[0];
+	const uint8_t **fr = malloc(p->n * sizeof(*fr));
+	uint32_t *lens = malloc(p->n * sizeof(*lens));
+	char err[256];
+	assert_non_null(fr);
+	assert_non_null(lens);
+	for (size_t i = 0; i < p->n; i++) {
+		fr[i] = frame_of(p, i);
+		lens[i] = (uint32_t)len_of(p, i);
+	}
+	wbuf_begin(&f->s.w, 1, 0);
+	apply_ctl ctl = {.threads = 1};
+	assert_int_equal(patch_apply_frames(fr, lens, p->n / 2, f->s.w.params, N, MODEL, 0, &ctl,
+					    NULL, err, sizeof(err)), 0);
+	assert_int_equal(shim_state(&f->s), WBUF_COMMITTING);
+	assert_int_equal(stage_floor_version(&f->s), 1);
+	stage_nack(&f->s);
+	assert_int_equal(last_sent(f, RP_NACK)->version, 1);
+	assert_int_equal(last_sent(f, RP_NACK)->flags, 0);
+	feed_all(f, &P[1]);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_int_equal(shim_state(&f->s), WBUF_COMMITTING);
+	feed_all(f, p);
+	f->s.cf.safe_point = 1; /* the commit cut short waits for no actor */
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	atomic_store(&f->s.w.h->allow, 2);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+	assert_int_equal(f->s.commits, 2);
+	free(fr);
+	free(lens);
+}
+
+/* After a crash in the middle of a keyframe commit to 2, the NACK asks
+ * for the rest of that keyframe stream (a patch to 2 has another base),
+ * and the stream finishes the commit exactly. */
+static void test_a_keyframe_commit_cut_short_asks_for_its_stream(void **state)
+{
+	fx *f = *state;
+	wbuf_begin(&f->s.w, 2, WBUF_F_KEY);
+	stage_nack(&f->s);
+	const rp_ctl *c = last_sent(f, RP_NACK);
+	assert_int_equal(c->version, 2);
+	assert_int_equal(c->flags, RP_NACK_KEY);
+	feed_all(f, &K[2]);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+	assert_int_equal(f->s.key_commits, 1);
+}
+
+/* With the buffer invalid (a failed verification), patch frames are
+ * refused and counted, the JOIN asks for a keyframe stream, and a
+ * complete stream commits its version over whatever the buffer held,
+ * exactly. */
+static void test_a_keyframe_stream_resyncs_an_invalid_buffer(void **state)
+{
+	fx *f = *state;
+	wbuf_invalid(&f->s.w);
+	memset(f->s.w.params, 0xAB, N * sizeof(uint16_t));
+	feed_frame(f, &P[0], 0);
+	feed_frame(f, &P[2], 0);
+	assert_int_equal(f->s.in_resync, 2);
+	assert_int_equal(f->s.staged_bytes, 0);
+	assert_int_equal(stage_join_version(&f->s), RP_VERSION_NONE);
+	feed_all(f, &K[3]);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 3);
+	assert_int_equal(f->s.key_commits, 1);
+	assert_int_equal(last_sent(f, RP_JOIN)->version, 3);
+}
+
+/* A keyframe stream larger than half of --max-stage is written into an
+ * invalid buffer as it comes, each frame verified before it is written:
+ * a forged frame writes nothing, the NACK asks for exactly the frames not
+ * written, and the version is published only when the last one is. */
+static void test_a_large_keyframe_stream_is_written_in_place_verified(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[2];
+	assert_true(k->n >= 4);
+	f->s.cf.max_stage = bytes_of(k); /* staged, it would take more than half */
+	wbuf_invalid(&f->s.w);
+	memset(f->s.w.params, 0xAB, N * sizeof(uint16_t));
+	uint16_t *before = malloc(N * sizeof(uint16_t));
+	assert_non_null(before);
+	memcpy(before, f->s.w.params, N * sizeof(uint16_t));
+	const size_t bad_at = 1;
+	uint8_t *bad = forged_hash(k, bad_at);
+	feed(f, bad, len_of(k, bad_at));
+	assert_int_equal(f->s.bad, 1);
+	assert_words_equal(f->s.w.params, before, N);
+	for (size_t i = 0; i < k->n; i++) {
+		if (i == bad_at)
+			continue;
+		feed_frame(f, k, i);
+		bfp_frame_header h = header_of(k, i);
+		assert_range_at(f, h.range_begin, h.range_len, 2);
+		assert_int_equal(shim_state(&f->s), WBUF_RESYNC);
+	}
+	bfp_frame_header h = header_of(k, bad_at);
+	assert_words_equal(f->s.w.params + h.range_begin, before + h.range_begin, h.range_len);
+	assert_int_equal(f->s.staged_bytes, 0);
+	stage_nack(&f->s);
+	const rp_ctl *c = last_sent(f, RP_NACK);
+	assert_int_equal(c->version, 2);
+	assert_int_equal(c->flags, RP_NACK_KEY);
+	assert_int_equal(c->n_ranges, 1);
+	assert_int_equal(c->ranges[0].first, bad_at);
+	assert_int_equal(c->ranges[0].count, 1);
+	feed_frame(f, k, bad_at);
+	assert_buffer_at(f, 2);
+	assert_int_equal(f->s.key_commits, 1);
+	free(bad);
+	free(before);
+}
+
+/* A keyframe stream written in place whose frames, all verified, do not
+ * tile the model (two over the same range) is not published: the buffer
+ * stays invalid until a stream that tiles it is complete. */
+static void test_a_keyframe_stream_in_place_that_does_not_tile_is_not_published(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[2];
+	f->s.cf.max_stage = bytes_of(k);
+	wbuf_invalid(&f->s.w);
+	uint8_t *twin = copy_of(k, 0); /* frame 0's range, as frame 1 */
+	wr32(twin + 24, 1);
+	reseal(twin, len_of(k, 0));
+	feed(f, twin, len_of(k, 0));
+	for (size_t i = 0; i < k->n; i++)
+		if (i != 1)
+			feed_frame(f, k, i);
+	assert_int_equal(shim_state(&f->s), WBUF_RESYNC);
+	assert_int_equal(f->s.key_commits, 0);
+	assert_null(f->s.ip.done);
+	feed_all(f, k);
+	assert_buffer_at(f, 2);
+	assert_int_equal(f->s.key_commits, 1);
+	free(twin);
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, fx_setup, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_a_patch_commits_only_when_every_frame_is_staged),
+		T(test_a_patch_commits_the_same_bytes_prepared_or_not),
+		T(test_frames_that_do_not_tile_the_model_are_never_committed),
+		T(test_a_frame_failing_verification_while_prepared_is_dropped),
+		T(test_a_frame_failing_verification_at_commit_is_never_written),
+		T(test_a_duplicate_frame_is_counted_and_staged_once),
+		T(test_frames_of_another_model_or_an_old_version_are_refused),
+		T(test_the_staging_budget_holds_and_prepared_changes_give_way_first),
+		T(test_prepared_changes_take_at_most_half_the_budget),
+		T(test_the_next_version_evicts_later_ones_never_the_reverse),
+		T(test_a_keyframe_stream_never_evicts_a_staged_patch_about_to_commit),
+		T(test_commits_wait_for_the_safe_point_and_catch_up_at_once),
+		T(test_a_nack_asks_for_exactly_the_missing_frames),
+		T(test_a_nack_for_a_streamed_patch_asks_for_its_tail),
+		T(test_unanswered_nacks_give_up_and_ask_for_keyframes),
+		T(test_a_frame_count_lie_is_held_to_the_staging_budget),
+		T(test_a_commit_cut_short_is_finished_from_its_patch),
+		T(test_a_keyframe_commit_cut_short_asks_for_its_stream),
+		T(test_a_keyframe_stream_resyncs_an_invalid_buffer),
+		T(test_a_large_keyframe_stream_is_written_in_place_verified),
+		T(test_a_keyframe_stream_in_place_that_does_not_tile_is_not_published),
+	};
+	return cmocka_run_group_tests(tests, make_versions, free_versions);
+}
