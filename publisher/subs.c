@@ -46,6 +46,93 @@ static void sub_drop(publisher *P, unsigned i)
 	*s = P->subs[--P->n_subs];
 }
 
+/* Whether the datagram buf[0, len) from from is a control message to
+ * act on, parsed into *c: signed by a key held (with --key), well formed,
+ * and not a JOIN for another model (each refusal counted). */
+static int ctl_accept(publisher *P, uint8_t *buf, size_t len, const struct sockaddr_in *from,
+		      rp_ctl *c)
+{
+	/* with keys: only what a key holder signed, fresh, once */
+	rp_auth_result ar = rp_auth_accept(&P->auth, buf, len, 1, &len);
+	if (ar != RP_AUTH_OK) {
+		if (P->auth_fail++ < 10) {
+			char peer[64];
+			pub_peer_str(from, peer, sizeof(peer));
+			fprintf(stderr, "bfpatch publish: control message from %s refused: %s\n",
+				peer, rp_auth_result_names[ar]);
+		}
+		return 0;
+	}
+	if (rp_ctl_parse(buf, len, c) != 0) {
+		P->ctl_bad++;
+		return 0;
+	}
+	if (c->type == RP_JOIN && c->model_id && c->model_id != P->model_id) {
+		/* another model's subscriber: it would be sent every frame and
+		 * caught up for ever, all dropped at its end */
+		if (P->other_model++ < 3) {
+			char peer[64];
+			pub_peer_str(from, peer, sizeof(peer));
+			fprintf(stderr, "bfpatch publish: JOIN from %s for model %016" PRIx64 ", not "
+				"this one (%016" PRIx64 "); ignored\n", peer, c->model_id,
+				P->model_id);
+		}
+		return 0;
+	}
+	return 1;
+}
+
+/* The subscriber whose control port from is, or NULL. */
+static pub_sub *sub_find(publisher *P, const struct sockaddr_in *from)
+{
+	pub_sub *s = NULL;
+	for (unsigned i = 0; i < P->n_subs; i++)
+		if (P->subs[i].ctl.sin_addr.s_addr == from->sin_addr.s_addr &&
+		    P->subs[i].ctl.sin_port == from->sin_port)
+			s = &P->subs[i];
+	return s;
+}
+
+/* A JOIN c from a new subscriber at from, at time t: a table entry, with
+ * what pub_left kept of it if it left before; NULL when the table is
+ * full (said once). */
+static pub_sub *sub_join(publisher *P, const struct sockaddr_in *from, const rp_ctl *c, double t)
+{
+	if (P->n_subs == MAX_SUBS) {
+		if (!P->told_full) {
+			P->told_full = 1;
+			fprintf(stderr, "bfpatch publish: %d subscribers already; more JOINs are "
+				"ignored (put a bfpatch-relay in front for more)\n", MAX_SUBS);
+		}
+		return NULL;
+	}
+	pub_sub *s = &P->subs[P->n_subs++];
+	memset(s, 0, sizeof(*s));
+	s->ctl = *from;
+	s->data = *from;
+	s->data.sin_port = htons(c->data_port);
+	s->version = c->version;
+	nack_budget_init(&s->nack, P->nack_rate, t);
+	for (unsigned j = 0; j < MAX_SUBS; j++) {
+		struct pub_left *l = &P->left[j];
+		if (l->ctl.sin_port == from->sin_port && l->ctl.sin_addr.s_addr == from->sin_addr.s_addr) {
+			s->last_catchup = l->last_catchup;
+			s->nack = l->nack;
+			memset(l, 0, sizeof(*l));
+		}
+	}
+	char peer[64];
+	pub_peer_str(&s->data, peer, sizeof(peer));
+	if (c->version == RP_VERSION_NONE)
+		fprintf(stderr, "bfpatch publish: subscriber %s joined with no usable version\n",
+			peer);
+	else
+		fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n", peer,
+			c->version);
+	events_emit(&P->ev, "subscriber", "\"peer\":\"%s\",\"version\":%u", peer, c->version);
+	return s;
+}
+
 void pub_control(publisher *P)
 {
 	uint8_t buf[2048];
@@ -56,72 +143,11 @@ void pub_control(publisher *P)
 	while ((n = recvfrom(P->sock, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from,
 			     &fl)) > 0) {
 		rp_ctl c;
-		size_t len = (size_t)n;
-		/* with keys: only what a key holder signed, fresh, once */
-		rp_auth_result ar = rp_auth_accept(&P->auth, buf, len, 1, &len);
-		if (ar != RP_AUTH_OK) {
-			if (P->auth_fail++ < 10) {
-				char peer[64];
-				pub_peer_str(&from, peer, sizeof(peer));
-				fprintf(stderr, "bfpatch publish: control message from %s refused: %s\n",
-					peer, rp_auth_result_names[ar]);
-			}
+		if (!ctl_accept(P, buf, (size_t)n, &from, &c))
 			continue;
-		}
-		if (rp_ctl_parse(buf, len, &c) != 0) {
-			P->ctl_bad++;
-			continue;
-		}
-		if (c.type == RP_JOIN && c.model_id && c.model_id != P->model_id) {
-			/* another model's subscriber: it would be sent every frame
-			 * and caught up for ever, all dropped at its end */
-			if (P->other_model++ < 3) {
-				char peer[64];
-				pub_peer_str(&from, peer, sizeof(peer));
-				fprintf(stderr, "bfpatch publish: JOIN from %s for model %016" PRIx64
-					", not this one (%016" PRIx64 "); ignored\n", peer, c.model_id,
-					P->model_id);
-			}
-			continue;
-		}
-		pub_sub *s = NULL;
-		for (unsigned i = 0; i < P->n_subs; i++)
-			if (P->subs[i].ctl.sin_addr.s_addr == from.sin_addr.s_addr &&
-			    P->subs[i].ctl.sin_port == from.sin_port)
-				s = &P->subs[i];
-		if (c.type == RP_JOIN && !s && P->n_subs == MAX_SUBS && !P->told_full) {
-			P->told_full = 1;
-			fprintf(stderr, "bfpatch publish: %d subscribers already; more JOINs are "
-				"ignored (put a bfpatch-relay in front for more)\n", MAX_SUBS);
-		}
-		if (c.type == RP_JOIN && !s && P->n_subs < MAX_SUBS) {
-			s = &P->subs[P->n_subs++];
-			memset(s, 0, sizeof(*s));
-			s->ctl = from;
-			s->data = from;
-			s->data.sin_port = htons(c.data_port);
-			s->version = c.version;
-			nack_budget_init(&s->nack, P->nack_rate, t);
-			for (unsigned j = 0; j < MAX_SUBS; j++) {
-				struct pub_left *l = &P->left[j];
-				if (l->ctl.sin_port == from.sin_port &&
-				    l->ctl.sin_addr.s_addr == from.sin_addr.s_addr) {
-					s->last_catchup = l->last_catchup;
-					s->nack = l->nack;
-					memset(l, 0, sizeof(*l));
-				}
-			}
-			char peer[64];
-			pub_peer_str(&s->data, peer, sizeof(peer));
-			if (c.version == RP_VERSION_NONE)
-				fprintf(stderr, "bfpatch publish: subscriber %s joined with no usable "
-					"version\n", peer);
-			else
-				fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n",
-					peer, c.version);
-			events_emit(&P->ev, "subscriber", "\"peer\":\"%s\",\"version\":%u", peer,
-				    c.version);
-		}
+		pub_sub *s = sub_find(P, &from);
+		if (c.type == RP_JOIN && !s)
+			s = sub_join(P, &from, &c, t);
 		if (!s)
 			continue; /* NACKs only from JOINed subscribers, to their own address */
 		s->last_seen = now_s(); /* a NACK answer before may have taken long */
@@ -134,13 +160,10 @@ void pub_control(publisher *P)
 			pub_sub_link(P, s, c.rate_kbps, t);
 			s->catchup = 1; /* the main loop decides */
 		}
-		if (c.type == RP_LEAVE) {
+		if (c.type == RP_LEAVE)
 			sub_drop(P, (unsigned)(s - P->subs));
-			continue;
-		}
-		if (c.type != RP_NACK)
-			continue;
-		nack_answer(P, s, &c, t);
+		else if (c.type == RP_NACK)
+			nack_answer(P, s, &c, t);
 	}
 	/* subscribers JOIN every second; forget the silent ones */
 	t = now_s();
