@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef HUGETLBFS_MAGIC
@@ -367,10 +368,19 @@ int open_regular(const char *path, struct stat *sb, char *err, size_t errlen)
 
 /* A file whose JSON would begin where a safetensors header's does (the
  * cheap test before read_st_header's whole one). */
+/* A safetensors file by its content: an 8-byte little-endian header
+ * length that fits the file, then '{'. A raw BF16 file would need its
+ * third and fourth words zero, its first two a length within the file and
+ * the low byte of its fifth '{' to look so. */
 static int starts_like_safetensors(int fd, uint64_t size)
 {
-	uint8_t b;
-	return size >= 10 && read_full(fd, &b, 1, 8) == 0 && b == '{';
+	uint8_t b[9];
+	if (size < 10 || read_full(fd, b, sizeof(b), 0) != 0 || b[8] != '{')
+		return 0;
+	uint64_t n = 0;
+	for (int i = 7; i >= 0; i--)
+		n = n << 8 | b[i];
+	return n >= 2 && n <= size - 8;
 }
 
 /* Read and parse the safetensors header of the open file; m->header owns
@@ -416,17 +426,15 @@ static int model_open(model *m, const char *path, int map, void *buf, size_t cap
 		close(fd);
 		return set_err(err, errlen, "%s: empty file", path);
 	}
-	/* safetensors by its name, or by its content when that parses as a
-	 * whole (a raw BF16 file would need a JSON header whose tensors tile
-	 * the rest of it); anything else is raw BF16 */
-	if (model_named_safetensors(path)) {
+	/* safetensors by its name or by its content (a header that fails to
+	 * parse is an error either way, not raw data); anything else is raw
+	 * BF16 */
+	if (model_named_safetensors(path) || starts_like_safetensors(fd, size)) {
 		if (read_st_header(m, fd, path, size, err, errlen)) {
 			close(fd);
 			return -1;
 		}
-	} else if (!starts_like_safetensors(fd, size) ||
-		   read_st_header(m, fd, path, size, err, errlen)) {
-		memset(m, 0, sizeof(*m));
+	} else {
 		if (size % 2) {
 			close(fd);
 			return set_err(err, errlen, "%s: raw BF16 file has an odd size (%llu bytes)",
@@ -623,6 +631,60 @@ static int put_contents(int fd, const void *const *bufs, const size_t *lens, siz
 	return 0;
 }
 
+/* A whole-file write lock of the open file description fd: held by a
+ * writer on its temporary until it is renamed or removed, and released
+ * by the kernel when the writer dies however it dies. 0, or -1 when it
+ * is held by another or the file system has no such locks. */
+static int ofd_lock(int fd)
+{
+	struct flock fl;
+	memset(&fl, 0, sizeof(fl));
+	fl.l_type = F_WRLCK;
+	fl.l_whence = SEEK_SET;
+	return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* Temporaries that writers of path left when they were killed (SIGKILL,
+ * a power cut) before they could remove them: names of tmpl's form
+ * (PATH.tmp.XXXXXX or the short one) beside it, our own, older than a
+ * few seconds and locked by no one (a live writer holds its lock from
+ * just after creating it). They are removed; anything else is left. */
+static void remove_stale_temporaries(const char *tmpl)
+{
+	char *dcopy = strdup(tmpl), *bcopy = strdup(tmpl);
+	if (!dcopy || !bcopy)
+		goto out;
+	const char *dir = dirname(dcopy), *base = basename(bcopy);
+	const size_t pre = strlen(base) - 6; /* without XXXXXX */
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		goto out;
+	}
+	const time_t now = time(NULL);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (strlen(e->d_name) != pre + 6 || strncmp(e->d_name, base, pre) != 0)
+			continue;
+		int fd = openat(dfd, e->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct stat fs, ns;
+		if (fstat(fd, &fs) == 0 && S_ISREG(fs.st_mode) && fs.st_uid == geteuid() &&
+		    fs.st_mtime + 10 < now && ofd_lock(fd) == 0 &&
+		    fstatat(dfd, e->d_name, &ns, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    ns.st_ino == fs.st_ino && ns.st_dev == fs.st_dev)
+			(void)unlinkat(dfd, e->d_name, 0);
+		close(fd);
+	}
+	closedir(d);
+out:
+	free(dcopy);
+	free(bcopy);
+}
+
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen)
 {
@@ -675,6 +737,7 @@ int write_file_atomic(const char *path, const void *const *bufs,
 			     : asprintf(&tmp, "%.*s.bfpatch.tmp.XXXXXX", (int)(base - path), path);
 	if (rc_tmp < 0)
 		return set_err(err, errlen, "out of memory");
+	remove_stale_temporaries(tmp);
 	/* the fatal signals wait while the temporary is made and listed: one
 	 * arriving in between would leave it behind unlisted */
 	sigset_t fatal, was;
@@ -685,8 +748,10 @@ int write_file_atomic(const char *path, const void *const *bufs,
 	pthread_sigmask(SIG_BLOCK, &fatal, &was);
 	fd = mkstemp(tmp);
 	int mk_errno = errno;
-	if (fd >= 0)
+	if (fd >= 0) {
 		slot = tmp_list(tmp);
+		(void)ofd_lock(fd); /* ours while we live (no such locks: none) */
+	}
 	pthread_sigmask(SIG_SETMASK, &was, NULL);
 	if (fd < 0) {
 		set_err(err, errlen, "%s: cannot create temporary file: %s", path,
@@ -700,10 +765,21 @@ int write_file_atomic(const char *path, const void *const *bufs,
 		set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
 		goto bad;
 	}
-	/* mkstemp made it 0600: the mode a plain create would give */
-	mode_t um = umask(0);
-	umask(um);
-	if (fchmod(fd, 0666 & ~um) != 0) {
+	/* mkstemp made it 0600: a file it replaces keeps its mode, group
+	 * and (where we may give it) owner; a new one gets the mode a plain
+	 * create would give */
+	struct stat old;
+	mode_t mode;
+	if (stat(path, &old) == 0 && S_ISREG(old.st_mode)) {
+		mode = old.st_mode & 07777;
+		if (fchown(fd, old.st_uid, old.st_gid) != 0)
+			(void)!fchown(fd, (uid_t)-1, old.st_gid);
+	} else {
+		mode_t um = umask(0);
+		umask(um);
+		mode = 0666 & ~um;
+	}
+	if (fchmod(fd, mode) != 0) {
 		set_err(err, errlen, "%s: chmod failed: %s", path, strerror(errno));
 		goto bad;
 	}

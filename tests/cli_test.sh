@@ -144,6 +144,19 @@ printf 'abc' > "$T/odd.bin"
 expect_fail "odd-sized raw file is rejected" "$T/x7" "$BFP" diff "$T/odd.bin" "$T/odd.bin" -o "$T/x7"
 expect_fail "models with different layouts are rejected" "$T/x8" "$BFP" diff "$T/old.bin" "$S0" -o "$T/x8"
 expect_fail "missing input file" "$T/x9" "$BFP" diff "$T/nope" "$S0" -o "$T/x9"
+# a safetensors file is known by its content too: one with a broken
+# header but another name is refused for its header, not read as raw BF16
+python3 - "$S0" "$T/broken.weights" <<'EOF2'
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+n = struct.unpack_from('<Q', d)[0]
+hdr = d[8:8 + n].replace(b'"shape"', b'"shapf"', 1)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', n) + hdr + d[8 + n:])
+EOF2
+"$BFP" diff "$T/broken.weights" "$S1" -o "$T/x9b" 2> "$T/broken.err"
+check "a broken safetensors header under another name is refused as such" \
+	"[ \$? -eq 1 ] && [ ! -e '$T/x9b' ] && grep -q 'broken.weights' '$T/broken.err' &&
+	 ! grep -q 'layout' '$T/broken.err'"
 expect_fail "output directory missing" "" "$BFP" apply "$S0" "$T/p01" -o "$T/no/such/dir/out"
 mkdir "$T/ro" && chmod 0555 "$T/ro"
 if [ "$(id -u)" != 0 ]; then
@@ -156,6 +169,31 @@ elif mkdir "$T/rofs" && mount -t tmpfs -o ro,size=1m tmpfs "$T/rofs" 2>/dev/null
 	umount "$T/rofs"
 fi
 check "no temporary files are left behind" "! ls '$T'/*.tmp.* >/dev/null 2>&1"
+# an output it replaces keeps its mode and owner
+cp "$S1" "$T/mode.safetensors" && chmod 0600 "$T/mode.safetensors"
+[ "$(id -u)" = 0 ] && chown 65534:65534 "$T/mode.safetensors"
+before=$(stat -c '%a %u %g' "$T/mode.safetensors")
+"$BFP" apply -q "$S0" "$T/p01" -o "$T/mode.safetensors"
+check "apply over an existing output keeps its mode and owner ($before)" \
+	"[ \"\$(stat -c '%a %u %g' '$T/mode.safetensors')\" = '$before' ] &&
+	 cmp -s '$T/mode.safetensors' '$S1'"
+# temporaries of a killed writer are removed by the next write of that
+# output; one a live writer holds (locked) is left alone
+head -c 4096 /dev/zero > "$T/stale.bfp.tmp.AbC123"
+touch -d '1 hour ago' "$T/stale.bfp.tmp.AbC123"
+head -c 4096 /dev/zero > "$T/stale.bfp.tmp.LiVe99"
+touch -d '1 hour ago' "$T/stale.bfp.tmp.LiVe99"
+python3 -c "
+import fcntl, sys, time
+f = open(sys.argv[1], 'r+b'); fcntl.lockf(f, fcntl.LOCK_EX)
+open(sys.argv[2], 'w').close(); time.sleep(60)" "$T/stale.bfp.tmp.LiVe99" "$T/locked" &
+lockpid=$!
+i=0; while [ ! -e "$T/locked" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+"$BFP" diff -q "$S0" "$S1" -o "$T/stale.bfp"
+check "a killed writer's temporary is removed at the next write, a locked one kept" \
+	"[ ! -e '$T/stale.bfp.tmp.AbC123' ] && [ -e '$T/stale.bfp.tmp.LiVe99' ] && [ -s '$T/stale.bfp' ]"
+kill $lockpid 2>/dev/null; wait $lockpid 2>/dev/null
+rm -f "$T/stale.bfp.tmp.LiVe99"
 # disk full: a file size limit makes writes fail with EFBIG, as a full
 # disk fails them with ENOSPC; the output must not appear
 expect_fail "write error (disk full) leaves no output" "$T/full.safetensors" \
