@@ -254,6 +254,9 @@ void stage_nack_due(shim *s, double t);
 /* Send a JOIN with the version the shim holds (stage_join_version). */
 void stage_join(shim *s);
 uint32_t stage_join_version(shim *s);
+/* Bytes the staged versions and prepared changes may take: --max-stage,
+ * or less when that is more than this model's versions can ever take. */
+uint64_t stage_budget(const shim *s);
 /* The first version a frame must lead to, to be of use. */
 uint32_t stage_floor_version(const shim *s);
 /* The zstd workspace, made when first needed; 0: no memory. */

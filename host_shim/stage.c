@@ -41,6 +41,42 @@
 #include "util.h"
 #include "wbuf.h"
 
+
+/* What the model's versions can take. Every frame of a patch or a
+ * keyframe stream covers at least what a raw keyframe of its size would
+ * (the encoder picks the encoding that covers the most, FORMAT.md 5), so
+ * a version of n words takes at most n * 2 * 128 / 68 bytes in frames of
+ * the smallest size, and one part frame more per range it was encoded in
+ * (a tensor, or a 2^24-word chunk of one; a tensor takes 32 bytes of
+ * the safetensors header at least). */
+static uint64_t model_ranges(const shim *s)
+{
+	return s->w.h->st_len / 32 + 1 + s->w.h->n_params / (1u << 24) + 1;
+}
+
+/* Most frames a version of this model can have (this also bounds the
+ * index arrays, IDX_BYTES a frame, that hostile frame counts ask for). */
+static uint32_t max_frames(const shim *s)
+{
+	const uint64_t m = s->w.h->n_params / ((BFP_FRAME_SIZE_MIN - BFP_HEADER_SIZE) / 2) +
+			   model_ranges(s);
+	return m < (1u << 24) ? (uint32_t)m : (1u << 24);
+}
+
+/* The staging budget: --max-stage, or less when that is more than the
+ * model's versions could ever need (SLOTS versions of frames and their
+ * index arrays, and every word's change prepared). */
+uint64_t stage_budget(const shim *s)
+{
+	const uint64_t n = s->w.h->n_params;
+	const uint64_t version = (n * 2 * BFP_FRAME_SIZE_MIN + 67) /
+				 (BFP_FRAME_SIZE_MIN - BFP_HEADER_SIZE) +
+				 model_ranges(s) * BFP_FRAME_SIZE_MAX +
+				 (uint64_t)max_frames(s) * IDX_BYTES;
+	const uint64_t cap = SLOTS * version + 6 * n + sizeof(prep) * (uint64_t)max_frames(s);
+	return cap < s->cf.max_stage ? cap : s->cf.max_stage;
+}
+
 static slot *next_slot(shim *s, int complete);
 static uint32_t staged_through(const shim *s, const slot *first);
 static void inplace_reset(shim *s);
@@ -293,8 +329,8 @@ int stage_prepare_some(shim *s, double budget_s)
 		if (most_n > BFP_CHANGES_MAX)
 			most_n = BFP_CHANGES_MAX;
 		uint64_t most = sizeof(prep) + 6 * most_n;
-		if (s->prep_bytes + most > s->cf.max_stage / 2 ||
-		    s->staged_bytes + most > s->cf.max_stage)
+		if (s->prep_bytes + most > stage_budget(s) / 2 ||
+		    s->staged_bytes + most > stage_budget(s))
 			return 0; /* over budget: the commit decodes the rest */
 		done++;
 		bfp_frame_header h;
@@ -543,13 +579,6 @@ int stage_try_commit(shim *s)
 	return 0;
 }
 
-/* Most frames a staged patch may have: no more than could ever be staged
- * (this bounds the index arrays, 20 B per frame, of hostile indices). */
-static uint32_t max_frames(const shim *s)
-{
-	uint64_t m = s->cf.max_stage / (BFP_HEADER_SIZE + 1);
-	return m < (1u << 24) ? (uint32_t)m : (1u << 24);
-}
 
 /* Make room for index i in sl's arrays; they count against --max-stage
  * (a hostile frame_count must not buy 20 bytes per frame it names). */
@@ -567,9 +596,9 @@ static int slot_reserve(shim *s, slot *sl, uint32_t i)
 	if (nc > max_frames(s))
 		nc = max_frames(s);
 	const uint64_t add = (nc - sl->cap) * IDX_BYTES;
-	if (s->staged_bytes + add > s->cf.max_stage && s->prep_bytes)
+	if (s->staged_bytes + add > stage_budget(s) && s->prep_bytes)
 		drop_preps(s);
-	if (s->staged_bytes + add > s->cf.max_stage)
+	if (s->staged_bytes + add > stage_budget(s))
 		return -1;
 	uint8_t **f = realloc(sl->frames, nc * sizeof(*f));
 	if (!f)
@@ -706,7 +735,7 @@ static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
 	if (staged && staged->have &&
 	    (uint64_t)h->frame_count * (staged->bytes / staged->have) > size)
 		size = (uint64_t)h->frame_count * (staged->bytes / staged->have);
-	if (size <= s->cf.max_stage / 2)
+	if (size <= stage_budget(s) / 2)
 		return 0;
 	if (shim_state(s) != WBUF_RESYNC) {
 		if (!s->want_key)
@@ -834,7 +863,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
  * rather than wait on them for ever. */
 static void make_room_for_next(shim *s, const slot *next, size_t len)
 {
-	while (s->staged_bytes + len > s->cf.max_stage) {
+	while (s->staged_bytes + len > stage_budget(s)) {
 		slot *far = NULL;
 		for (unsigned i = 0; i < SLOTS; i++) {
 			slot *k = &s->slots[i];
@@ -902,17 +931,26 @@ static int slot_store(shim *s, slot *sl, const uint8_t *p, size_t len,
 		s->dup++;
 		return 0;
 	}
-	if (s->staged_bytes + len > s->cf.max_stage && s->prep_bytes)
+	if (s->staged_bytes + len > stage_budget(s) && s->prep_bytes)
 		drop_preps(s); /* frames come first: the commit decodes instead */
-	if (s->staged_bytes + len > s->cf.max_stage && sl == next_slot(s, 0))
+	if (s->staged_bytes + len > stage_budget(s) && sl == next_slot(s, 0))
 		make_room_for_next(s, sl, len);
-	if (s->staged_bytes + len > s->cf.max_stage) {
-		s->over_budget++;
+	if (s->staged_bytes + len > stage_budget(s)) {
+		if (s->over_budget++ < 3)
+			fprintf(stderr, "bfpatch-shim: a frame of version %u (%zu bytes) does not fit "
+				"the staging budget: %" PRIu64 " of %" PRIu64 " bytes staged (%s); it "
+				"is dropped and asked for again\n", h->target_version, len,
+				s->staged_bytes, stage_budget(s),
+				stage_budget(s) < s->cf.max_stage ? "all this model's versions can take"
+								  : "--max-stage");
 		return 0;
 	}
 	sl->frames[h->frame_index] = malloc(len);
-	if (!sl->frames[h->frame_index])
+	if (!sl->frames[h->frame_index]) {
+		fprintf(stderr, "bfpatch-shim: out of memory staging a frame of version %u (%" PRIu64
+			" bytes staged): stopping\n", h->target_version, s->staged_bytes);
 		return -1;
+	}
 	memcpy(sl->frames[h->frame_index], p, len);
 	sl->flen[h->frame_index] = (uint32_t)len;
 	sl->bytes += len;

@@ -246,8 +246,8 @@ static void assert_budget(const fx *f)
 	}
 	assert_int_equal(s->staged_bytes, all);
 	assert_int_equal(s->prep_bytes, preps);
-	assert_true(s->staged_bytes <= s->cf.max_stage);
-	assert_true(s->prep_bytes <= s->cf.max_stage / 2);
+	assert_true(s->staged_bytes <= stage_budget(s));
+	assert_true(s->prep_bytes <= stage_budget(s) / 2);
 }
 
 /* The slot staging target (a patch, or with key a keyframe stream), or
@@ -746,33 +746,36 @@ static void test_unanswered_nacks_give_up_and_ask_for_keyframes(void **state)
 	assert_buffer_at(f, 0);
 }
 
-/* A frame count is a claim: the index arrays it makes the stager
- * reserve count against --max-stage, so frames claiming streams of
- * 250,000 frames stage three versions in 16 MiB and the fourth is
- * refused; a claim of more frames than could ever be staged is refused
- * outright. */
+/* A frame count is a claim: one of more frames than any version of the
+ * model can have (a frame covers at least what a raw keyframe of its
+ * size would) is refused outright, so hostile counts reserve no index
+ * arrays; and however large --max-stage is, the budget is capped by what
+ * the model's versions can take, while every real version still fits. */
 static void test_a_frame_count_lie_is_held_to_the_staging_budget(void **state)
 {
 	fx *f = *state;
-	f->s.cf.max_stage = 16u << 20;
+	f->s.cf.max_stage = 1ull << 40;
+	const uint64_t budget = stage_budget(&f->s);
+	assert_true(budget < 64u << 20); /* a 60,000-word model: not 1 TiB */
+	for (uint32_t v = 1; v < VERSIONS; v++) /* real versions fit, SLOTS at once */
+		assert_true(SLOTS * (bytes_of(&K[v]) + idx_of(&K[v])) <= budget &&
+			    SLOTS * (bytes_of(&P[v - 1]) + idx_of(&P[v - 1])) <= budget);
 	const size_t len = len_of(&K[1], 0);
 	uint8_t *lie = copy_of(&K[1], 0);
-	wr32(lie + 28, 1000000); /* more than 16 MiB of frames could be */
-	reseal(lie, len);
-	feed(f, lie, len);
-	assert_int_equal(f->s.ahead, 1);
-	assert_int_equal(f->s.staged_bytes, 0);
-	for (uint32_t v = 5; v <= 8; v++) {
-		wr32(lie + 20, v);         /* target version */
-		wr32(lie + 24, 0);         /* frame 0 */
-		wr32(lie + 28, 250000);    /* of 250,000: 5 MB of index arrays */
+	for (uint32_t v = 1; v <= 3; v++) {
+		wr32(lie + 20, v);                            /* target version */
+		wr32(lie + 24, 0);                            /* frame 0 */
+		wr32(lie + 28, v == 1 ? 1000000 : 250000);    /* of so many */
 		reseal(lie, len);
 		feed(f, lie, len);
 	}
-	assert_int_equal(f->s.ahead, 2);
-	assert_non_null(slot_of(f, 7, 1));
-	assert_null(slot_of(f, 8, 1));
-	assert_true(f->s.staged_bytes >= 15000000);
+	assert_int_equal(f->s.staged_bytes, 0);
+	for (uint32_t v = 1; v <= 3; v++)
+		assert_null(slot_of(f, v, 1));
+	/* the frame as it was, with its true count, is staged */
+	feed_frame(f, &K[1], 0);
+	assert_non_null(slot_of(f, 1, 1));
+	assert_true(f->s.staged_bytes > 0 && f->s.staged_bytes <= budget);
 	assert_buffer_at(f, 0);
 	free(lie);
 }

@@ -12,11 +12,13 @@ set -u
 "$BFP" synth -o "$T/big" -p 8M -n 1 -S 9 2>/dev/null || fail "synth 8M"
 mkdir -p "$T/hist9"
 start_shim m --init "$T/big/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 127.0.0.1:$((port + 13)) --max-stage 1048576 --exit-after 30
+	--listen 127.0.0.1:$((port + 13)) --max-stage 1048576 --exit-after 120
 "$BFP" publish --dir "$T/big" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 --self-contained --history "$T/hist9" > "$T/publish9.log" 2>&1 ||
 	fail "publish the 8M model"
-wait_line "committed version 0 -> 1" "$T/shimm.log"
+# (an 8M-parameter commit on a loaded 2-core machine: up to a minute)
+wait_line "committed version 0 -> 1" "$T/shimm.log" 600 ||
+	fail "version 1 was not committed: $(tail -n 3 "$T/shimm.log")"
 # frames in an encoding this build does not read (from a newer publisher):
 # dropped and counted, and said once in the log
 /usr/bin/python3 - $((port + 13)) "$HERE" <<'PY' || fail "sending frames of an unknown encoding"
