@@ -59,7 +59,8 @@ typedef struct wbuf {
 } wbuf;
 
 /* Create path (atomically: temporary + rename) holding model m at
- * version; fails if path exists unless replace. */
+ * version. Unless replace, fails if path exists, and never replaces a
+ * file, even one created under it while this one was being written. */
 int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
 		char *err, size_t errlen);
 int wbuf_open(wbuf *w, const char *path, char *err, size_t errlen);
@@ -67,6 +68,17 @@ int wbuf_open(wbuf *w, const char *path, char *err, size_t errlen);
  * first commit (contents unchanged). */
 void wbuf_prefault_write(wbuf *w);
 void wbuf_close(wbuf *w);
+
+/* For a writer: take an exclusive flock(2) on fd's file (the buffer's,
+ * w->fd, or a lock file's), at once or not at all. The lock is on the
+ * file, not its name: a second writer is refused whatever path it names
+ * the file by (a symbolic or hard link, a relative path, one through
+ * "..", a bind mount). It is held until the file's last descriptor from
+ * that open() is closed (wbuf_close()), or the process ends however it
+ * ends. Readers take no lock and are never blocked by it. 0, or -1 with
+ * err naming path, the file and, where /proc/locks shows it, the
+ * process that holds the lock. */
+int wbuf_lock(int fd, const char *path, char *err, size_t errlen);
 
 /* Mark a commit to target (flags: WBUF_F_KEY or 0) as started /
  * finished (flushes to the file). A trainer that publishes from a buffer

@@ -36,22 +36,25 @@ static int open_keys(shim *s, char *err, size_t errlen)
 	return 0;
 }
 
-/* One shim a buffer: a second would repair, roll back and commit into
- * the first one's buffer (or --init a file over it). The lock is on
- * BUFFER.lock, which --init's rename does not replace; the kernel drops
- * it when this process ends, however it ends. */
+/* One shim a buffer. Its lock is on the buffer file itself (open_buffer):
+ * a second shim is refused whatever path it names the file by. This one,
+ * on BUFFER.lock, guards what is named after the path: the journals
+ * (BUFFER.undo, BUFFER.dmalog) and --init's creation at it, which a
+ * second shim must not share even where the path now names another file
+ * (the first one's was removed or renamed away while it ran). The kernel
+ * drops both locks when this process ends, however it ends. */
 static int open_lock(shim *s)
 {
-	char lkp[4096];
+	char lkp[4096], err[512];
 	snprintf(lkp, sizeof(lkp), "%s.lock", s->cf.buffer);
 	s->lock_fd = open(lkp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (s->lock_fd < 0) {
 		fprintf(stderr, "bfpatch-shim: %s: %s\n", lkp, strerror(errno));
 		return -1;
 	}
-	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-		fprintf(stderr, "bfpatch-shim: %s is in use by another bfpatch-shim (%s is "
-			"locked)\n", s->cf.buffer, lkp);
+	if (wbuf_lock(s->lock_fd, lkp, err, sizeof(err))) {
+		fprintf(stderr, "bfpatch-shim: %s is in use by another bfpatch-shim: %s\n",
+			s->cf.buffer, err);
 		return -1;
 	}
 	return 0;
@@ -73,8 +76,15 @@ static int init_buffer(shim *s, uint64_t *init_model, char *err, size_t errlen)
 	if (access(s->cf.buffer, F_OK) == 0) {
 		*init_model = m.model_id;
 	} else if (wbuf_create(s->cf.buffer, &m, s->cf.init_version, 0, err, errlen)) {
-		fprintf(stderr, "bfpatch-shim: %s\n", err);
-		rc = -1;
+		/* made since we looked, by a shim through another path to it
+		 * (wbuf_create never replaces it): taken as if it had been
+		 * there, and its writer's lock refuses us in open_buffer */
+		if (access(s->cf.buffer, F_OK) == 0) {
+			*init_model = m.model_id;
+		} else {
+			fprintf(stderr, "bfpatch-shim: %s\n", err);
+			rc = -1;
+		}
 	}
 	model_free(&m);
 	return rc;
@@ -87,7 +97,10 @@ static int open_buffer(shim *s, char *err, size_t errlen)
 	uint64_t init_model = 0;
 	if (s->cf.init && init_buffer(s, &init_model, err, errlen))
 		return -1;
-	if (wbuf_open(&s->w, s->cf.buffer, err, errlen)) {
+	/* locked before anything is read or repaired: the one writer's, by
+	 * the file, whatever names it */
+	if (wbuf_open(&s->w, s->cf.buffer, err, errlen) ||
+	    wbuf_lock(s->w.fd, s->cf.buffer, err, errlen)) {
 		fprintf(stderr, "bfpatch-shim: %s\n", err);
 		return -1;
 	}

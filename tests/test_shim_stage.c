@@ -8,6 +8,7 @@
  * made without the shim or the buffer.
  */
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bfp_test.h"
@@ -930,6 +931,101 @@ static void test_a_keyframe_stream_in_place_that_does_not_tile_is_not_published(
 	free(twin);
 }
 
+/* ---- the buffer's one writer (wbuf_lock) ---- */
+
+/* err says the buffer is locked, names the path it was reached by, and
+ * names this process, which holds the lock. */
+static void assert_refused_naming_us(const char *err, const char *path)
+{
+	char us[64];
+	snprintf(us, sizeof(us), "locked by its writer, process %d (", (int)getpid());
+	assert_non_null(strstr(err, path));
+	assert_non_null(strstr(err, us));
+}
+
+/* One writer per buffer file, whatever path names it: with the shim's
+ * lock held, a second writer is refused through the same path, a
+ * symbolic link, a hard link, a path through "..", a relative path;
+ * readers open and snapshot it all the while; once the first writer
+ * closes the buffer, the next one locks it. */
+static void test_a_second_writer_is_refused_by_any_path_to_the_buffer(void **state)
+{
+	fx *f = *state;
+	char err[512], sym[128], hard[128], dots[128], rel[128], cwd[4096];
+	assert_int_equal(wbuf_lock(f->s.w.fd, f->path, err, sizeof(err)), 0);
+	snprintf(sym, sizeof(sym), "%s/sym", f->dir);
+	snprintf(hard, sizeof(hard), "%s/hard", f->dir);
+	snprintf(dots, sizeof(dots), "%s/sub/../buf", f->dir);
+	snprintf(rel, sizeof(rel), "%s/sub", f->dir);
+	assert_int_equal(symlink(f->path, sym), 0);
+	assert_int_equal(link(f->path, hard), 0);
+	assert_int_equal(mkdir(rel, 0700), 0);
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_int_equal(chdir(rel), 0);
+	const char *paths[] = {f->path, sym, hard, dots, "../buf"};
+	for (unsigned i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		wbuf second;
+		assert_int_equal(wbuf_open(&second, paths[i], err, sizeof(err)), 0);
+		assert_int_equal(wbuf_lock(second.fd, paths[i], err, sizeof(err)), -1);
+		assert_refused_naming_us(err, paths[i]);
+		uint32_t v = 99; /* the reader's side: no lock, not blocked */
+		uint16_t *copy = malloc(N * sizeof(uint16_t));
+		assert_non_null(copy);
+		assert_int_equal(wbuf_snapshot(&second, copy, &v), 0);
+		assert_int_equal(v, 0);
+		assert_words_equal(copy, W[0], N);
+		free(copy);
+		wbuf_close(&second);
+	}
+	assert_int_equal(chdir(cwd), 0);
+	/* the lock went with the first writer's descriptor */
+	wbuf_close(&f->s.w);
+	assert_int_equal(wbuf_open(&f->s.w, hard, err, sizeof(err)), 0);
+	assert_int_equal(wbuf_lock(f->s.w.fd, hard, err, sizeof(err)), 0);
+	unlink(sym);
+	unlink(hard);
+	rmdir(rel);
+}
+
+/* Creating never replaces a buffer: not at its path, not through a
+ * symbolic link to it; a link to a file not there yet gets that file
+ * made where it points, and stays a link. */
+static void test_creating_a_buffer_never_replaces_one(void **state)
+{
+	fx *f = *state;
+	char err[512], sym[128], fresh[128], fsym[128];
+	struct stat before, after;
+	model m;
+	assert_int_equal(model_init_raw(&m, N), 0);
+	memcpy(m.params, W[1], N * sizeof(uint16_t));
+	m.model_id = MODEL;
+	snprintf(sym, sizeof(sym), "%s/sym", f->dir);
+	snprintf(fresh, sizeof(fresh), "%s/fresh", f->dir);
+	snprintf(fsym, sizeof(fsym), "%s/fresh-link", f->dir);
+	assert_int_equal(symlink(f->path, sym), 0);
+	assert_int_equal(symlink("fresh", fsym), 0);
+	assert_int_equal(stat(f->path, &before), 0);
+	assert_int_equal(wbuf_create(f->path, &m, 1, 0, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "exists"));
+	assert_int_equal(wbuf_create(sym, &m, 1, 0, err, sizeof(err)), -1);
+	assert_int_equal(stat(f->path, &after), 0);
+	assert_true(before.st_ino == after.st_ino);
+	assert_words_equal(f->s.w.params, W[0], N);
+	/* through a link to nothing yet */
+	assert_int_equal(wbuf_create(fsym, &m, 1, 0, err, sizeof(err)), 0);
+	assert_int_equal(lstat(fsym, &after), 0);
+	assert_true(S_ISLNK(after.st_mode));
+	wbuf made;
+	assert_int_equal(wbuf_open(&made, fresh, err, sizeof(err)), 0);
+	assert_int_equal(atomic_load(&made.h->version), 1);
+	assert_words_equal(made.params, W[1], N);
+	wbuf_close(&made);
+	model_free(&m);
+	unlink(sym);
+	unlink(fsym);
+	unlink(fresh);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, fx_setup, fx_teardown)
 
 int main(void)
@@ -956,6 +1052,8 @@ int main(void)
 		T(test_a_keyframe_stream_resyncs_an_invalid_buffer),
 		T(test_a_large_keyframe_stream_is_written_in_place_verified),
 		T(test_a_keyframe_stream_in_place_that_does_not_tile_is_not_published),
+		T(test_a_second_writer_is_refused_by_any_path_to_the_buffer),
+		T(test_creating_a_buffer_never_replaces_one),
 	};
 	return cmocka_run_group_tests(tests, make_versions, free_versions);
 }
