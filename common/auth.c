@@ -1,4 +1,6 @@
-/* auth.c: frame and control-message authentication (auth.h). */
+/* auth.c: frame and control-message authentication (auth.h). The
+ * anti-replay memory is fixed-size and kept per sender, so that no
+ * sender's messages, however many or however stamped, move another's. */
 #define _GNU_SOURCE
 #include "auth.h"
 
@@ -11,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const rp_auth_result_names[6] = {
-	"ok", "no trailer", "unknown key", "bad tag", "stale", "replay",
+const char *const rp_auth_result_names[RP_AUTH_RESULTS] = {
+	"ok", "no trailer", "unknown key", "bad tag", "stale", "replay", "future",
 };
 
 static uint32_t le32(const uint8_t *p)
@@ -114,8 +116,122 @@ int rp_auth_has_trailer(const uint8_t *p, size_t len)
 	return len >= RP_AUTH_LEN && le32(p + len - RP_AUTH_LEN) == RP_AUTH_MAGIC;
 }
 
-rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int control,
-			    uint64_t now_us, size_t *msg_len)
+/* The memory of sender from, or NULL. */
+static rp_auth_sender *sender_find(rp_auth *a, uint64_t from)
+{
+	for (unsigned i = 0; i < RP_AUTH_SENDERS; i++)
+		if (a->senders[i].n && a->senders[i].from == from)
+			return &a->senders[i];
+	return NULL;
+}
+
+/*
+ * A slot for a new sender from (now_us: the receiver's clock): when
+ * from's host holds RP_AUTH_SENDERS_PER_HOST slots, the least recently
+ * seen of that host's; else a free one; else the least recently seen of
+ * all is forgotten.
+ *
+ * Why eviction cannot lock anyone out: a forgotten sender's next message
+ * takes a fresh slot with no cut-off and is accepted, so an evicted
+ * sender "rejoins" with its next message, at once; only its replay
+ * memory is lost, and a sender idle for RP_AUTH_WINDOW_S +
+ * RP_AUTH_AHEAD_S loses nothing by that (all it sent is stale by then).
+ * A flood from one address and port holds one slot and moves only its
+ * own cut-off; one from many ports of one host holds at most
+ * RP_AUTH_SENDERS_PER_HOST slots and then replaces only its own. Only a
+ * flood of signed, fresh messages from more than RP_AUTH_SENDERS /
+ * RP_AUTH_SENDERS_PER_HOST hosts (a key holder with that many source
+ * addresses) replaces other hosts' memory within the window: a replay of
+ * what they sent in the last RP_AUTH_WINDOW_S is then still refused while
+ * its tag is in the cross-sender ring, and a key holder could sign such
+ * a message anew anyway. Those evictions are counted (a->evicted).
+ */
+static rp_auth_sender *sender_take(rp_auth *a, uint64_t from, uint64_t now_us)
+{
+	const uint64_t idle = (uint64_t)(RP_AUTH_WINDOW_S + RP_AUTH_AHEAD_S) * 1000000u;
+	rp_auth_sender *lru = NULL, *host_lru = NULL, *free_slot = NULL;
+	unsigned host = 0;
+	for (unsigned i = 0; i < RP_AUTH_SENDERS; i++) {
+		rp_auth_sender *s = &a->senders[i];
+		if (!s->n) {
+			if (!free_slot)
+				free_slot = s;
+			continue;
+		}
+		if (!lru || s->last_us < lru->last_us)
+			lru = s;
+		if (s->from >> 16 == from >> 16) {
+			host++;
+			if (!host_lru || s->last_us < host_lru->last_us)
+				host_lru = s;
+		}
+	}
+	rp_auth_sender *v = host >= RP_AUTH_SENDERS_PER_HOST ? host_lru
+			    : free_slot				? free_slot
+								: lru;
+	if (v->n && v->last_us + idle >= now_us)
+		a->evicted++;
+	memset(v, 0, sizeof(*v));
+	return v;
+}
+
+static rp_auth_result ctl_refuse(rp_auth *a, rp_auth_result r, uint64_t ts, uint64_t now_us)
+{
+	if (r == RP_AUTH_STALE || r == RP_AUTH_FUTURE)
+		a->last_skew_us = (int64_t)(ts - now_us);
+	return r;
+}
+
+/* The control message with tag and time ts from sender from: fresh, not
+ * seen before (by its sender's memory and the cross-sender ring), then
+ * remembered. */
+static rp_auth_result ctl_check(rp_auth *a, uint64_t from, const uint8_t tag[16], uint64_t ts,
+				uint64_t now_us)
+{
+	const uint64_t w = (uint64_t)RP_AUTH_WINDOW_S * 1000000u;
+	const uint64_t ahead = (uint64_t)RP_AUTH_AHEAD_S * 1000000u;
+	if (now_us > w && ts < now_us - w)
+		return ctl_refuse(a, RP_AUTH_STALE, ts, now_us);
+	/* refused before any memory is touched: a time far ahead moves no
+	 * cut-off, not even its sender's own */
+	if (ts > now_us + ahead)
+		return ctl_refuse(a, RP_AUTH_FUTURE, ts, now_us);
+	rp_auth_sender *s = sender_find(a, from);
+	if (s) {
+		if (ts <= s->cutoff_ts)
+			return ctl_refuse(a, RP_AUTH_STALE, ts, now_us);
+		for (unsigned i = 0; i < s->n; i++)
+			if (!memcmp(s->tag[i], tag, 16))
+				return ctl_refuse(a, RP_AUTH_REPLAY, ts, now_us);
+	}
+	/* the same message from another address (a capture sent again) */
+	for (unsigned i = 0; i < RP_AUTH_SEEN; i++)
+		if (!memcmp(a->seen[i], tag, 16))
+			return ctl_refuse(a, RP_AUTH_REPLAY, ts, now_us);
+	if (!s) {
+		s = sender_take(a, from, now_us);
+		s->from = from;
+	}
+	if (s->n == RP_AUTH_SENDER_SEEN) {
+		/* the slot's old tag is forgotten: nothing of this sender as
+		 * old is accepted any more, since it might be that message
+		 * again (its time is at most RP_AUTH_AHEAD_S ahead) */
+		if (s->ts[s->next] > s->cutoff_ts)
+			s->cutoff_ts = s->ts[s->next];
+	} else {
+		s->n++;
+	}
+	memcpy(s->tag[s->next], tag, 16);
+	s->ts[s->next] = ts;
+	s->next = (s->next + 1) % RP_AUTH_SENDER_SEEN;
+	s->last_us = now_us;
+	memcpy(a->seen[a->seen_next], tag, 16);
+	a->seen_next = (a->seen_next + 1) % RP_AUTH_SEEN;
+	return RP_AUTH_OK;
+}
+
+static rp_auth_result open_from(rp_auth *a, uint64_t from, const uint8_t *p, size_t len,
+				int control, uint64_t now_us, size_t *msg_len)
 {
 	if (!rp_auth_has_trailer(p, len))
 		return RP_AUTH_MISSING;
@@ -131,34 +247,47 @@ rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int contro
 	if (sodium_memcmp(tag, t + 16, 16) != 0)
 		return RP_AUTH_BAD_TAG;
 	if (control) {
-		uint64_t ts = le64(t + 8), w = (uint64_t)RP_AUTH_WINDOW_S * 1000000u;
-		if (ts + w < now_us || ts > now_us + w || ts <= a->forgotten_ts)
-			return RP_AUTH_STALE;
-		for (unsigned i = 0; i < a->n_future; i++)
-			if (a->future_ts[i] == ts)
-				return RP_AUTH_STALE;
-		for (unsigned i = 0; i < RP_AUTH_SEEN; i++)
-			if (!memcmp(a->seen[i], tag, 16))
-				return RP_AUTH_REPLAY;
-		/* the slot's old tag is forgotten: nothing as old is accepted
-		 * any more, since it might be that message again; a time still
-		 * ahead of ours is kept as it is (the window drops it later) */
-		const uint64_t f = a->seen_ts[a->seen_next];
-		unsigned keep = 0;
-		for (unsigned i = 0; i < a->n_future; i++)
-			if (a->future_ts[i] + w >= now_us)
-				a->future_ts[keep++] = a->future_ts[i];
-		a->n_future = keep;
-		if (f > now_us && a->n_future < RP_AUTH_FUTURE)
-			a->future_ts[a->n_future++] = f;
-		else if (f > a->forgotten_ts)
-			a->forgotten_ts = f;
-		memcpy(a->seen[a->seen_next], tag, 16);
-		a->seen_ts[a->seen_next] = ts;
-		a->seen_next = (a->seen_next + 1) % RP_AUTH_SEEN;
+		rp_auth_result r = ctl_check(a, from, tag, le64(t + 8), now_us);
+		if (r != RP_AUTH_OK)
+			return r;
 	} else if (le64(t + 8) != 0) {
 		return RP_AUTH_BAD_TAG; /* frames carry no time */
 	}
 	*msg_len = len - RP_AUTH_LEN;
 	return RP_AUTH_OK;
+}
+
+rp_auth_result rp_auth_open_from(rp_auth *a, uint32_t ip, uint16_t port, const uint8_t *p,
+				 size_t len, int control, uint64_t now_us, size_t *msg_len)
+{
+	rp_auth_result r = open_from(a, (uint64_t)ip << 16 | port, p, len, control, now_us,
+				     msg_len);
+	if (control) {
+		a->ctl[r]++;
+		if (r != RP_AUTH_OK)
+			a->last_ctl_refused = (uint8_t)r;
+	}
+	return r;
+}
+
+rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int control,
+			    uint64_t now_us, size_t *msg_len)
+{
+	return rp_auth_open_from(a, 0, 0, p, len, control, now_us, msg_len);
+}
+
+rp_auth_result rp_auth_accept_from(rp_auth *a, uint32_t ip, uint16_t port, const uint8_t *p,
+				   size_t len, int control, size_t *msg_len)
+{
+	if (!a->n_keys) {
+		*msg_len = rp_auth_has_trailer(p, len) ? len - RP_AUTH_LEN : len;
+		return RP_AUTH_OK;
+	}
+	rp_auth_result r = rp_auth_open_from(a, ip, port, p, len, control,
+					     control ? rp_auth_now_us() : 0, msg_len);
+	if (!control && r != RP_AUTH_OK) {
+		a->frames[r]++;
+		a->last_frame_refused = (uint8_t)r;
+	}
+	return r;
 }

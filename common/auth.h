@@ -5,8 +5,9 @@
  * 16-byte keyed BLAKE2b tag (libsodium crypto_generichash) over the
  * message and the trailer's first 16 bytes. Receivers that hold keys
  * accept only datagrams whose trailer verifies under one of them (two
- * keys during a rollover); control messages must also be fresh (within
- * RP_AUTH_WINDOW_S of the receiver's clock) and not seen before.
+ * keys during a rollover); control messages must also be fresh (from
+ * RP_AUTH_WINDOW_S behind the receiver's clock to RP_AUTH_AHEAD_S ahead)
+ * and not seen before, remembered per sender.
  *
  * Keys live in files of one line, "KEY_ID HEX64" (a decimal id, then 32
  * bytes in hex), readable by the owner only (mode 0600 or 0400): any
@@ -22,32 +23,55 @@
 #define RP_AUTH_MAGIC 0x41504642u /* "BFPA" */
 #define RP_AUTH_LEN 32u
 #define RP_AUTH_MAX_KEYS 4u
+/* a control message is accepted from at most RP_AUTH_WINDOW_S seconds
+ * behind the receiver's clock to RP_AUTH_AHEAD_S ahead of it (the clock
+ * skew tolerated); one stamped further ahead is refused as RP_AUTH_FUTURE
+ * and changes nothing */
 #define RP_AUTH_WINDOW_S 30u
-/* control messages remembered; a message no newer than the newest one
- * forgotten is refused as stale, so a replay is refused even after its
- * tag left the table (at more than RP_AUTH_SEEN messages per window,
- * fresh ones sent with a late clock are refused too) */
+#define RP_AUTH_AHEAD_S 5u
+/* Anti-replay memory (docs/SECURITY.md "Replays"), fixed in size:
+ * - per sender (IPv4 address and UDP port a control message came from),
+ *   RP_AUTH_SENDERS of them: its last RP_AUTH_SENDER_SEEN tags, and the
+ *   newest time among those it forgot (a message of that sender no newer
+ *   is refused as stale); one sender's messages move only its own;
+ * - across senders, the last RP_AUTH_SEEN tags accepted from anyone, so a
+ *   message captured from one sender is refused from another address.
+ * A new sender takes a free slot, else the least recently seen one (of
+ * its own host once that holds RP_AUTH_SENDERS_PER_HOST). */
 #define RP_AUTH_SEEN 4096u
-#define RP_AUTH_FUTURE 64u
+#define RP_AUTH_SENDERS 256u
+#define RP_AUTH_SENDER_SEEN 32u
+#define RP_AUTH_SENDERS_PER_HOST 16u
+#define RP_AUTH_RESULTS 7u
 
 typedef struct rp_key {
 	uint32_t id;
 	uint8_t k[32];
 } rp_key;
 
+typedef struct rp_auth_sender {
+	uint64_t from;                   /* IPv4 address << 16 | port */
+	uint64_t last_us;                /* receiver's clock at its latest message */
+	uint64_t cutoff_ts;              /* newest time of a tag of its forgotten */
+	uint64_t ts[RP_AUTH_SENDER_SEEN];
+	uint8_t tag[RP_AUTH_SENDER_SEEN][16];
+	unsigned next, n;                /* n == 0: a free slot */
+} rp_auth_sender;
+
 typedef struct rp_auth {
 	rp_key keys[RP_AUTH_MAX_KEYS]; /* keys[0] signs; all verify */
 	unsigned n_keys;
-	uint8_t seen[RP_AUTH_SEEN][16]; /* tags of recent control messages */
-	uint64_t seen_ts[RP_AUTH_SEEN];  /* their times */
+	rp_auth_sender senders[RP_AUTH_SENDERS];
+	uint8_t seen[RP_AUTH_SEEN][16]; /* tags of recent control messages, any sender */
 	unsigned seen_next;
-	uint64_t forgotten_ts;           /* newest time of a tag forgotten */
-	/* times of tags forgotten while still ahead of our clock (a sender
-	 * whose clock is fast): refused exactly, until they leave the
-	 * window, rather than raising forgotten_ts into the future and
-	 * refusing every sender with a right clock meanwhile */
-	uint64_t future_ts[RP_AUTH_FUTURE];
-	unsigned n_future;
+	/* counters, by rp_auth_result: control messages (rp_auth_open*),
+	 * frames refused (rp_auth_accept_from only: rp_auth_open writes
+	 * nothing for a frame, so threads may share a context for frames) */
+	uint64_t ctl[RP_AUTH_RESULTS];
+	uint64_t frames[RP_AUTH_RESULTS];
+	uint64_t evicted;        /* senders forgotten within the window */
+	int64_t last_skew_us;    /* time_us - now of the last stale or future one */
+	uint8_t last_ctl_refused, last_frame_refused; /* their rp_auth_result */
 } rp_auth;
 
 typedef enum rp_auth_result {
@@ -55,8 +79,10 @@ typedef enum rp_auth_result {
 	RP_AUTH_MISSING = 1,  /* no trailer (or the message is too short) */
 	RP_AUTH_UNKNOWN_KEY = 2,
 	RP_AUTH_BAD_TAG = 3,  /* forged, tampered or truncated */
-	RP_AUTH_STALE = 4,    /* control message outside the time window */
+	RP_AUTH_STALE = 4,    /* control message older than the window, or no newer
+			       * than one its sender's memory forgot */
 	RP_AUTH_REPLAY = 5,   /* control message seen before */
+	RP_AUTH_FUTURE = 6,   /* control message stamped beyond RP_AUTH_AHEAD_S */
 } rp_auth_result;
 
 /* Initialise libsodium (once per process); 0 or -1. */
@@ -73,7 +99,15 @@ void rp_auth_seal(const rp_auth *a, const uint8_t *msg, size_t len, uint64_t tim
 
 /* Check the trailer at the end of p[0, len). On RP_AUTH_OK *msg_len is
  * the length without it. control: also check freshness against now_us
- * and remember the tag, refusing one seen before. */
+ * and remember the tag, refusing one seen before, in the memory of the
+ * sender at IPv4 address ip (host order) and UDP port port; no other
+ * sender's messages are refused for anything this one sent. A frame
+ * (control 0) is only verified: the context is not written. */
+rp_auth_result rp_auth_open_from(rp_auth *a, uint32_t ip, uint16_t port, const uint8_t *p,
+				 size_t len, int control, uint64_t now_us, size_t *msg_len);
+
+/* rp_auth_open_from for a sender of unknown address (0.0.0.0:0): all
+ * control messages opened so share one sender's memory. */
 rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int control,
 			    uint64_t now_us, size_t *msg_len);
 
@@ -82,6 +116,12 @@ rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int contro
  * stripped unchecked. *msg_len is the length without the trailer. */
 rp_auth_result rp_auth_accept(rp_auth *a, const uint8_t *p, size_t len, int control,
 			      size_t *msg_len);
+
+/* rp_auth_accept for a datagram from ip:port (host order), through
+ * rp_auth_open_from; a frame refused is counted in a->frames too (so
+ * only for a context one thread owns). */
+rp_auth_result rp_auth_accept_from(rp_auth *a, uint32_t ip, uint16_t port, const uint8_t *p,
+				   size_t len, int control, size_t *msg_len);
 
 /* rp_ctl_build (proto.h) into p[0, cap), followed by a trailer signed at
  * the current time when a holds keys; the length, or 0 if it does not fit.
@@ -96,6 +136,6 @@ int rp_auth_has_trailer(const uint8_t *p, size_t len);
 /* Unix time in microseconds (CLOCK_REALTIME). */
 uint64_t rp_auth_now_us(void);
 
-extern const char *const rp_auth_result_names[6];
+extern const char *const rp_auth_result_names[RP_AUTH_RESULTS];
 
 #endif

@@ -233,8 +233,9 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 	rp_ctl c;
 	const uint8_t *p = rte_pktmbuf_mtod(m, const uint8_t *) + k->l4_off;
 	size_t len = k->l4_len;
-	/* with --key: signed by a key holder, fresh, not seen before */
-	if (rp_auth_accept(&r->auth, p, len, 1, &len) != RP_AUTH_OK) {
+	/* with --key: signed by a key holder, fresh, not seen before from
+	 * this sender (each remembered apart: none refuses another's) */
+	if (rp_auth_accept_from(&r->auth, k->src_ip, k->src_port, p, len, 1, &len) != RP_AUTH_OK) {
 		st->c[C_AUTH_FAIL]++;
 		return;
 	}
@@ -545,6 +546,18 @@ void relay_print_stats(const relay *r, FILE *f)
 	for (int k = 0; k < RP_CLASS_COUNT; k++)
 		fprintf(f, "  %-20s %" PRIu64 "\n", rp_class_names[k], sum_class(r, k));
 	fprintf(f, "  %-20s %u frames, %" PRIu64 " bytes\n", "cache", r->cache.len, r->cache.bytes);
+	/* why control messages were refused (drop_auth counts them with frames) */
+	static const struct {
+		const char *name;
+		rp_auth_result r;
+	} why[] = {
+		{"auth_ctl_stale", RP_AUTH_STALE},     {"auth_ctl_future", RP_AUTH_FUTURE},
+		{"auth_ctl_replay", RP_AUTH_REPLAY},   {"auth_ctl_bad_tag", RP_AUTH_BAD_TAG},
+		{"auth_ctl_unknown_key", RP_AUTH_UNKNOWN_KEY}, {"auth_ctl_unsigned", RP_AUTH_MISSING},
+	};
+	for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++)
+		fprintf(f, "  %-20s %" PRIu64 "\n", why[k].name, r->auth.ctl[why[k].r]);
+	fprintf(f, "  %-20s %" PRIu64 "\n", "auth_senders_evicted", r->auth.evicted);
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		const sub *s = &r->subs[i];
 		if (s->used)

@@ -71,6 +71,15 @@ static void on_control(shim *s, const uint8_t *p, size_t len, int from_upstream)
 		s->latest = c.version;
 }
 
+/* "stamped 28.0 s ahead of this clock: clock skew, 5 s ahead tolerated":
+ * how far off the last control message refused as stale or future was */
+static void auth_skew_str(const rp_auth *a, char *buf, size_t cap)
+{
+	const int64_t d = a->last_skew_us;
+	snprintf(buf, cap, "stamped %.1f s %s this clock: clock skew, %u s ahead tolerated",
+		 (double)(d < 0 ? -d : d) / 1e6, d < 0 ? "behind" : "ahead of", RP_AUTH_AHEAD_S);
+}
+
 int net_datagram(shim *s, const uint8_t *p, size_t len, int from_upstream)
 {
 	int control = len >= 4 && p[0] == 'B' && p[1] == 'F' && p[2] == 'P' && p[3] == 'C';
@@ -78,12 +87,21 @@ int net_datagram(shim *s, const uint8_t *p, size_t len, int from_upstream)
 		s->rx++;
 		s->rx_bytes += len;
 	}
-	/* with keys, nothing unsigned is staged or believed */
-	rp_auth_result ar = rp_auth_accept(&s->auth, p, len, control, &len);
+	/* with keys, nothing unsigned is staged or believed; control messages
+	 * are remembered per sender, --upstream's apart from all others (only
+	 * its HEARTBEATs count), so no other sender's can refuse its */
+	rp_auth_result ar = rp_auth_accept_from(&s->auth, from_upstream ? s->cf.upstream_ip : 0,
+						from_upstream ? s->cf.upstream_port : 0, p, len,
+						control, &len);
 	if (ar != RP_AUTH_OK) {
-		if (s->auth_fail++ < 10)
-			fprintf(stderr, "bfpatch-shim: %s refused: %s\n",
-				control ? "control message" : "frame", rp_auth_result_names[ar]);
+		if (s->auth_fail++ < 10) {
+			char why[96] = "";
+			if (ar == RP_AUTH_STALE || ar == RP_AUTH_FUTURE)
+				auth_skew_str(&s->auth, why, sizeof(why));
+			fprintf(stderr, "bfpatch-shim: %s refused: %s%s%s%s\n",
+				control ? "control message" : "frame", rp_auth_result_names[ar],
+				*why ? " (" : "", why, *why ? ")" : "");
+		}
 		return 0;
 	}
 	if (control) {
@@ -160,6 +178,24 @@ void net_say_quiet(shim *s, double t)
 		"for %.0f s (no HEARTBEAT, no frame): check that its publisher or relay runs "
 		"there (a publisher still at its first version sends none)\n", ip >> 24,
 		(ip >> 16) & 255, (ip >> 8) & 255, ip & 255, s->cf.upstream_port, quiet);
+	/* and why, when something came but authentication refused it */
+	const rp_auth *a = &s->auth;
+	uint64_t nc = 0, nf = 0;
+	for (unsigned r = 1; r < RP_AUTH_RESULTS; r++) {
+		nc += a->ctl[r];
+		nf += a->frames[r];
+	}
+	if (nc || nf) {
+		char skew[96] = "";
+		if (a->last_ctl_refused == RP_AUTH_STALE || a->last_ctl_refused == RP_AUTH_FUTURE)
+			auth_skew_str(a, skew, sizeof(skew));
+		fprintf(stderr, "bfpatch-shim: refused by authentication so far: %" PRIu64
+			" frames%s%s%s, %" PRIu64 " control messages%s%s%s%s%s\n", nf,
+			nf ? " (last: " : "", nf ? rp_auth_result_names[a->last_frame_refused] : "",
+			nf ? ")" : "", nc, nc ? " (last: " : "",
+			nc ? rp_auth_result_names[a->last_ctl_refused] : "", *skew ? ", " : "", skew,
+			nc ? ")" : "");
+	}
 	s->next_quiet_said = t + 300;
 }
 

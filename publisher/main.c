@@ -57,12 +57,17 @@ static void pub_print_stats(const publisher *P, uint32_t ver)
 	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
 		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
 		" keyframe streams, %" PRIu64 " history write errors, %" PRIu64 " control messages "
-		"refused (authentication), %" PRIu64 " NACKed frames over a subscriber's budget, %"
-		PRIu64 " malformed control messages, %" PRIu64 " JOINs for another model; %u "
-		"subscriber(s)\n",
+		"refused (authentication: %" PRIu64 " stale, %" PRIu64 " future, %" PRIu64
+		" replayed, %" PRIu64 " bad tag, %" PRIu64 " unknown key, %" PRIu64 " unsigned; %"
+		PRIu64 " senders' replay memory evicted), %" PRIu64 " NACKed frames over a "
+		"subscriber's budget, %" PRIu64 " malformed control messages, %" PRIu64 " JOINs "
+		"for another model; %u subscriber(s)\n",
 		ver, P->sent_frames, P->sent_bytes, P->nacks, P->resent, P->keyframes,
-		P->hist.errors, P->auth_fail, P->nack_limited, P->ctl_bad, P->other_model,
-		P->n_subs);
+		P->hist.errors, P->auth_fail, P->auth.ctl[RP_AUTH_STALE],
+		P->auth.ctl[RP_AUTH_FUTURE], P->auth.ctl[RP_AUTH_REPLAY],
+		P->auth.ctl[RP_AUTH_BAD_TAG], P->auth.ctl[RP_AUTH_UNKNOWN_KEY],
+		P->auth.ctl[RP_AUTH_MISSING], P->auth.evicted, P->nack_limited, P->ctl_bad,
+		P->other_model, P->n_subs);
 }
 
 /* The publisher's side of a streamed encode (patch_opts.stream). */
@@ -370,7 +375,7 @@ int cmd_publish(int argc, char **argv)
 	int rc = publish_parse_args(argc, argv, &cf);
 	if (rc || cf.help)
 		return rc;
-	publisher *P = calloc(1, sizeof(*P)); /* its rp_auth's replay memory: about 100 KB */
+	publisher *P = calloc(1, sizeof(*P)); /* its rp_auth's replay memory: about 270 KB */
 	if (!P)
 		return die("publish", "out of memory");
 	rc = publisher_open(P, &cf);

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -53,13 +54,20 @@ static int ctl_accept(publisher *P, uint8_t *buf, size_t len, const struct socka
 		      rp_ctl *c)
 {
 	/* with keys: only what a key holder signed, fresh, once */
-	rp_auth_result ar = rp_auth_accept(&P->auth, buf, len, 1, &len);
+	/* remembered per sender: no sender's messages refuse another's */
+	rp_auth_result ar = rp_auth_accept_from(&P->auth, ntohl(from->sin_addr.s_addr),
+						ntohs(from->sin_port), buf, len, 1, &len);
 	if (ar != RP_AUTH_OK) {
 		if (P->auth_fail++ < 10) {
-			char peer[64];
+			char peer[64], why[96] = "";
 			pub_peer_str(from, peer, sizeof(peer));
-			fprintf(stderr, "bfpatch publish: control message from %s refused: %s\n",
-				peer, rp_auth_result_names[ar]);
+			if (ar == RP_AUTH_STALE || ar == RP_AUTH_FUTURE)
+				snprintf(why, sizeof(why), " (stamped %.1f s %s this clock; %u s "
+					 "ahead tolerated)", (double)llabs(P->auth.last_skew_us) / 1e6,
+					 P->auth.last_skew_us < 0 ? "behind" : "ahead of",
+					 RP_AUTH_AHEAD_S);
+			fprintf(stderr, "bfpatch publish: control message from %s refused: %s%s\n",
+				peer, rp_auth_result_names[ar], why);
 		}
 		return 0;
 	}

@@ -3,7 +3,8 @@
  * a trailer verifies under its key and no other; every single flipped bit
  * anywhere in a signed datagram, and every truncation, is refused; a second
  * key (a rollover) verifies; control messages must be fresh and are
- * accepted once; key files with loose permissions or bad contents are
+ * accepted once, remembered per sender so that no sender's messages (a
+ * flood stamped ahead, many senders) refuse another's; key files with loose permissions or bad contents are
  * refused. The tag is also checked against libsodium's one-shot keyed
  * BLAKE2b, computed here independently.
  */
@@ -37,6 +38,11 @@ static const char *key_file(const char *name, const char *text, mode_t mode)
 
 #define K1 "1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n"
 #define K2 "2 ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100\n"
+
+/* senders (IPv4, host order) */
+#define RIGHT 0x7f000001u /* 127.0.0.1, an honest sender */
+#define FAST 0x7f000002u
+#define EVIL 0x7f000003u
 
 static void load(rp_auth *a, const char *name, const char *text)
 {
@@ -134,14 +140,15 @@ static void test_control_messages_are_fresh_and_accepted_once(void **state)
 	rp_auth_seal(&a, d, 32, now - 31000000u, d + 32); /* 31 s old */
 	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now, &ml), RP_AUTH_STALE);
 	rp_auth_seal(&a, d, 32, now + 31000000u, d + 32); /* 31 s ahead */
-	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now, &ml), RP_AUTH_STALE);
+	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now, &ml), RP_AUTH_FUTURE);
 	rp_auth_seal(&a, d, 32, now - 29000000u, d + 32);
 	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now, &ml), RP_AUTH_OK);
 	/* a frame trailer carries no time: a control-style trailer is no frame */
 	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 0, now, &ml), RP_AUTH_BAD_TAG);
 
-	/* a replay after its tag left the table (RP_AUTH_SEEN other messages
-	 * since, within the time window) is still refused */
+	/* a replay after its tag left its sender's memory (RP_AUTH_SENDER_SEEN
+	 * and RP_AUTH_SEEN other messages since, within the time window) is
+	 * still refused */
 	uint8_t first[32 + RP_AUTH_LEN];
 	memset(first, 7, 32);
 	rp_auth_seal(&a, first, 32, now + 1000, first + 32);
@@ -157,26 +164,193 @@ static void test_control_messages_are_fresh_and_accepted_once(void **state)
 	rp_auth_seal(&a, d, 32, now + 15000000, d + 32);
 	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 1, now + 15000000, &ml), RP_AUTH_OK);
 
-	/* a sender whose clock is 25 s fast: once its message is forgotten,
-	 * senders with a right clock still pass, and its message replayed is
-	 * still refused */
+	/* a sender whose clock is 4 s fast (within RP_AUTH_AHEAD_S): once its
+	 * message is forgotten, a sender with a right clock still passes,
+	 * and its message replayed is still refused */
 	static rp_auth b;
 	memset(&b, 0, sizeof(b));
 	load(&b, "k1", K1);
 	const uint64_t t0 = now + 60000000;
 	uint8_t fast[32 + RP_AUTH_LEN];
 	memset(fast, 9, 32);
-	rp_auth_seal(&b, fast, 32, t0 + 25000000, fast + 32);
-	assert_int_equal(rp_auth_open(&b, fast, sizeof(fast), 1, t0, &ml), RP_AUTH_OK);
+	rp_auth_seal(&b, fast, 32, t0 + 4000000, fast + 32);
+	assert_int_equal(rp_auth_open_from(&b, FAST, 1, fast, sizeof(fast), 1, t0, &ml), RP_AUTH_OK);
 	for (uint32_t i = 0; i < RP_AUTH_SEEN; i++) {
 		memcpy(d, &i, sizeof(i));
-		rp_auth_seal(&b, d, 32, t0 + 1000 + i, d + 32);
-		assert_int_equal(rp_auth_open(&b, d, sizeof(d), 1, t0 + 10000, &ml), RP_AUTH_OK);
+		rp_auth_seal(&b, d, 32, t0 + 4000000 + 1 + i, d + 32);
+		assert_int_equal(rp_auth_open_from(&b, FAST, 1, d, sizeof(d), 1, t0 + 10000, &ml),
+				 RP_AUTH_OK);
 	}
 	memset(d, 5, 32);
 	rp_auth_seal(&b, d, 32, t0 + 20000, d + 32);
-	assert_int_equal(rp_auth_open(&b, d, sizeof(d), 1, t0 + 20000, &ml), RP_AUTH_OK);
-	assert_int_equal(rp_auth_open(&b, fast, sizeof(fast), 1, t0 + 30000, &ml), RP_AUTH_STALE);
+	assert_int_equal(rp_auth_open_from(&b, RIGHT, 1, d, sizeof(d), 1, t0 + 20000, &ml),
+			 RP_AUTH_OK);
+	assert_int_equal(rp_auth_open_from(&b, FAST, 1, fast, sizeof(fast), 1, t0 + 30000, &ml),
+			 RP_AUTH_STALE);
+}
+
+/* A signed control message from sender (ip, port) stamped ts, made
+ * distinct by n, opened at now. */
+static rp_auth_result ctl_from(rp_auth *a, uint32_t ip, uint16_t port, uint32_t n, uint64_t ts,
+			       uint64_t now)
+{
+	uint8_t d[32 + RP_AUTH_LEN];
+	memset(d, 0x11, 32);
+	memcpy(d, &n, sizeof(n));
+	memcpy(d + 4, &ip, sizeof(ip));
+	memcpy(d + 8, &port, sizeof(port));
+	rp_auth_seal(a, d, 32, ts, d + 32);
+	size_t ml;
+	return rp_auth_open_from(a, ip, port, d, sizeof(d), 1, now, &ml);
+}
+
+/* The attack: one key holder floods signed LEAVEs stamped 28 s ahead
+ * (and, harder, as far ahead as is tolerated); an honest sender's fresh
+ * message, and one it sent a little late, are still accepted: no
+ * sender's messages move another's window. */
+static void test_a_flood_stamped_ahead_does_not_make_another_sender_stale(void **state)
+{
+	(void)state;
+	static rp_auth a;
+	memset(&a, 0, sizeof(a));
+	load(&a, "k1", K1);
+	const uint64_t now = rp_auth_now_us();
+	for (uint32_t i = 0; i < 2 * RP_AUTH_SEEN; i++)
+		assert_int_equal(ctl_from(&a, EVIL, 40000, i, now + 28000000 + i, now + i),
+				 RP_AUTH_FUTURE);
+	for (uint32_t i = 0; i < 2 * RP_AUTH_SEEN; i++)
+		assert_int_equal(ctl_from(&a, EVIL, 40000, i, now + RP_AUTH_AHEAD_S * 1000000u + i,
+					  now + i), RP_AUTH_OK);
+	/* the honest sender, now and with its clock 10 s behind */
+	assert_int_equal(ctl_from(&a, RIGHT, 7401, 1, now + 10000, now + 10000), RP_AUTH_OK);
+	assert_int_equal(ctl_from(&a, RIGHT, 7402, 1, now - 10000000, now + 10000), RP_AUTH_OK);
+	assert_int_equal(a.ctl[RP_AUTH_FUTURE], 2 * RP_AUTH_SEEN);
+	assert_int_equal(a.ctl[RP_AUTH_STALE], 0);
+	/* the flooder moved its own cut-off only */
+	assert_int_equal(ctl_from(&a, EVIL, 40000, 99999, now - 10000000, now + 10000),
+			 RP_AUTH_STALE);
+}
+
+/* A timestamp beyond the tolerated skew is refused as future (counted
+ * apart from stale, with how far ahead it was) and remembered nowhere:
+ * it moves no window, not even its sender's. */
+static void test_a_time_beyond_the_tolerance_is_refused_as_future_and_counted(void **state)
+{
+	(void)state;
+	static rp_auth a;
+	memset(&a, 0, sizeof(a));
+	load(&a, "k1", K1);
+	const uint64_t now = rp_auth_now_us(), ahead = RP_AUTH_AHEAD_S * 1000000u;
+	assert_int_equal(ctl_from(&a, FAST, 1, 0, now + ahead + 1000000, now), RP_AUTH_FUTURE);
+	assert_int_equal(a.ctl[RP_AUTH_FUTURE], 1);
+	assert_int_equal(a.ctl[RP_AUTH_STALE], 0);
+	assert_true(a.last_skew_us == (int64_t)(ahead + 1000000));
+	assert_int_equal(a.last_ctl_refused, RP_AUTH_FUTURE);
+	for (uint32_t i = 0; i < 4 * RP_AUTH_SENDER_SEEN; i++)
+		assert_int_equal(ctl_from(&a, FAST, 1, i + 1, now + ahead + 1 + i, now),
+				 RP_AUTH_FUTURE);
+	/* the same sender, 20 s late, is still within its window */
+	assert_int_equal(ctl_from(&a, FAST, 1, 7, now - 20000000, now), RP_AUTH_OK);
+	assert_int_equal(ctl_from(&a, FAST, 1, 8, now + ahead, now), RP_AUTH_OK); /* at the edge */
+	/* stale is counted as stale, with how far behind */
+	assert_int_equal(ctl_from(&a, FAST, 1, 9, now - 31000000, now), RP_AUTH_STALE);
+	assert_int_equal(a.ctl[RP_AUTH_STALE], 1);
+	assert_true(a.last_skew_us == -31000000);
+	assert_int_equal(a.ctl[RP_AUTH_OK], 2);
+}
+
+/* A replay is refused from its sender (in its memory, or by its cut-off
+ * once forgotten) and from any other address (the cross-sender ring);
+ * one sender's forgotten messages refuse nothing of another's. */
+static void test_a_replay_is_refused_per_sender(void **state)
+{
+	(void)state;
+	static rp_auth a;
+	memset(&a, 0, sizeof(a));
+	load(&a, "k1", K1);
+	const uint64_t now = rp_auth_now_us();
+	uint8_t m[32 + RP_AUTH_LEN];
+	memset(m, 0x42, 32);
+	rp_auth_seal(&a, m, 32, now - 5000000, m + 32);
+	size_t ml;
+	assert_int_equal(rp_auth_open_from(&a, RIGHT, 7401, m, sizeof(m), 1, now, &ml), RP_AUTH_OK);
+	assert_int_equal(rp_auth_open_from(&a, RIGHT, 7401, m, sizeof(m), 1, now, &ml),
+			 RP_AUTH_REPLAY);
+	assert_int_equal(rp_auth_open_from(&a, EVIL, 7401, m, sizeof(m), 1, now, &ml),
+			 RP_AUTH_REPLAY); /* captured and sent from elsewhere */
+	/* RIGHT sends on: its first message leaves its memory, and is still
+	 * refused by its cut-off */
+	for (uint32_t i = 0; i < RP_AUTH_SENDER_SEEN; i++)
+		assert_int_equal(ctl_from(&a, RIGHT, 7401, i, now - 4000000 + i, now), RP_AUTH_OK);
+	assert_int_equal(rp_auth_open_from(&a, RIGHT, 7401, m, sizeof(m), 1, now, &ml),
+			 RP_AUTH_STALE);
+	/* another sender's older message is not refused by RIGHT's cut-off */
+	assert_int_equal(ctl_from(&a, FAST, 7401, 1, now - 20000000, now), RP_AUTH_OK);
+	assert_int_equal(a.ctl[RP_AUTH_REPLAY], 2);
+	/* bad tags and unknown keys are counted apart */
+	m[0] ^= 1;
+	assert_int_equal(rp_auth_open_from(&a, RIGHT, 7401, m, sizeof(m), 1, now, &ml),
+			 RP_AUTH_BAD_TAG);
+	m[0] ^= 1;
+	m[32 + 4] ^= 1; /* key id */
+	assert_int_equal(rp_auth_open_from(&a, RIGHT, 7401, m, sizeof(m), 1, now, &ml),
+			 RP_AUTH_UNKNOWN_KEY);
+	assert_int_equal(a.ctl[RP_AUTH_BAD_TAG], 1);
+	assert_int_equal(a.ctl[RP_AUTH_UNKNOWN_KEY], 1);
+	/* frames refused are counted by rp_auth_accept_from only */
+	assert_int_equal(rp_auth_accept_from(&a, RIGHT, 7400, m, sizeof(m), 0, &ml),
+			 RP_AUTH_UNKNOWN_KEY);
+	assert_int_equal(a.frames[RP_AUTH_UNKNOWN_KEY], 1);
+	assert_int_equal(a.last_frame_refused, RP_AUTH_UNKNOWN_KEY);
+}
+
+/* The memory is fixed (RP_AUTH_SENDERS senders): many senders replace
+ * the least recently seen, an evicted sender is accepted again at once,
+ * and a flood from many ports of one host replaces only that host's
+ * memory, not another's. */
+static void test_the_table_stays_bounded_under_many_senders(void **state)
+{
+	(void)state;
+	static rp_auth a;
+	memset(&a, 0, sizeof(a));
+	load(&a, "k1", K1);
+	assert_true(sizeof(rp_auth) < 512 * 1024);
+	const uint64_t now = rp_auth_now_us();
+	uint8_t m[32 + RP_AUTH_LEN];
+	memset(m, 0x24, 32);
+	rp_auth_seal(&a, m, 32, now, m + 32);
+	size_t ml;
+	assert_int_equal(rp_auth_open_from(&a, RIGHT, 7401, m, sizeof(m), 1, now, &ml), RP_AUTH_OK);
+	/* one host, 20000 ports: RIGHT's memory stays */
+	for (uint32_t i = 0; i < 20000; i++)
+		assert_int_equal(ctl_from(&a, EVIL, (uint16_t)(1000 + i), i, now, now + 1 + i),
+				 RP_AUTH_OK);
+	unsigned evil = 0, used = 0;
+	for (unsigned i = 0; i < RP_AUTH_SENDERS; i++) {
+		used += a.senders[i].n > 0;
+		evil += a.senders[i].n > 0 && a.senders[i].from >> 16 == EVIL;
+	}
+	assert_int_equal(evil, RP_AUTH_SENDERS_PER_HOST);
+	assert_int_equal(used, RP_AUTH_SENDERS_PER_HOST + 1);
+	memset(a.seen, 0, sizeof(a.seen)); /* only RIGHT's own memory refuses it now */
+	assert_int_equal(rp_auth_open_from(&a, RIGHT, 7401, m, sizeof(m), 1, now + 30000, &ml),
+			 RP_AUTH_REPLAY);
+	/* 20000 hosts, each one message: the table holds RP_AUTH_SENDERS and
+	 * counts what it forgot within the window; RIGHT, forgotten, is
+	 * accepted again with its next message */
+	for (uint32_t i = 0; i < 20000; i++)
+		assert_int_equal(ctl_from(&a, 0x0a000000u + i, 7401, i, now + 40000, now + 40000 + i),
+				 RP_AUTH_OK);
+	used = 0;
+	for (unsigned i = 0; i < RP_AUTH_SENDERS; i++)
+		used += a.senders[i].n > 0;
+	assert_int_equal(used, RP_AUTH_SENDERS);
+	assert_true(a.evicted >= 20000 - RP_AUTH_SENDERS);
+	assert_int_equal(ctl_from(&a, RIGHT, 7401, 1, now + 50000, now + 60000), RP_AUTH_OK);
+	/* a sender idle beyond the window is replaced without counting */
+	const uint64_t evicted = a.evicted, later = now + 36000000 + 60000;
+	assert_int_equal(ctl_from(&a, 0x0b000000u, 7401, 1, later, later), RP_AUTH_OK);
+	assert_int_equal(a.evicted, evicted);
 }
 
 static void test_key_files_are_checked(void **state)
@@ -205,6 +379,10 @@ int main(void)
 		cmocka_unit_test(test_every_bit_flip_and_truncation_is_refused),
 		cmocka_unit_test(test_wrong_key_and_rollover),
 		cmocka_unit_test(test_control_messages_are_fresh_and_accepted_once),
+		cmocka_unit_test(test_a_flood_stamped_ahead_does_not_make_another_sender_stale),
+		cmocka_unit_test(test_a_time_beyond_the_tolerance_is_refused_as_future_and_counted),
+		cmocka_unit_test(test_a_replay_is_refused_per_sender),
+		cmocka_unit_test(test_the_table_stays_bounded_under_many_senders),
 		cmocka_unit_test(test_key_files_are_checked),
 	};
 	int rc = cmocka_run_group_tests(tests, NULL, NULL);
