@@ -343,3 +343,11 @@ void history_make(pub_history *h, const model *cur, uint32_t ver, const patch_op
 	}
 	model_free(&mb);
 }
+
+const patch *history_catchup(const pub_history *h, const pub_sub *s)
+{
+	if (!s->cu_active)
+		return NULL;
+	return s->cu_key ? history_key(h, s->cu_target)
+			 : history_pair(h, s->cu_base, s->cu_target);
+}

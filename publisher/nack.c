@@ -52,7 +52,7 @@ void nack_plan(const publisher *P, pub_sub *s, const rp_ctl *c, double t, nack_r
 	/* at most RP_NACK_ANSWER_MAX frames per NACK, however its ranges
 	 * overlap (PROTOCOL.md 2.4); of the patch its catch-up is being
 	 * sent, only frames already sent (the rest come anyway) */
-	const size_t end = p == pub_cu_patch(P, s) ? s->cu_next : p->n;
+	const size_t end = p == history_catchup(&P->hist, s) ? s->cu_next : p->n;
 	const uint64_t most = nack_most(P, s);
 	for (unsigned r = 0; r < c->n_ranges && r < RP_NACK_MAX && a->frames < most; r++) {
 		const uint32_t first = c->ranges[r].first;

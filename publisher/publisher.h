@@ -190,6 +190,8 @@ const patch *history_key(const pub_history *h, uint32_t target);
 /* The held patch base -> target; the one from base; a held patch's
  * target version. */
 const patch *history_pair(const pub_history *h, uint32_t base, uint32_t target);
+/* The patch (or keyframe stream) s's catch-up is sending now, or NULL. */
+const patch *history_catchup(const pub_history *h, const pub_sub *s);
 const patch *history_from(const pub_history *h, uint32_t base);
 uint32_t history_target(const pub_history *h, const patch *p);
 /* Whether held patches lead from version from to ver (a subscriber at
@@ -321,8 +323,6 @@ void pub_control(publisher *P);
 void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts *po);
 /* Send one slice of every catch-up in progress; whether any goes on. */
 int pub_catchup_send(publisher *P);
-/* The patch s's catch-up is sending now, or NULL. */
-const patch *pub_cu_patch(const publisher *P, const pub_sub *s);
 
 /* ---- main.c ---- */
 

@@ -27,14 +27,6 @@ static void cu_start(pub_sub *s, int key, uint32_t base, uint32_t target, uint32
 	s->cu_next = 0;
 }
 
-/* The patch s's catch-up is sending now, or NULL. */
-const patch *pub_cu_patch(const publisher *P, const pub_sub *s)
-{
-	if (!s->cu_active)
-		return NULL;
-	return s->cu_key ? history_key(&P->hist, s->cu_target)
-			 : history_pair(&P->hist, s->cu_base, s->cu_target);
-}
 
 /* Subscriber i leaves: remember what pub_left says, and take it out. */
 static void sub_drop(publisher *P, unsigned i)
@@ -267,7 +259,7 @@ int pub_catchup_send(publisher *P)
 		pub_sub *s = &P->subs[i];
 		if (!s->cu_active)
 			continue;
-		const patch *p = pub_cu_patch(P, s);
+		const patch *p = history_catchup(&P->hist, s);
 		if (p && s->cu_next < p->n) {
 			/* about 10 ms at --rate, or at the subscriber's link */
 			size_t slice = s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate)
