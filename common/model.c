@@ -685,8 +685,24 @@ out:
 	free(bcopy);
 }
 
-int write_file_atomic(const char *path, const void *const *bufs,
-		      const size_t *lens, size_t nbufs, char *err, size_t errlen)
+/* Put the finished temporary in place: over what path names, or, with
+ * noreplace, only where nothing is (a link cannot replace either, where
+ * the file system has no such renames). */
+static int put_in_place(const char *tmp, const char *path, int noreplace)
+{
+	if (!noreplace)
+		return rename(tmp, path);
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL || link(tmp, path) != 0)
+		return -1;
+	unlink(tmp);
+	return 0;
+}
+
+/* write_file_atomic, and with noreplace write_file_new. */
+static int write_atomic(const char *path, const void *const *bufs, const size_t *lens,
+			size_t nbufs, int noreplace, char *err, size_t errlen)
 {
 	char *tmp = NULL, *dcopy = NULL;
 	int fd = -1, slot = -1;
@@ -708,13 +724,15 @@ int write_file_atomic(const char *path, const void *const *bufs,
 			real = link_target(path);
 		}
 		if (real) {
-			int rc = write_file_atomic(real, bufs, lens, nbufs, err, errlen);
+			int rc = write_atomic(real, bufs, lens, nbufs, noreplace, err, errlen);
 			free(real);
 			return rc;
 		}
 		/* else a link to what has no path (a pipe of /proc/self/fd):
 		 * written in place below */
 	}
+	if (noreplace && lstat(path, &sb) == 0)
+		return set_err(err, errlen, "%s exists", path);
 	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
 		return set_err(err, errlen, "%s: is a directory", path);
 	if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
@@ -789,8 +807,11 @@ int write_file_atomic(const char *path, const void *const *bufs,
 		goto bad;
 	}
 	fd = -1;
-	if (rename(tmp, path) != 0) {
-		set_err(err, errlen, "%s: rename failed: %s", path, strerror(errno));
+	if (put_in_place(tmp, path, noreplace) != 0) {
+		if (noreplace && errno == EEXIST) /* made since we looked */
+			set_err(err, errlen, "%s exists", path);
+		else
+			set_err(err, errlen, "%s: rename failed: %s", path, strerror(errno));
 		goto bad;
 	}
 	dcopy = strdup(path);
@@ -812,6 +833,18 @@ bad:
 	tmp_unlist(slot);
 	free(tmp);
 	return -1;
+}
+
+int write_file_atomic(const char *path, const void *const *bufs, const size_t *lens,
+		      size_t nbufs, char *err, size_t errlen)
+{
+	return write_atomic(path, bufs, lens, nbufs, 0, err, errlen);
+}
+
+int write_file_new(const char *path, const void *const *bufs, const size_t *lens,
+		   size_t nbufs, char *err, size_t errlen)
+{
+	return write_atomic(path, bufs, lens, nbufs, 1, err, errlen);
 }
 
 /* Whether n is step-N.safetensors as written with %04u (*v = N). */

@@ -95,6 +95,12 @@ size_t huge_unit(int fd);
 int write_file_atomic(const char *path, const void *const *bufs,
 		      const size_t *lens, size_t nbufs, char *err, size_t errlen);
 
+/* write_file_atomic, but only where nothing is: the temporary is renamed
+ * without replacing, so two creators racing on one file cannot both win
+ * (the loser gets "PATH exists"). */
+int write_file_new(const char *path, const void *const *bufs, const size_t *lens,
+		   size_t nbufs, char *err, size_t errlen);
+
 /* For the tools: SIGINT, SIGTERM, SIGHUP and SIGBUS (unless ignored)
  * first remove the temporaries write_file_atomic() is writing (a SIGBUS
  * with a model mapped also says that its file shrank), then end the

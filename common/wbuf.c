@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -24,104 +23,9 @@ static uint64_t page_up(uint64_t v)
 	return (v + 4095) & ~4095ull;
 }
 
-/* Where a file created through path lands: path with its symbolic links
- * followed, the last of which may name a file not there yet, as
- * write_file_atomic() follows them (and, like it, refusing a link of
- * another user to a file not there). NULL with err. */
-static char *create_target(const char *path, char *err, size_t errlen)
-{
-	char *p = strdup(path);
-	for (int hops = 0; p && hops < 40; hops++) {
-		struct stat ls, ts;
-		if (lstat(p, &ls) != 0 || !S_ISLNK(ls.st_mode))
-			return p;
-		if (stat(p, &ts) != 0 && errno == ENOENT && ls.st_uid != geteuid()) {
-			set_err(err, errlen, "%s: a symbolic link of another user to a file not "
-				"there: refused", p);
-			free(p);
-			return NULL;
-		}
-		char t[PATH_MAX], *next = NULL;
-		ssize_t n = readlink(p, t, sizeof(t) - 1);
-		const char *slash = strrchr(p, '/');
-		if (n >= 0 && (size_t)n < sizeof(t) - 1) {
-			t[n] = 0;
-			if (t[0] == '/' || !slash)
-				next = strdup(t);
-			else if (asprintf(&next, "%.*s%s", (int)(slash + 1 - p), p, t) < 0)
-				next = NULL;
-		}
-		free(p);
-		p = next;
-	}
-	set_err(err, errlen, "%s: %s", path, p ? strerror(ELOOP) : "cannot follow the link");
-	free(p);
-	return NULL;
-}
-
-/* Create path with the contents of bufs unless something is there, in
- * one step: written under a temporary name beside the file it makes
- * (write_file_atomic() does the writing), then renamed without replacing.
- * Two creators racing on one file (a shim's --init through a link, another
- * through the name it links to) cannot both win: the loser finds the
- * file and goes on as if it had been there. */
-static int create_new(const char *path, const void *const *bufs, const size_t *lens,
-		      char *err, size_t errlen)
-{
-	char *final = create_target(path, err, errlen), *tmp = NULL;
-	if (!final)
-		return -1;
-	if (asprintf(&tmp, "%s.tmp.XXXXXX", final) < 0) {
-		free(final);
-		return set_err(err, errlen, "out of memory");
-	}
-	/* the name, reserved: 0666 less the umask, as a plain create makes
-	 * it (write_file_atomic() keeps the mode of what it replaces), and
-	 * locked as write_file_atomic() locks its own temporaries, so that
-	 * no other writer takes it for one left by a dead process */
-	int rc = -1, fd = mkstemp(tmp);
-	if (fd < 0) {
-		set_err(err, errlen, "%s: cannot create temporary file: %s", path, strerror(errno));
-		goto out;
-	}
-	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-	(void)fcntl(fd, F_OFD_SETLK, &fl);
-	mode_t um = umask(0);
-	umask(um);
-	if (fchmod(fd, 0666 & ~um) != 0) {
-		set_err(err, errlen, "%s: chmod failed: %s", tmp, strerror(errno));
-		unlink(tmp);
-		goto out;
-	}
-	if (write_file_atomic(tmp, bufs, lens, 2, err, errlen)) {
-		unlink(tmp);
-		goto out;
-	}
-	rc = renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE);
-	int linked = 0;
-	if (rc != 0 && errno == EINVAL) { /* no such renames here: a link cannot replace either */
-		rc = link(tmp, final);
-		linked = 1;
-	}
-	if (rc != 0 && errno == EEXIST)
-		set_err(err, errlen, "%s exists", path);
-	else if (rc != 0)
-		set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
-	if (rc != 0 || linked)
-		unlink(tmp);
-out:
-	if (fd >= 0)
-		close(fd);
-	free(tmp);
-	free(final);
-	return rc ? -1 : 0;
-}
-
 int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
 		char *err, size_t errlen)
 {
-	if (!replace && access(path, F_OK) == 0)
-		return set_err(err, errlen, "%s exists", path);
 	uint64_t st_len = m->safetensors ? m->header_len : 0;
 	uint64_t data_off = page_up(WBUF_HDR + st_len);
 	uint8_t *head = calloc(1, (size_t)data_off);
@@ -146,7 +50,7 @@ int wbuf_create(const char *path, const model *m, uint32_t version, int replace,
 	const void *bufs[2] = {head, m->params};
 	size_t lens[2] = {(size_t)data_off, (size_t)m->n_params * 2};
 	int rc = replace ? write_file_atomic(path, bufs, lens, 2, err, errlen)
-			 : create_new(path, bufs, lens, err, errlen);
+			 : write_file_new(path, bufs, lens, 2, err, errlen);
 	free(head);
 	return rc;
 }
