@@ -13,10 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const rp_auth_result_names[RP_AUTH_RESULTS] = {
-	"ok", "no trailer", "unknown key", "bad tag", "stale", "replay", "future",
-};
-
 static uint32_t le32(const uint8_t *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

@@ -138,4 +138,9 @@ uint64_t rp_auth_now_us(void);
 
 extern const char *const rp_auth_result_names[RP_AUTH_RESULTS];
 
+/* How far off the time of the last control message refused as stale or
+ * future was: "stamped 28.0 s ahead of this clock: clock skew, 5 s
+ * ahead tolerated". */
+void rp_auth_skew_str(const rp_auth *a, char *buf, size_t cap);
+
 #endif

@@ -6,10 +6,6 @@
 #include <stdio.h>
 #include <time.h>
 
-const char *const rp_auth_result_names[RP_AUTH_RESULTS] = {
-	"ok", "no trailer", "unknown key", "bad tag", "stale", "replay", "future",
-};
-
 int rp_auth_init(void)
 {
 	return 0;

@@ -418,6 +418,17 @@ size_t rp_ctl_build(uint8_t *p, size_t cap, const rp_ctl *c)
 
 /* ---- authenticated control I/O (auth.h; both auth.c and auth_none.c) ---- */
 
+const char *const rp_auth_result_names[RP_AUTH_RESULTS] = {
+	"ok", "no trailer", "unknown key", "bad tag", "stale", "replay", "future",
+};
+
+void rp_auth_skew_str(const rp_auth *a, char *buf, size_t cap)
+{
+	const int64_t d = a->last_skew_us;
+	snprintf(buf, cap, "stamped %.1f s %s this clock: clock skew, %u s ahead tolerated",
+		 (double)(d < 0 ? -d : d) / 1e6, d < 0 ? "behind" : "ahead of", RP_AUTH_AHEAD_S);
+}
+
 rp_auth_result rp_auth_accept(rp_auth *a, const uint8_t *p, size_t len, int control,
 			      size_t *msg_len)
 {

@@ -71,15 +71,6 @@ static void on_control(shim *s, const uint8_t *p, size_t len, int from_upstream)
 		s->latest = c.version;
 }
 
-/* "stamped 28.0 s ahead of this clock: clock skew, 5 s ahead tolerated":
- * how far off the last control message refused as stale or future was */
-static void auth_skew_str(const rp_auth *a, char *buf, size_t cap)
-{
-	const int64_t d = a->last_skew_us;
-	snprintf(buf, cap, "stamped %.1f s %s this clock: clock skew, %u s ahead tolerated",
-		 (double)(d < 0 ? -d : d) / 1e6, d < 0 ? "behind" : "ahead of", RP_AUTH_AHEAD_S);
-}
-
 int net_datagram(shim *s, const uint8_t *p, size_t len, int from_upstream)
 {
 	int control = len >= 4 && p[0] == 'B' && p[1] == 'F' && p[2] == 'P' && p[3] == 'C';
@@ -97,7 +88,7 @@ int net_datagram(shim *s, const uint8_t *p, size_t len, int from_upstream)
 		if (s->auth_fail++ < 10) {
 			char why[96] = "";
 			if (ar == RP_AUTH_STALE || ar == RP_AUTH_FUTURE)
-				auth_skew_str(&s->auth, why, sizeof(why));
+				rp_auth_skew_str(&s->auth, why, sizeof(why));
 			fprintf(stderr, "bfpatch-shim: %s refused: %s%s%s%s\n",
 				control ? "control message" : "frame", rp_auth_result_names[ar],
 				*why ? " (" : "", why, *why ? ")" : "");
@@ -188,7 +179,7 @@ void net_say_quiet(shim *s, double t)
 	if (nc || nf) {
 		char skew[96] = "";
 		if (a->last_ctl_refused == RP_AUTH_STALE || a->last_ctl_refused == RP_AUTH_FUTURE)
-			auth_skew_str(a, skew, sizeof(skew));
+			rp_auth_skew_str(a, skew, sizeof(skew));
 		fprintf(stderr, "bfpatch-shim: refused by authentication so far: %" PRIu64
 			" frames%s%s%s, %" PRIu64 " control messages%s%s%s%s%s\n", nf,
 			nf ? " (last: " : "", nf ? rp_auth_result_names[a->last_frame_refused] : "",

@@ -54,12 +54,9 @@ static int ctl_accept(publisher *P, uint8_t *buf, size_t len, const struct socka
 			char peer[64], why[96] = "";
 			pub_peer_str(from, peer, sizeof(peer));
 			if (ar == RP_AUTH_STALE || ar == RP_AUTH_FUTURE)
-				snprintf(why, sizeof(why), " (stamped %.1f s %s this clock; %u s "
-					 "ahead tolerated)", (double)llabs(P->auth.last_skew_us) / 1e6,
-					 P->auth.last_skew_us < 0 ? "behind" : "ahead of",
-					 RP_AUTH_AHEAD_S);
-			fprintf(stderr, "bfpatch publish: control message from %s refused: %s%s\n",
-				peer, rp_auth_result_names[ar], why);
+				rp_auth_skew_str(&P->auth, why, sizeof(why));
+			fprintf(stderr, "bfpatch publish: control message from %s refused: %s%s%s%s\n",
+				peer, rp_auth_result_names[ar], *why ? " (" : "", why, *why ? ")" : "");
 		}
 		return 0;
 	}
