@@ -276,7 +276,7 @@ rp_auth_result rp_auth_accept_from(rp_auth *a, uint32_t ip, uint16_t port, const
 				   size_t len, int control, size_t *msg_len)
 {
 	if (!a->n_keys) {
-		*msg_len = rp_auth_has_trailer(p, len) ? len - RP_AUTH_LEN : len;
+		*msg_len = rp_auth_strip(p, len);
 		return RP_AUTH_OK;
 	}
 	rp_auth_result r = rp_auth_open_from(a, ip, port, p, len, control,

@@ -111,15 +111,15 @@ rp_auth_result rp_auth_open_from(rp_auth *a, uint32_t ip, uint16_t port, const u
 rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int control,
 			    uint64_t now_us, size_t *msg_len);
 
-/* What a receiver does with a datagram: with keys, rp_auth_open (now
- * taken from the clock for control messages); without keys, a trailer is
- * stripped unchecked. *msg_len is the length without the trailer. */
-rp_auth_result rp_auth_accept(rp_auth *a, const uint8_t *p, size_t len, int control,
-			      size_t *msg_len);
+/* The length of p[0, len) without a trailer, if it ends in one
+ * (unchecked: what a receiver without keys does). */
+size_t rp_auth_strip(const uint8_t *p, size_t len);
 
-/* rp_auth_accept for a datagram from ip:port (host order), through
- * rp_auth_open_from; a frame refused is counted in a->frames too (so
- * only for a context one thread owns). */
+/* What a receiver does with a datagram from ip:port (host order): with
+ * keys, rp_auth_open_from (now taken from the clock for control
+ * messages), a frame refused counted in a->frames too (so only for a
+ * context one thread owns); without keys, rp_auth_strip. *msg_len is the
+ * length without the trailer. */
 rp_auth_result rp_auth_accept_from(rp_auth *a, uint32_t ip, uint16_t port, const uint8_t *p,
 				   size_t len, int control, size_t *msg_len);
 

@@ -429,13 +429,9 @@ void rp_auth_skew_str(const rp_auth *a, char *buf, size_t cap)
 		 (double)(d < 0 ? -d : d) / 1e6, d < 0 ? "behind" : "ahead of", RP_AUTH_AHEAD_S);
 }
 
-rp_auth_result rp_auth_accept(rp_auth *a, const uint8_t *p, size_t len, int control,
-			      size_t *msg_len)
+size_t rp_auth_strip(const uint8_t *p, size_t len)
 {
-	if (a->n_keys)
-		return rp_auth_open(a, p, len, control, control ? rp_auth_now_us() : 0, msg_len);
-	*msg_len = rp_auth_has_trailer(p, len) ? len - RP_AUTH_LEN : len;
-	return RP_AUTH_OK;
+	return rp_auth_has_trailer(p, len) ? len - RP_AUTH_LEN : len;
 }
 
 size_t rp_auth_ctl_build(const rp_auth *a, uint8_t *p, size_t cap, const struct rp_ctl *c)
