@@ -16,7 +16,7 @@ test_setup authflood
 "$SHIM" --help | grep -q -- "--key FILE" || { echo "skip: built without libsodium"; exit 77; }
 port=$((20000 + ($$ + 47) % 20000))
 umask 077
-echo "1 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/k1"
+make_key 1 "$T/k1"
 
 "$BFP" synth -o "$T/traj" -p 1M -n 3 -S 23 2>/dev/null || fail synth
 

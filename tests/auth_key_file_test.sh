@@ -8,7 +8,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 test_setup authkey
 "$SHIM" --help | grep -q -- "--key FILE" || { echo "skip: built without libsodium"; exit 77; }
 umask 077
-echo "1 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/k1"
+make_key 1 "$T/k1"
 cp "$T/k1" "$T/loose" && chmod 644 "$T/loose"
 "$SHIM" --buffer "$SHM.z" --upstream 127.0.0.1:1 --key "$T/loose" --exit-after 1 \
 	> "$T/loose.log" 2>&1 &&

@@ -18,9 +18,9 @@ test_setup auth
 "$SHIM" --help | grep -q -- "--key FILE" || { echo "skip: built without libsodium"; exit 77; }
 port=$((20000 + ($$ + 31) % 20000))
 umask 077
-echo "1 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/k1"
-echo "2 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/k2"
-echo "3 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/kx" # a key the publisher never signs with
+make_key 1 "$T/k1"
+make_key 2 "$T/k2"
+make_key 3 "$T/kx" # a key the publisher never signs with
 
 "$BFP" synth -o "$T/traj" -p 1M -n 3 -S 17 2>/dev/null || fail synth
 "$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p01" || fail diff

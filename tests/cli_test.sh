@@ -315,7 +315,7 @@ check "outputs follow the umask" "[ \"\$(stat -c %a '$T/um.bfp')\" = 600 ]"
 # pcap: the patch's frames as UDP packets, one each; with --key each also
 # carries a trailer that an independent signer (hashlib's keyed BLAKE2b,
 # docs/PROTOCOL.md 4) verifies
-(umask 077; echo "7 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key-7")
+make_key 7 "$T/key-7"
 "$BFP" pcap "$T/p01" -o "$T/p01.pcap" --dst 198.18.0.1:7400 &&
 	"$BFP" pcap "$T/p01" -o "$T/p01k.pcap" --dst 198.18.0.1:7400 --key "$T/key-7"
 check "pcap, with and without --key: every frame once, signed with the key" \

@@ -24,7 +24,7 @@ test_teardown() {
 ip netns exec "$NS" ip link set lo up
 K=""
 if [ "$AUTH" = auth ]; then
-	(umask 077; echo "7 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key")
+	make_key 7 "$T/key"
 	K="--key $T/key"
 fi
 "$BFP" synth -o "$T/traj" -p 2M -n 3 -S 12 2>/dev/null || fail synth

@@ -8,6 +8,12 @@ wait_line() {
 	return 1
 }
 
+# make_key ID FILE: a new random key file (KEY_ID then 64 hex digits,
+# mode 0600), as docs/SECURITY.md describes
+make_key() {
+	(umask 077; echo "$1 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$2")
+}
+
 # test_setup NAME: $T (a scratch directory), $SHM (/dev/shm/bfpNAME<pid>,
 # a prefix for weight buffers), an empty $PIDS (the processes the test
 # starts and must end), and an EXIT trap that stops them, runs
