@@ -12,9 +12,9 @@
  * unicast subscribers, so the real alternative is a full copy per output
  * (--copy-fanout keeps it, for measurement). bench/bench_relay.sh measured
  * both on one core here (whole relay loop per output, fan-out 16, payload
- * hot in cache): clone 79 ns and copy 64 ns at 1500 bytes, clone 115 ns
- * and copy 156 ns at 8000 bytes; the break-even is near 3 kB. The relay
- * clones at every size: below the cutoff a copy would save ~15 ns per
+ * hot in cache): clone 86 ns and copy 75 ns at 1500 bytes, clone 124 ns
+ * and copy 173 ns at 8000 bytes; the break-even is near 3 kB. The relay
+ * clones at every size: below the cutoff a copy would save ~11 ns per
  * output (less once payloads come cold from the NIC), but it multiplies
  * the frame's memory and memory traffic by the fan-out while the repair
  * cache holds the frame; above it the clone wins by a growing margin. One
