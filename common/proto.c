@@ -383,8 +383,10 @@ int rp_ctl_parse(const uint8_t *p, size_t len, rp_ctl *c)
 		for (unsigned i = 0; i < c->n_ranges; i++) {
 			c->ranges[i].first = le32(p + RP_CTL_HDR + 8 * i);
 			c->ranges[i].count = le32(p + RP_CTL_HDR + 8 * i + 4);
+			/* frames first .. first + count - 1: the last may be
+			 * index 2^32 - 1, none past it */
 			if (c->ranges[i].count == 0 ||
-			    c->ranges[i].first > UINT32_MAX - c->ranges[i].count)
+			    c->ranges[i].count - 1 > UINT32_MAX - c->ranges[i].first)
 				return -1;
 		}
 		return 0;

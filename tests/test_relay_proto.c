@@ -258,6 +258,13 @@ static void test_control_messages_round_trip_and_reject_damage(void **state)
 	c.type = RP_NACK; /* empty NACK */
 	n = rp_ctl_build(buf, sizeof(buf), &c);
 	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
+	c.n_ranges = 1; /* a range may end at index 2^32 - 1, not past it */
+	c.ranges[0] = (rp_range){UINT32_MAX, 1};
+	n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), 0);
+	c.ranges[0] = (rp_range){UINT32_MAX - 1, 3};
+	n = rp_ctl_build(buf, sizeof(buf), &c);
+	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
 	c.type = 9;
 	n = rp_ctl_build(buf, sizeof(buf), &c);
 	assert_int_equal(rp_ctl_parse(buf, n, &d), -1);
