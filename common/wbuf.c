@@ -197,21 +197,34 @@ static undo_slot *undo_at(const wbuf_undo *u, unsigned i)
 /* A journal file beside the buffer, PATH.SUFFIX, opened (or created) and
  * mapped shared at *len bytes; with unit, a larger file keeps its size,
  * cut to a multiple of unit (it is never shrunk), else it is made exactly
- * *len. Returns the mapping (*fd, *len set) or NULL with err. */
+ * *len. Returns the mapping (*fd, *len set) or NULL with err; then a file
+ * this call created is removed and one it grew is cut back to its size
+ * (what a crash left in it is kept), so a failure leaves nothing behind. */
 static uint8_t *journal_map(const char *path, const char *suffix, size_t unit, size_t *len,
 			    int *fd_out, char *err, size_t errlen)
 {
+	static const char reserve[] = "cannot reserve";
 	char jp[4096];
 	snprintf(jp, sizeof(jp), "%s.%s", path, suffix);
-	int fd = open(jp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	struct stat sb;
-	if (fd < 0 || fstat(fd, &sb) != 0) {
-		if (fd >= 0)
-			close(fd);
-		set_err(err, errlen, "%s: %s", jp, strerror(errno));
-		return NULL;
+	/* the caller holds BUFFER.lock, so nobody else makes or removes it
+	 * between the two opens */
+	int created = 1;
+	int fd = open(jp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		created = 0;
+		fd = open(jp, O_RDWR | O_CLOEXEC);
 	}
+	struct stat sb;
 	size_t want = *len;
+	off_t had = -1; /* its size when opened */
+	int e = 0;
+	const char *what = NULL;
+	uint8_t *map;
+	if (fd < 0 || fstat(fd, &sb) != 0) {
+		e = errno;
+		goto fail;
+	}
+	had = sb.st_size;
 	if (unit && (size_t)sb.st_size > want)
 		want = (size_t)sb.st_size / unit * unit;
 	const size_t huge = huge_unit(fd); /* beside a buffer on hugetlbfs */
@@ -219,9 +232,8 @@ static uint8_t *journal_map(const char *path, const char *suffix, size_t unit, s
 		want = (want + huge - 1) / huge * huge;
 	const int resize = unit ? (size_t)sb.st_size < want : (size_t)sb.st_size != want;
 	if (resize && ftruncate(fd, (off_t)want) != 0) {
-		close(fd);
-		set_err(err, errlen, "%s: %s", jp, strerror(errno));
-		return NULL;
+		e = errno;
+		goto fail;
 	}
 	/* the blocks now, not at the first write through the mapping: a
 	 * full disk (a tmpfs /dev/shm) is an error here, where there it
@@ -231,19 +243,34 @@ static uint8_t *journal_map(const char *path, const char *suffix, size_t unit, s
 	 * glibc's fallback) keeps the journal as it was: only a lack of
 	 * space is an error */
 	if (fe == ENOSPC || fe == EDQUOT || fe == EFBIG) {
-		close(fd);
-		set_err(err, errlen, "%s: cannot reserve %zu bytes: %s", jp, want, strerror(fe));
-		return NULL;
+		e = fe;
+		what = reserve;
+		goto fail;
 	}
-	uint8_t *map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	map = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
-		close(fd);
-		set_err(err, errlen, "%s: mmap: %s", jp, strerror(errno));
-		return NULL;
+		e = errno;
+		what = "mmap";
+		goto fail;
 	}
 	*fd_out = fd;
 	*len = want;
 	return map;
+fail:
+	if (fd >= 0) {
+		if (created)
+			unlink(jp);
+		else if (had >= 0 && (size_t)had < want)
+			(void)!ftruncate(fd, had); /* only zeroed slots are cut */
+		close(fd);
+	}
+	if (what == reserve)
+		set_err(err, errlen, "%s: %s %zu bytes: %s", jp, what, want, strerror(e));
+	else if (what)
+		set_err(err, errlen, "%s: %s: %s", jp, what, strerror(e));
+	else
+		set_err(err, errlen, "%s: %s", jp, strerror(e));
+	return NULL;
 }
 
 static void journal_unmap(uint8_t *map, size_t len, int fd)

@@ -7,7 +7,9 @@
  * checked byte for byte against the generator's copy of that version,
  * made without the shim or the buffer.
  */
+#include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1026,6 +1028,50 @@ static void test_creating_a_buffer_never_replaces_one(void **state)
 	unlink(fresh);
 }
 
+/* An undo journal that cannot be reserved (a file size limit: EFBIG, as
+ * a full disk gives ENOSPC) leaves nothing behind: no journal where there
+ * was none; one that was there keeps its size and the values it holds. */
+static void test_an_undo_journal_without_room_leaves_nothing_behind(void **state)
+{
+	fx *f = *state;
+	char err[512], path[128], jp[160];
+	const uint32_t pos[3] = {1, 5, 9};
+	struct rlimit was, low;
+	struct stat sb;
+	wbuf_undo u;
+	snprintf(path, sizeof(path), "%s/other", f->dir);
+	snprintf(jp, sizeof(jp), "%s.undo", path);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+	void (*xfsz)(int) = signal(SIGXFSZ, SIG_IGN);
+	low = was;
+	low.rlim_cur = 4096;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
+	int rc = wbuf_undo_open(&u, &f->s.w, path, 2, err, sizeof(err));
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+	assert_int_equal(rc, -1);
+	assert_non_null(strstr(err, jp));
+	assert_int_equal(access(jp, F_OK), -1);
+	/* a journal of one slot, holding a frame's values, asked to grow */
+	assert_int_equal(wbuf_undo_open(&u, &f->s.w, path, 1, err, sizeof(err)), 0);
+	wbuf_undo_note(&u, 0, 100, pos, 3);
+	wbuf_undo_close(&u);
+	assert_int_equal(stat(jp, &sb), 0);
+	const off_t one = sb.st_size;
+	low.rlim_cur = (rlim_t)one;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
+	rc = wbuf_undo_open(&u, &f->s.w, path, 2, err, sizeof(err));
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+	signal(SIGXFSZ, xfsz);
+	assert_int_equal(rc, -1);
+	assert_int_equal(stat(jp, &sb), 0);
+	assert_true(sb.st_size == one);
+	assert_int_equal(wbuf_undo_open(&u, &f->s.w, path, 1, err, sizeof(err)), 0);
+	assert_int_equal(wbuf_undo_rollback(&u, 0), 1);
+	wbuf_undo_close(&u);
+	assert_words_equal(f->s.w.params, W[0], N);
+	unlink(jp);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, fx_setup, fx_teardown)
 
 int main(void)
@@ -1054,6 +1100,7 @@ int main(void)
 		T(test_a_keyframe_stream_in_place_that_does_not_tile_is_not_published),
 		T(test_a_second_writer_is_refused_by_any_path_to_the_buffer),
 		T(test_creating_a_buffer_never_replaces_one),
+		T(test_an_undo_journal_without_room_leaves_nothing_behind),
 	};
 	return cmocka_run_group_tests(tests, make_versions, free_versions);
 }
