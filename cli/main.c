@@ -1,6 +1,6 @@
 /*
  * main.c: the bfpatch command-line tool. Subcommands: synth (trajectory),
- * diff, apply, info, demo (the README's main job). Every output file is
+ * diff, apply, info, demo (the README's main job), keygen (keygen.c). Every output file is
  * written through a temporary and a rename, so a failed command leaves
  * no output behind; errors go to stderr with a non-zero exit.
  */
@@ -639,6 +639,8 @@ static const char usage[] =
 	"  demo                    end-to-end demo: publisher -> relay -> 3 shims\n"
 	"  pcap PATCH -o F --dst A:P  a patch as UDP packets in a pcap file\n"
 	"  publish --dir D --listen A:P  publish new versions to subscribers\n"
+	"  keygen FILE [--id N]    make a new random key for --key (never replaces\n"
+	"                          FILE)\n"
 	"  version\n\n"
 	"Run 'bfpatch COMMAND --help' for a command's options.\n";
 
@@ -658,6 +660,8 @@ static int run(const char *cmd, int argc, char **argv)
 		return cmd_pcap(argc, argv);
 	if (!strcmp(cmd, "publish"))
 		return cmd_publish(argc, argv);
+	if (!strcmp(cmd, "keygen"))
+		return cmd_keygen(argc, argv);
 	if (!strcmp(cmd, "report"))
 		return report_main(argc, argv);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
