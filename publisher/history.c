@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -197,6 +198,34 @@ stale:
 	return 0;
 }
 
+/* Whether the frames of p, read from the file name, are this model's
+ * and of the versions the name gives, vBASE-vTARGET.bfp (a keyframe
+ * stream's frames have base 0, FORMAT.md 2.1, and its files are named
+ * so): the name is all a catch-up looks up by, so a file renamed by hand
+ * must not be served as the patch it is named after. Says why not. */
+static int named_right(const patch *p, const char *name, uint64_t model_id, uint32_t b,
+		       uint32_t t)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		bfp_frame_header hd;
+		if (bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &hd) != BFP_OK)
+			return 0; /* patch_read parsed every frame */
+		if (hd.model_id != model_id) {
+			fprintf(stderr, "bfpatch publish: history: %s holds frames of model %016"
+				PRIx64 ", not of this one (%016" PRIx64 "); ignored\n", name,
+				hd.model_id, model_id);
+			return 0;
+		}
+		if (hd.base_version != b || hd.target_version != t) {
+			fprintf(stderr, "bfpatch publish: history: %s: its frame %zu is of versions "
+				"%u -> %u, not %u -> %u as its name says (renamed?); ignored, never "
+				"served\n", name, i, hd.base_version, hd.target_version, b, t);
+			return 0;
+		}
+	}
+	return 1;
+}
+
 /* With --resume, remove the patch files not held (beyond --keep, of
  * another model, from before a rollback, past the version resumed at):
  * the directory holds the patches held, no more, restart after restart
@@ -257,13 +286,7 @@ void history_load(pub_history *h, uint64_t model_id, uint32_t ver, const model *
 			fprintf(stderr, "bfpatch publish: history: %s; ignored\n", err);
 			continue;
 		}
-		bfp_frame_header hd;
-		bfp_frame_parse(p.buf, p.off[1], &hd);
-		if (hd.model_id != model_id || hd.target_version != t) {
-			patch_free(&p);
-			continue;
-		}
-		if (!matches(h, &p, t, cur, ver)) {
+		if (!named_right(&p, e->d_name, model_id, b, t) || !matches(h, &p, t, cur, ver)) {
 			patch_free(&p);
 			continue;
 		}

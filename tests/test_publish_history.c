@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/resource.h>
@@ -413,6 +414,65 @@ static void test_a_patch_kept_from_before_a_rollback_is_refused(void **state)
 	free(w2);
 }
 
+/* history_load with stderr caught: what it said, in a static buffer. */
+static const char *load_said(fixture *f, uint64_t model_id, uint32_t ver, const model *cur,
+			     int resume)
+{
+	static char said[4096];
+	char path[256];
+	snprintf(path, sizeof(path), "%s/said", f->root);
+	fflush(stderr);
+	int was = dup(2), fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(was >= 0 && fd >= 0);
+	dup2(fd, 2);
+	history_load(&f->h, model_id, ver, cur, resume);
+	fflush(stderr);
+	dup2(was, 2);
+	close(was);
+	ssize_t n = pread(fd, said, sizeof(said) - 1, 0);
+	said[n > 0 ? n : 0] = 0;
+	close(fd);
+	unlink(path);
+	return said;
+}
+
+/* A kept file renamed by hand is refused whatever its frames end at: the
+ * patch 1 -> 2 named 0 -> 2, and the keyframe stream of version 3 named
+ * as the patch 2 -> 3, would be served to subscribers at the base the
+ * name gives. Each is named in a line saying why; --resume removes them,
+ * and the one correctly named is taken back. */
+static void test_a_kept_file_whose_name_lies_about_its_base_is_refused(void **state)
+{
+	fixture *f = *state;
+	char err[ERRLEN], from[256], to[256];
+	history_init(&f->h, 4, f->hist, f->ckpt);
+	add(f, 1, 2);
+	add(f, 3, 4);
+	uint32_t ob, ov;
+	unsigned slot = history_evict(&f->h, &ob, &ov);
+	assert_int_equal(history_keyframes(&f->m[3], 3, &f->po, &f->h.p[slot], err, sizeof(err)), 0);
+	history_hold(&f->h, slot, 0, 3);
+	history_put(&f->h, slot, ob, ov);
+	history_free(&f->h);
+	snprintf(from, sizeof(from), "%s/v00000001-v00000002.bfp", f->hist);
+	snprintf(to, sizeof(to), "%s/v00000000-v00000002.bfp", f->hist);
+	assert_int_equal(rename(from, to), 0);
+	snprintf(from, sizeof(from), "%s/v00000000-v00000003.bfp", f->hist);
+	snprintf(to, sizeof(to), "%s/v00000002-v00000003.bfp", f->hist);
+	assert_int_equal(rename(from, to), 0);
+
+	history_init(&f->h, 4, f->hist, f->ckpt);
+	const char *said = load_said(f, f->m[4].model_id, 4, &f->m[4], 1);
+	assert_int_equal(f->h.n, 1);
+	assert_null(history_pair(&f->h, 0, 2));
+	assert_null(history_pair(&f->h, 2, 3));
+	assert_null(history_key(&f->h, 3));
+	assert_patch_goes(f, history_pair(&f->h, 3, 4), f->w[3], f->w[4]);
+	assert_non_null(strstr(said, "v00000000-v00000002.bfp: its frame 0 is of versions 1 -> 2"));
+	assert_non_null(strstr(said, "v00000002-v00000003.bfp: its frame 0 is of versions 0 -> 3"));
+	assert_string_equal(listing(f->hist), "v00000003-v00000004.bfp ");
+}
+
 /* On a full disk (a file size limit: EFBIG, as ENOSPC) the patch is
  * reported and counted as not kept, no partial file is left, and every
  * patch stays held for NACKs and catch-ups. */
@@ -493,6 +553,7 @@ int main(void)
 		T(test_a_patch_of_another_model_is_not_taken_back),
 		T(test_a_start_without_resume_leaves_the_files_not_taken_back),
 		T(test_a_patch_kept_from_before_a_rollback_is_refused),
+		T(test_a_kept_file_whose_name_lies_about_its_base_is_refused),
 		T(test_a_full_disk_is_reported_and_the_patches_held_stay),
 		T(test_resume_makes_the_patches_since_the_newest_one_kept),
 		T(test_resume_holding_nothing_makes_the_patch_from_the_step_before),
