@@ -483,6 +483,17 @@ static uint64_t sum_class(const relay *r, int k)
 	return s;
 }
 
+/* why control messages were refused (drop_auth counts them with
+ * frames), by the names telemetry and the exit lines give them */
+static const struct {
+	const char *name;
+	rp_auth_result r;
+} auth_why[] = {
+	{"auth_ctl_stale", RP_AUTH_STALE},     {"auth_ctl_future", RP_AUTH_FUTURE},
+	{"auth_ctl_replay", RP_AUTH_REPLAY},   {"auth_ctl_bad_tag", RP_AUTH_BAD_TAG},
+	{"auth_ctl_unknown_key", RP_AUTH_UNKNOWN_KEY}, {"auth_ctl_unsigned", RP_AUTH_MISSING},
+};
+
 static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d)
 {
 	(void)cmd;
@@ -494,6 +505,9 @@ static int tel_stats(const char *cmd, const char *params, struct rte_tel_data *d
 		rte_tel_data_add_dict_u64(d, rp_class_names[k], sum_class(R, k));
 	rte_tel_data_add_dict_u64(d, "cache_frames", R->cache.len);
 	rte_tel_data_add_dict_u64(d, "cache_bytes", R->cache.bytes);
+	for (size_t k = 0; k < sizeof(auth_why) / sizeof(auth_why[0]); k++)
+		rte_tel_data_add_dict_u64(d, auth_why[k].name, R->auth.ctl[auth_why[k].r]);
+	rte_tel_data_add_dict_u64(d, "auth_senders_evicted", R->auth.evicted);
 	return 0;
 }
 
@@ -546,17 +560,8 @@ void relay_print_stats(const relay *r, FILE *f)
 	for (int k = 0; k < RP_CLASS_COUNT; k++)
 		fprintf(f, "  %-20s %" PRIu64 "\n", rp_class_names[k], sum_class(r, k));
 	fprintf(f, "  %-20s %u frames, %" PRIu64 " bytes\n", "cache", r->cache.len, r->cache.bytes);
-	/* why control messages were refused (drop_auth counts them with frames) */
-	static const struct {
-		const char *name;
-		rp_auth_result r;
-	} why[] = {
-		{"auth_ctl_stale", RP_AUTH_STALE},     {"auth_ctl_future", RP_AUTH_FUTURE},
-		{"auth_ctl_replay", RP_AUTH_REPLAY},   {"auth_ctl_bad_tag", RP_AUTH_BAD_TAG},
-		{"auth_ctl_unknown_key", RP_AUTH_UNKNOWN_KEY}, {"auth_ctl_unsigned", RP_AUTH_MISSING},
-	};
-	for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++)
-		fprintf(f, "  %-20s %" PRIu64 "\n", why[k].name, r->auth.ctl[why[k].r]);
+	for (size_t k = 0; k < sizeof(auth_why) / sizeof(auth_why[0]); k++)
+		fprintf(f, "  %-20s %" PRIu64 "\n", auth_why[k].name, r->auth.ctl[auth_why[k].r]);
 	fprintf(f, "  %-20s %" PRIu64 "\n", "auth_senders_evicted", r->auth.evicted);
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		const sub *s = &r->subs[i];

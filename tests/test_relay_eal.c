@@ -13,6 +13,9 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <rte_cycles.h>
@@ -22,6 +25,7 @@
 #include <rte_malloc.h>
 #include <rte_telemetry.h>
 
+#include "auth.h"
 #include "bfpatch.h"
 #include "relay.h"
 #include "eal_rundir.h"
@@ -318,6 +322,18 @@ static void test_slow_subscriber_leaves_the_rx_reserve(void **state)
 static void ctl_send_range(uint8_t type, uint16_t src_port, uint32_t first, uint32_t count,
 			   uint16_t flags);
 
+/* A control message msg[0, n) from the peer's UDP port src_port. */
+static void ctl_deliver(const uint8_t *msg, size_t n, uint16_t src_port)
+{
+	struct rte_mbuf *m = datagram(T->cf.control_port, msg, n);
+	/* the control message comes from src_port: rewrite and fix the sum */
+	uint8_t *p = rte_pktmbuf_mtod(m, uint8_t *);
+	p[34] = (uint8_t)(src_port >> 8);
+	p[35] = (uint8_t)src_port;
+	p[40] = p[41] = 0; /* UDP checksum 0: not computed (allowed in IPv4) */
+	receive(m);
+}
+
 static void ctl_send_flags(uint8_t type, uint16_t src_port, uint32_t index, uint16_t flags)
 {
 	ctl_send_range(type, src_port, index, 1, flags);
@@ -340,19 +356,104 @@ static void ctl_send_range(uint8_t type, uint16_t src_port, uint32_t first, uint
 		c.n_ranges = 1;
 		c.ranges[0] = (rp_range){first, count};
 	}
-	size_t n = rp_ctl_build(msg, sizeof(msg), &c);
-	struct rte_mbuf *m = datagram(T->cf.control_port, msg, n);
-	/* the control message comes from src_port: rewrite and fix the sum */
-	uint8_t *p = rte_pktmbuf_mtod(m, uint8_t *);
-	p[34] = (uint8_t)(src_port >> 8);
-	p[35] = (uint8_t)src_port;
-	p[40] = p[41] = 0; /* UDP checksum 0: not computed (allowed in IPv4) */
-	receive(m);
+	ctl_deliver(msg, rp_ctl_build(msg, sizeof(msg), &c), src_port);
 }
 
 static void ctl_send(uint8_t type, uint16_t src_port, uint32_t index)
 {
 	ctl_send_flags(type, src_port, index, 0);
+}
+
+/* cmd sent to this process's DPDK telemetry socket, as
+ * dpdk-telemetry.py sends it; its JSON answer in out. */
+static void telemetry_ask(const char *cmd, char *out, size_t cap)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/dpdk_telemetry.v2",
+		 rte_eal_get_runtime_dir());
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_true(recv(fd, out, cap - 1, 0) > 0); /* its greeting */
+	assert_int_equal(send(fd, cmd, strlen(cmd), 0), (ssize_t)strlen(cmd));
+	ssize_t n = recv(fd, out, cap - 1, 0);
+	assert_true(n > 0);
+	out[n] = 0;
+	close(fd);
+}
+
+/* The value of counter name in a telemetry answer. */
+static uint64_t tel_counter(const char *json, const char *name)
+{
+	char key[64];
+	snprintf(key, sizeof(key), "\"%s\":", name);
+	const char *at = strstr(json, key);
+	if (!at)
+		fail_msg("no %s in %s", name, json);
+	return strtoull(at + strlen(key), NULL, 10);
+}
+
+/* A key file of id 1 (mode 0600, docs/SECURITY.md) at path. */
+static void key_file(const char *path, uint8_t fill)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "1 ");
+	for (int i = 0; i < 32; i++)
+		fprintf(f, "%02x", fill);
+	fprintf(f, "\n");
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(chmod(path, 0600), 0);
+}
+
+/* With --key, control messages refused by authentication reach DPDK
+ * telemetry by reason, as the exit lines give them: one unsigned and
+ * one signed with another key of the same id are one auth_ctl_unsigned
+ * and one auth_ctl_bad_tag, and two drop_auth. */
+static void test_telemetry_counts_control_messages_refused_by_reason(void **state)
+{
+	(void)state;
+	char path[64], err[256], before[16384], after[16384];
+	rp_auth *other = calloc(1, sizeof(*other));
+	assert_non_null(other);
+	snprintf(path, sizeof(path), "/tmp/bfprelaykey%d", (int)getpid());
+	assert_int_equal(rp_auth_init(), 0);
+	key_file(path, 0x5A);
+	if (rp_auth_load(&T->auth, path, err, sizeof(err))) {
+		unlink(path);
+		free(other);
+		if (strstr(err, "libsodium"))
+			skip(); /* a build that takes no keys */
+		fail_msg("%s", err);
+	}
+	key_file(path, 0xA5);
+	assert_int_equal(rp_auth_load(other, path, err, sizeof(err)), 0);
+	unlink(path);
+	relay_telemetry_register(T);
+	telemetry_ask("/bfpatch/stats", before, sizeof(before));
+
+	rp_ctl c;
+	uint8_t msg[256];
+	memset(&c, 0, sizeof(c));
+	c.type = RP_JOIN;
+	c.model_id = 99;
+	c.data_port = 7600;
+	ctl_deliver(msg, rp_ctl_build(msg, sizeof(msg), &c), 9010);
+	ctl_deliver(msg, rp_auth_ctl_build(other, msg, sizeof(msg), &c), 9011);
+	telemetry_ask("/bfpatch/stats", after, sizeof(after));
+	T->auth.n_keys = 0; /* the other tests' relay runs without keys */
+	free(other);
+	assert_null(relay_sub_by_control(T, 0xC6120063u, 9010));
+	assert_null(relay_sub_by_control(T, 0xC6120063u, 9011));
+	static const char *const same[] = {"auth_ctl_stale", "auth_ctl_future", "auth_ctl_replay",
+					   "auth_ctl_unknown_key", "auth_senders_evicted"};
+	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+		assert_int_equal(tel_counter(after, same[i]), tel_counter(before, same[i]));
+	assert_int_equal(tel_counter(after, "auth_ctl_unsigned"),
+			 tel_counter(before, "auth_ctl_unsigned") + 1);
+	assert_int_equal(tel_counter(after, "auth_ctl_bad_tag"),
+			 tel_counter(before, "auth_ctl_bad_tag") + 1);
+	assert_int_equal(tel_counter(after, "drop_auth"), tel_counter(before, "drop_auth") + 2);
 }
 
 /* A keyframe stream and the patch of one version share (version, index):
@@ -701,6 +802,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_fanout_chains_headers_to_the_shared_payload, drop_subs),
 		cmocka_unit_test_teardown(test_telemetry_lists_every_subscriber, drop_subs),
+		cmocka_unit_test_teardown(test_telemetry_counts_control_messages_refused_by_reason,
+					  drop_subs),
 		cmocka_unit_test_teardown(test_newest_version_is_kept_per_model, drop_subs),
 		cmocka_unit_test_teardown(test_slow_subscriber_leaves_the_rx_reserve, drop_subs),
 		cmocka_unit_test_teardown(test_join_keeps_pacing_and_static_settings, drop_subs),
