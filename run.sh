@@ -10,7 +10,8 @@ cd "$(dirname "$0")"
 PKGS="build-essential meson ninja-build pkg-config clang llvm libclang-rt-14-dev
       libzstd-dev libcmocka-dev libjansson-dev libxxhash-dev zstd python3 binutils
       dpdk dpdk-dev libdpdk-dev iproute2 ethtool gcc-aarch64-linux-gnu qemu-user
-      python3-numpy nftables libsodium-dev chromium"
+      python3-numpy nftables libsodium-dev libipsec-mb-dev libssl-dev
+      python3-cryptography chromium"
 # the tests also check the Python module's torch views
 TEST_PKGS="python3-torch"
 

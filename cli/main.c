@@ -553,6 +553,7 @@ static int cmd_pcap(int argc, char **argv)
 				fprintf(stderr, "bfpatch pcap: %s\n", kerr);
 				return 1;
 			}
+			auth.run = rp_auth_new_run(); /* each capture a run of its own */
 			break;
 		}
 		case 'd':

@@ -1,9 +1,9 @@
 /*
  * auth.h: message authentication for frames and control messages
  * (docs/PROTOCOL.md section 4, docs/SECURITY.md). A sender appends a
- * 32-byte trailer to the datagram: magic, key id, a timestamp and a
- * 16-byte keyed BLAKE2b tag (libsodium crypto_generichash) over the
- * message and the trailer's first 16 bytes. Receivers that hold keys
+ * 40-byte trailer to the datagram: magic, key id, the publisher run the
+ * message belongs to, a timestamp and a 16-byte tag over the message and
+ * the trailer's first 24 bytes. Receivers that hold keys
  * accept only datagrams whose trailer verifies under one of them (two
  * keys during a rollover); control messages must also be fresh (from
  * RP_AUTH_WINDOW_S behind the receiver's clock to RP_AUTH_AHEAD_S ahead)
@@ -20,8 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RP_AUTH_MAGIC 0x41504642u /* "BFPA" */
-#define RP_AUTH_LEN 32u
+#define RP_AUTH_MAGIC 0x32414642u /* "BFA2" */
+#define RP_AUTH_LEN 40u
+#define RP_AUTH_TAG_OFF 24u /* the tag covers the message and trailer[0, 24) */
 #define RP_AUTH_MAX_KEYS 4u
 /* a control message is accepted from at most RP_AUTH_WINDOW_S seconds
  * behind the receiver's clock to RP_AUTH_AHEAD_S ahead of it (the clock
@@ -44,9 +45,14 @@
 #define RP_AUTH_SENDERS_PER_HOST 16u
 #define RP_AUTH_RESULTS 7u
 
+/* A key, and what its tags are made with (auth.c): AES-128 GMAC key
+ * data (expanded keys and GHASH tables) and the expanded AES-128 key of
+ * the outer block cipher, derived from k when the key is loaded. */
 typedef struct rp_key {
 	uint32_t id;
 	uint8_t k[32];
+	_Alignas(64) uint8_t gmac[1024];
+	_Alignas(16) uint8_t prf[16 * 11];
 } rp_key;
 
 typedef struct rp_auth_sender {
@@ -61,6 +67,10 @@ typedef struct rp_auth_sender {
 typedef struct rp_auth {
 	rp_key keys[RP_AUTH_MAX_KEYS]; /* keys[0] signs; all verify */
 	unsigned n_keys;
+	/* the publisher run this node's messages are bound to, sealed into
+	 * every trailer it makes: a publisher's own (rp_auth_new_run), the
+	 * one a relay or shim follows, 0 while it follows none */
+	uint64_t run;
 	rp_auth_sender senders[RP_AUTH_SENDERS];
 	uint8_t seen[RP_AUTH_SEEN][16]; /* tags of recent control messages, any sender */
 	unsigned seen_next;
@@ -92,8 +102,9 @@ int rp_auth_init(void);
  * unreadable, group/other permissions, malformed, duplicate id, too many. */
 int rp_auth_load(rp_auth *a, const char *path, char *err, size_t errlen);
 
-/* Fill out[RP_AUTH_LEN], the trailer of msg[0, len) under keys[0];
- * time_us is 0 for frames, the sender's Unix time in us for control. */
+/* Fill out[RP_AUTH_LEN], the trailer of msg[0, len) under keys[0],
+ * bound to a->run; time_us is 0 for frames, the sender's Unix time in us
+ * for control. */
 void rp_auth_seal(const rp_auth *a, const uint8_t *msg, size_t len, uint64_t time_us,
 		  uint8_t out[RP_AUTH_LEN]);
 
@@ -129,6 +140,17 @@ rp_auth_result rp_auth_accept_from(rp_auth *a, uint32_t ip, uint16_t port, const
  * proto.h. */
 struct rp_ctl;
 size_t rp_auth_ctl_build(const rp_auth *a, uint8_t *p, size_t cap, const struct rp_ctl *c);
+
+/* The run a message accepted with keys is bound to: p[0, msg_len) is the
+ * message as rp_auth_open* or rp_auth_accept_from left it, its trailer
+ * follows. 0 for a message accepted without keys (no trailer read). */
+uint64_t rp_auth_msg_run(const rp_auth *a, const uint8_t *p, size_t msg_len);
+
+/* A new publisher run id: random, never 0. */
+uint64_t rp_auth_new_run(void);
+
+/* The run as operators read it: 16 hex digits. */
+void rp_auth_run_str(uint64_t run, char buf[17]);
 
 /* Whether p[0, len) ends in something shaped like a trailer (its magic). */
 int rp_auth_has_trailer(const uint8_t *p, size_t len);

@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -423,6 +424,11 @@ size_t rp_ctl_build(uint8_t *p, size_t cap, const rp_ctl *c)
 const char *const rp_auth_result_names[RP_AUTH_RESULTS] = {
 	"ok", "no trailer", "unknown key", "bad tag", "stale", "replay", "future",
 };
+
+void rp_auth_run_str(uint64_t run, char buf[17])
+{
+	snprintf(buf, 17, "%016" PRIx64, run);
+}
 
 void rp_auth_skew_str(const rp_auth *a, char *buf, size_t cap)
 {

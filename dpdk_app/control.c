@@ -20,7 +20,7 @@ static const char *const cnames[C_COUNT] = {
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
 	"drop_control", "cache_stored", "tx_failed", "nack_suppressed", "drop_auth",
 	"nack_frames_limited", "drop_bad_version", "nack_frames_unasked", "drop_share_full",
-	"cache_replaced", "joins_refused", "drop_rx_reserve",
+	"cache_replaced", "joins_refused", "drop_rx_reserve", "drop_other_run", "run_changes",
 };
 
 static relay *R; /* for the telemetry callbacks only (they take no argument) */
@@ -228,6 +228,46 @@ static int join_room(const relay *r, uint32_t ip)
 	return !r->cf.max_per_host || n < r->cf.max_per_host;
 }
 
+/* Tell s the newest version of its model, or of every model for one
+ * that JOINed for all (PROTOCOL.md 2.3), bound to the run followed. */
+static void sub_heartbeat(relay *r, const sub *s, lcore_stats *st)
+{
+	if (!s->used || s->mac_from == MAC_NONE || !s->ctl_port)
+		return;
+	for (unsigned k = 0; k < RP_CACHE_MODELS; k++) {
+		const struct model_latest *l = &r->latest[k];
+		if (!l->t || (s->model_id && s->model_id != l->id))
+			continue;
+		rp_ctl c;
+		memset(&c, 0, sizeof(c));
+		c.type = RP_HEARTBEAT;
+		c.model_id = l->id;
+		c.version = l->version;
+		relay_send(r, s->eth_port, ctl_packet(r, s->eth_port, s->mac, s->ip, s->ctl_port,
+						    &c, st), st);
+	}
+}
+
+/* Follow run, the one a frame or the upstream's HEARTBEAT named
+ * (docs/SECURITY.md "Runs"): the repair cache holds the old run's frames,
+ * which no subscriber of the new one takes, so it is emptied. */
+void relay_follow_run(relay *r, uint64_t run, lcore_stats *st)
+{
+	char was[17], now[17];
+	rp_auth_run_str(r->auth.run, was);
+	rp_auth_run_str(run, now);
+	if (r->auth.run) {
+		RELAY_LOG(NOTICE, "upstream announced publisher run %s (was %s); repair cache "
+			  "emptied\n", now, was);
+		st->c[C_RUN_CHANGE]++;
+	} else {
+		RELAY_LOG(INFO, "following publisher run %s\n", now);
+	}
+	events_emit(&r->ev, "run", "\"run\":\"%s\",\"was\":\"%s\"", now, r->auth.run ? was : "");
+	rp_cache_clear(&r->cache, relay_mbuf_drop, NULL);
+	r->auth.run = run;
+}
+
 void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats *st)
 {
 	rp_ctl c;
@@ -241,6 +281,18 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 	}
 	if (rp_ctl_parse(p, len, &c) != 0) {
 		st->c[C_CTL_BAD]++;
+		return;
+	}
+	/* keyed, each message names the run its sender follows
+	 * (PROTOCOL.md 4): the upstream's HEARTBEAT announces it; a JOIN may
+	 * name any (the HEARTBEAT answering it names ours); a NACK of
+	 * another run is a capture, or a subscriber that has not heard of
+	 * the new run yet: nothing in the cache is of its run */
+	const uint64_t run = rp_auth_msg_run(&r->auth, p, len);
+	const int from_up = r->cf.upstream_ip && k->src_ip == r->cf.upstream_ip &&
+			    k->src_port == r->cf.upstream_port;
+	if (r->auth.n_keys && c.type == RP_NACK && run && run != r->auth.run) {
+		st->c[C_OTHER_RUN]++;
 		return;
 	}
 	sub *s;
@@ -290,6 +342,7 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 			s->mac_from = MAC_JOIN;
 		}
 		st->c[C_JOIN]++;
+		sub_heartbeat(r, s, st); /* at once: a keyed subscriber needs the run */
 		break;
 	case RP_LEAVE:
 		s = relay_sub_by_control(r, k->src_ip, k->src_port);
@@ -301,8 +354,13 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 		}
 		break;
 	case RP_HEARTBEAT:
-		if (r->cf.upstream_ip && k->src_ip == r->cf.upstream_ip &&
-		    k->src_port == r->cf.upstream_port) {
+		if (from_up) {
+			if (r->auth.n_keys && !run) {
+				st->c[C_CTL_BAD]++; /* an upstream's HEARTBEAT names its run */
+				return;
+			}
+			if (r->auth.n_keys && run != r->auth.run)
+				relay_follow_run(r, run, st);
 			if (c.version != RP_VERSION_RELAY && c.version != RP_VERSION_NONE)
 				relay_latest_note(r, c.model_id, c.version, 1);
 			break;
@@ -425,23 +483,8 @@ void relay_housekeeping(relay *r, lcore_stats *st)
 			arp_request(r, p, r->cf.ip[p], st);
 	/* tell each subscriber the newest version of its model, or of every
 	 * model for one that JOINed for all (PROTOCOL.md 2.3) */
-	for (unsigned i = 0; i < MAX_SUBS; i++) {
-		sub *s = &r->subs[i];
-		if (!s->used || s->mac_from == MAC_NONE || !s->ctl_port)
-			continue;
-		for (unsigned k = 0; k < RP_CACHE_MODELS; k++) {
-			const struct model_latest *l = &r->latest[k];
-			if (!l->t || (s->model_id && s->model_id != l->id))
-				continue;
-			rp_ctl c;
-			memset(&c, 0, sizeof(c));
-			c.type = RP_HEARTBEAT;
-			c.model_id = l->id;
-			c.version = l->version;
-			relay_send(r, s->eth_port, ctl_packet(r, s->eth_port, s->mac, s->ip,
-							    s->ctl_port, &c, st), st);
-		}
-	}
+	for (unsigned i = 0; i < MAX_SUBS; i++)
+		sub_heartbeat(r, &r->subs[i], st);
 	if (r->cf.upstream_ip) { /* subscribe to the upstream relay or publisher */
 		rp_ctl c;
 		memset(&c, 0, sizeof(c));

@@ -24,13 +24,6 @@ volatile sig_atomic_t force_quit, dump_stats;
 
 RTE_LOG_REGISTER(relay_logtype, bfpatch.relay, INFO);
 
-/* The repair cache's release callback: its reference to a frame. */
-void relay_mbuf_drop(void *ctx, void *obj)
-{
-	(void)ctx;
-	rte_pktmbuf_free(obj);
-}
-
 /* A frame whose (model, version, index) is cached with another target
  * hash (FORMAT.md 2.1; not merely another CRC: a NACK answer carries the
  * frame count its streamed copy left 0) and whose own CRC holds: its
@@ -78,7 +71,22 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	rte_pktmbuf_adj(m, RP_HDRS);
 	rte_pktmbuf_trim(m, (uint16_t)(rte_pktmbuf_pkt_len(m) - l4_len));
 	const uint8_t *f = rte_pktmbuf_mtod(m, const uint8_t *);
-	/* with --key, relay_rx_classify has checked its signature */
+	/* with --key, relay_rx_classify has checked its signature; here, on
+	 * the lcore that keeps the run, that it is of the run followed: one
+	 * of another run (a capture, or from before a rollback) is neither
+	 * relayed nor cached, so it evicts nothing. A relay without
+	 * --upstream has no HEARTBEAT to learn the run from: it follows the
+	 * run of the first frame (docs/SECURITY.md "Runs"). */
+	if (r->auth.n_keys) {
+		uint64_t run = rp_auth_msg_run(&r->auth, f, l4_len - RP_AUTH_LEN);
+		if (!r->auth.run && !r->cf.upstream_ip && run)
+			relay_follow_run(r, run, st);
+		if (!r->auth.run || run != r->auth.run) {
+			st->c[C_OTHER_RUN]++;
+			rte_pktmbuf_free(m);
+			return;
+		}
+	}
 	uint64_t model = 0;
 	uint32_t version = 0, index = 0;
 	for (int b = 7; b >= 0; b--) /* FORMAT.md 2.1, little-endian fields */

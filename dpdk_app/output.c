@@ -168,6 +168,13 @@ void relay_emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 	deliver(r, s, out, st);
 }
 
+/* The repair cache's release callback: its reference to a frame. */
+void relay_mbuf_drop(void *ctx, void *obj)
+{
+	(void)ctx;
+	rte_pktmbuf_free(obj);
+}
+
 void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata)
 {
 	lcore_stats *st = userdata;

@@ -118,6 +118,7 @@ enum {
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
 	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED, C_BAD_VERSION, C_NACK_UNASKED,
 	C_SHARE_FULL, C_CACHE_REPLACED, C_JOIN_REFUSED, C_RX_RESERVE,
+	C_OTHER_RUN, C_RUN_CHANGE,
 	C_COUNT
 };
 
@@ -249,6 +250,9 @@ void relay_core_main(relay *r);
 
 const char *relay_ip_str(uint32_t ip, char *buf);
 void relay_latest_note(relay *r, uint64_t m, uint32_t v, int set);
+/* Follow publisher run `run` from now on (keyed): said, counted when it
+ * replaces one, and the repair cache emptied of the old run's frames. */
+void relay_follow_run(relay *r, uint64_t run, lcore_stats *st);
 sub *relay_sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port,
 		   uint64_t rate_bps, lcore_stats *st);
 sub *relay_sub_by_control(relay *r, uint32_t ip, uint16_t ctl_port);

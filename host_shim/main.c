@@ -53,7 +53,8 @@ static void print_stats(const shim *s)
 	       ", commits %" PRIu64 " (%" PRIu64 " keyframe), resyncs %" PRIu64
 	       ", verified %" PRIu64 " bytes, commit ms mean %.1f max %.1f, frames prepared "
 	       "while staged %" PRIu64 " (refused %" PRIu64 ", dropped for room %" PRIu64 "), "
-	       "refused by authentication %" PRIu64 ", HEARTBEATs not from --upstream %" PRIu64
+	       "refused by authentication %" PRIu64 ", frames of another publisher run %" PRIu64
+	       ", new runs %" PRIu64 ", HEARTBEATs not from --upstream %" PRIu64
 	       ", staged patches dropped for another frame count %" PRIu64
 	       ", later versions dropped for room %" PRIu64 ", dropped by the kernel (socket "
 	       "full) %u\n",
@@ -62,8 +63,8 @@ static void print_stats(const shim *s)
 	       s->in_resync, s->bad, s->other_model, s->over_budget, s->staged_bytes, s->nacks,
 	       s->commits, s->key_commits, s->resyncs, s->verified_bytes,
 	       s->commits ? s->commit_ms_total / (double)s->commits : 0.0, s->commit_ms_max,
-	       s->prepared, s->prep_fail, s->prep_dropped, s->auth_fail, s->foreign_hb,
-	       s->recount, s->evicted, s->sock_drops);
+	       s->prepared, s->prep_fail, s->prep_dropped, s->auth_fail, s->other_run,
+	       s->run_changes, s->foreign_hb, s->recount, s->evicted, s->sock_drops);
 	fflush(stdout);
 }
 
@@ -97,10 +98,10 @@ static void print_end(shim *s)
 		    ",\"commits\":%" PRIu64 ",\"resyncs\":%" PRIu64 ",\"verified_bytes\":%" PRIu64
 		    ",\"version\":%u,\"auth_fail\":%" PRIu64 ",\"ahead\":%" PRIu64
 		    ",\"in_resync\":%" PRIu64 ",\"over_budget\":%" PRIu64 ",\"foreign_heartbeats\":%"
-		    PRIu64 ",\"socket_drops\":%u", s->rx, s->rx_bytes, s->dup, s->old, s->bad,
-		    s->nacks, s->commits, s->resyncs, s->verified_bytes, shim_version(s),
-		    s->auth_fail, s->ahead, s->in_resync, s->over_budget, s->foreign_hb,
-		    s->sock_drops);
+		    PRIu64 ",\"socket_drops\":%u,\"other_run\":%" PRIu64 ",\"run_changes\":%" PRIu64,
+		    s->rx, s->rx_bytes, s->dup, s->old, s->bad, s->nacks, s->commits, s->resyncs,
+		    s->verified_bytes, shim_version(s), s->auth_fail, s->ahead, s->in_resync,
+		    s->over_budget, s->foreign_hb, s->sock_drops, s->other_run, s->run_changes);
 #ifdef BFP_SHIM_DPDK
 	if (s->port) {
 		shim_port_stats ps;

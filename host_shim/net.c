@@ -52,7 +52,32 @@ void net_ctl_send(shim *s, const rp_ctl *c)
  * one from any other address is ignored, as a relay does: believed, it
  * would make the shim ask for versions nobody has, and then for keyframe
  * streams, for ever. */
-static void on_control(shim *s, const uint8_t *p, size_t len, int from_upstream)
+/* A HEARTBEAT from --upstream, signed and fresh, bound to another run
+ * than the one followed announces the publisher's new run (it restarted,
+ * or training went back to an earlier checkpoint): from now on only that
+ * run's frames are taken; what was staged of the old one is dropped
+ * (docs/SECURITY.md "Runs"). */
+static void follow_run(shim *s, uint64_t run)
+{
+	char was[17], now[17];
+	rp_auth_run_str(s->auth.run, was);
+	rp_auth_run_str(run, now);
+	if (s->auth.run)
+		fprintf(stderr, "bfpatch-shim: upstream announced publisher run %s (was %s): "
+			"staged frames of the old run dropped\n", now, was);
+	else
+		printf("bfpatch-shim: following publisher run %s\n", now);
+	fflush(stdout);
+	events_emit(&s->ev, "run", "\"run\":\"%s\",\"was\":\"%s\",\"version\":%u", now,
+		    s->auth.run ? was : "", shim_version(s));
+	if (s->auth.run)
+		s->run_changes++;
+	stage_drop_all(s);
+	s->auth.run = run;
+	stage_join(s); /* upstream hears the run followed at once */
+}
+
+static void on_control(shim *s, const uint8_t *p, size_t len, int from_upstream, uint64_t run)
 {
 	rp_ctl c;
 	if (rp_ctl_parse(p, len, &c) || c.type != RP_HEARTBEAT ||
@@ -65,6 +90,13 @@ static void on_control(shim *s, const uint8_t *p, size_t len, int from_upstream)
 			fprintf(stderr, "bfpatch-shim: HEARTBEAT (version %u) from an address other "
 				"than --upstream ignored\n", c.version);
 		return;
+	}
+	if (s->auth.n_keys && run != s->auth.run) {
+		if (!run) { /* a publisher's or relay's HEARTBEAT names its run */
+			s->bad++;
+			return;
+		}
+		follow_run(s, run);
 	}
 	s->heard = now_s();
 	if (c.version > s->latest && c.version != RP_VERSION_RELAY && c.version != RP_VERSION_NONE)
@@ -95,8 +127,21 @@ int net_datagram(shim *s, const uint8_t *p, size_t len, int from_upstream)
 		}
 		return 0;
 	}
+	uint64_t run = rp_auth_msg_run(&s->auth, p, len);
 	if (control) {
-		on_control(s, p, len, from_upstream); /* control magic (PROTOCOL.md 2) */
+		on_control(s, p, len, from_upstream, run); /* control magic (PROTOCOL.md 2) */
+		return 0;
+	}
+	if (s->auth.n_keys && (!s->auth.run || run != s->auth.run)) {
+		/* only frames of the run followed (PROTOCOL.md 4) */
+		if (s->other_run++ < 10) {
+			char got[17], want[17];
+			rp_auth_run_str(run, got);
+			rp_auth_run_str(s->auth.run, want);
+			fprintf(stderr, "bfpatch-shim: frame of publisher run %s refused: %s%s\n", got,
+				s->auth.run ? "following run " : "no run followed yet (waiting "
+				"for a HEARTBEAT from --upstream)", s->auth.run ? want : "");
+		}
 		return 0;
 	}
 	return stage_frame(s, p, len);

@@ -157,6 +157,9 @@ typedef struct shim {
 	uint64_t rx, rx_bytes, dup, old, ahead, bad, other_model, over_budget, nacks, commits;
 	uint64_t in_resync;     /* patch frames while only a keyframe stream helps */
 	uint64_t foreign_hb;    /* HEARTBEATs not from --upstream, ignored */
+	uint64_t other_run;     /* frames of a publisher run other than the one
+				 * followed (auth.run), refused */
+	uint64_t run_changes;   /* new runs announced by --upstream */
 	uint64_t recount;       /* staged patches dropped for another frame count */
 	uint64_t evicted;       /* later versions dropped for the next one's frames */
 	uint32_t sock_drops;    /* datagrams the kernel dropped, socket full (SO_RXQ_OVFL) */
@@ -232,6 +235,9 @@ unsigned net_port_poll(shim *s, int *rc);
 void stage_init(shim *s);
 /* Free the staged versions, a stream written in place, the decoder. */
 void stage_fini(shim *s);
+/* Drop everything staged (a new publisher run: none of it is of the run
+ * followed now); the buffer and its version are kept. */
+void stage_drop_all(shim *s);
 /* A frame (authenticated, trailer stripped): checked, counted, staged
  * or written in place (a keyframe stream larger than half of
  * --max-stage). 0, or -1 when out of memory. */

@@ -1020,6 +1020,13 @@ void stage_nack_due(shim *s, double t)
 	}
 }
 
+void stage_drop_all(shim *s)
+{
+	inplace_reset(s);
+	for (unsigned i = 0; i < SLOTS; i++)
+		slot_free(s, &s->slots[i]);
+}
+
 void stage_fini(shim *s)
 {
 	inplace_reset(s);

@@ -61,13 +61,14 @@ static void pub_print_stats(const publisher *P, uint32_t ver)
 		" replayed, %" PRIu64 " bad tag, %" PRIu64 " unknown key, %" PRIu64 " unsigned; %"
 		PRIu64 " senders' replay memory evicted), %" PRIu64 " NACKed frames over a "
 		"subscriber's budget, %" PRIu64 " malformed control messages, %" PRIu64 " JOINs "
-		"for another model; %u subscriber(s)\n",
+		"for another model, %" PRIu64 " messages of another publisher run; %u "
+		"subscriber(s)\n",
 		ver, P->sent_frames, P->sent_bytes, P->nacks, P->resent, P->keyframes,
 		P->hist.errors, P->auth_fail, P->auth.ctl[RP_AUTH_STALE],
 		P->auth.ctl[RP_AUTH_FUTURE], P->auth.ctl[RP_AUTH_REPLAY],
 		P->auth.ctl[RP_AUTH_BAD_TAG], P->auth.ctl[RP_AUTH_UNKNOWN_KEY],
 		P->auth.ctl[RP_AUTH_MISSING], P->auth.evicted, P->nack_limited, P->ctl_bad,
-		P->other_model, P->n_subs);
+		P->other_model, P->other_run, P->n_subs);
 }
 
 /* The publisher's side of a streamed encode (patch_opts.stream). */
@@ -120,6 +121,15 @@ static int pub_open_keys(publisher *P)
 			fprintf(stderr, "bfpatch publish: %s\n", kerr);
 			return 1;
 		}
+	}
+	if (P->cf->n_keys) {
+		/* this start's run: every frame and HEARTBEAT is bound to it,
+		 * so nothing of another run or of before a restart (a rollback)
+		 * is taken for it (docs/SECURITY.md "Runs") */
+		char r[17];
+		P->auth.run = rp_auth_new_run();
+		rp_auth_run_str(P->auth.run, r);
+		fprintf(stderr, "bfpatch publish: publisher run %s\n", r);
 	}
 	return 0;
 }
@@ -337,7 +347,7 @@ int publisher_run(publisher *P)
 		pub_catchup(P, &P->cur, P->ver, &P->po);
 		const int catching_up = pub_catchup_send(P);
 		const double t = now_s();
-		if (t >= P->next_heartbeat && P->ver > 0) {
+		if (t >= P->next_heartbeat) {
 			pub_heartbeat(P, P->cur.model_id, P->ver);
 			P->next_heartbeat = t + 1.0;
 		}

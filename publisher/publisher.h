@@ -160,6 +160,7 @@ typedef struct publisher {
 	uint32_t frame_size;    /* configured (kept patches may differ) */
 	int closing;            /* --linger is over: no new catch-ups */
 	uint64_t ctl_bad, other_model; /* control messages malformed, of another model */
+	uint64_t other_run; /* NACKs, HEARTBEATs, LEAVEs bound to another run, refused */
 	uint64_t model_id;      /* of every version published */
 	/* the version published, and where the next one comes from */
 	source src;
@@ -312,6 +313,8 @@ void pub_send_frames(publisher *P, uint8_t *const *fr, const size_t *lens, size_
 void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count);
 /* Tell every subscriber the newest version (PROTOCOL.md 2.3). */
 void pub_heartbeat(publisher *P, uint64_t model_id, uint32_t ver);
+/* The same to one subscriber (the answer to its JOIN). */
+void pub_heartbeat_one(publisher *P, const pub_sub *s, uint64_t model_id, uint32_t ver);
 
 /* ---- subs.c: subscribers, control messages, catch-ups ---- */
 

@@ -161,13 +161,18 @@ void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t
 
 /* Tell every subscriber the newest version (PROTOCOL.md 2.3), so one
  * that lost all of a patch learns of it and NACKs it. */
-void pub_heartbeat(publisher *P, uint64_t model_id, uint32_t ver)
+void pub_heartbeat_one(publisher *P, const pub_sub *s, uint64_t model_id, uint32_t ver)
 {
 	rp_ctl c;
 	memset(&c, 0, sizeof(c));
 	c.type = RP_HEARTBEAT;
 	c.model_id = model_id;
 	c.version = ver;
+	pub_ctl_send(P, &c, &s->ctl);
+}
+
+void pub_heartbeat(publisher *P, uint64_t model_id, uint32_t ver)
+{
 	for (unsigned i = 0; i < P->n_subs; i++)
-		pub_ctl_send(P, &c, &P->subs[i].ctl);
+		pub_heartbeat_one(P, &P->subs[i], model_id, ver);
 }

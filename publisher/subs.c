@@ -64,6 +64,21 @@ static int ctl_accept(publisher *P, uint8_t *buf, size_t len, const struct socka
 		P->ctl_bad++;
 		return 0;
 	}
+	/* keyed, each message names the run its sender follows: a JOIN may
+	 * come from any (it asks for this one; the HEARTBEAT answering it
+	 * names it), anything else must be of this run or of none yet, or it
+	 * is a capture of another run (PROTOCOL.md 4) */
+	uint64_t run = rp_auth_msg_run(&P->auth, buf, len);
+	if (c->type != RP_JOIN && run && run != P->auth.run) {
+		if (P->other_run++ < 3) {
+			char peer[64], r[17];
+			pub_peer_str(from, peer, sizeof(peer));
+			rp_auth_run_str(run, r);
+			fprintf(stderr, "bfpatch publish: control message from %s of publisher run %s, "
+				"not this one; refused\n", peer, r);
+		}
+		return 0;
+	}
 	if (c->type == RP_JOIN && c->model_id && c->model_id != P->model_id) {
 		/* another model's subscriber: it would be sent every frame and
 		 * caught up for ever, all dropped at its end */
@@ -156,6 +171,9 @@ void pub_control(publisher *P)
 			s->version = c.version;
 			pub_sub_link(P, s, c.rate_kbps, t);
 			s->catchup = 1; /* the main loop decides */
+			/* answered at once with the newest version and this run,
+			 * which a keyed subscriber needs before it takes a frame */
+			pub_heartbeat_one(P, s, P->model_id, P->ver);
 		}
 		if (c.type == RP_LEAVE)
 			sub_drop(P, (unsigned)(s - P->subs));

@@ -24,16 +24,17 @@ make_key 1 "$T/k1"
 	--steps 2 --linger 2 > "$T/publish.log" 2>&1 &
 PUB=$!
 
-# the flooder: signed with the deployment key (hashlib's keyed BLAKE2b,
+# the flooder: signed with the deployment key (tests/authtool.py,
 # PROTOCOL.md section 4), each LEAVE stamped 28 s ahead and distinct by
 # its time; it runs until the test ends it
 /usr/bin/python3 - "$T/k1" 127.0.0.1:$port "$HERE" > "$T/flood.log" 2>&1 <<'EOF' &
-import hashlib, socket, struct, sys, time
+import socket, sys, time
 keyfile, dst, here = sys.argv[1:4]
 sys.path.insert(0, here + "/relay")
+sys.path.insert(0, here)
 from tap_peers import ctl
-kid, khex = open(keyfile).read().split()
-key = bytes.fromhex(khex)
+import authtool
+kid, key = authtool.read_key(keyfile)
 host, port = dst.split(":")
 leave = ctl(2, 0, 0)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -43,9 +44,7 @@ def burst(n):
     global sent
     for _ in range(n):
         t_us = int(time.time() * 1e6) + 28_000_000 + sent
-        head = struct.pack("<IIQ", 0x41504642, int(kid), t_us)
-        tag = hashlib.blake2b(leave + head, digest_size=16, key=key).digest()
-        s.sendto(leave + head + tag, (host, int(port)))
+        s.sendto(authtool.seal(kid, key, leave, 0, t_us), (host, int(port)))
         sent += 1
 for _ in range(80):  # more than the publisher remembers, paced to its socket
     burst(100)

@@ -1,34 +1,32 @@
 """auth_inject.py PATCH KEYFILE HOST:PORT CTL_HOST:CTL_PORT: hostile datagrams
 against a shim that holds KEYFILE's key, and a publisher's control port.
 
-Signs the patch's frames with the key itself (hashlib's keyed BLAKE2b,
+Signs the patch's frames with the key itself (tests/authtool.py,
 independent of the C code under test: docs/PROTOCOL.md section 4), then
 sends every frame only in damaged forms: one bit flipped at a random
 place (frame or trailer), truncated, unsigned, signed with a wrong key of
 the same id, signed under an unknown key id. Then a JOIN and a NACK to the
 publisher's control port: one stale (signed 31 s ago), one replayed.
 Prints how many datagrams of each kind it sent."""
-import hashlib
 import random
 import socket
-import struct
 import sys
 import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0] + "/relay")
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from tap_peers import ctl as ctl_message, frames as patch_frames  # noqa: E402  (ctl written from PROTOCOL.md)
+import authtool  # noqa: E402
 
 patch, keyfile, dst, ctl = sys.argv[1:5]
-kid, khex = open(keyfile).read().split()
-key = bytes.fromhex(khex)
+kid, key = authtool.read_key(keyfile)
 host, port = dst.split(":")
 chost, cport = ctl.split(":")
 rng = random.Random(5)
 
 
 def trailer(msg, k, key_id, t_us=0):
-    head = struct.pack("<IIQ", 0x41504642, key_id, t_us)
-    return head + hashlib.blake2b(msg + head, digest_size=16, key=k).digest()
+    return authtool.seal(key_id, k, msg, 0, t_us)[len(msg):]
 
 
 frames = patch_frames(patch)

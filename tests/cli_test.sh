@@ -313,27 +313,31 @@ expect_fail "diff of models with no parameters" "$T/empty.bfp" \
 check "outputs follow the umask" "[ \"\$(stat -c %a '$T/um.bfp')\" = 600 ]"
 
 # pcap: the patch's frames as UDP packets, one each; with --key each also
-# carries a trailer that an independent signer (hashlib's keyed BLAKE2b,
-# docs/PROTOCOL.md 4) verifies
+# carries a trailer that an independent verifier (tests/authtool.py,
+# docs/PROTOCOL.md 4) accepts, all bound to one run
 make_key 7 "$T/key-7"
 "$BFP" pcap "$T/p01" -o "$T/p01.pcap" --dst 198.18.0.1:7400 &&
 	"$BFP" pcap "$T/p01" -o "$T/p01k.pcap" --dst 198.18.0.1:7400 --key "$T/key-7"
 check "pcap, with and without --key: every frame once, signed with the key" \
 	"python3 - '$HERE' '$T/p01' '$T/p01.pcap' '$T/p01k.pcap' '$T/key-7' <<'EOF'
-import hashlib, struct, sys
+import sys
 sys.path.insert(0, sys.argv[1] + '/relay')
+sys.path.insert(0, sys.argv[1])
 from pcaptool import read_pcap, udp_parts
 from tap_peers import frames
+import authtool
 fr = frames(sys.argv[2])
-kid, khex = open(sys.argv[5]).read().split()
-key = bytes.fromhex(khex)
+kid, key = authtool.read_key(sys.argv[5])
 plain = [udp_parts(p)[4] for p in read_pcap(sys.argv[3])]
 signed = [udp_parts(p)[4] for p in read_pcap(sys.argv[4])]
 assert plain == fr, 'plain packets are not the frames'
 assert len(signed) == len(fr)
+runs = set()
 for f, d in zip(fr, signed):
-    head = struct.pack('<IIQ', 0x41504642, int(kid), 0)
-    assert d == f + head + hashlib.blake2b(f + head, digest_size=16, key=key).digest()
+    m, run, t = authtool.open_(kid, key, d)
+    assert m == f and t == 0 and run != 0
+    runs.add(run)
+assert len(runs) == 1, runs
 print(len(fr), 'frames')
 EOF"
 chmod 644 "$T/key-7"

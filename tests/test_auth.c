@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include "auth.h"
@@ -50,27 +51,59 @@ static void load(rp_auth *a, const char *name, const char *text)
 	assert_int_equal(rp_auth_load(a, key_file(name, text, 0600), err, sizeof(err)), 0);
 }
 
-static void test_seal_open_round_trip_matches_libsodium(void **state)
+/* The tag of p[0, len) (message and trailer head) by OpenSSL, written
+ * from PROTOCOL.md 4 alone: keys from keyed BLAKE2b-256 of the label;
+ * AES-128-GCM with no plaintext, IV 0, p as associated data; its tag
+ * through AES-128-ECB under the second key. */
+static void openssl_tag(const uint8_t key[32], const uint8_t *p, size_t len, uint8_t tag[16])
+{
+	uint8_t dk[32], g[16];
+	static const uint8_t iv[12];
+	int n = 0;
+	crypto_generichash(dk, 32, (const uint8_t *)"bfpatch auth v2", 15, key, 32);
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	assert_int_equal(EVP_EncryptInit_ex(c, EVP_aes_128_gcm(), NULL, dk, iv), 1);
+	assert_int_equal(EVP_EncryptUpdate(c, NULL, &n, p, (int)len), 1);
+	assert_int_equal(EVP_EncryptFinal_ex(c, g, &n), 1);
+	assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, 16, g), 1);
+	assert_int_equal(EVP_EncryptInit_ex(c, EVP_aes_128_ecb(), NULL, dk + 16, NULL), 1);
+	EVP_CIPHER_CTX_set_padding(c, 0);
+	assert_int_equal(EVP_EncryptUpdate(c, tag, &n, g, 16), 1);
+	assert_int_equal(n, 16);
+	EVP_CIPHER_CTX_free(c);
+}
+
+/* Sealed trailers are the documented layout, their tag what an
+ * independent implementation computes, at every length class (empty,
+ * partial blocks, whole blocks, jumbo), and they open again. */
+static void test_seal_open_round_trip_matches_openssl(void **state)
 {
 	(void)state;
 	static rp_auth a;
 	memset(&a, 0, sizeof(a));
 	load(&a, "k1", K1);
-	uint8_t d[1200 + RP_AUTH_LEN];
-	for (size_t i = 0; i < 1200; i++)
-		d[i] = (uint8_t)(i * 31 + 7);
-	rp_auth_seal(&a, d, 1200, 0, d + 1200);
-	size_t ml = 0;
-	assert_int_equal(rp_auth_open(&a, d, sizeof(d), 0, 0, &ml), RP_AUTH_OK);
-	assert_int_equal(ml, 1200);
-	/* independently: BLAKE2b-128 keyed, over the message and the trailer head */
-	uint8_t key[32], in[1200 + 16], tag[16];
+	static uint8_t d[8900 + RP_AUTH_LEN];
+	uint8_t key[32], tag[16];
 	for (int i = 0; i < 32; i++)
 		key[i] = (uint8_t)i;
-	memcpy(in, d, 1200 + 16);
-	crypto_generichash(tag, 16, in, sizeof(in), key, 32);
-	assert_memory_equal(tag, d + 1200 + 16, 16);
-	assert_memory_equal(d + 1200, "BFPA", 4);
+	a.run = 0x0123456789abcdefu;
+	static const size_t lens[] = {0, 1, 15, 16, 17, 37, 1200, 1201, 1499, 8900};
+	for (size_t t = 0; t < sizeof(lens) / sizeof(lens[0]); t++) {
+		size_t len = lens[t];
+		for (size_t i = 0; i < len; i++)
+			d[i] = (uint8_t)(i * 31 + 7 + t);
+		rp_auth_seal(&a, d, len, 0, d + len);
+		size_t ml = 0;
+		assert_int_equal(rp_auth_open(&a, d, len + RP_AUTH_LEN, 0, 0, &ml), RP_AUTH_OK);
+		assert_int_equal(ml, len);
+		assert_true(rp_auth_msg_run(&a, d, ml) == 0x0123456789abcdefu);
+		openssl_tag(key, d, len + 24, tag);
+		assert_memory_equal(tag, d + len + 24, 16);
+		assert_memory_equal(d + len, "BFA2", 4);
+		/* key id 1, then the run, little-endian */
+		assert_memory_equal(d + len + 4, "\x01\0\0\0", 4);
+		assert_memory_equal(d + len + 8, "\xef\xcd\xab\x89\x67\x45\x23\x01", 8);
+	}
 }
 
 static void test_every_bit_flip_and_truncation_is_refused(void **state)
@@ -375,7 +408,7 @@ int main(void)
 	if (rp_auth_init() || !mkdtemp(dir))
 		return 1;
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_seal_open_round_trip_matches_libsodium),
+		cmocka_unit_test(test_seal_open_round_trip_matches_openssl),
 		cmocka_unit_test(test_every_bit_flip_and_truncation_is_refused),
 		cmocka_unit_test(test_wrong_key_and_rollover),
 		cmocka_unit_test(test_control_messages_are_fresh_and_accepted_once),

@@ -31,6 +31,19 @@ if [ "$KEY" = key ]; then
 	(umask 077; echo "3 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key")
 	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 --key "$T/key" || fail pcap
 	ntamp=$(python3 "$HERE/pcaptool.py" tamper "$T/frames.pcap" "$T/signed.pcap") || fail tamper
+	# the same frames signed again, bound to another publisher run (each
+	# pcap makes its own), after them: the relay follows the first run it
+	# saw, so these are neither relayed nor cached (nor evict anything)
+	"$BFP" pcap "$T/p" -o "$T/other.pcap" --dst 198.18.0.1:7400 --key "$T/key" || fail pcap
+	nother=$(python3 - "$HERE" "$T/signed.pcap" "$T/other.pcap" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from pcaptool import read_pcap, write_pcap
+a, b = read_pcap(sys.argv[2]), read_pcap(sys.argv[3])
+write_pcap(sys.argv[2], a + b)
+print(len(b))
+PY
+) || fail "other run"
 	RK="--key $T/key"
 else
 	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
@@ -67,4 +80,10 @@ newer=$(awk '$1 == "drop_encoding" {print $2}' "$T/relay.log")
 [ "$newer" = 1 ] || { cat "$T/relay.log"; fail "drop_encoding $newer, 1 frame in an unknown encoding was sent"; }
 da=$(awk '$1 == "drop_auth" {print $2}' "$T/relay.log")
 [ "$da" = "$ntamp" ] || { cat "$T/relay.log"; fail "drop_auth $da, $ntamp tampered frames were sent"; }
-echo "ok - $nbad malformed packets dropped and counted, $ntamp tampered frames refused (drop_auth)"
+if [ "$KEY" = key ]; then
+	dr=$(awk '$1 == "drop_other_run" {print $2}' "$T/relay.log")
+	[ "$dr" = "$nother" ] || { cat "$T/relay.log"; fail "drop_other_run $dr, $nother frames of another run were sent"; }
+	cr=$(awk '$1 == "cache_replaced" {print $2}' "$T/relay.log")
+	[ "$cr" = 0 ] || { cat "$T/relay.log"; fail "frames of another run replaced $cr cached frames"; }
+fi
+echo "ok - $nbad malformed packets dropped and counted, $ntamp tampered frames refused (drop_auth)${nother:+, $nother frames of another run refused (drop_other_run)}"

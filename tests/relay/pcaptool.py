@@ -122,14 +122,15 @@ def tamper(src, dst):
         out.append(p)
         if i < 8:
             b = bytearray(p)
-            # frame header, payload, trailer's key id, time and tag
-            at = [42 + 9, 42 + 70, len(b) - 28, len(b) - 20, len(b) - 10, len(b) - 1,
+            # frame header, payload, the 40-byte trailer's key id, run,
+            # time and tag (PROTOCOL.md 4)
+            at = [42 + 9, 42 + 70, len(b) - 36, len(b) - 28, len(b) - 20, len(b) - 1,
                   42 + 20, 42 + 48][i]
             b[at] ^= 0x10
-            if at < len(b) - 32:  # a forger's frame: its CRC made right again
-                f = b[42:len(b) - 32]
+            if at < len(b) - 40:  # a forger's frame: its CRC made right again
+                f = b[42:len(b) - 40]
                 f[56:60] = struct.pack("<I", crc32c(bytes(f[:56]) + bytes(f[60:])))
-                b[42:len(b) - 32] = f
+                b[42:len(b) - 40] = f
             b[40:42] = b"\0\0"  # UDP checksum "not computed"
             out.append(bytes(b))
     write_pcap(dst, out)
