@@ -7,6 +7,7 @@
 #include "classes.h"
 #include "sparse.h"
 #include "keyzstd.h"
+#include "keyexp.h"
 
 bfp_status bfp_decoder_init(bfp_decoder *decoder, uint32_t flags)
 {
@@ -364,6 +365,16 @@ bfp_status bfp_decode_apply(bfp_decoder *decoder, const bfp_apply_opts *o,
 #else
 		return BFP_E_UNSUPPORTED;
 #endif
+	case BFP_ENC_KEY_EXP:
+		/* FORMAT.md 3.10: decoded whole and checked before it is written */
+		BFP_CHECK(h.range_len <= BFP_KEYEXP_MAX, BFP_E_CORRUPT);
+		st = bfp_keyexp_decode(pl, h.payload_len, h.range_len, d->chunk, d->key_slots);
+		if (st != BFP_OK)
+			return st;
+		BFP_CHECK(bfp_hash_cpu(d->cpu, d->chunk, (size_t)h.range_len * 2) == h.target_hash,
+			  BFP_E_HASH);
+		BFP_MEMCPY(w, d->chunk, (size_t)h.range_len * 2);
+		break;
 	case BFP_ENC_SPARSE:
 	case BFP_ENC_DENSE:
 	case BFP_ENC_SPARSE_MODEL:

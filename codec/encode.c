@@ -8,6 +8,7 @@
 #include "classes.h"
 #include "sparse.h"
 #include "keyzstd.h"
+#include "keyexp.h"
 
 /* Range length cap per frame (a u32 field; keep well inside it). */
 #define RANGE_CAP (1ull << 31)
@@ -241,13 +242,25 @@ static uint64_t write_dense(const bfp_enc *e, uint64_t len, bfp_bw *w)
 	return changed;
 }
 
-/* Keyframe covering as much as fits from e->pos: byte planes through zstd
- * when allowed and smaller, else raw words (FORMAT.md 3.8, 3.9). Writes
- * the payload at pl; returns the range length, sets *enc and *len. */
+/* Keyframe covering as much as fits from e->pos: of the keyframe
+ * encodings allowed (FORMAT.md 3.8-3.10), the one that covers the most
+ * parameters, raw words on a tie. Writes the payload at pl; returns the
+ * range length, sets *enc and *len. */
 static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 			  uint8_t *pl, uint8_t *encoding, size_t *len)
 {
-	uint64_t raw = budget / 2 < end - e->pos ? budget / 2 : end - e->pos;
+	uint64_t raw = budget / 2 < end - e->pos ? budget / 2 : end - e->pos, best = raw;
+	*encoding = BFP_ENC_KEY_RAW;
+	if (e->opts.flags & BFP_ENC_F_KEY_EXP) {
+		size_t xl = 0;
+		const uint64_t nx = bfp_keyexp_encode(e->target + e->pos, end - e->pos, budget, pl,
+						      &xl, e->tail);
+		if (nx > best) {
+			best = nx;
+			*encoding = BFP_ENC_KEY_EXP;
+			*len = xl;
+		}
+	}
 #ifdef BFP_HAVE_ZSTD
 	if (e->opts.flags & BFP_ENC_F_ZSTD) {
 		uint8_t *planes = (uint8_t *)e->chg_order;
@@ -255,7 +268,7 @@ static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 		size_t tmp_cap = sizeof(e->chg_order) - 2 * BFP_KEYZSTD_MAX;
 		uint64_t L = end - e->pos < BFP_KEYZSTD_MAX ? end - e->pos : BFP_KEYZSTD_MAX;
 		/* shrink the range in proportion until the frame fits */
-		for (int tries = 0; tries < 8 && L > raw; tries++) {
+		for (int tries = 0; tries < 8 && L > best; tries++) {
 			size_t z = bfp_keyzstd_compress(e->opts.zstd_workspace,
 							e->opts.zstd_workspace_size,
 							e->target + e->pos, (uint32_t)L,
@@ -272,9 +285,10 @@ static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 		}
 	}
 #endif
+	if (*encoding == BFP_ENC_KEY_EXP)
+		return best;
 	for (uint64_t i = 0; i < raw; i++)
 		bfp_st16(pl + 2 * i, e->target[e->pos + i]);
-	*encoding = BFP_ENC_KEY_RAW;
 	*len = (size_t)raw * 2;
 	return raw;
 }
@@ -325,7 +339,7 @@ bfp_status bfp_encoder_init(bfp_encoder *encoder, const bfp_encode_opts *opts,
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
 				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR | BFP_ENC_F_NO_BATCH |
-				    BFP_ENC_F_STAGES)),
+				    BFP_ENC_F_STAGES | BFP_ENC_F_KEY_EXP)),
 		  BFP_E_ARG);
 	BFP_CHECK(opts->sparse == BFP_SPARSE_SHARED || opts->sparse == BFP_SPARSE_SELF_CONTAINED,
 		  BFP_E_ARG);
@@ -487,10 +501,25 @@ static bfp_status encode_next(bfp_enc *e, void *out, size_t out_cap, size_t *out
 		if (!(e->opts.flags & BFP_ENC_F_NO_DENSE) &&
 		    (uint64_t)k * 4 > sparse_len)
 			STAGE(e, BFP_STAGE_OTHER, dense_len = dense_cover(e, end, budget, e->cpu));
-		if (key_len > sparse_len && key_len > dense_len) {
+		/* a range that changed so much that neither covers a byte's
+		 * worth of parameters may be cheaper as a keyframe-exp one
+		 * (FORMAT.md 3.10): try the keyframes (their payload is kept
+		 * if they win) */
+		int keyed = 0;
+		if ((e->opts.flags & BFP_ENC_F_KEY_EXP) && key_len < end - e->pos &&
+		    sparse_len < budget && dense_len < budget) {
 			STAGE(e, BFP_STAGE_OTHER,
-			      len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding,
-					      &pl_len));
+			      key_len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding,
+						  &pl_len));
+			keyed = 1;
+		}
+		if (key_len > sparse_len && key_len > dense_len) {
+			if (keyed)
+				len = key_len;
+			else
+				STAGE(e, BFP_STAGE_OTHER,
+				      len = key_frame(e, end, budget, p + BFP_HEADER_SIZE,
+						      &h.encoding, &pl_len));
 		} else {
 			bfp_bw w;
 			size_t tail = 0;

@@ -87,7 +87,9 @@ typedef struct bfp_dec {
 	uint16_t chg_val[BFP_CHANGES_MAX];  /* new values */
 	uint32_t grp_pos[BFP_CHANGES_MAX];  /* the same, grouped by class */
 	uint16_t grp_val[BFP_CHANGES_MAX];
-	uint16_t chunk[8192];    /* target values: range hash, zstd keyframes */
+	uint16_t chunk[8192];    /* target values: range hash, zstd and exp
+				    keyframes */
+	uint32_t key_slots[2048]; /* a keyframe-exp table's slots */
 	/* the model loaded for frames that refer to one: the identity of
 	 * the frame that carried it, and its codes */
 	uint32_t model_loaded;

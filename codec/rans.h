@@ -117,6 +117,17 @@ static inline int bfp_tab_freqs(const bfp_mtab *t, uint16_t *f)
 	return 1;
 }
 
+/* Quantised weight of a symbol counted cnt times when the most frequent
+ * one is counted cmax times: 29 less 2 log2(cmax / cnt), rounded (the
+ * weights are half an octave apart), at least 0. */
+static inline unsigned bfp_tab_q(uint32_t cmax, uint32_t cnt)
+{
+	uint64_t a = (uint64_t)cmax * cmax, b = (uint64_t)cnt * cnt;
+	uint64_t r = 2 * (a * a) / (b * b); /* 2 (cmax / cnt)^4 >= 2 */
+	unsigned t = (64u - (unsigned)__builtin_clzll(r) - 1u) >> 1;
+	return t >= BFP_TAB_QMAX ? 0 : BFP_TAB_QMAX - t;
+}
+
 /* floor(256 log2 v) or a little less, v >= 1, integer arithmetic only. */
 static inline unsigned bfp_log2_fp8(uint32_t v)
 {
@@ -229,6 +240,46 @@ static inline unsigned bfp_rans_get(bfp_rd *d, const uint8_t *slot, const uint16
 	}
 	d->x = x;
 	return s;
+}
+
+/* Decoder slots packed one word each, for coders that take one load a
+ * symbol (keyframes, FORMAT.md 3.10): the symbol (bits 0-7), its
+ * frequency (8-19) and the slot less the symbol's first slot (20-30). */
+static inline uint32_t bfp_rans_slot(unsigned s, unsigned f, unsigned k)
+{
+	return (uint32_t)s | (uint32_t)f << 8 | (uint32_t)k << 20;
+}
+
+/* Decode one symbol from *x with packed slots and renormalise as
+ * bfp_rans_get does (0, 1 or 2 bytes, buf[*p - 1] first), without a
+ * branch: the caller makes sure *p >= 2. */
+static inline unsigned bfp_rans_get_packed(uint32_t *x, const uint8_t *buf, size_t *p,
+					   const uint32_t *slots)
+{
+	const uint32_t v = *x, e = slots[v & (BFP_RANS_M - 1)];
+	uint32_t y = ((e >> 8) & 0xFFFu) * (v >> BFP_RANS_BITS) + (e >> 20);
+	const unsigned nb = (unsigned)(y < BFP_RANS_L) + (unsigned)(y < (BFP_RANS_L >> 8));
+	const uint32_t in = ((uint32_t)buf[*p - 1] << 8 | buf[*p - 2]) >> (16 - 8 * nb);
+	*x = (y << (8 * nb)) | in;
+	*p -= nb;
+	return e & 0xFFu;
+}
+
+/* The same with the bounds checked: d->err when the bytes run out. */
+static inline unsigned bfp_rans_get_packed_checked(bfp_rd *d, const uint32_t *slots)
+{
+	const uint32_t v = d->x, e = slots[v & (BFP_RANS_M - 1)];
+	uint32_t y = ((e >> 8) & 0xFFFu) * (v >> BFP_RANS_BITS) + (e >> 20);
+	while (y < BFP_RANS_L) {
+		if (BFP_UNLIKELY(d->p == 0)) {
+			d->err = 1;
+			y = BFP_RANS_L;
+			break;
+		}
+		y = (y << 8) | d->buf[--d->p];
+	}
+	d->x = y;
+	return e & 0xFFu;
 }
 
 #endif

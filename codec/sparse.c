@@ -576,17 +576,6 @@ unsigned bfp_model_bits(const bfp_model *m)
 	return bits;
 }
 
-/* Quantised weight of a symbol counted cnt times when the most frequent
- * one is counted cmax times: 29 less 2 log2(cmax / cnt), rounded (the
- * weights are half an octave apart), at least 0. */
-static unsigned tab_q(uint32_t cmax, uint32_t cnt)
-{
-	uint64_t a = (uint64_t)cmax * cmax, b = (uint64_t)cnt * cnt;
-	uint64_t r = 2 * (a * a) / (b * b); /* 2 (cmax / cnt)^4 >= 2 */
-	unsigned t = (64u - (unsigned)__builtin_clzll(r) - 1u) >> 1;
-	return t >= BFP_TAB_QMAX ? 0 : BFP_TAB_QMAX - t;
-}
-
 /* Magnitudes of one class in the changes a model is planned from: 1..63
  * one by one, larger ones by bit length and the two bits after the
  * leading one (enough for every table shape). */
@@ -629,13 +618,13 @@ static int tab_try(const mag_hist *h, unsigned e, unsigned sb, bfp_mtab *t, uint
 	}
 	if (!ns)
 		return 0;
-	const unsigned q1 = tab_q(cmax, 1);
+	const unsigned q1 = bfp_tab_q(cmax, 1);
 	t->on = 1;
 	t->e = (uint8_t)e;
 	t->sb = (uint8_t)sb;
 	t->ns = (uint8_t)ns;
 	for (unsigned s = 0; s < ns; s++) /* unseen: about a third of once */
-		t->q[s] = (uint8_t)(cnt[s] ? tab_q(cmax, cnt[s]) : (q1 >= 3 ? q1 - 3 : 0));
+		t->q[s] = (uint8_t)(cnt[s] ? bfp_tab_q(cmax, cnt[s]) : (q1 >= 3 ? q1 - 3 : 0));
 	if (!bfp_tab_freqs(t, f))
 		return 0;
 	for (unsigned s = 0; s < ns; s++)

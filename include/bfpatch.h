@@ -76,6 +76,10 @@ BFP_API const char *bfp_status_str(bfp_status s);
 
 #define BFP_MAGIC 0x54504642u         /* "BFPT" little-endian */
 #define BFP_FORMAT_VERSION 1u
+/* The format's minor version this build writes and reads: 1.1 adds
+ * encoding 7 (BFP_ENC_KEY_EXP); the header's version byte stays 1, and a
+ * 1.0 decoder rejects encoding 7 as unknown (BFP_E_ENCODING). */
+#define BFP_FORMAT_MINOR 1u
 #define BFP_HEADER_SIZE 60u
 #define BFP_FRAME_SIZE_MIN 128u
 #define BFP_FRAME_SIZE_MAX 9000u
@@ -106,9 +110,12 @@ typedef enum bfp_encoding {
 				      with, for the frames that refer to it */
 	BFP_ENC_SPARSE_REF = 6,    /* sparse changes coded with the model of
 				      an earlier frame of the same patch */
+	BFP_ENC_KEY_EXP = 7,       /* absolute values: exponents through rANS
+				      with the frame's table, sign and
+				      mantissa raw (format 1.1) */
 } bfp_encoding;
 /* The highest encoding this build knows. */
-#define BFP_ENC_LAST BFP_ENC_SPARSE_REF
+#define BFP_ENC_LAST BFP_ENC_KEY_EXP
 
 /* The encodings this build knows: decoders reject any other
  * (BFP_E_ENCODING). */
@@ -116,7 +123,15 @@ static inline int bfp_encoding_known(unsigned encoding)
 {
 	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_DENSE ||
 	       encoding == BFP_ENC_KEY_RAW || encoding == BFP_ENC_KEY_ZSTD ||
-	       encoding == BFP_ENC_SPARSE_MODEL || encoding == BFP_ENC_SPARSE_REF;
+	       encoding == BFP_ENC_SPARSE_MODEL || encoding == BFP_ENC_SPARSE_REF ||
+	       encoding == BFP_ENC_KEY_EXP;
+}
+
+/* The keyframe encodings: absolute values, applying to any base. */
+static inline int bfp_encoding_is_key(unsigned encoding)
+{
+	return encoding == BFP_ENC_KEY_RAW || encoding == BFP_ENC_KEY_ZSTD ||
+	       encoding == BFP_ENC_KEY_EXP;
 }
 
 /* The sparse encodings. */
@@ -300,6 +315,11 @@ typedef enum bfp_sparse_mode {
 				  takes, in the CPU's cycle counter ticks
 				  (bfp_encoder_stages); the frames are the
 				  same */
+#define BFP_ENC_F_KEY_EXP 1024u /* keyframes, and keyframe-coded frames
+				   of patches, may use BFP_ENC_KEY_EXP
+				   (format 1.1) where it covers more than
+				   KEY_RAW and KEY_ZSTD: for receivers built
+				   for 1.1 (a 1.0 decoder rejects it) */
 
 /* The encoder's stages (BFP_ENC_F_STAGES): the sums of their ticks over
  * the frames since bfp_encoder_init. Ticks are the time-stamp counter on

@@ -1049,6 +1049,286 @@ static void test_zstd_keyframes_round_trip_and_reject_damage(void **state)
 	free(w);
 }
 
+/* ---- keyframe-exp (FORMAT.md 3.10) ---- */
+
+/* Values shaped like trained weights: below the largest binades each
+ * exponent holds about half the values of the one above (a density flat
+ * near zero), and one in 500 is zero. */
+static uint16_t kx_weight(uint64_t *s, unsigned etop)
+{
+	uint64_t r = t_rand(s);
+	unsigned k = (unsigned)__builtin_ctzll(r | (1ull << 30)) + (unsigned)((r >> 62) & 1);
+	const uint16_t sign = (uint16_t)((r >> 40) & 0x8000u);
+	if ((r >> 32) % 500 == 0)
+		return sign;
+	return (uint16_t)(sign | ((etop - k) << 7) | ((r >> 48) & 0x7Fu));
+}
+
+static void kx_fill(uint16_t *w, size_t n, uint64_t seed)
+{
+	uint64_t s = seed;
+	for (size_t i = 0; i < n; i++) /* per-tensor scales: a new top every 3000 */
+		w[i] = kx_weight(&s, 118 + (unsigned)((i / 3000) % 7));
+}
+
+/* Frames of encoding enc among f, and whether each covers more than a raw
+ * keyframe of the frame size would. */
+static size_t count_enc(const t_frames *f, unsigned enc, uint32_t fs)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < f->n; i++) {
+		bfp_frame_header h;
+		assert_int_equal(bfp_frame_parse(f->buf + f->off[i], t_frame_len(f, i), &h), BFP_OK);
+		if (h.encoding != enc)
+			continue;
+		k++;
+		assert_true(h.range_len <= 8192);
+		assert_true(h.range_len > (fs - BFP_HEADER_SIZE) / 2 || i + 1 == f->n);
+	}
+	return k;
+}
+
+/* Keyframe streams of trained-like values round-trip bit-exactly against
+ * an independent copy at every frame size, SIMD or scalar, and the
+ * frames that use encoding 7 cover more than raw ones would. */
+static void test_key_exp_round_trips_at_every_frame_size(void **state)
+{
+	(void)state;
+	static const uint32_t sizes[] = {BFP_FRAME_SIZE_MIN, 129, 200, 1200, 1500, 8900,
+					 BFP_FRAME_SIZE_MAX};
+	const size_t n = 30011;
+	uint16_t *t = malloc(n * 2), *copy = malloc(n * 2);
+	kx_fill(t, n, 71);
+	memcpy(copy, t, n * 2);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		for (int scalar = 0; scalar < 2; scalar++) {
+			bfp_encode_opts o = opts(sizes[i]);
+			o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP | (scalar ? BFP_ENC_F_SCALAR : 0);
+			o.base_version = 0;
+			t_frames f = {0};
+			assert_int_equal(t_encode(&o, NULL, t, n, 0, n, &f), BFP_OK);
+			t_assert_cover(&f, 0, n);
+			/* every frame but perhaps the last is encoding 7 */
+			assert_true(count_enc(&f, BFP_ENC_KEY_EXP, sizes[i]) + 1 >= f.n);
+			uint16_t *w = calloc(n, 2);
+			bfp_apply_opts ao = aopts();
+			ao.base_version = 0;
+			t_apply_all(&f, &ao, w, n);
+			assert_words_equal(w, copy, n);
+			/* about 11 bits a value or less (3 of exponent) */
+			if (sizes[i] >= 1200)
+				assert_true(f.len * 8 < n * 12);
+			free(w);
+			t_frames_free(&f);
+		}
+	}
+	free(t);
+	free(copy);
+}
+
+/* Every range length from 1 up, the 8192 cap (all zeros: a raw byte a
+ * value), special values (zeros, subnormals, infinities, NaNs), and
+ * keyframe-coded frames of a patch (IN_PATCH) round-trip exactly. */
+static void test_key_exp_edges_round_trip(void **state)
+{
+	(void)state;
+	uint16_t t[40], copy[40];
+	uint64_t s = 5;
+	for (size_t n = 1; n <= 40; n++) {
+		for (size_t i = 0; i < n; i++)
+			t[i] = kx_weight(&s, 121);
+		memcpy(copy, t, n * 2);
+		for (uint32_t fs = BFP_FRAME_SIZE_MIN; fs <= 1200; fs += 1072) {
+			bfp_encode_opts o = opts(fs);
+			o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP;
+			o.base_version = 0;
+			roundtrip(t, copy, n, o);
+		}
+	}
+	const size_t n = 20000;
+	uint16_t *z = calloc(n, 2), *b = malloc(n * 2);
+	bfp_encode_opts o = opts(BFP_FRAME_SIZE_MAX);
+	o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP;
+	o.base_version = 0;
+	t_frames f = {0};
+	assert_int_equal(t_encode(&o, NULL, z, n, 0, n, &f), BFP_OK);
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(f.buf, t_frame_len(&f, 0), &h), BFP_OK);
+	assert_int_equal(h.encoding, BFP_ENC_KEY_EXP);
+	assert_int_equal(h.range_len, 8192);
+	t_frames_free(&f);
+	roundtrip(z, z, n, o);
+	static const uint16_t sp[] = {0x0000, 0x8000, 0x0001, 0x807F, 0x7F80, 0xFF80,
+				      0x7FC1, 0xFFFF, 0x7F7F, 0x3F80, 0x0080, 0x00FF};
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = t_rand(&s);
+		z[i] = (r % 5) ? kx_weight(&s, 119) : sp[(r >> 8) % 12];
+		b[i] = (uint16_t)t_rand(&s);
+	}
+	for (uint32_t fs = BFP_FRAME_SIZE_MIN; fs <= BFP_FRAME_SIZE_MAX; fs += 2957)
+		roundtrip(z, z, n, o);
+	/* a patch whose values are all new: keyframe-coded, encoding 7 (a
+	 * few infinities would put the other exponents in the escapes) */
+	kx_fill(z, n, 9);
+	o = opts(1200);
+	o.flags = BFP_ENC_F_KEY_EXP;
+	assert_int_equal(t_encode(&o, b, z, n, 0, n, &f), BFP_OK);
+	assert_true(count_enc(&f, BFP_ENC_KEY_EXP, 1200) > f.n / 2);
+	assert_int_equal(bfp_frame_parse(f.buf, t_frame_len(&f, 0), &h), BFP_OK);
+	assert_int_equal(h.flags, BFP_FLAG_IN_PATCH);
+	assert_int_equal(h.base_version, 7);
+	t_frames_free(&f);
+	roundtrip(b, z, n, o);
+	/* without the flag, the 1.0 encodings only */
+	o.flags = 0;
+	assert_int_equal(t_encode(&o, b, z, n, 0, n, &f), BFP_OK);
+	assert_int_equal(count_enc(&f, BFP_ENC_KEY_EXP, 1200), 0);
+	t_frames_free(&f);
+	free(z);
+	free(b);
+}
+
+/* One keyframe-exp frame of kx values over [0, KN) and its pieces. */
+enum { KN = 10000 };
+static uint16_t kxt[KN], kxw[KN], kxsnap[KN];
+
+static size_t kx_frame(uint8_t *p)
+{
+	bfp_encode_opts o = opts(1200);
+	o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP;
+	o.base_version = 0;
+	static bfp_encoder enc;
+	size_t len;
+	kx_fill(kxt, KN, 3);
+	assert_int_equal(bfp_encoder_init(&enc, &o, NULL, kxt, KN, 0, KN), BFP_OK);
+	assert_int_equal(bfp_encode_next(&enc, p, BFP_FRAME_SIZE_MAX, &len), BFP_OK);
+	assert_int_equal(p[5], BFP_ENC_KEY_EXP);
+	for (size_t i = 0; i < KN; i++)
+		kxsnap[i] = kxw[i] = (uint16_t)(i * 40503u);
+	return len;
+}
+
+/* Apply p (len bytes) to kxw: an error leaves it untouched; success
+ * writes exactly the target. Returns the status. */
+static bfp_status kx_apply(const uint8_t *p, size_t len)
+{
+	static bfp_decoder d;
+	bfp_apply_opts ao = aopts();
+	bfp_frame_header h;
+	assert_int_equal(bfp_decoder_init(&d, 0), BFP_OK);
+	bfp_status st = bfp_decode_apply(&d, &ao, p, len, kxw, KN, &h);
+	if (st == BFP_OK) {
+		assert_words_equal(kxw + h.range_begin, kxt + h.range_begin, h.range_len);
+		memcpy(kxw, kxsnap, sizeof(kxw));
+	} else {
+		assert_words_equal(kxw, kxsnap, KN);
+	}
+	return st;
+}
+
+/* A key frame with payload pl (plen bytes) and range_len n over the
+ * header of frm. */
+static size_t kx_with(uint8_t *p, const uint8_t *frm, const uint8_t *pl, size_t plen, uint32_t n)
+{
+	memcpy(p, frm, BFP_HEADER_SIZE);
+	memcpy(p + BFP_HEADER_SIZE, pl, plen);
+	put32(p + 40, n);
+	put32(p + 44, (uint32_t)plen);
+	reseal(p, BFP_HEADER_SIZE + plen);
+	return BFP_HEADER_SIZE + plen;
+}
+
+/* Hostile keyframe-exp frames under a valid CRC: flipped bits, cut
+ * payloads, truncated and over-long tables, too many symbols or values,
+ * states out of range. Each is rejected with weights untouched, or
+ * (a flip the values do not depend on) writes exactly the target. */
+static void test_key_exp_rejects_hostile_frames(void **state)
+{
+	(void)state;
+	uint8_t f0[BFP_FRAME_SIZE_MAX], p[BFP_FRAME_SIZE_MAX + 64], pl[BFP_FRAME_SIZE_MAX];
+	const size_t len = kx_frame(f0);
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(f0, len, &h), BFP_OK);
+	assert_int_equal(kx_apply(f0, len), BFP_OK);
+	const size_t plen = len - BFP_HEADER_SIZE;
+	const uint32_t n = h.range_len, nraw = n - 8;
+	uint64_t s = 77;
+	size_t ok = 0;
+	for (int trial = 0; trial < 4000; trial++) {
+		memcpy(p, f0, len);
+		size_t at = BFP_HEADER_SIZE + (size_t)(t_rand(&s) % plen);
+		p[at] ^= (uint8_t)(1u << (t_rand(&s) % 8));
+		reseal(p, len);
+		bfp_status st = kx_apply(p, len);
+		ok += st == BFP_OK;
+		assert_true(st == BFP_OK || st == BFP_E_CORRUPT || st == BFP_E_HASH);
+	}
+	assert_true(ok < 100);
+	/* cut at every length, or grown by a byte */
+	for (size_t cut = 0; cut <= plen + 1; cut++) {
+		memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
+		pl[plen] = 0;
+		if (cut == plen)
+			continue;
+		bfp_status st = kx_apply(p, kx_with(p, f0, pl, cut, n));
+		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+	}
+	/* more values than the payload's raw bytes, or than 8192 */
+	memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
+	assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, n + (uint32_t)plen)), BFP_E_CORRUPT);
+	assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, 8193)), BFP_E_CORRUPT);
+	assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, UINT32_MAX / 2)), BFP_E_RANGE);
+	/* tables: written by hand after the raw bytes, then the frame's own
+	 * states (whatever they decode to, the table is checked first) */
+	struct {
+		unsigned etop, m;       /* ns - 1 */
+		int long_m;             /* ns - 1 with 40 leading zeros */
+		unsigned q0;
+		int dq;                 /* the first delta's zigzag, -1: none */
+	} bad[] = {
+		{120, 64, 0, 5, -1},  /* 65 symbols */
+		{10, 11, 0, 5, -1},   /* more symbols than exponents */
+		{120, 0, 1, 5, -1},   /* an over-long code */
+		{120, 0, 0, 30, -1},  /* a weight above 29 */
+		{120, 1, 0, 29, 5},   /* 27 + (-3) fine; then */
+		{120, 1, 0, 1, 3},    /* 0 - 2 < 0 */
+		{120, 1, 0, 28, 64},  /* 26 + 32 > 29 */
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		bfp_bw w;
+		memcpy(pl, f0 + BFP_HEADER_SIZE, nraw);
+		bfp_bw_init(&w, pl + nraw, 64);
+		bfp_bw_put(&w, bad[k].etop, 8);
+		if (bad[k].long_m)
+			bfp_bw_put(&w, 0, 40);
+		else
+			bfp_put_eg0(&w, bad[k].m);
+		bfp_bw_put(&w, bad[k].q0, 5);
+		if (bad[k].dq >= 0)
+			bfp_put_eg0(&w, (uint32_t)bad[k].dq);
+		size_t tb = bfp_bw_finish(&w);
+		memcpy(pl + nraw + tb, f0 + len - 16, 16);
+		bfp_status st = kx_apply(p, kx_with(p, f0, pl, nraw + tb + 16, n));
+		if (k == 4) /* a valid table: the stream it codes is then wrong */
+			assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+		else
+			assert_int_equal(st, BFP_E_CORRUPT);
+	}
+	/* a truncated table: nothing after the raw bytes but the states */
+	memcpy(pl, f0 + BFP_HEADER_SIZE, nraw);
+	memcpy(pl + nraw, f0 + len - 16, 16);
+	assert_int_equal(kx_apply(p, kx_with(p, f0, pl, nraw + 16, n)), BFP_E_CORRUPT);
+	/* states below 2^23 or from 2^31 */
+	static const uint32_t xs[] = {0, (1u << 23) - 1, 1u << 31, UINT32_MAX};
+	for (size_t k = 0; k < 4; k++) {
+		memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
+		put32(pl + plen - 16 + 4 * (k % 4), xs[k]);
+		assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, n)), BFP_E_CORRUPT);
+	}
+	/* the same frame still applies */
+	assert_int_equal(kx_apply(f0, len), BFP_OK);
+}
+
 /* ---- reject rules: each gives its exact status and leaves w untouched ---- */
 
 enum { RN = 20000 };
@@ -1985,6 +2265,9 @@ int main(void)
 	const struct CMUnitTest roundtrips[] = {
 		cmocka_unit_test(test_rl_deltas_round_trip_at_every_frame_size),
 		cmocka_unit_test(test_special_values_and_huge_jumps_round_trip),
+		cmocka_unit_test(test_key_exp_round_trips_at_every_frame_size),
+		cmocka_unit_test(test_key_exp_edges_round_trip),
+		cmocka_unit_test(test_key_exp_rejects_hostile_frames),
 		cmocka_unit_test(test_nothing_changed_costs_only_headers),
 		cmocka_unit_test(test_everything_changed_never_worse_than_keyframes),
 		cmocka_unit_test(test_frames_at_the_change_limit_decode_exactly),

@@ -1,0 +1,31 @@
+/*
+ * keyexp.h: keyframe-exp (FORMAT.md 3.10): a range's values as their
+ * exponents through rANS with a table the frame carries, and sign and
+ * mantissa as one raw byte each.
+ */
+#ifndef BFP_KEYEXP_H
+#define BFP_KEYEXP_H
+
+#include "internal.h"
+
+#define BFP_KEYEXP_MAX 8192u   /* parameters per frame, at most */
+#define BFP_KEYEXP_STATES 4u   /* interleaved rANS states */
+#define BFP_KEYEXP_CARRY 8u    /* raw bytes the states carry (2 each) */
+#define BFP_KEYEXP_SYMS 64u    /* exponents a table names, at most */
+
+/* Scratch of the encoder: its rANS bytes. */
+#define BFP_KEYEXP_SCRATCH (BFP_PAYLOAD_MAX + 16u)
+
+/* Code as many of words[0..avail) as fit budget payload bytes into out
+ * (budget bytes); returns how many (0: none fit) and sets *len. scratch:
+ * BFP_KEYEXP_SCRATCH bytes. Canonical. */
+uint32_t bfp_keyexp_encode(const uint16_t *words, uint64_t avail, size_t budget, uint8_t *out,
+			   size_t *len, uint8_t *scratch);
+
+/* Decode a payload of n values into words (n of them); slots:
+ * BFP_RANS_M words of scratch. BFP_E_CORRUPT for anything FORMAT.md 3.10
+ * rejects; words is then unspecified. */
+bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t *words,
+			     uint32_t *slots);
+
+#endif
