@@ -18,6 +18,9 @@ enum kat_kind {
 	KAT_GROW,    /* KAT_RL with steps of more than one 8 times larger in
 			the last third: past the changes a model is planned
 			from, magnitudes beyond its tables' symbols (escapes) */
+	KAT_TRAINED, /* targets shaped like trained weights (kat_trained), a
+			new scale every 1500 values and a few zeros: keyframe-exp
+			frames (format 1.1) */
 };
 
 typedef struct kat_vector {
@@ -34,7 +37,8 @@ typedef struct kat_vector {
 /* Self-contained sparse frames (edge: with dense frames; reinit: with
  * keyframe-coded frames in the patch), frames sharing a model (the
  * encoder's default), and a keyframe stream: every encoding but
- * keyframe-zstd, whose bytes depend on the zstd version. */
+ * keyframe-zstd, whose bytes depend on the zstd version. Format 1.1:
+ * keyframe-exp frames in a keyframe stream and in a patch. */
 static const kat_vector kat_vectors[] = {
 	{"sparse", 60000, 50000, 1200, 0, BFP_SPARSE_SELF_CONTAINED, KAT_WEIGHTS, 111},
 	{"edge", 777, 0, BFP_FRAME_SIZE_MIN, 0, BFP_SPARSE_SELF_CONTAINED, KAT_EDGE, 112},
@@ -46,7 +50,24 @@ static const kat_vector kat_vectors[] = {
 	{"grow-model", 100000, 100000, 1200, 0, BFP_SPARSE_SHARED, KAT_GROW, 120},
 	{"reinit", 20000, 20000, 1200, 0, BFP_SPARSE_SELF_CONTAINED, KAT_REINIT, 110},
 	{"keyframe", 1000, 0, 300, BFP_ENC_F_KEYFRAME, 0, KAT_WEIGHTS, 103},
+	{"keyframe-exp", 7001, 0, 1200, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP, 0, KAT_TRAINED, 121},
+	{"reinit-exp", 20000, 20000, 1200, BFP_ENC_F_KEY_EXP, BFP_SPARSE_SELF_CONTAINED, KAT_REINIT,
+	 122},
 };
+
+/* KAT_TRAINED: below the top binades of each 1500 values (its scale)
+ * every binade holds about half the values of the one above; one value
+ * in 300 is zero (the last symbol's escapes). */
+static inline uint16_t kat_trained(uint64_t *s, size_t i)
+{
+	uint64_t r = t_rand(s);
+	unsigned top = 117 + (unsigned)((i / 1500) % 6);
+	unsigned k = (unsigned)__builtin_ctzll(r | (1ull << 30)) + (unsigned)((r >> 62) & 1);
+	uint16_t sign = (uint16_t)((r >> 40) & 0x8000u);
+	if ((r >> 32) % 300 == 0)
+		return sign;
+	return (uint16_t)(sign | ((top - k) << 7) | ((r >> 48) & 0x7Fu));
+}
 
 /* KAT_RL: exponent field 100..127; a weight of exponent e changes with
  * probability ppm * 2^(118-e) (capped at 90%) by about 2^(118-e) steps,
@@ -89,6 +110,13 @@ static inline void kat_inputs(const kat_vector *v, uint16_t *base, uint16_t *tgt
 	uint64_t s = v->seed;
 	if (v->kind == KAT_RL || v->kind == KAT_GROW) {
 		kat_rl(base, tgt, v->n, v->ppm, v->kind == KAT_GROW ? 2 * v->n / 3 : v->n, &s);
+		return;
+	}
+	if (v->kind == KAT_TRAINED) {
+		for (size_t i = 0; i < v->n; i++) {
+			base[i] = t_weight(&s);
+			tgt[i] = kat_trained(&s, i);
+		}
 		return;
 	}
 	if (v->kind == KAT_WEIGHTS || v->kind == KAT_REINIT) {
