@@ -706,24 +706,178 @@ static void print_paths(const uint16_t *a, const uint16_t *b, uint64_t n, uint16
 	free(lens);
 }
 
+/* ---- keyframes: the whole model, for a joining actor or a resync ---- */
+
+/* Exponent entropy in bits a value: of the whole model, and the mean of
+ * each tensor's own (what frames that never span tensors can reach). */
+static void exp_entropy(const model *m, double *whole, double *per_tensor)
+{
+	uint64_t all[256] = {0};
+	double pt = 0;
+	uint64_t at = 0;
+	for (size_t t = 0; t < m->n_tensors; t++) {
+		uint64_t h[256] = {0}, end = (m->tensors[t].byte_end + 1) / 2, n = end - at;
+		for (uint64_t i = at; i < end; i++)
+			h[(m->params[i] >> 7) & 0xFF]++;
+		for (unsigned e = 0; e < 256; e++) {
+			all[e] += h[e];
+			if (h[e])
+				pt -= (double)h[e] * log2((double)h[e] / (double)n);
+		}
+		at = end;
+	}
+	double H = 0;
+	for (unsigned e = 0; e < 256; e++)
+		if (all[e])
+			H -= (double)all[e] * log2((double)all[e] / (double)m->n_params);
+	*whole = H / (double)m->n_params;
+	*per_tensor = pt / (double)m->n_params;
+}
+
+typedef struct key_run {
+	size_t bytes, frames, by_enc[BFP_ENC_LAST + 1];
+	double enc_s, dec_s; /* best of TIMING_REPS, one thread */
+} key_run;
+
+/* Keyframes of m, one range a tensor, one thread; decoded and checked. */
+static void key_frames(const model *m, uint32_t fs, uint32_t flags, key_run *r)
+{
+	static bfp_encoder enc;
+	static bfp_decoder dec;
+	const size_t cap = m->n_params * 3 + (m->n_tensors + 1) * BFP_FRAME_SIZE_MAX;
+	uint8_t *buf = malloc(cap);
+	uint16_t *w = alloc_aligned(m->n_params * 2 + 2);
+	void *ws = bfp_zstd_workspace_size() ? alloc_aligned(bfp_zstd_workspace_size()) : NULL;
+	bfp_encode_opts o = {.frame_size = fs, .model_id = m->model_id, .target_version = 1,
+			     .flags = BFP_ENC_F_KEYFRAME | flags, .zstd_workspace = ws,
+			     .zstd_workspace_size = bfp_zstd_workspace_size()};
+	bfp_apply_opts ao = {.model_id = m->model_id, .zstd_workspace = ws,
+			     .zstd_workspace_size = bfp_zstd_workspace_size()};
+	memset(r, 0, sizeof(*r));
+	r->enc_s = r->dec_s = 1e9;
+	for (int rep = 0; rep < TIMING_REPS; rep++) {
+		size_t len = 0, frames = 0;
+		uint64_t at = 0;
+		double t0 = now_s();
+		for (size_t t = 0; t < m->n_tensors; t++) {
+			uint64_t end = (m->tensors[t].byte_end + 1) / 2;
+			if (end <= at)
+				continue;
+			size_t fl;
+			bfp_status st = bfp_encoder_init(&enc, &o, NULL, m->params, m->n_params, at, end);
+			while (st == BFP_OK && (st = bfp_encode_next(&enc, buf + len, cap - len, &fl)) ==
+						       BFP_OK) {
+				len += fl;
+				frames++;
+			}
+			if (st != BFP_DONE) {
+				fprintf(stderr, "keyframes: %s\n", bfp_status_str(st));
+				exit(1);
+			}
+			at = end;
+		}
+		double t1 = now_s();
+		memset(w, 0, m->n_params * 2);
+		double t2 = now_s();
+		bfp_decoder_init(&dec, 0);
+		for (size_t off = 0; off < len;) {
+			size_t fl;
+			bfp_frame_header h;
+			if (bfp_frame_length(buf + off, len - off, &fl) != BFP_OK ||
+			    bfp_decode_apply(&dec, &ao, buf + off, fl, w, m->n_params, &h) != BFP_OK) {
+				fprintf(stderr, "keyframes: a frame does not apply\n");
+				exit(1);
+			}
+			if (rep == 0)
+				r->by_enc[h.encoding]++;
+			off += fl;
+		}
+		double t3 = now_s();
+		if (memcmp(w, m->params, m->n_params * 2) != 0) {
+			fprintf(stderr, "keyframes: result differs from the model\n");
+			exit(1);
+		}
+		r->bytes = len;
+		r->frames = frames;
+		r->enc_s = t1 - t0 < r->enc_s ? t1 - t0 : r->enc_s;
+		r->dec_s = t3 - t2 < r->dec_s ? t3 - t2 : r->dec_s;
+	}
+	free(buf);
+	free(w);
+	free(ws);
+}
+
+/* Keyframes of m by each keyframe encoding at 1200 and 8900 B frames,
+ * next to zstd -1 and -19 of the raw BF16 bytes and the bound of sign
+ * and mantissa raw with the exponent at its entropy. */
+static void print_keyframes(const model *m, const char *what)
+{
+	double hw, ht;
+	exp_entropy(m, &hw, &ht);
+	const double dense = (double)m->n_params * 2;
+	bytes raw = {.p = (uint8_t *)m->params, .n = m->n_params * 2, .cap = m->n_params * 2};
+	const size_t z1 = zstd_size(&raw, 1), z19 = zstd_size(&raw, 19);
+	printf("\n== keyframes of %s: %llu parameters, %zu tensors ==\n", what,
+	       (unsigned long long)m->n_params, m->n_tensors);
+	printf("exponent entropy %.3f bits a value (whole model), %.3f (each tensor's own); "
+	       "bound with sign and mantissa raw: %.1f%% of dense (%.1f%% per tensor)\n",
+	       hw, ht, 100.0 * (8 + hw) / 16, 100.0 * (8 + ht) / 16);
+	printf("%-38s %12s %9s %8s %11s %11s\n", "keyframes", "bytes", "% dense", "frames",
+	       "enc GB/s", "dec GB/s");
+	printf("%-38s %12.0f %8.1f%%\n", "dense BF16", dense, 100.0);
+	static const struct {
+		const char *name;
+		uint32_t flags;
+	} kinds[] = {{"KEY_RAW (3)", 0},
+		     {"KEY_RAW/KEY_ZSTD (3, 4)", BFP_ENC_F_ZSTD},
+		     {"KEY_EXP (7), with 3", BFP_ENC_F_KEY_EXP},
+		     {"KEY_EXP (7), with 3, 4", BFP_ENC_F_KEY_EXP | BFP_ENC_F_ZSTD}};
+	static const uint32_t sizes[] = {1200, 8900};
+	for (size_t s = 0; s < 2; s++)
+		for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+			key_run r;
+			char name[64];
+			if ((kinds[k].flags & BFP_ENC_F_ZSTD) && !bfp_zstd_workspace_size())
+				continue;
+			key_frames(m, sizes[s], kinds[k].flags, &r);
+			snprintf(name, sizeof(name), "%s, %u B", kinds[k].name, sizes[s]);
+			printf("%-38s %12zu %8.1f%% %8zu %11.2f %11.2f   (frames 3/4/7: %zu/%zu/%zu)\n",
+			       name, r.bytes, 100.0 * (double)r.bytes / dense, r.frames,
+			       dense / r.enc_s / 1e9, dense / r.dec_s / 1e9, r.by_enc[BFP_ENC_KEY_RAW],
+			       r.by_enc[BFP_ENC_KEY_ZSTD], r.by_enc[BFP_ENC_KEY_EXP]);
+		}
+	printf("%-38s %12zu %8.1f%%   (one stream, no frames)\n", "zstd -1 of the BF16 bytes", z1,
+	       100.0 * (double)z1 / dense);
+	printf("%-38s %12zu %8.1f%%   (one stream, no frames)\n", "zstd -19 of the BF16 bytes", z19,
+	       100.0 * (double)z19 / dense);
+	printf("(GB/s of BF16 output, one thread; frames include their 60 B headers)\n");
+}
+
 static const char usage[] =
 	"usage: bench_codec [--params N] [--steps N] [--threads N] [--quick]\n"
+	"       bench_codec --weights FILE.safetensors\n"
 	"Runs three synthetic trajectories (lr 1e-6 off-grid, lr 1e-6 on-grid,\n"
 	"lr 1e-5 off-grid) and prints compression against the baselines and\n"
 	"throughput against this machine's compare bandwidth, all measured now;\n"
-	"then the speed of each instruction-set path this CPU has.\n";
+	"then the speed of each instruction-set path this CPU has.\n"
+	"--weights: keyframes of a trained checkpoint (bench/train_tiny.py makes\n"
+	"one) by each keyframe encoding, against zstd of its bytes, and the same\n"
+	"for a synthetic checkpoint, whose values are not trained-like.\n";
 
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{"params", required_argument, 0, 'p'}, {"steps", required_argument, 0, 'n'},
 		{"threads", required_argument, 0, 'j'}, {"quick", no_argument, 0, 'q'},
+		{"weights", required_argument, 0, 'w'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *weights = NULL;
 	uint64_t params = 128000000;
 	int steps = 3, threads = cpu_count(), c;
 	malloc_keep_freed(); /* as bfpatch runs */
-	while ((c = getopt_long(argc, argv, "p:n:j:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:n:j:qw:h", lo, NULL)) != -1) {
 		switch (c) {
+		case 'w': weights = optarg; break;
 		case 'p': params = strtoull(optarg, NULL, 0); break;
 		case 'n': steps = atoi(optarg); break;
 		case 'j': threads = atoi(optarg); break;
@@ -743,6 +897,27 @@ int main(int argc, char **argv)
 	printf("codec working memory: encoder %zu B, decoder %zu B, independent of model size\n",
 	       sizeof(bfp_encoder), sizeof(bfp_decoder));
 
+	if (weights) {
+		char err[256] = "";
+		model km, sm;
+		if (model_load(&km, weights, err, sizeof(err))) {
+			fprintf(stderr, "%s: %s\n", weights, err);
+			return 1;
+		}
+		print_keyframes(&km, weights);
+		const uint64_t kn = km.n_params;
+		model_free(&km);
+		synth_opts so = {.params = kn, .lr = 1e-6, .seed = 1, .threads = threads};
+		synth *s = synth_new(&so, &sm, err, sizeof(err));
+		if (!s) {
+			fprintf(stderr, "synth: %s\n", err);
+			return 1;
+		}
+		print_keyframes(&sm, "a synthetic checkpoint (bfpatch synth) of the same size");
+		synth_free(s);
+		model_free(&sm);
+		return 0;
+	}
 	static const struct {
 		const char *name;
 		double lr;
