@@ -67,6 +67,20 @@ uint64_t rp_auth_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+/* The two AES-128 keys of k, the first 16 and last 16 bytes of keyed
+ * BLAKE2b-256 of a label under the key file's key (PROTOCOL.md 4). */
+static void key_derive(rp_key *k)
+{
+	uint8_t d[32], dec[16 * 11];
+	static const char label[] = "bfpatch auth v2";
+	crypto_generichash(d, sizeof(d), (const uint8_t *)label, sizeof(label) - 1, k->k,
+			   sizeof(k->k));
+	IMB_AES128_GCM_PRE(imb, d, (struct gcm_key_data *)k->gmac);
+	IMB_AES_KEYEXP_128(imb, d + 16, k->prf, dec);
+	sodium_memzero(d, sizeof(d));
+	sodium_memzero(dec, sizeof(dec));
+}
+
 static int fail(char *err, size_t errlen, const char *path, const char *why)
 {
 	snprintf(err, errlen, "key file %s: %s", path, why);
@@ -109,20 +123,147 @@ int rp_auth_load(rp_auth *a, const char *path, char *err, size_t errlen)
 	if (sodium_hex2bin(k->k, sizeof(k->k), hex, 64, NULL, &bin, NULL) != 0 || bin != 32)
 		return fail(err, errlen, path, "bad hex");
 	k->id = (uint32_t)id;
-	/* the two AES-128 keys, first 16 and last 16 bytes of keyed BLAKE2b-256
-	 * of a label under the key file's key (PROTOCOL.md 4) */
-	uint8_t d[32], dec[16 * 11];
-	static const char label[] = "bfpatch auth v2";
-	crypto_generichash(d, sizeof(d), (const uint8_t *)label, sizeof(label) - 1, k->k,
-			   sizeof(k->k));
-	IMB_AES128_GCM_PRE(imb, d, (struct gcm_key_data *)k->gmac);
-	IMB_AES_KEYEXP_128(imb, d + 16, k->prf, dec);
-	sodium_memzero(d, sizeof(d));
-	sodium_memzero(dec, sizeof(dec));
+	key_derive(k);
 	a->n_keys++;
 	sodium_memzero(buf, sizeof(buf));
 	sodium_memzero(hex, sizeof(hex));
 	return 0;
+}
+
+static int peer_cmp(const void *x, const void *y)
+{
+	const rp_key *a = x, *b = y;
+	return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* A peer key by id (binary search of the sorted table), or NULL. */
+const rp_key *rp_auth_peer(const rp_auth *a, uint32_t id)
+{
+	size_t lo = 0, hi = a->n_peers;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (a->peers[mid].id == id)
+			return &a->peers[mid];
+		if (a->peers[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+int rp_auth_load_peers(rp_auth *a, const char *path, char *err, size_t errlen)
+{
+	if (rp_auth_init())
+		return fail(err, errlen, path, "cannot initialise libsodium or intel-ipsec-mb");
+	if (a->peers)
+		return fail(err, errlen, path, "peer keys are loaded already");
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return fail(err, errlen, path, strerror(errno));
+	struct stat sb;
+	FILE *f = NULL;
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return fail(err, errlen, path, "not a regular file");
+	}
+	if (sb.st_mode & 077) {
+		close(fd);
+		return fail(err, errlen, path, "readable or writable by others (chmod 600)");
+	}
+	if (!(f = fdopen(fd, "r"))) {
+		close(fd);
+		return fail(err, errlen, path, strerror(errno));
+	}
+	rp_key *t = NULL;
+	unsigned n = 0, cap = 0, line = 0;
+	char buf[256], why[96];
+	int rc = 0;
+	while (!rc && fgets(buf, sizeof(buf), f)) {
+		line++;
+		const char *b = buf + strspn(buf, " \t");
+		if (*b == '#' || *b == '\n' || *b == '\r' || !*b)
+			continue;
+		unsigned long id;
+		char hex[65];
+		int used = 0;
+		size_t bin = 0;
+		if (sscanf(b, "%lu %64[0-9a-fA-F]%n", &id, hex, &used) != 2 || strlen(hex) != 64 ||
+		    id > UINT32_MAX || strspn(b + used, " \t\r\n") != strlen(b + used)) {
+			snprintf(why, sizeof(why), "line %u: expected KEY_ID then 64 hex digits", line);
+			rc = fail(err, errlen, path, why);
+		} else if (n == RP_AUTH_MAX_PEERS) {
+			rc = fail(err, errlen, path, "too many peer keys (at most 65536)");
+		} else if (n == cap && !(t = realloc(t, sizeof(*t) * (cap = cap ? 2 * cap : 64)))) {
+			rc = fail(err, errlen, path, "out of memory");
+		} else {
+			rp_key *k = &t[n];
+			memset(k, 0, sizeof(*k));
+			k->id = (uint32_t)id;
+			if (sodium_hex2bin(k->k, sizeof(k->k), hex, 64, NULL, &bin, NULL) != 0 || bin != 32) {
+				snprintf(why, sizeof(why), "line %u: bad hex", line);
+				rc = fail(err, errlen, path, why);
+			}
+			for (unsigned i = 0; !rc && i < a->n_keys; i++)
+				if (a->keys[i].id == id) {
+					snprintf(why, sizeof(why), "line %u: key id %lu is also a --key",
+						 line, id);
+					rc = fail(err, errlen, path, why);
+				}
+			if (!rc) {
+				key_derive(k);
+				n++;
+			}
+		}
+		sodium_memzero(hex, sizeof(hex));
+		sodium_memzero(buf, sizeof(buf));
+	}
+	fclose(f);
+	if (!rc && !n)
+		rc = fail(err, errlen, path, "no keys in it");
+	if (!rc) {
+		qsort(t, n, sizeof(*t), peer_cmp);
+		for (unsigned i = 1; !rc && i < n; i++)
+			if (t[i].id == t[i - 1].id) {
+				snprintf(why, sizeof(why), "key id %u is there twice", t[i].id);
+				rc = fail(err, errlen, path, why);
+			}
+	}
+	if (rc) {
+		if (t)
+			sodium_memzero(t, sizeof(*t) * cap);
+		free(t);
+		return rc;
+	}
+	a->peers = t;
+	a->n_peers = n;
+	return 0;
+}
+
+void rp_auth_free(rp_auth *a)
+{
+	if (a->peers) {
+		sodium_memzero(a->peers, sizeof(*a->peers) * a->n_peers);
+		free(a->peers);
+	}
+	a->peers = NULL;
+	a->n_peers = 0;
+}
+
+int rp_auth_is_peer(const rp_auth *a, const rp_key *k)
+{
+	return k && a->n_peers && k >= a->peers && k < a->peers + a->n_peers;
+}
+
+const rp_key *rp_auth_key_of(const rp_auth *a, const uint8_t *p, size_t msg_len)
+{
+	if (!a->n_keys && !a->n_peers)
+		return NULL;
+	uint32_t id = le32(p + msg_len + 4);
+	for (unsigned i = 0; i < a->n_keys; i++)
+		if (a->keys[i].id == id)
+			return &a->keys[i];
+	return rp_auth_peer(a, id);
 }
 
 /* tag = AES-128(K2, GMAC-AES-128(K1, IV 0^96, msg || head)) */
@@ -146,19 +287,25 @@ static void wle64(uint8_t *p, uint64_t v)
 	wle32(p + 4, (uint32_t)(v >> 32));
 }
 
+void rp_auth_seal_key(const rp_key *k, uint64_t run, const uint8_t *msg, size_t len,
+		      uint64_t time_us, uint8_t out[RP_AUTH_LEN])
+{
+	wle32(out, RP_AUTH_MAGIC);
+	wle32(out + 4, k->id);
+	wle64(out + 8, run);
+	wle64(out + 16, time_us);
+	tag_of(k, msg, len, out, out + RP_AUTH_TAG_OFF);
+}
+
 void rp_auth_seal(const rp_auth *a, const uint8_t *msg, size_t len, uint64_t time_us,
 		  uint8_t out[RP_AUTH_LEN])
 {
-	wle32(out, RP_AUTH_MAGIC);
-	wle32(out + 4, a->keys[0].id);
-	wle64(out + 8, a->run);
-	wle64(out + 16, time_us);
-	tag_of(&a->keys[0], msg, len, out, out + RP_AUTH_TAG_OFF);
+	rp_auth_seal_key(&a->keys[0], a->run, msg, len, time_us, out);
 }
 
 uint64_t rp_auth_msg_run(const rp_auth *a, const uint8_t *p, size_t msg_len)
 {
-	return a->n_keys ? le64(p + msg_len + 8) : 0;
+	return a->n_keys || a->n_peers ? le64(p + msg_len + 8) : 0;
 }
 
 uint64_t rp_auth_new_run(void)
@@ -298,6 +445,8 @@ static rp_auth_result open_from(rp_auth *a, uint64_t from, const uint8_t *p, siz
 	for (unsigned i = 0; i < a->n_keys && !k; i++)
 		if (a->keys[i].id == le32(t + 4))
 			k = &a->keys[i];
+	if (!k && control) /* a peer sends control messages, never frames */
+		k = rp_auth_peer(a, le32(t + 4));
 	if (!k)
 		return RP_AUTH_UNKNOWN_KEY;
 	uint8_t tag[16];
@@ -337,7 +486,7 @@ rp_auth_result rp_auth_open(rp_auth *a, const uint8_t *p, size_t len, int contro
 rp_auth_result rp_auth_accept_from(rp_auth *a, uint32_t ip, uint16_t port, const uint8_t *p,
 				   size_t len, int control, size_t *msg_len)
 {
-	if (!a->n_keys) {
+	if (!a->n_keys && !a->n_peers) {
 		*msg_len = rp_auth_strip(p, len);
 		return RP_AUTH_OK;
 	}

@@ -67,6 +67,13 @@ typedef struct rp_auth_sender {
 typedef struct rp_auth {
 	rp_key keys[RP_AUTH_MAX_KEYS]; /* keys[0] signs; all verify */
 	unsigned n_keys;
+	/* --peer-keys: one key per downstream peer (docs/SECURITY.md "Keys
+	 * per hop"), sorted by id; control messages verify under these too,
+	 * frames never (a peer sends none), and what goes to a peer is
+	 * signed with its own (rp_auth_key_of). Allocated by
+	 * rp_auth_load_peers, freed by rp_auth_free. */
+	rp_key *peers;
+	unsigned n_peers;
 	/* the publisher run this node's messages are bound to, sealed into
 	 * every trailer it makes: a publisher's own (rp_auth_new_run), the
 	 * one a relay or shim follows, 0 while it follows none */
@@ -101,6 +108,33 @@ int rp_auth_init(void);
 /* Add the key in path (the first added signs). 0, or -1 with a message:
  * unreadable, group/other permissions, malformed, duplicate id, too many. */
 int rp_auth_load(rp_auth *a, const char *path, char *err, size_t errlen);
+
+/* Load a table of peer keys (one "KEY_ID HEX64" per line; blank lines
+ * and lines starting with '#' are skipped; the file readable by its owner
+ * only) into a->peers: 0, or -1 with a message (also for an id that is
+ * one of a->keys, or twice in the table, or more than RP_AUTH_MAX_PEERS). */
+#define RP_AUTH_MAX_PEERS 65536u
+int rp_auth_load_peers(rp_auth *a, const char *path, char *err, size_t errlen);
+
+/* Free what rp_auth_load_peers took. */
+void rp_auth_free(rp_auth *a);
+
+/* The key a message accepted with keys verified under (its trailer's key
+ * id, among a->keys and a->peers); p[0, msg_len) as for rp_auth_msg_run.
+ * NULL without keys. */
+const rp_key *rp_auth_key_of(const rp_auth *a, const uint8_t *p, size_t msg_len);
+
+/* The peer key of id id (--peer-keys), or NULL. */
+const rp_key *rp_auth_peer(const rp_auth *a, uint32_t id);
+
+/* Whether k is one of a's peer keys (what goes to its holder is signed
+ * with k, not forwarded as signed upstream). */
+int rp_auth_is_peer(const rp_auth *a, const rp_key *k);
+
+/* The trailer of msg[0, len) under key k, bound to run (rp_auth_seal
+ * with a chosen key). */
+void rp_auth_seal_key(const rp_key *k, uint64_t run, const uint8_t *msg, size_t len,
+		      uint64_t time_us, uint8_t out[RP_AUTH_LEN]);
 
 /* Fill out[RP_AUTH_LEN], the trailer of msg[0, len) under keys[0],
  * bound to a->run; time_us is 0 for frames, the sender's Unix time in us
@@ -140,6 +174,9 @@ rp_auth_result rp_auth_accept_from(rp_auth *a, uint32_t ip, uint16_t port, const
  * proto.h. */
 struct rp_ctl;
 size_t rp_auth_ctl_build(const rp_auth *a, uint8_t *p, size_t cap, const struct rp_ctl *c);
+/* The same signed with key k (NULL: keys[0]): a message to a peer. */
+size_t rp_auth_ctl_build_key(const rp_auth *a, const rp_key *k, uint8_t *p, size_t cap,
+			     const struct rp_ctl *c);
 
 /* The run a message accepted with keys is bound to: p[0, msg_len) is the
  * message as rp_auth_open* or rp_auth_accept_from left it, its trailer

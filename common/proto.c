@@ -442,16 +442,22 @@ size_t rp_auth_strip(const uint8_t *p, size_t len)
 	return rp_auth_has_trailer(p, len) ? len - RP_AUTH_LEN : len;
 }
 
-size_t rp_auth_ctl_build(const rp_auth *a, uint8_t *p, size_t cap, const struct rp_ctl *c)
+size_t rp_auth_ctl_build_key(const rp_auth *a, const rp_key *k, uint8_t *p, size_t cap,
+			     const struct rp_ctl *c)
 {
 	if (cap < RP_AUTH_LEN)
 		return 0;
 	size_t n = rp_ctl_build(p, cap - RP_AUTH_LEN, c);
-	if (n && a->n_keys) {
-		rp_auth_seal(a, p, n, rp_auth_now_us(), p + n);
+	if (n && (k || a->n_keys)) {
+		rp_auth_seal_key(k ? k : &a->keys[0], a->run, p, n, rp_auth_now_us(), p + n);
 		n += RP_AUTH_LEN;
 	}
 	return n;
+}
+
+size_t rp_auth_ctl_build(const rp_auth *a, uint8_t *p, size_t cap, const struct rp_ctl *c)
+{
+	return rp_auth_ctl_build_key(a, NULL, p, cap, c);
 }
 
 /* ---- token bucket ---- */

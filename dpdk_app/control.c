@@ -64,12 +64,14 @@ const char *relay_ip_str(uint32_t ip, char *buf)
 	return buf;
 }
 
+/* Control message c to dip:dport, signed with key (a subscriber's peer
+ * key), or --key when key is NULL. */
 static struct rte_mbuf *ctl_packet(relay *r, uint16_t port, const uint8_t dmac[6],
 				   uint32_t dip, uint16_t dport, const rp_ctl *c,
-				   lcore_stats *st)
+				   const rp_key *key, lcore_stats *st)
 {
 	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
-	size_t n = rp_auth_ctl_build(&r->auth, msg, sizeof(msg), c); /* signed with --key */
+	size_t n = rp_auth_ctl_build_key(&r->auth, key, msg, sizeof(msg), c);
 	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[port]);
 	if (!m || n == 0) {
 		st->c[C_NO_MBUF]++;
@@ -212,7 +214,7 @@ static void forward_nack(relay *r, const rp_ctl *want, lcore_stats *st)
 		return;
 	}
 	struct rte_mbuf *m = ctl_packet(r, r->up_port, r->upstream_mac, r->cf.upstream_ip,
-					r->cf.upstream_port, want, st);
+					r->cf.upstream_port, want, NULL, st);
 	relay_send(r, r->up_port, m, st);
 	st->c[C_NACK_FWD]++;
 }
@@ -244,7 +246,7 @@ static void sub_heartbeat(relay *r, const sub *s, lcore_stats *st)
 		c.model_id = l->id;
 		c.version = l->version;
 		relay_send(r, s->eth_port, ctl_packet(r, s->eth_port, s->mac, s->ip, s->ctl_port,
-						    &c, st), st);
+						    &c, s->key, st), st);
 	}
 }
 
@@ -330,8 +332,13 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 			return;
 		}
 		s->ctl_port = k->src_port;
-		if (!s->is_static) /* a static subscriber's model is configured */
+		if (!s->is_static) { /* a static subscriber's model and key are configured */
+			const rp_key *key = rp_auth_key_of(&r->auth, p, len);
 			s->model_id = c.model_id;
+			/* a peer's own key signs what goes to it (SECURITY.md
+			 * "Keys per hop") */
+			s->key = rp_auth_is_peer(&r->auth, key) ? key : NULL;
+		}
 		s->join_version = c.version;
 		if (c.version == RP_VERSION_NONE) /* ask upstream for keyframes */
 			r->want_key = 1;
@@ -495,7 +502,7 @@ void relay_housekeeping(relay *r, lcore_stats *st)
 		if (r->upstream_has_mac) {
 			relay_send(r, r->up_port, ctl_packet(r, r->up_port, r->upstream_mac,
 							   r->cf.upstream_ip, r->cf.upstream_port,
-							   &c, st), st);
+							   &c, NULL, st), st);
 			r->want_key = 0; /* asked (kept until a JOIN can go) */
 		}
 		/* resolve the upstream again: every second for the first 10 s

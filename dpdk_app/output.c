@@ -108,6 +108,30 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 	st->c[C_FANOUT]++;
 }
 
+/* The ones'-complement sum of the n bytes at p as a part of a larger sum
+ * that they enter at an odd offset (odd) or an even one: byte-swapped at
+ * an odd one (RFC 1071). */
+static uint16_t sum_part(const uint8_t *p, size_t n, int odd)
+{
+	uint16_t x = rp_fold(rp_sum(p, n, 0));
+	return odd ? (uint16_t)(x << 8 | x >> 8) : x;
+}
+
+/* Per hop (a subscriber with a peer key, SECURITY.md "Keys per hop"):
+ * the trailer of frame f (its payload, which ends in the upstream's
+ * trailer) for s, signed with s's key and bound to the run followed, into
+ * t[RP_AUTH_LEN]; *sum, the payload's sum, becomes that of the frame with
+ * t in place of the upstream's trailer. */
+static void reseal(relay *r, const sub *s, struct rte_mbuf *f, uint8_t *t, uint32_t *sum)
+{
+	const uint8_t *fp = rte_pktmbuf_mtod(f, const uint8_t *);
+	const size_t flen = rte_pktmbuf_pkt_len(f) - RP_AUTH_LEN;
+	rp_auth_seal_key(s->key, r->auth.run, fp, flen, 0, t);
+	const int odd = flen & 1;
+	*sum = (uint32_t)rp_fold(*sum) + (uint16_t)~sum_part(fp + flen, RP_AUTH_LEN, odd) +
+	       sum_part(t, RP_AUTH_LEN, odd);
+}
+
 /* A payload copy per output: the method not taken, kept for
  * bench_relay.sh (--copy-fanout). */
 static struct rte_mbuf *output_copy(relay *r, sub *s, struct rte_mbuf *f,
@@ -120,14 +144,18 @@ static struct rte_mbuf *output_copy(relay *r, sub *s, struct rte_mbuf *f,
 		rte_pktmbuf_free(m);
 		return NULL;
 	}
+	memcpy(p + RP_HDRS, rte_pktmbuf_mtod(f, const void *), fl);
+	if (rp_auth_is_peer(&r->auth, s->key))
+		reseal(r, s, f, p + RP_HDRS + fl - RP_AUTH_LEN, &payload_sum);
 	rp_build_udp(p, s->mac, r->mac[s->eth_port].addr_bytes, r->cf.ip[s->eth_port], s->ip,
 		     r->cf.data_port, s->data_port, fl, payload_sum, r->ip_id++);
-	memcpy(p + RP_HDRS, rte_pktmbuf_mtod(f, const void *), fl);
 	offload_csum(r, m, s->eth_port);
 	return m;
 }
 
-/* The fan-out method: a header mbuf for s chained to a clone of f. */
+/* The fan-out method: a header mbuf for s chained to a clone of f; per
+ * hop, the clone stops before the upstream's trailer and a third mbuf
+ * holds s's own. */
 static struct rte_mbuf *output_clone(relay *r, sub *s, struct rte_mbuf *f,
 				     uint32_t payload_sum)
 {
@@ -136,6 +164,17 @@ static struct rte_mbuf *output_clone(relay *r, sub *s, struct rte_mbuf *f,
 	if (!c) {
 		rte_pktmbuf_free(h);
 		return NULL;
+	}
+	if (rp_auth_is_peer(&r->auth, s->key)) {
+		struct rte_mbuf *t = rte_pktmbuf_alloc(r->hdr_pool);
+		uint8_t *tp = t ? (uint8_t *)rte_pktmbuf_append(t, RP_AUTH_LEN) : NULL;
+		if (!tp || rte_pktmbuf_trim(c, RP_AUTH_LEN) != 0 || rte_pktmbuf_chain(c, t) != 0) {
+			rte_pktmbuf_free(t);
+			rte_pktmbuf_free(c);
+			rte_pktmbuf_free(h);
+			return NULL;
+		}
+		reseal(r, s, f, tp, &payload_sum);
 	}
 	uint8_t *p = (uint8_t *)rte_pktmbuf_append(h, RP_HDRS);
 	rp_build_udp(p, s->mac, r->mac[s->eth_port].addr_bytes, r->cf.ip[s->eth_port], s->ip,

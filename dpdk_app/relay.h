@@ -51,6 +51,8 @@ typedef struct sub_conf {
 	uint8_t mac[6];
 	int has_mac;
 	uint64_t rate_bps;   /* bits per second, 0 = the default */
+	uint32_t key_id;     /* key=ID: its key among --peer-keys */
+	int has_key;
 } sub_conf;
 
 typedef struct relay_conf {
@@ -81,6 +83,7 @@ typedef struct relay_conf {
 	const char *name;             /* --name */
 	const char *key_paths[RP_AUTH_MAX_KEYS]; /* --key */
 	unsigned n_keys;
+	const char *peer_keys;        /* --peer-keys: a key per subscriber, or NULL */
 	uint32_t mbuf_size;
 	uint32_t n_mbufs;
 	double run_time_s;            /* 0: until a signal */
@@ -108,6 +111,10 @@ typedef struct sub {
 	struct rte_mbuf *held;        /* dequeued, waiting for tokens */
 	uint64_t last_seen;
 	uint64_t tx_pkts, tx_bytes, drops;
+	/* a peer key (--peer-keys) its JOIN verified under, or its key=: what
+	 * goes to it is signed again with it; NULL: frames go as signed
+	 * upstream, control messages under --key */
+	const rp_key *key;
 } sub;
 
 /* Counters: one cache-aligned block per lcore, written by that lcore only,

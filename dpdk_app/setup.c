@@ -106,6 +106,11 @@ int relay_prepare(relay *r)
 			return -1;
 		}
 	}
+	char perr[512];
+	if (r->cf.peer_keys && rp_auth_load_peers(&r->auth, r->cf.peer_keys, perr, sizeof(perr))) {
+		RELAY_LOG(ERR, "%s\n", perr);
+		return -1;
+	}
 	if (events_open(&r->ev, r->cf.events_path, "relay", r->cf.name)) {
 		RELAY_LOG(ERR, "--events %s: %s\n", r->cf.events_path, strerror(errno));
 		return -1;
@@ -375,6 +380,11 @@ int relay_static_subs(relay *r)
 			return -1;
 		}
 		s->is_static = 1;
+		if (sc->has_key && !(s->key = rp_auth_peer(&r->auth, sc->key_id))) {
+			RELAY_LOG(ERR, "subscriber %u: key %u is not among --peer-keys\n", i,
+				  sc->key_id);
+			return -1;
+		}
 		if (sc->has_mac) {
 			memcpy(s->mac, sc->mac, 6);
 			s->mac_from = MAC_CONF;
@@ -388,6 +398,7 @@ int relay_static_subs(relay *r)
 void relay_teardown(relay *r)
 {
 	events_close(&r->ev);
+	rp_auth_free(&r->auth);
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		rte_eth_dev_stop(p);
 		rte_eth_dev_close(p);

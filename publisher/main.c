@@ -122,7 +122,12 @@ static int pub_open_keys(publisher *P)
 			return 1;
 		}
 	}
-	if (P->cf->n_keys) {
+	char perr[512];
+	if (P->cf->peer_keys && rp_auth_load_peers(&P->auth, P->cf->peer_keys, perr, sizeof(perr))) {
+		fprintf(stderr, "bfpatch publish: %s\n", perr);
+		return 1;
+	}
+	if (P->cf->n_keys || P->cf->peer_keys) {
 		/* this start's run: every frame and HEARTBEAT is bound to it,
 		 * so nothing of another run or of before a restart (a rollback)
 		 * is taken for it (docs/SECURITY.md "Runs") */
@@ -374,6 +379,7 @@ void publisher_close(publisher *P)
 	patch_free(&P->streamed);
 	source_close(&P->src, &P->cur);
 	events_close(&P->ev);
+	rp_auth_free(&P->auth);
 	if (P->sock >= 0)
 		close(P->sock);
 	P->sock = -1;

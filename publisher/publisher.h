@@ -53,6 +53,7 @@ typedef struct publish_config {
 	 * process takes is kept, for its load to refuse it */
 	const char *key_paths[RP_AUTH_MAX_KEYS + 1];
 	unsigned n_keys;
+	const char *peer_keys;    /* --peer-keys: a key per subscriber, or NULL */
 	const char *events_path;  /* --events, or NULL */
 	const char *name;         /* --name */
 	int help;                 /* --help: the usage is printed, nothing to run */
@@ -77,6 +78,9 @@ typedef struct pub_sub {
 	rp_bucket nack;         /* frames its NACKs may still ask for */
 	rp_bucket link;         /* its JOIN's rate_kbps (rate 0: none given) */
 	uint32_t rate_kbps;
+	/* the key its JOIN verified under: a peer key (--peer-keys) signs
+	 * everything sent to it; NULL: keys[0] (--key), or none */
+	const rp_key *key;
 	/* a catch-up being sent, a slice per turn of the main loop (so that
 	 * new versions, NACKs and HEARTBEATs go on meanwhile): the keyframe
 	 * stream of cu_target, or the held patch cu_base -> cu_target and

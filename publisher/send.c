@@ -76,7 +76,7 @@ void pub_send_frames(publisher *P, uint8_t *const *fr, const size_t *lens, size_
 	struct mmsghdr m[BATCH];
 	struct iovec iov[2 * BATCH];
 	uint8_t trailer[BATCH][RP_AUTH_LEN];
-	int keyed = P->auth.n_keys > 0;
+	const int keyed = P->auth.n_keys > 0 || P->auth.n_peers > 0;
 	/* a batch within every bucket's burst, or it never gets its tokens */
 	uint64_t burst = P->bucket.burst;
 	for (unsigned s = 0; s < n_to; s++)
@@ -87,16 +87,23 @@ void pub_send_frames(publisher *P, uint8_t *const *fr, const size_t *lens, size_
 		size_t bytes = 0;
 		while (nb < BATCH && i + nb < n && (nb == 0 || bytes + WIRE(lens[i + nb]) <= burst))
 			bytes += WIRE(lens[i + nb++]);
-		for (size_t k = 0; k < nb; k++) { /* the same datagrams to everyone */
+		const rp_key *sealed = NULL; /* the key trailer[] holds tags of */
+		for (size_t k = 0; k < nb; k++) { /* the same frames to everyone */
 			iov[2 * k].iov_base = fr[i + k];
 			iov[2 * k].iov_len = lens[i + k];
 			iov[2 * k + 1].iov_base = trailer[k];
 			iov[2 * k + 1].iov_len = keyed ? RP_AUTH_LEN : 0;
-			if (keyed)
-				rp_auth_seal(&P->auth, iov[2 * k].iov_base, iov[2 * k].iov_len, 0,
-					     trailer[k]);
 		}
 		for (unsigned s = 0; s < n_to; s++) {
+			/* signed under the subscriber's own key (a peer's), or the
+			 * group key: sealed again only when the key changes */
+			const rp_key *key = to[s]->key ? to[s]->key : &P->auth.keys[0];
+			if (keyed && key != sealed) {
+				for (size_t k = 0; k < nb; k++)
+					rp_auth_seal_key(key, P->auth.run, iov[2 * k].iov_base,
+							 iov[2 * k].iov_len, 0, trailer[k]);
+				sealed = key;
+			}
 			for (size_t k = 0; k < nb; k++) {
 				memset(&m[k], 0, sizeof(m[k]));
 				m[k].msg_hdr.msg_name = (void *)&to[s]->data;
@@ -144,13 +151,14 @@ static void pub_send(publisher *P, const patch *p, size_t first, size_t count, p
 	}
 }
 
-/* A control message to a, signed when keyed. */
-static void pub_ctl_send(publisher *P, const rp_ctl *c, const struct sockaddr_in *a)
+/* A control message to s, signed when keyed (with its own key, if a
+ * peer's). */
+static void pub_ctl_send(publisher *P, const rp_ctl *c, const pub_sub *s)
 {
 	uint8_t msg[RP_CTL_HDR + 8 * RP_NACK_MAX + 4 + RP_AUTH_LEN];
-	size_t n = rp_auth_ctl_build(&P->auth, msg, sizeof(msg), c);
+	size_t n = rp_auth_ctl_build_key(&P->auth, s->key, msg, sizeof(msg), c);
 	if (n)
-		sendto(P->sock, msg, n, 0, (const struct sockaddr *)a, sizeof(*a));
+		sendto(P->sock, msg, n, 0, (const struct sockaddr *)&s->ctl, sizeof(s->ctl));
 }
 
 void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count)
@@ -168,7 +176,7 @@ void pub_heartbeat_one(publisher *P, const pub_sub *s, uint64_t model_id, uint32
 	c.type = RP_HEARTBEAT;
 	c.model_id = model_id;
 	c.version = ver;
-	pub_ctl_send(P, &c, &s->ctl);
+	pub_ctl_send(P, &c, s);
 }
 
 void pub_heartbeat(publisher *P, uint64_t model_id, uint32_t ver)

@@ -43,7 +43,7 @@ static void sub_drop(publisher *P, unsigned i)
  * act on, parsed into *c: signed by a key held (with --key), well formed,
  * and not a JOIN for another model (each refusal counted). */
 static int ctl_accept(publisher *P, uint8_t *buf, size_t len, const struct sockaddr_in *from,
-		      rp_ctl *c)
+		      rp_ctl *c, const rp_key **key)
 {
 	/* with keys: only what a key holder signed, fresh, once */
 	/* remembered per sender: no sender's messages refuse another's */
@@ -69,6 +69,7 @@ static int ctl_accept(publisher *P, uint8_t *buf, size_t len, const struct socka
 	 * names it), anything else must be of this run or of none yet, or it
 	 * is a capture of another run (PROTOCOL.md 4) */
 	uint64_t run = rp_auth_msg_run(&P->auth, buf, len);
+	*key = rp_auth_key_of(&P->auth, buf, len);
 	if (c->type != RP_JOIN && run && run != P->auth.run) {
 		if (P->other_run++ < 3) {
 			char peer[64], r[17];
@@ -155,7 +156,8 @@ void pub_control(publisher *P)
 	while ((n = recvfrom(P->sock, buf, sizeof(buf), MSG_DONTWAIT, (struct sockaddr *)&from,
 			     &fl)) > 0) {
 		rp_ctl c;
-		if (!ctl_accept(P, buf, (size_t)n, &from, &c))
+		const rp_key *key;
+		if (!ctl_accept(P, buf, (size_t)n, &from, &c, &key))
 			continue;
 		pub_sub *s = sub_find(P, &from);
 		if (c.type == RP_JOIN && !s)
@@ -169,6 +171,9 @@ void pub_control(publisher *P)
 			if (c.version != s->version || s->version_since == 0)
 				s->version_since = t;
 			s->version = c.version;
+			/* a peer's own key signs what goes to it (SECURITY.md
+			 * "Keys per hop"); the group key: keys[0] signs */
+			s->key = rp_auth_is_peer(&P->auth, key) ? key : NULL;
 			pub_sub_link(P, s, c.rate_kbps, t);
 			s->catchup = 1; /* the main loop decides */
 			/* answered at once with the newest version and this run,

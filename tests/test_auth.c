@@ -157,6 +157,83 @@ static void test_wrong_key_and_rollover(void **state)
 	assert_int_equal(rp_auth_open(&old, d, 64, 0, 0, &ml), RP_AUTH_MISSING);
 }
 
+/* Keys per hop: a relay holding the upstream key and a table of peer
+ * keys takes control messages from each peer under its own key, and what
+ * it signs for peer A with A's key verifies at A and nowhere else; a peer
+ * key never verifies a frame (a peer sends none), so an actor cannot
+ * inject frames into its relay; peer tables are checked like key files. */
+static void test_peer_keys_sign_for_one_peer_only(void **state)
+{
+	(void)state;
+	static rp_auth relay, actor_a, actor_b;
+	memset(&relay, 0, sizeof(relay));
+	memset(&actor_a, 0, sizeof(actor_a));
+	memset(&actor_b, 0, sizeof(actor_b));
+	char err[256];
+	load(&relay, "up", K1);
+	const char *tab = key_file("peers",
+		"# actors\n"
+		"7 0707070707070707070707070707070707070707070707070707070707070707\n"
+		"\n"
+		"5 0505050505050505050505050505050505050505050505050505050505050505\n", 0600);
+	assert_int_equal(rp_auth_load_peers(&relay, tab, err, sizeof(err)), 0);
+	assert_int_equal(relay.n_peers, 2);
+	load(&actor_a, "a", "7 0707070707070707070707070707070707070707070707070707070707070707\n");
+	load(&actor_b, "b", "5 0505050505050505050505050505050505050505050505050505050505050505\n");
+	/* a JOIN from actor A, under its key: the relay finds the key */
+	uint64_t now = rp_auth_now_us();
+	uint8_t j[32 + RP_AUTH_LEN];
+	memset(j, 1, 32);
+	rp_auth_seal(&actor_a, j, 32, now, j + 32);
+	size_t ml = 0;
+	assert_int_equal(rp_auth_open_from(&relay, 1, 1, j, sizeof(j), 1, now, &ml), RP_AUTH_OK);
+	const rp_key *ka = rp_auth_key_of(&relay, j, ml);
+	assert_non_null(ka);
+	assert_int_equal(ka->id, 7);
+	assert_true(rp_auth_is_peer(&relay, ka));
+	assert_true(rp_auth_peer(&relay, 5) && rp_auth_peer(&relay, 5)->id == 5);
+	assert_null(rp_auth_peer(&relay, 1));
+	assert_false(rp_auth_is_peer(&relay, &relay.keys[0]));
+	/* the same JOIN as a frame: peer keys verify no frame */
+	uint8_t f[100 + RP_AUTH_LEN];
+	memset(f, 9, 100);
+	rp_auth_seal(&actor_a, f, 100, 0, f + 100);
+	assert_int_equal(rp_auth_open(&relay, f, sizeof(f), 0, 0, &ml), RP_AUTH_UNKNOWN_KEY);
+	/* a frame the relay signs for A: A takes it, B does not */
+	rp_auth_seal_key(ka, 0x1234, f, 100, 0, f + 100);
+	assert_int_equal(rp_auth_open(&actor_a, f, sizeof(f), 0, 0, &ml), RP_AUTH_OK);
+	assert_true(rp_auth_msg_run(&actor_a, f, ml) == 0x1234);
+	assert_int_equal(rp_auth_open(&actor_b, f, sizeof(f), 0, 0, &ml), RP_AUTH_UNKNOWN_KEY);
+	/* B signing as if it were A (A's key id, B's key bytes): a forgery */
+	static rp_auth forger;
+	memset(&forger, 0, sizeof(forger));
+	load(&forger, "f", "7 0505050505050505050505050505050505050505050505050505050505050505\n");
+	rp_auth_seal(&forger, f, 100, 0, f + 100);
+	assert_int_equal(rp_auth_open(&actor_a, f, sizeof(f), 0, 0, &ml), RP_AUTH_BAD_TAG);
+	rp_auth_free(&relay);
+	assert_null(relay.peers);
+	assert_int_equal(relay.n_peers, 0);
+
+	/* tables refused: loose mode, a bad line, an id twice, an id that is
+	 * also the --key, no keys */
+	static const struct {
+		const char *text;
+		mode_t mode;
+	} bad[] = {
+		{"7 0707070707070707070707070707070707070707070707070707070707070707\n", 0644},
+		{"7 07070707\n", 0600},
+		{"7 0707070707070707070707070707070707070707070707070707070707070707\n"
+		 "7 0505050505050505050505050505050505050505050505050505050505050505\n", 0600},
+		{"1 0707070707070707070707070707070707070707070707070707070707070707\n", 0600},
+		{"# nothing\n", 0600},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(rp_auth_load_peers(&relay, key_file("bad", bad[i].text, bad[i].mode),
+						    err, sizeof(err)), -1);
+		assert_null(relay.peers);
+	}
+}
+
 static void test_control_messages_are_fresh_and_accepted_once(void **state)
 {
 	(void)state;
@@ -411,6 +488,7 @@ int main(void)
 		cmocka_unit_test(test_seal_open_round_trip_matches_openssl),
 		cmocka_unit_test(test_every_bit_flip_and_truncation_is_refused),
 		cmocka_unit_test(test_wrong_key_and_rollover),
+		cmocka_unit_test(test_peer_keys_sign_for_one_peer_only),
 		cmocka_unit_test(test_control_messages_are_fresh_and_accepted_once),
 		cmocka_unit_test(test_a_flood_stamped_ahead_does_not_make_another_sender_stale),
 		cmocka_unit_test(test_a_time_beyond_the_tolerance_is_refused_as_future_and_counted),
