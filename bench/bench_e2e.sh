@@ -56,6 +56,8 @@ done
 echo "bfpatch bench_e2e: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1), $(nproc) CPUs; $ACTORS actor(s), each on a 1 Gbit/s tbf link; publisher -> $([ "$VIA" = relay ] && echo "bfpatch-relay (net_tap) -> ")shims"
 echo "generating a $PARAMS-parameter lr 1e-6 trajectory of $STEPS steps ..."
 "$BFP" synth -o "$T/traj" -p "$PARAMS" -n "$STEPS" -S 5 2>/dev/null || exit 1
+"$BFP" keygen "$T/key" 2>/dev/null || exit 1
+K="--key $T/key" # every part authenticates, as deployed
 
 run() { # mode: sparse or dense
 	mode=$1
@@ -66,7 +68,7 @@ run() { # mode: sparse or dense
 	if [ "$VIA" = relay ]; then
 		$X "$RELAY" --no-huge -m 1024 --no-pci --file-prefix "$P" -l 0 --log-level=lib.eal:error \
 			--vdev=net_tap0,iface=bfpbr -- --ip 0:198.18.0.1 --upstream 198.18.0.10:7401 \
-			--cache-versions 2 --events "$T/$mode.jsonl" > "$T/relay-$mode.log" 2>&1 &
+			--cache-versions 2 --events "$T/$mode.jsonl" $K > "$T/relay-$mode.log" 2>&1 &
 		PIDS="$PIDS $!"
 		for n in $(seq 100); do grep -q "checksums in" "$T/relay-$mode.log" && break; sleep 0.1; done
 		$X ip link set bfpbr address 02:00:00:00:ee:10
@@ -77,7 +79,7 @@ run() { # mode: sparse or dense
 	for i in $(seq "$ACTORS"); do
 		ip netns exec "${P}a$i" "$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
 			--upstream $up --listen 198.18.0.2$i:7500 --rate 1g --threads 2 \
-			--max-stage 2G --events "$T/$mode.jsonl" --name "actor$i" \
+			--max-stage 2G --events "$T/$mode.jsonl" --name "actor$i" $K \
 			> "$T/shim$i-$mode.log" 2>&1 &
 		PIDS="$PIDS $!"
 	done
@@ -85,7 +87,7 @@ run() { # mode: sparse or dense
 	[ "$mode" = dense ] && key=--keyframes
 	rate=$((ACTORS * 950))m
 	[ "$VIA" = relay ] && rate=950m # the relay fans out
-	$X "$BFP" publish --dir "$T/live" --listen 198.18.0.10:7401 --rate $rate $key \
+	$X "$BFP" publish $K --dir "$T/live" --listen 198.18.0.10:7401 --rate $rate $key \
 		--wait-subscribers 1 --linger 3600 --events "$T/$mode.jsonl" > "$T/publish-$mode.log" 2>&1 &
 	PIDS="$PIDS $!"
 	for n in $(seq 300); do

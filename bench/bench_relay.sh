@@ -3,7 +3,9 @@
 # fan-out 1, 4 and 16 for 1500- and 8000-byte packets, next to dpdk-testpmd
 # io forwarding on the same virtual devices in the same run, and the
 # repair path (NACKs answered from the cache), and the rates of a relay
-# that verifies each frame's signature (--key). One lcore each: the relay
+# that verifies each frame's signature (--key); the other runs measure the
+# relay without keys (--insecure: unsigned frames and NACKs from pcap
+# files). One lcore each: the relay
 # does RX, fan-out and TX on its main lcore; testpmd forwards on one lcore.
 # Devices: port 0 replays a pcap of valid frames forever (net_pcap,
 # infinite_rx), port 1 is net_null (TX discards).
@@ -49,7 +51,7 @@ for size in 1500 8000; do
 		subs=$(subscribers $fan)
 		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
 			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
-			--mbuf-size $mbuf --queue 256 --run-time "$SECS" $subs > "$T/relay.log" 2>&1
+			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --insecure $subs > "$T/relay.log" 2>&1
 		fo=$(awk '$1 == "fanout_copies" {print $2}' "$T/relay.log")
 		txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
 		awk -v p="$txp" -v s="$SECS" -v b="$size" -v tp="$tp" -v fan="$fan" -v fo="$fo" 'BEGIN {
@@ -100,7 +102,8 @@ for size in 1500 8000; do
 	for mode in "" --copy-fanout; do
 		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$c \
 			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
-			--mbuf-size $mbuf --queue 256 --run-time "$SECS" $mode $subs > "$T/relay.log" 2>&1
+			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --insecure $mode $subs \
+			> "$T/relay.log" 2>&1
 		p=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
 		res="$res $(awk -v p="$p" -v s="$SECS" 'BEGIN {printf "%.1f", p ? s * 1e9 / p : 0}')"
 	done
@@ -113,7 +116,7 @@ echo "(ns per output of the whole single-core relay loop: RX, checks, fan-out, p
 python3 "$HERE/nack_pcap.py" "$T/key1500" "$T/nack.pcap"
 "$RELAY" -l 0 $EAL --file-prefix bfpbench$$n \
 	--vdev=net_pcap0,rx_pcap="$T/nack.pcap",infinite_rx=1 --vdev=net_null0 -- \
-	--queue 256 --nack-rate 0 --run-time "$SECS" > "$T/relay.log" 2>&1
+	--queue 256 --nack-rate 0 --run-time "$SECS" --insecure > "$T/relay.log" 2>&1
 awk -v s="$SECS" '$1 == "cache_hits" {h = $2} $1 == "nacks" {n = $2}
 	END {printf "repair path: %.0f NACKs/s answered, %.3f M frames/s resent from the cache\n", n / s, h / s / 1e6}' "$T/relay.log"
 echo "payload copies on the fan-out path: 0 (header mbuf + indirect clone per output, see dpdk_app/output.c)"

@@ -9,6 +9,9 @@
  * has committed it and byte-compares each actor's buffer with the
  * trainer's BF16 weights in memory (no codec involved in that check).
  *
+ * Every process runs with a key (--key) the demo makes in its work
+ * directory, as a deployment would.
+ *
  * Without root, `ip netns` or the relay binary it falls back to the
  * publisher sending straight to the 3 shims over loopback (and says so).
  * --in-process runs the codec alone: diff, re-parse, apply, compare.
@@ -48,6 +51,7 @@ static const char demo_usage[] =
 	"`bfpatch publish` through a bfpatch-relay (DPDK, net_tap, in network\n"
 	"namespaces it creates) to 3 bfpatch-shim actors; after every step each\n"
 	"actor's weight buffer is byte-compared with the trainer's BF16 weights.\n"
+	"Every process authenticates with a key made for the run (bfpatch keygen).\n"
 	"Without root, ip netns or bfpatch-relay: publisher -> shims on loopback.\n"
 	"  -p, --params N      parameter count, rounded down to the model shape's\n"
 	"                      as `bfpatch synth` does (default 16M: 12.9M)\n"
@@ -64,6 +68,7 @@ static const char demo_usage[] =
 
 typedef struct demo {
 	char dir[64];            /* work directory, /tmp/bfpdemo.XXXXXX */
+	char key[96];            /* the key every process takes: dir/key */
 	char keep[1024];         /* --keep */
 	char ns[32];             /* namespace prefix; "" in loopback mode */
 	char self_dir[2048];     /* where bfpatch is */
@@ -251,7 +256,7 @@ static int start_relay(demo *d)
 	char *argv[] = {d->relay_bin, "--no-huge", "-m", "512", "--no-pci", "--file-prefix", prefix,
 			"-l", "0", "--log-level=lib.eal:error", vdev, "--", "--ip", "0:198.18.0.1",
 			"--upstream", "198.18.0.10:7401", "--cache-versions", "4", "--events", events,
-			NULL};
+			"--key", d->key, NULL};
 	if (spawn(d, d->ns, log, argv) < 0 || wait_for_line(log, "checksums in", 30))
 		return -1;
 	/* the tap's kernel side shares the relay's MAC: give it another one
@@ -281,7 +286,7 @@ static int start_shims(demo *d, const char *step0)
 		snprintf(ns, sizeof(ns), "%sa%d", d->ns, i);
 		char *argv[] = {d->shim_bin, "--buffer", d->shm[i - 1], "--init", (char *)step0,
 				"--upstream", upstream, "--listen", listen, "--threads", "1",
-				"--events", events, "--name", name, NULL};
+				"--events", events, "--name", name, "--key", d->key, NULL};
 		if (spawn(d, d->netns ? ns : NULL, log, argv) < 0)
 			return -1;
 	}
@@ -305,7 +310,8 @@ static int start_publisher(demo *d, const char *traj)
 	mkdir(hist, 0755);
 	char *argv[] = {self, "publish", "--dir", (char *)traj, "--listen", listen, "--rate", rate,
 			"--frame-size", fs, "--wait-subscribers", "1", "--linger", "3600",
-			"--events", events, "--history", hist, "--keep", "16", NULL};
+			"--events", events, "--history", hist, "--keep", "16", "--key", d->key,
+			NULL};
 	return spawn(d, d->netns ? d->ns : NULL, log, argv) < 0 ? -1 : 0;
 }
 
@@ -562,6 +568,9 @@ static int demo_open(demo_run_state *r, const demo_config *cfg, char *err)
 	sa.sa_handler = on_int;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	snprintf(d->key, sizeof(d->key), "%s/key", d->dir);
+	if (keygen_file(d->key, 1))
+		return set_err(err, ERRLEN, "cannot make a key in %s", d->dir);
 	char path[PATH_MAX];
 	snprintf(r->traj, sizeof(r->traj), "%s/traj", d->dir);
 	mkdir(r->traj, 0755);

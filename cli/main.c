@@ -639,9 +639,10 @@ static const char usage[] =
 	"  synth -o DIR            write a synthetic RL training trajectory\n"
 	"  demo                    end-to-end demo: publisher -> relay -> 3 shims\n"
 	"  pcap PATCH -o F --dst A:P  a patch as UDP packets in a pcap file\n"
-	"  publish --dir D --listen A:P  publish new versions to subscribers\n"
+	"  publish --dir D --listen A:P --key K  publish new versions to subscribers\n"
 	"  keygen FILE [--id N]    make a new random key for --key (never replaces\n"
-	"                          FILE)\n"
+	"                          FILE); publish, bfpatch-relay and bfpatch-shim\n"
+	"                          refuse to run without one unless --insecure\n"
 	"  version\n\n"
 	"Run 'bfpatch COMMAND --help' for a command's options.\n";
 

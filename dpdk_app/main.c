@@ -4,12 +4,15 @@
  * frames' signatures; one core lcore owns the subscribers, the repair
  * cache, pacing and transmit, so nothing on the fast path takes a lock:
  * workers hand packets over through one MP/SC ring (datapath.c, control.c).
- * main() follows the DPDK examples' order: EAL, signals, options, pools,
- * ports, launch, stop, cleanup.
+ * main() follows the DPDK examples' order, with the options first so that
+ * a usage error or a missing --key stops it before EAL: options, EAL,
+ * signals, pools, ports, launch, stop, cleanup.
  */
 #include <inttypes.h>
 #include <signal.h>
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 
@@ -54,6 +57,31 @@ static int usage_without_eal(int argc, char **argv)
 	return 0;
 }
 
+/* The relay's own options (those after the first --, or none) into cf,
+ * before EAL starts: a usage error or a missing --key then refuses to
+ * start before hugepages or devices are touched. 0, or -1 after a
+ * message. */
+static int parse_before_eal(int argc, char **argv, relay_conf *cf)
+{
+	int at = 1;
+	while (at < argc && strcmp(argv[at], "--"))
+		at++;
+	/* argv[0], then what follows --: getopt names argv[0] in its messages */
+	int n = at < argc ? argc - at : 1;
+	char **own = calloc((size_t)n + 1, sizeof(*own));
+	if (!own) {
+		RELAY_LOG(ERR, "out of memory\n");
+		return -1;
+	}
+	own[0] = argv[0];
+	for (int i = 1; i < n; i++)
+		own[i] = argv[at + i];
+	optind = 0; /* glibc: start getopt over */
+	int rc = relay_parse_args(n, own, cf) || relay_check_auth(cf) ? -1 : 0;
+	free(own);
+	return rc;
+}
+
 static void print_start(const relay *r)
 {
 	RELAY_LOG(INFO, "%u port(s), %u worker lcore(s), data port %u, control port %u, "
@@ -72,12 +100,12 @@ static void print_start(const relay *r)
 	}
 }
 
-/* After EAL and the signals, in DPDK's examples' order: options, pools,
- * ports, links, subscribers, then the lcores until a signal or
+/* After EAL, the signals and the options, in DPDK's examples' order:
+ * pools, ports, links, subscribers, then the lcores until a signal or
  * --run-time, and the counters. 0, or -1 after a message. */
-static int relay_run(relay *r, int argc, char **argv)
+static int relay_run(relay *r)
 {
-	if (relay_parse_args(argc, argv, &r->cf) || relay_prepare(r) ||
+	if (relay_prepare(r) ||
 	    relay_pools_create(r) || relay_ports_start(r))
 		return -1;
 	relay_links_wait(r);
@@ -104,13 +132,14 @@ int main(int argc, char **argv)
 {
 	if (usage_without_eal(argc, argv))
 		return 0;
+	relay_conf cf;
+	if (parse_before_eal(argc, argv, &cf))
+		return 2;
 	int ret = rte_eal_init(argc, argv);
 	if (ret < 0) {
 		RELAY_LOG(ERR, "EAL initialisation failed: %s\n", rte_strerror(rte_errno));
 		return 1;
 	}
-	argc -= ret;
-	argv += ret;
 	rp_catch_signal(SIGINT, on_signal);
 	rp_catch_signal(SIGTERM, on_signal);
 	rp_catch_signal(SIGHUP, on_signal);
@@ -123,7 +152,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r->ev.fd = -1;
-	int rc = relay_run(r, argc, argv) ? 1 : 0;
+	r->cf = cf;
+	int rc = relay_run(r) ? 1 : 0;
 	relay_teardown(r); /* stops and closes the ports */
 	rte_eal_cleanup();
 	return rc;

@@ -11,6 +11,7 @@
 
 #include <rte_mbuf.h>
 
+#include "authmode.h"
 #include "relay.h"
 
 const char relay_usage_text[] =
@@ -50,7 +51,13 @@ const char relay_usage_text[] =
 	"  -T, --run-time S            stop after S seconds (tests)\n"
 	"  -A, --key FILE              relay only frames, and accept only control\n"
 	"                              messages, signed with a key given; sign our own\n"
-	"                              (repeatable: the first signs; docs/SECURITY.md)\n"
+	"                              (repeatable: the first signs; docs/SECURITY.md;\n"
+	"                              make one with bfpatch keygen FILE); required\n"
+	"                              unless --insecure\n"
+	"      --insecure              run without --key: then this relay accepts\n"
+	"                              unauthenticated frames and control messages\n"
+	"                              from anyone who can reach its ports and relays\n"
+	"                              them to its subscribers\n"
 	"  -E, --events FILE           append JSON-lines events (docs/EVENTS.md)\n"
 	"  -N, --name NAME             this relay's name in the events (relay)\n"
 	"      --copy-fanout           copy each output's payload instead of\n"
@@ -279,6 +286,7 @@ static int parse_one(relay_conf *cf, int c, const char *arg)
 	case 'E': cf->events_path = arg; return 0;
 	case 'N': cf->name = arg; return 0;
 	case 'A': return opt_key(cf, arg);
+	case 'I': cf->insecure = 1; return 0;
 	case 'm':
 		return opt_u32("--mbuf-size", arg, 2048, 65535 - RTE_PKTMBUF_HEADROOM, &cf->mbuf_size);
 	case 'n': return opt_mbufs(cf, arg);
@@ -344,6 +352,16 @@ static int check_gateways(const relay_conf *cf)
 	return 0;
 }
 
+int relay_check_auth(const relay_conf *cf)
+{
+	char reach[96];
+	const uint32_t ip = cf->ip[0];
+	snprintf(reach, sizeof(reach), "%u.%u.%u.%u%s (UDP ports %u and %u)", ip >> 24,
+		 ip >> 16 & 255, ip >> 8 & 255, ip & 255, cf->n_ip > 1 ? " and its other ports" : "",
+		 cf->data_port, cf->control_port);
+	return auth_mode_check("bfpatch-relay", cf->n_keys, cf->insecure, reach) ? -1 : 0;
+}
+
 int relay_parse_args(int argc, char **argv, relay_conf *cf)
 {
 	static const struct option lo[] = {
@@ -361,6 +379,7 @@ int relay_parse_args(int argc, char **argv, relay_conf *cf)
 		{"name", required_argument, 0, 'N'}, {"key", required_argument, 0, 'A'},
 		{"nack-rate", required_argument, 0, 'L'},
 		{"max-per-host", required_argument, 0, 'H'},
+		{"insecure", no_argument, 0, 'I'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	conf_defaults(cf);

@@ -83,6 +83,7 @@ typedef struct relay_conf {
 	const char *name;             /* --name */
 	const char *key_paths[RP_AUTH_MAX_KEYS]; /* --key */
 	unsigned n_keys;
+	int insecure;                 /* --insecure: no keys, on purpose */
 	const char *peer_keys;        /* --peer-keys: a key per subscriber, or NULL */
 	uint32_t mbuf_size;
 	uint32_t n_mbufs;
@@ -217,6 +218,11 @@ extern const char relay_usage_text[];
 /* The relay's options (argv[0] a program name) into cf, defaults for
  * the rest; 0, or -1 after a message and the usage on stderr. */
 int relay_parse_args(int argc, char **argv, relay_conf *cf);
+
+/* --key, or else --insecure (common/authmode.h): 0, with a warning on
+ * stderr for --insecure; -1 after a message when neither or both are
+ * given. */
+int relay_check_auth(const relay_conf *cf);
 
 /* ---- setup.c: sizing, pools, ports, teardown ---- */
 

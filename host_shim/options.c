@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "authmode.h"
 #include "patch.h"
 #include "proto.h"
 #include "shim.h"
@@ -41,7 +42,12 @@ const char shim_usage_text[] =
 	"                          changed weight, so the commit only writes)\n"
 	"  -A, --key FILE          accept only frames and HEARTBEATs signed with this\n"
 	"                          key; sign JOINs and NACKs (repeatable: two keys\n"
-	"                          during a rollover, the first signs)\n"
+	"                          during a rollover, the first signs; make one with\n"
+	"                          bfpatch keygen FILE); required unless --insecure\n"
+	"      --insecure          run without --key: then this shim accepts\n"
+	"                          unauthenticated frames and control messages from\n"
+	"                          anyone who can reach --listen (or --port) and\n"
+	"                          commits what they carry\n"
 	"  -E, --events FILE       append JSON-lines events (docs/EVENTS.md)\n"
 	"  -N, --name NAME         this shim's name in the events (shim)\n"
 #ifdef BFP_SHIM_DPDK
@@ -74,6 +80,7 @@ static const struct option long_opts[] = {
 	{"crash-after", required_argument, 0, 'K'}, {"dma", required_argument, 0, 'M'},
 	{"port", required_argument, 0, 'P'}, {"eal", required_argument, 0, 'G'},
 	{"key", required_argument, 0, 'A'}, {"no-prepare", no_argument, 0, 'R'},
+	{"insecure", no_argument, 0, 'S'},
 	{"help", no_argument, 0, 'h'},
 	{0, 0, 0, 0}};
 
@@ -204,6 +211,7 @@ static int parse_one(shim_config *cf, int c, const char *arg)
 	case 'P': cf->port_args = arg; return 0;
 	case 'G': cf->eal_args = arg; return 0;
 	case 'A': opt_key(cf, arg); return 0;
+	case 'S': cf->insecure = 1; return 0;
 	case 'h':
 		fputs(shim_usage_text, stdout);
 		return 1;
@@ -211,6 +219,17 @@ static int parse_one(shim_config *cf, int c, const char *arg)
 		fputs(shim_usage_text, stderr); /* getopt said which option */
 		return -1;
 	}
+}
+
+/* --key, or else --insecure (authmode.h): 0, or -1 after a message. */
+static int check_auth(const shim_config *cf)
+{
+	char reach[96];
+	const uint32_t ip = cf->listen_ip;
+	snprintf(reach, sizeof(reach), "%u.%u.%u.%u:%u%s", ip >> 24, ip >> 16 & 255,
+		 ip >> 8 & 255, ip & 255, cf->listen_port,
+		 cf->port_args ? " or its DPDK --port" : "");
+	return auth_mode_check("bfpatch-shim", cf->n_keys, cf->insecure, reach) ? -1 : 0;
 }
 
 /* What the options need of each other; 0, or -1 after a message. */
@@ -235,7 +254,7 @@ static int check_together(const shim_config *cf, int argc, char **argv)
 		return -1;
 	}
 #endif
-	return 0;
+	return check_auth(cf);
 }
 
 int shim_parse_args(int argc, char **argv, shim_config *cf)

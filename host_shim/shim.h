@@ -46,6 +46,7 @@ typedef struct shim_config {
 	 * "too many" as it does for every other bad key */
 	const char *key_paths[RP_AUTH_MAX_KEYS + 1];
 	unsigned n_keys;
+	int insecure;               /* --insecure: no keys, on purpose */
 	const char *dma_dev;        /* --dma DEV */
 	const char *port_args;      /* --port DEVARGS */
 	const char *eal_args;       /* --eal ARGS */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bfpatch.h"
+#include "authmode.h"
 #include "util.h"
 #include "publisher.h"
 
@@ -48,7 +49,12 @@ const char publish_usage[] =
 	"                            finish the catch-ups begun by then\n"
 	"  -A, --key FILE            sign frames and heartbeats with this key and\n"
 	"                            accept only JOINs/NACKs signed by a key given\n"
-	"                            (repeatable: the first signs; docs/SECURITY.md)\n"
+	"                            (repeatable: the first signs; docs/SECURITY.md;\n"
+	"                            make one with bfpatch keygen FILE); required\n"
+	"                            unless --insecure\n"
+	"      --insecure            run without --key: then this publisher accepts\n"
+	"                            unauthenticated JOINs and NACKs from anyone who\n"
+	"                            can reach --listen and sends unsigned frames\n"
 	"  -E, --events FILE         append JSON-lines events (docs/EVENTS.md)\n"
 	"  -N, --name NAME           this publisher's name in the events (publish)\n"
 	"  -h, --help\n";
@@ -64,6 +70,7 @@ static const struct option long_opts[] = {
 	{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
 	{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
 	{"key", required_argument, 0, 'A'}, {"nack-rate", required_argument, 0, 'Q'},
+	{"insecure", no_argument, 0, 'I'},
 	{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
 /* A number in lo..hi for opt into *out: 0, or 2 after the message. */
@@ -122,12 +129,14 @@ static int parse_one(publish_config *cf, int c, const char *arg)
 	case 'E': cf->events_path = arg; return 0;
 	case 'N': cf->name = arg; return 0;
 	case 'A': opt_key(cf, arg); return 0;
+	case 'I': cf->insecure = 1; return 0;
 	default: fputs(publish_usage, stderr); return 2;
 	}
 }
 
 /* What the options say together: one source, a control port, no
- * --resume of a buffer, room for the trailer in a signed frame. */
+ * --resume of a buffer, --key or else --insecure, room for the trailer in
+ * a signed frame. */
 static int check_together(publish_config *cf)
 {
 	if (cf->resume && cf->buffer) {
@@ -142,6 +151,13 @@ static int check_together(publish_config *cf)
 			publish_usage);
 		return 2;
 	}
+	char reach[32];
+	const uint32_t ip = cf->listen_ip;
+	snprintf(reach, sizeof(reach), "%u.%u.%u.%u:%u", ip >> 24, ip >> 16 & 255, ip >> 8 & 255,
+		 ip & 255, cf->listen_port);
+	int rc = auth_mode_check("bfpatch publish", cf->n_keys, cf->insecure, reach);
+	if (rc)
+		return rc;
 	if (cf->n_keys) { /* the trailer rides in the same datagram */
 		if (cf->frame_size < BFP_FRAME_SIZE_MIN + RP_AUTH_LEN) {
 			fprintf(stderr, "bfpatch publish: --frame-size too small for a signed frame\n");

@@ -53,6 +53,7 @@ typedef struct publish_config {
 	 * process takes is kept, for its load to refuse it */
 	const char *key_paths[RP_AUTH_MAX_KEYS + 1];
 	unsigned n_keys;
+	int insecure;             /* --insecure: no keys, on purpose */
 	const char *peer_keys;    /* --peer-keys: a key per subscriber, or NULL */
 	const char *events_path;  /* --events, or NULL */
 	const char *name;         /* --name */

@@ -3,7 +3,8 @@
 # datagrams, duplicates 10% and reorders 10% (tests/chaos_proxy.py) follows
 # 6 published versions; after each its buffer must equal the trainer's
 # checkpoint (sha256), so every version was reached bit-exactly through
-# NACK repairs, duplicate drops and out-of-order staging.
+# NACK repairs, duplicate drops and out-of-order staging. Both sides hold
+# a key, so duplicated control messages are also refused as replays.
 set -u
 BFP=$1
 SHIM=$2
@@ -13,14 +14,15 @@ test_setup chaos
 port=$((20000 + ($$ + 41) % 20000))
 STEPS=6
 "$BFP" synth -o "$T/traj" -p 1M -n $STEPS -S 23 2>/dev/null || fail synth
+"$BFP" keygen "$T/key" 2>/dev/null || fail keygen
 mkdir "$T/live"
 cp "$T/traj/step-0000.safetensors" "$T/live/"
 /usr/bin/python3 "$HERE/chaos_proxy.py" $((port + 1)) $port 120 0.10 0.10 0.10 7 > "$T/proxy.log" 2>&1 &
 PROXY=$!
-"$SHIM" --buffer "$SHM" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$((port + 1)) \
+"$SHIM" --key "$T/key" --buffer "$SHM" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$((port + 1)) \
 	--listen 127.0.0.1:$((port + 2)) --nack-ms 50 > "$T/shim.log" 2>&1 &
 PIDS="$!"
-"$BFP" publish --dir "$T/live" --listen 127.0.0.1:$port --keep 8 --linger 3600 \
+"$BFP" publish --key "$T/key" --dir "$T/live" --listen 127.0.0.1:$port --keep 8 --linger 3600 \
 	> "$T/publish.log" 2>&1 &
 PIDS="$PIDS $!"
 for n in $(seq 50); do grep -q joined "$T/publish.log" && break; sleep 0.1; done

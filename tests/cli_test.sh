@@ -165,7 +165,7 @@ elif mkdir "$T/rofs" && mount -t tmpfs -o ro,size=1m tmpfs "$T/rofs" 2>/dev/null
 	# root ignores directory modes: a read-only file system stops it
 	expect_fail "read-only file system (apply)" "$T/rofs/out" "$BFP" apply "$S0" "$T/p01" -o "$T/rofs/out"
 	expect_fail "read-only file system (publish --history)" "" "$BFP" publish --dir "$T" \
-		--listen 127.0.0.1:1 --history "$T/rofs"
+		--listen 127.0.0.1:1 --history "$T/rofs" --insecure
 	umount "$T/rofs"
 fi
 check "no temporary files are left behind" "! ls '$T'/*.tmp.* >/dev/null 2>&1"
@@ -415,6 +415,8 @@ expect_fail "publish --rate under 1 kbit/s" "" \
 expect_fail "publish --resume with --buffer" "" \
 	"$BFP" publish --buffer "$T/nobuf" --resume --listen 127.0.0.1:1
 SHIM=$(dirname "$BFP")/bfpatch-shim
+"$BFP" keygen "$T/key" 2>/dev/null || bad "bfpatch keygen"
+K="--key $T/key" # the publisher, shims and relays below: authenticated
 if [ -x "$SHIM" ]; then
 	expect_fail "shim --exit-after with a unit" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 -T 5m
 	check "the shim names the option whose value it refuses" \
@@ -429,24 +431,24 @@ if [ -x "$SHIM" ]; then
 	B=/dev/shm/bfpcli$$
 	LP=$((20000 + $$ % 20000))
 	# (meanwhile) an upstream where nothing answers is said after 10 s
-	"$SHIM" -b $B.q -i "$S0" -u 127.0.0.1:$((LP + 10)) -l 127.0.0.1:$((LP + 11)) -T 11.5 \
+	"$SHIM" $K -b $B.q -i "$S0" -u 127.0.0.1:$((LP + 10)) -l 127.0.0.1:$((LP + 11)) -T 11.5 \
 		> "$T/shimq.log" 2>&1 &
 	SQ=$!
-	"$SHIM" -b $B -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 1)) -T 4 > "$T/shim1.log" 2>&1 &
+	"$SHIM" $K -b $B -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 1)) -T 4 > "$T/shim1.log" 2>&1 &
 	SP=$!
 	for i in $(seq 50); do grep -q "listening" "$T/shim1.log" && break; sleep 0.1; done
 	cp $B "$T/buf.before"
 	expect_fail "a second shim on a buffer in use" "" \
-		"$SHIM" -b $B -i "$S1" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 2)) -T 1
+		"$SHIM" $K -b $B -i "$S1" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 2)) -T 1
 	check "the second shim says the buffer is in use, and left it as it was" \
 		"grep -q 'in use by another bfpatch-shim' '$T/stderr' && cmp -s $B '$T/buf.before'"
 	wait $SP
-	"$SHIM" -b $B -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 3)) -T 1 > "$T/shim2.log" 2>&1
+	"$SHIM" $K -b $B -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 3)) -T 1 > "$T/shim2.log" 2>&1
 	check "a shim restarted with the same --init uses its buffer" \
 		"[ $? -eq 0 ] && grep -q 'exists with this model: using it' '$T/shim2.log'"
 	"$BFP" synth -o "$T/other" -p 2M -n 0 -S 5 2>/dev/null
 	expect_fail "--init of another model onto an existing buffer" "" \
-		"$SHIM" -b $B -i "$T/other/step-0000.safetensors" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 4)) -T 1
+		"$SHIM" $K -b $B -i "$T/other/step-0000.safetensors" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 4)) -T 1
 	check "the buffer of the other model is left as it was" "cmp -s $B '$T/buf.before'"
 	wait $SQ
 	check "a shim whose --upstream never answers says so" \
@@ -456,7 +458,7 @@ if [ -x "$SHIM" ]; then
 	mkdir -p "$T/full"
 	if mount -t tmpfs -o size=900k tmpfs "$T/full" 2>/dev/null; then
 		expect_fail "a shim whose undo journal has no room" "" \
-			"$SHIM" -b "$T/full/buf" -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 9)) -T 1
+			"$SHIM" $K -b "$T/full/buf" -i "$S0" -u 127.0.0.1:1 -l 127.0.0.1:$((LP + 9)) -T 1
 		check "it says it cannot reserve the journal" "grep -q 'cannot reserve' '$T/stderr'"
 		umount "$T/full"
 	fi
@@ -467,7 +469,7 @@ fi
 mkdir "$T/st2"
 cp "$S0" "$S1" "$T/st2/"
 cp "$S2" "$T/st2/step-0003.safetensors"
-timeout 60 "$BFP" publish --dir "$T/st2" --listen 127.0.0.1:$((20000 + ($$ + 17) % 20000)) \
+timeout 60 "$BFP" publish $K --dir "$T/st2" --listen 127.0.0.1:$((20000 + ($$ + 17) % 20000)) \
 	--steps 2 --linger 0 > "$T/st2.log" 2>&1
 check "publish --steps 2 with step 2 missing stops at version 1" \
 	"[ $? -eq 0 ] && grep -q 'stopping at version 1' '$T/st2.log' && grep -q 'at version 1;' '$T/st2.log'"
@@ -480,14 +482,14 @@ if [ -x "$RELAY" ]; then
 	P=bfpclitest$$
 	expect_fail "bfpatch-relay --ip for a port it does not have" "" timeout 60 "$RELAY" \
 		--no-huge -m 512 --no-pci --file-prefix $P --vdev=net_null0 \
-		--log-level=lib.eal:error -- --ip 3:198.18.0.5
+		--log-level=lib.eal:error -- --ip 3:198.18.0.5 $K
 	rm -rf "/var/run/dpdk/$P"
 	check "the relay says which port is missing" "grep -q 'there is no DPDK port 3' '$T/stderr'"
 	# too few mbufs for the RX ring (1024 descriptors) and room beside it:
 	# refused at start, not a relay that receives nothing
 	expect_fail "bfpatch-relay --mbufs below what its RX rings take" "" timeout 60 "$RELAY" \
 		--no-huge -m 512 --no-pci --file-prefix $P --vdev=net_null0 \
-		--log-level=lib.eal:error -- --mbufs 1500
+		--log-level=lib.eal:error -- --mbufs 1500 $K
 	rm -rf "/var/run/dpdk/$P"
 	check "the relay says how many mbufs it needs" "grep -q 'give at least' '$T/stderr'"
 	# three worker lcores on a tap port (which wants as many TX queues as
@@ -495,7 +497,7 @@ if [ -x "$RELAY" ]; then
 	if [ "$(id -u)" = 0 ] && [ -c /dev/net/tun ]; then
 		timeout 60 "$RELAY" --no-huge -m 1024 --no-pci --file-prefix $P \
 			--lcores 0@0,1@0,2@0,3@0 --vdev=net_tap0,iface=bfpct$$ \
-			--log-level=lib.eal:error -- --run-time 1 > "$T/relay3.txt" 2>&1
+			--log-level=lib.eal:error -- --run-time 1 $K > "$T/relay3.txt" 2>&1
 		check "bfpatch-relay with three worker lcores on net_tap" \
 			"[ $? -eq 0 ] && grep -q '3 worker lcore' '$T/relay3.txt'"
 		rm -rf "/var/run/dpdk/$P"

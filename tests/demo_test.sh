@@ -3,8 +3,9 @@
 # publisher -> bfpatch-relay (DPDK net_tap, in namespaces the demo creates)
 # -> 3 shims, then the documented loopback fallback. The demo byte-compares
 # every actor's buffer with the trainer's weights after each step; this
-# test checks that it said so for every step, exited 0, and left nothing
-# behind (processes, namespaces, shared-memory buffers, work directory).
+# test checks that it said so for every step, exited 0, ran every process
+# with the key it made, and left nothing behind (processes, namespaces,
+# shared-memory buffers, work directory).
 set -u
 BFP=$1
 T=$(mktemp -d)
@@ -31,6 +32,11 @@ fi
 n=$(grep -c "yes, all 3 (byte compare)" "$T/out1.txt")
 [ "$n" = 3 ] || fail "$n of 3 steps verified"
 grep -q "all 3 steps: every actor bit-exact" "$T/out1.txt" || fail "no summary"
+# every process held the key the demo made (none ran --insecure, and
+# none runs without one or the other)
+[ "$(stat -c %a "$T/kept/key" 2>/dev/null)" = 600 ] || fail "no key (mode 0600) in the work directory"
+grep -q "^[0-9]* [0-9a-f]\{64\}$" "$T/kept/key" || fail "the demo's key is not a key file"
+grep -l "insecure" "$T/kept"/*.log && fail "a process of the demo ran without authentication"
 [ $mode = relay ] && rel=relay || rel=""
 /usr/bin/python3 "$(dirname "$0")/check_events.py" "$T/kept/events.jsonl" 3 $rel || fail "event log"
 [ -z "$(leftovers)" ] || fail "left behind: $(leftovers)"

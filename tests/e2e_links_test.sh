@@ -4,7 +4,8 @@
 # the test shapes: actor 1 at 100 Mbit/s and actors 2-3 at 1 Gbit/s (tbf),
 # actor 3 losing 1% of its datagrams at random (nftables numgen). After
 # every step each actor's weight buffer is compared with the trainer's
-# checkpoint by sha256 of the bytes. All namespaces are removed afterwards.
+# checkpoint by sha256 of the bytes. Every part holds a key. All namespaces
+# are removed afterwards.
 set -u
 BFP=$1
 SHIM=$2
@@ -36,9 +37,11 @@ table inet bfploss {
 EOF
 
 "$BFP" synth -o "$T/traj" -p 2M -n 10 -S 21 2>/dev/null || fail synth
+"$BFP" keygen "$T/key" 2>/dev/null || fail keygen
+K="--key $T/key"
 $X "$RELAY" --no-huge -m 1024 --no-pci --file-prefix "$P" -l 0 --log-level=lib.eal:error \
 	--vdev=net_tap0,iface=bfplr0 -- --ip 0:198.18.0.1 --upstream 198.18.0.10:7401 \
-	--cache-versions 4 > "$T/relay.log" 2>&1 &
+	--cache-versions 4 $K > "$T/relay.log" 2>&1 &
 PIDS="$PIDS $!"
 for n in $(seq 100); do
 	grep -q "checksums in" "$T/relay.log" 2>/dev/null && break
@@ -52,13 +55,13 @@ for i in 1 2 3; do
 	rate=$(echo $rates | cut -d' ' -f$i)
 	ip netns exec "${P}a$i" "$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
 		--upstream 198.18.0.1:7401 --listen 198.18.0.2$i:7500 --rate $rate --exit-after 300 \
-		> "$T/shim$i.log" 2>&1 &
+		$K > "$T/shim$i.log" 2>&1 &
 	PIDS="$PIDS $!"
 done
 mkdir "$T/live"
 cp "$T/traj/step-0000.safetensors" "$T/live/"
 sleep 2 # the shims JOIN the relay, the relay JOINs the publisher
-$X "$BFP" publish --dir "$T/live" --listen 198.18.0.10:7401 --wait-subscribers 1 \
+$X "$BFP" publish $K --dir "$T/live" --listen 198.18.0.10:7401 --wait-subscribers 1 \
 	--steps 10 --linger 3 > "$T/publish.log" 2>&1 &
 PUB=$!
 PIDS="$PIDS $PUB"

@@ -22,7 +22,7 @@ test_teardown() {
 
 [ "$(id -u)" = 0 ] && ip netns add "$NS" 2>/dev/null || { echo "skip: needs root and ip netns"; exit 77; }
 ip netns exec "$NS" ip link set lo up
-K=""
+K="--insecure" # the keyless path, on purpose
 if [ "$AUTH" = auth ]; then
 	make_key 7 "$T/key"
 	K="--key $T/key"

@@ -55,6 +55,8 @@ if [ "$COMP" = relay ]; then
 fi
 
 "$BFP" synth -o "$T/traj" -p 1M -n "$TRIALS" -S 41 2>/dev/null || fail synth
+"$BFP" keygen "$T/key" 2>/dev/null || fail keygen
+K="--key $T/key" # every part authenticates, as deployed
 mkdir "$T/live" "$T/hist"
 cp "$T/traj/step-0000.safetensors" "$T/live/"
 publish_next() { # the trainer writes checkpoint $1 (atomically)
@@ -62,7 +64,7 @@ publish_next() { # the trainer writes checkpoint $1 (atomically)
 	cp "$T/traj/$f" "$T/live/.$f" && mv "$T/live/.$f" "$T/live/$f"
 }
 start_pub() {
-	$X "$BFP" publish --dir "$T/live" --listen $PUB_LISTEN --keep 16 --history "$T/hist" \
+	$X "$BFP" publish $K --dir "$T/live" --listen $PUB_LISTEN --keep 16 --history "$T/hist" \
 		--resume --linger 3600 >> "$T/publish.log" 2>&1 &
 	PUB=$!
 }
@@ -77,14 +79,14 @@ start_shim() { # actor, extra options
 	fi
 	init=""
 	[ -e "$SHM.$a" ] || init="--init $T/traj/step-0000.safetensors"
-	$ns "$SHIM" --buffer "$SHM.$a" $init --upstream $UP --listen $listen --threads 1 "$@" \
+	$ns "$SHIM" $K --buffer "$SHM.$a" $init --upstream $UP --listen $listen --threads 1 "$@" \
 		>> "$T/shim$a.log" 2>&1 &
 	eval "SHIM$a=$!"
 }
 start_relay() {
 	$X "$RELAY" --no-huge -m 512 --no-pci --file-prefix "$P" -l 0 --log-level=lib.eal:error \
 		--vdev=net_tap0,iface=bfpkr -- --ip 0:198.18.0.1 --upstream 198.18.0.10:7401 \
-		--cache-versions 4 >> "$T/relay.log" 2>&1 &
+		--cache-versions 4 $K >> "$T/relay.log" 2>&1 &
 	RELAY_PID=$!
 	for n in $(seq 100); do
 		$X ip link show bfpkr >/dev/null 2>&1 && [ "$(grep -c 'checksums in' "$T/relay.log")" -ge "$1" ] && break

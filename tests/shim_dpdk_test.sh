@@ -11,7 +11,8 @@
 #    messages use a kernel socket. Needs root; skipped without.
 # 4. A memif port that waits for its server and reconnects after it
 #    restarts (below).
-# Every buffer is compared with the trainer's checkpoint by sha256.
+# Every part holds a key; every buffer is compared with the trainer's
+# checkpoint by sha256.
 set -u
 BFP=$1
 SHIM=$2
@@ -27,10 +28,12 @@ test_teardown() {
 port=$((20000 + ($$ + 11) % 20000))
 
 "$BFP" synth -o "$T/traj" -p 2M -n 3 -S 31 2>/dev/null || fail synth
+"$BFP" keygen "$T/key" 2>/dev/null || fail keygen
+K="--key $T/key" # every shim, publisher and replayed frame: signed, as deployed
 "$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p01" || fail diff
-"$BFP" pcap "$T/p01" -o "$T/frames.pcap" --dst 198.18.0.21:7500 || fail pcap
+"$BFP" pcap "$T/p01" -o "$T/frames.pcap" --dst 198.18.0.21:7500 $K || fail pcap
 nbad=$(python3 "$HERE/relay/pcaptool.py" mix "$T/frames.pcap" "$T/in.pcap") || fail mix
-"$SHIM" --buffer "$SHM.1" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+"$SHIM" $K --buffer "$SHM.1" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 198.18.0.21:7500 --port "net_pcap0,rx_pcap=$T/in.pcap" --dma dma_skeleton0 \
 	--exit-after 30 > "$T/pcap.log" 2>&1 &
 PIDS=$!
@@ -40,11 +43,11 @@ grep -q "committed version 0 -> 1: .*(dma)" "$T/pcap.log" || fail "no DMA commit
 python3 "$HERE/check_buffers.py" "$T/traj/step-0001.safetensors" "$SHM.1" || fail "pcap + dma buffer"
 grep "port:" "$T/pcap.log" | sed 's/^bfpatch-shim: /  /'
 
-"$SHIM" --buffer "$SHM.2" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+"$SHIM" $K --buffer "$SHM.2" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 1)) --dma dma_skeleton0 --drop-every 9 --exit-after 40 \
 	> "$T/dma.log" 2>&1 &
 PIDS=$!
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
+"$BFP" publish $K --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
 	--linger 2 > "$T/publish.log" 2>&1 || fail publish
 wait_line "committed version 2 -> 3" "$T/dma.log"
 kill -TERM $PIDS; wait; PIDS=""
@@ -65,7 +68,7 @@ memif=""
 if [ -n "$TESTPMD" ]; then
 	"$BFP" diff -q -b 1 "$T/traj/step-0001.safetensors" "$T/traj/step-0002.safetensors" \
 		-o "$T/p12" || fail diff
-	"$BFP" pcap "$T/p12" -o "$T/f12.pcap" --dst 198.18.0.21:7500 || fail pcap
+	"$BFP" pcap "$T/p12" -o "$T/f12.pcap" --dst 198.18.0.21:7500 $K || fail pcap
 	mkfifo "$T/tp.in"
 	exec 7<>"$T/tp.in" # testpmd's commands
 	sock="$T/memif.sock"
@@ -90,7 +93,7 @@ if [ -n "$TESTPMD" ]; then
 		wait $TP || fail "testpmd did not exit cleanly"
 	}
 	# the shim starts first: it waits for a server
-	"$SHIM" --buffer "$SHM.m" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	"$SHIM" $K --buffer "$SHM.m" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 		--listen 198.18.0.21:7500 --port "net_memif0,role=client,socket=$sock,socket-abstract=no" \
 		--exit-after 60 > "$T/memif.log" 2>&1 &
 	SH=$!
@@ -133,7 +136,7 @@ if [ "$(id -u)" = 0 ] && ip netns add "bfpsd$$" 2>/dev/null; then
 	for pmd in "net_af_packet0,iface=bfsa" "net_af_xdp0,iface=bfsa,start_queue=0,queue_count=1"; do
 		k=$((k + 1))
 		name=${pmd%%0,*}
-		$NS "$SHIM" --buffer "$SHM.l$k" --init "$T/traj/step-0000.safetensors" \
+		$NS "$SHIM" $K --buffer "$SHM.l$k" --init "$T/traj/step-0000.safetensors" \
 			--upstream 198.18.0.40:$((port + 2)) --listen 198.18.0.41:7500 --port "$pmd" \
 			--exit-after 40 > "$T/live$k.log" 2>&1 &
 		PIDS=$!
@@ -143,7 +146,7 @@ if [ "$(id -u)" = 0 ] && ip netns add "bfpsd$$" 2>/dev/null; then
 			echo "  $name: not available here ($(grep -m1 -i 'error\|fail' "$T/live$k.log")); skipped"
 			continue
 		fi
-		"$BFP" publish --dir "$T/traj" --listen 198.18.0.40:$((port + 2)) --wait-subscribers 1 \
+		"$BFP" publish $K --dir "$T/traj" --listen 198.18.0.40:$((port + 2)) --wait-subscribers 1 \
 			--steps 2 --linger 2 > "$T/publish-live$k.log" 2>&1 || fail "publish to $name"
 		committed=0
 		wait_line "committed version 1 -> 2" "$T/live$k.log" && committed=1
@@ -163,17 +166,17 @@ fi
 #    the target, one torn, the rest at the base. The DMA journal
 #    (BUFFER.dmalog) puts the ranges it noted back at the base on restart,
 #    and the commit is finished from frames NACKed again, with no resync.
-"$SHIM" --buffer "$SHM.5" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$((port + 5)) \
+"$SHIM" $K --buffer "$SHM.5" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$((port + 5)) \
 	--listen 127.0.0.1:$((port + 6)) --dma dma_skeleton0 --crash-after 1 --exit-after 60 \
 	> "$T/crash.log" 2>&1 &
 cpid=$!
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$((port + 5)) --wait-subscribers 1 --steps 1 \
+"$BFP" publish $K --dir "$T/traj" --listen 127.0.0.1:$((port + 5)) --wait-subscribers 1 --steps 1 \
 	--linger 40 > "$T/publish5.log" 2>&1 &
 PIDS="$PIDS $!"
 wait $cpid
 grep -q "halfway through a DMA copy" "$T/crash.log" || fail "the shim did not die in a DMA copy: $(tail -n 3 "$T/crash.log")"
 rm -rf /var/run/dpdk/bfpshim$cpid
-"$SHIM" --buffer "$SHM.5" --upstream 127.0.0.1:$((port + 5)) --listen 127.0.0.1:$((port + 6)) \
+"$SHIM" $K --buffer "$SHM.5" --upstream 127.0.0.1:$((port + 5)) --listen 127.0.0.1:$((port + 6)) \
 	--dma dma_skeleton0 --exit-after 40 > "$T/resume.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "committed version 0 -> 1" "$T/resume.log" 300 || fail "the commit cut short in a DMA copy was not finished: $(tail -n 3 "$T/resume.log")"

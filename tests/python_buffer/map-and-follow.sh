@@ -5,7 +5,7 @@
 # commit.
 set -u
 . "$(dirname "$0")/lib.sh"
-"$SHIM" --buffer "$SHM" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+"$SHIM" $K --buffer "$SHM" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 1)) --exit-after 60 > "$T/shim.log" 2>&1 &
 PIDS="$PIDS $!"
 sleep 0.5
@@ -15,7 +15,7 @@ $PY "$HERE/python/check_buffer.py" "$SHM" "$T/traj/step-0000.safetensors" \
 	"$T/traj/step-0001.safetensors" "$HERE/../host_shim/python" > "$T/py.log" 2>&1 &
 PYPID=$!
 sleep 1
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+"$BFP" publish $K --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 > "$T/publish.log" 2>&1
 wait $PYPID
 rc=$?

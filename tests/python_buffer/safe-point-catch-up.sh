@@ -5,11 +5,11 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 "$BFP" synth -o "$T/traj3" -p 500k -n 3 -S 6 2>/dev/null || exit 1
-"$SHIM" --buffer "$SHM.4" --init "$T/traj3/step-0000.safetensors" --upstream 127.0.0.1:$port \
+"$SHIM" $K --buffer "$SHM.4" --init "$T/traj3/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 4)) --commit safe-point --exit-after 60 > "$T/shim4.log" 2>&1 &
 PIDS="$!"
 sleep 0.5
-"$BFP" publish --dir "$T/traj3" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
+"$BFP" publish $K --dir "$T/traj3" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
 	--linger 8 > "$T/publish4.log" 2>&1 &
 PIDS="$PIDS $!"
 $PY - "$SHM.4" "$HERE/../host_shim/python" > "$T/py4.log" 2>&1 <<'PYEOF'

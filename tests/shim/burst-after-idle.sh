@@ -7,6 +7,7 @@
 # times, paced at 8 Mbit/s: by --rate; then by the rate the subscriber's
 # JOIN gives, the publisher at its default 1 Gbit/s)
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 
@@ -14,7 +15,7 @@ mkdir "$T/kbu"
 cp "$T/traj/step-0000.safetensors" "$T/kbu/"
 for how in "--rate 8m:0" ":8000"; do
 	# shellcheck disable=SC2086 # ${how%:*} is an option and its value, or nothing
-	"$BFP" publish --dir "$T/kbu" --listen 127.0.0.1:$port ${how%:*} > "$T/publish38.log" 2>&1 &
+	"$BFP" publish $AUTH --dir "$T/kbu" --listen 127.0.0.1:$port ${how%:*} > "$T/publish38.log" 2>&1 &
 	PUB=$!
 	python3 - $port "$HERE" "${how#*:}" <<'PY' || fail "the burst after an idle spell (${how%:*}, JOIN rate ${how#*:} kbit/s)"
 import socket, struct, sys, time

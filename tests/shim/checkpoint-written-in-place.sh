@@ -11,7 +11,7 @@ mkdir "$T/inplace"
 cp "$T/traj/step-0000.safetensors" "$T/inplace/"
 start_shim w --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 17)) --exit-after 30
-"$BFP" publish --dir "$T/inplace" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+"$BFP" publish $AUTH --dir "$T/inplace" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 > "$T/publish16.log" 2>&1 &
 PUB=$!
 sleep 1

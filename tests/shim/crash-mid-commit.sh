@@ -9,7 +9,7 @@ set -u
 traj
 p01
 
-"$SHIM" --buffer "$SHM.x" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:1 \
+"$SHIM" $AUTH --buffer "$SHM.x" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:1 \
 	--listen 127.0.0.1:$((port + 9)) --exit-after 0.2 > /dev/null 2>&1
 "$BFP" apply -q "$T/traj/step-0000.safetensors" "$T/p01" -o "$T/s1.safetensors"
 python3 - "$SHM.x" "$T/s1.safetensors" "$T/p01" <<'PY' || fail "crash simulation"
@@ -52,7 +52,7 @@ print("simulated a crash after %d of %d frames, and in the middle of the next" %
 PY
 start_shim x --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 9)) \
 	--exit-after 40
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
+"$BFP" publish $AUTH --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
 	--steps 1 --linger 2 > "$T/publish2.log" 2>&1 || fail publish
 wait_line "committed version 0 -> 1" "$T/shimx.log"
 kill -TERM $PIDS; wait; PIDS=""

@@ -34,7 +34,7 @@ print("version 1 after a resync")
 PY
 PYR=$!
 wait_line "damaged" "$T/pyr.log"
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+"$BFP" publish $AUTH --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 10 > "$T/publish8.log" 2>&1 &
 PUB=$!
 wait $PYR || { cat "$T/pyr.log"; fail "damaged buffer: $(tail -n 1 "$T/pyr.log")"; }

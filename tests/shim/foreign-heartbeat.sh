@@ -4,13 +4,14 @@
 # nobody has) is ignored: believed, the shim asked for version 1 in vain,
 # then for keyframe streams after every commit
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 steps_dir only0 0
 
 start_shim hb --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 24)) --nack-ms 50 --exit-after 30
-"$BFP" publish --dir "$T/only0" --listen 127.0.0.1:$port > "$T/publish24.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/only0" --listen 127.0.0.1:$port > "$T/publish24.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "joined" "$T/publish24.log" || fail "the shim did not join"
 python3 - $((port + 24)) "$HERE" <<'PY' || fail "sending a foreign HEARTBEAT"

@@ -8,6 +8,7 @@
 # equal the trainer's last BF16 checkpoint, checked by sha256 of the bytes
 # (Python's hashlib).
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 
@@ -18,7 +19,7 @@ for i in 1 2 3 4; do
 	drop=""
 	[ $i = 3 ] && drop="--drop-every 5"
 	[ $i = 4 ] && drop="--drop-every $n01"
-	"$SHIM" --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
+	"$SHIM" $AUTH --buffer "$SHM.$i" --init "$T/traj/step-0000.safetensors" \
 		--upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + i)) \
 		--exit-after 40 $drop > "$T/shim$i.log" 2>&1 &
 	PIDS="$PIDS $!"
@@ -38,7 +39,7 @@ struct.pack_into("<I", f, 28, 0)  # streamed
 struct.pack_into("<I", f, 56, crc32c(bytes(f[60:]), crc32c(bytes(f[:56]))))
 socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(f, ("127.0.0.1", int(sys.argv[2])))
 PY
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 4 \
+"$BFP" publish $AUTH --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 4 \
 	--steps 3 --linger 2 > "$T/publish.log" 2>&1 || fail publish
 for i in 1 2 3 4; do
 	wait_line "committed version 2 -> 3" "$T/shim$i.log"

@@ -9,7 +9,7 @@ traj
 
 mkdir "$T/hist2"
 : > "$T/hist2/v00000005-v00000006.bfp.tmp.Ab12Cd"
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --steps 3 --keep 2 --linger 0 \
+"$BFP" publish $AUTH --dir "$T/traj" --listen 127.0.0.1:$port --steps 3 --keep 2 --linger 0 \
 	--self-contained --history "$T/hist2" > "$T/publish13.log" 2>&1 ||
 	fail "publish --keep 2 --history --self-contained"
 [ "$(ls "$T/hist2" | tr '\n' ' ')" = "v00000001-v00000002.bfp v00000002-v00000003.bfp " ] ||

@@ -25,7 +25,7 @@ PY
 start_shim rh --init "$T/traj/step-0001.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 33)) --exit-after 40
 buffer_set "$SHM.rh" 1 - # the --init buffer is at 0: call it 1
-"$BFP" publish --dir "$T/rb" --resume --history "$T/rbh" --listen 127.0.0.1:$port \
+"$BFP" publish $AUTH --dir "$T/rb" --resume --history "$T/rbh" --listen 127.0.0.1:$port \
 	> "$T/publish33.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "committed version 1 -> 2" "$T/shimrh.log" 200 || fail "no version 2 after a rollback: $(tail -n 2 "$T/publish33.log")"

@@ -24,13 +24,13 @@ if [ -n "$hp_was" ] && mkdir "$T/hp" && echo $((hp_was + 8)) > /proc/sys/vm/nr_h
 	[ "$(cat /proc/sys/vm/nr_hugepages)" -ge $((hp_was + 8)) ] &&
 	mount -t hugetlbfs none "$T/hp" 2>/dev/null; then
 	HP_MOUNT=$T/hp
-	"$SHIM" --buffer "$T/hp/buf" --init "$T/traj5/step-0000.safetensors" \
+	"$SHIM" $AUTH --buffer "$T/hp/buf" --init "$T/traj5/step-0000.safetensors" \
 		--upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 48)) --exit-after 40 \
 		> "$T/shimhp.log" 2>&1 &
 	PIDS="$PIDS $!"
 	wait_line "listening on" "$T/shimhp.log" ||
 		fail "a shim on hugetlbfs did not start: $(cat "$T/shimhp.log")"
-	"$BFP" publish --dir "$T/traj5" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
+	"$BFP" publish $AUTH --dir "$T/traj5" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
 		--linger 2 > "$T/publish48.log" 2>&1 || fail "publish to a shim on hugetlbfs"
 	wait_line "committed version 2 -> 3" "$T/shimhp.log" || fail "no commits on hugetlbfs"
 	kill -TERM $PIDS; wait; PIDS=""

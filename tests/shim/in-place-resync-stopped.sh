@@ -5,6 +5,7 @@
 # commits version 1: the rest of the in-place stream must not be written
 # into the buffer that now holds version 1
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 make_buffer ip2 "$T/traj/step-0003.safetensors" 0 2 # version 0, RESYNC

@@ -3,10 +3,11 @@
 # JOINs: one for another model is ignored (said once), and a repeated JOIN
 # from the same control port with another data port moves the frames there
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+"$BFP" publish $AUTH --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 8 > "$T/publish34.log" 2>&1 &
 PUB=$!
 python3 - $port "$HERE" "$T/traj/step-0000.safetensors" <<'PY' || fail "JOINs of another model, JOINs that move"

@@ -8,7 +8,7 @@ traj
 
 start_shim j --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 15)) --exit-after 30
-timeout 30 "$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
+timeout 30 "$BFP" publish $AUTH --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 \
 	--steps 1 --keyframes --frame-size 9000 --rate 200m --linger 1 > "$T/publish11.log" 2>&1 ||
 	fail "publish --frame-size 9000 --rate 200m did not finish"
 wait_line "committed version 0 -> 1" "$T/shimj.log" || fail "jumbo keyframes not committed"

@@ -11,11 +11,11 @@ steps_dir live 0 1 2 3
 
 start_shim cutp --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 39)) --exit-after 40
-"$BFP" publish --dir "$T/live" --listen 127.0.0.1:$port --wait-subscribers 1 --keep 1 \
+"$BFP" publish $AUTH --dir "$T/live" --listen 127.0.0.1:$port --wait-subscribers 1 --keep 1 \
 	--steps 3 --linger 15 > "$T/publish10.log" 2>&1 &
 PUB=$!
 wait_line "committed version 2 -> 3" "$T/shimcutp.log" || fail "publish for the cut keyframe commit"
-"$SHIM" --buffer "$SHM.cut" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
+"$SHIM" $AUTH --buffer "$SHM.cut" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 38)) --crash-after 1 > "$T/shimcut0.log" 2>&1 &
 K=$!
 PIDS="$PIDS $K"

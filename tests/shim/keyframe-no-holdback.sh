@@ -4,12 +4,13 @@
 # does not hold the next version back: its first frames leave while the
 # stream goes on, and the stream still arrives whole
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 
 mkdir "$T/kcu"
 cp "$T/traj/step-0000.safetensors" "$T/kcu/"
-"$BFP" publish --dir "$T/kcu" --listen 127.0.0.1:$port --rate 4m --linger 1 \
+"$BFP" publish $AUTH --dir "$T/kcu" --listen 127.0.0.1:$port --rate 4m --linger 1 \
 	> "$T/publish37.log" 2>&1 &
 PUB=$!
 python3 - $port "$HERE" "$T/traj/step-0001.safetensors" "$T/kcu" <<'PY' || fail "a keyframe stream holding a new version back"

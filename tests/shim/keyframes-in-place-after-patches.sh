@@ -20,7 +20,7 @@ start_shim kr --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 22)) \
 	--max-stage 2097152 --nack-ms 50 --exit-after 60
 start_shim kc --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 23)) \
 	--max-stage 2097152 --nack-ms 50 --exit-after 60
-"$BFP" publish --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish23.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish23.log" 2>&1 &
 PIDS="$PIDS $!"
 for sn in kr kc; do
 	wait_line "committed version 0 -> 2 (keyframe resync, written in place)" "$T/shim$sn.log" 300 ||

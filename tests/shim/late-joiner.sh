@@ -11,7 +11,7 @@ cp "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" \
 	"$T/traj/step-0002.safetensors" "$T/live/"
 start_shim a --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 5)) --exit-after 40
-"$BFP" publish --dir "$T/live" --listen 127.0.0.1:$port --wait-subscribers 1 --keep 1 \
+"$BFP" publish $AUTH --dir "$T/live" --listen 127.0.0.1:$port --wait-subscribers 1 --keep 1 \
 	--steps 3 --linger 2 > "$T/publish3.log" 2>&1 &
 PUB=$!
 wait_line "committed version 1 -> 2" "$T/shima.log"

@@ -4,11 +4,12 @@
 # keyframe stream gets the next one only once 3 s have passed since the
 # first, as if it had stayed (each stream is the whole model)
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 steps_dir kbu 0
 
-"$BFP" publish --dir "$T/kbu" --listen 127.0.0.1:$port > "$T/publish39.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/kbu" --listen 127.0.0.1:$port > "$T/publish39.log" 2>&1 &
 PUB=$!
 python3 - $port "$HERE" <<'PY' || fail "LEAVE and JOIN again for another keyframe stream"
 import socket, struct, sys, time

@@ -11,12 +11,19 @@
 # (test_lib.sh) $T, $SHM (a prefix for weight buffers: $SHM.NAME), $PIDS
 # and the EXIT trap that stops $PIDS and $PUB, runs test_teardown and
 # removes $T and $SHM*.
+#
+# $AUTH is what the scenario passes to every publisher and shim it
+# starts: --key with $T/key, a key `bfpatch keygen` made, unless the
+# scenario set AUTH=--insecure before sourcing this (one that sends
+# unsigned datagrams of its own: the keyless path).
 BFP=$1
 SHIM=$2
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . "$HERE/test_lib.sh"
 test_setup shim
 port=$((20000 + $$ % 20000))
+"$BFP" keygen "$T/key" 2>/dev/null || fail "bfpatch keygen"
+AUTH=${AUTH:---key $T/key}
 
 # buffer_set FILE VERSION STATE: write a weight buffer's header version
 # (offset 64) and state (offset 68, common/wbuf.h); - leaves one as is
@@ -32,11 +39,11 @@ PY
 }
 
 # start_shim NAME ARGS...: bfpatch-shim on the weight buffer $SHM.NAME with
-# ARGS, logging to $T/shimNAME.log, added to $PIDS; returns once it listens
+# $AUTH and ARGS, logging to $T/shimNAME.log, added to $PIDS; returns once it listens
 start_shim() {
 	shim_name=$1
 	shift
-	"$SHIM" --buffer "$SHM.$shim_name" "$@" > "$T/shim$shim_name.log" 2>&1 &
+	"$SHIM" $AUTH --buffer "$SHM.$shim_name" "$@" > "$T/shim$shim_name.log" 2>&1 &
 	PIDS="$PIDS $!"
 	wait_line "listening on" "$T/shim$shim_name.log" || fail "shim $shim_name did not start"
 }
@@ -45,7 +52,7 @@ start_shim() {
 # that holds CHECKPOINT's weights (made by a shim's --init, which then
 # exits), its header then set to VERSION and STATE (buffer_set)
 make_buffer() {
-	"$SHIM" --buffer "$SHM.$1" --init "$2" --upstream 127.0.0.1:1 \
+	"$SHIM" $AUTH --buffer "$SHM.$1" --init "$2" --upstream 127.0.0.1:1 \
 		--listen 127.0.0.1:$((port + 49)) --exit-after 0.2 > "$T/make$1.out" 2>&1 ||
 		fail "making buffer $1: $(cat "$T/make$1.out")"
 	buffer_set "$SHM.$1" "$3" "$4"

@@ -15,7 +15,7 @@ cp "$T/traj5/step-0000.safetensors" "$T/gap2/step-0003.safetensors"
 cp "$T/traj/step-0003.safetensors" "$T/gap2/step-0004.safetensors"
 start_shim g2 --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 45)) --exit-after 40
-"$BFP" publish --dir "$T/gap2" --listen 127.0.0.1:$port --wait-subscribers 1 > "$T/publish45.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/gap2" --listen 127.0.0.1:$port --wait-subscribers 1 > "$T/publish45.log" 2>&1 &
 pub45=$!
 PIDS="$PIDS $pub45"
 wait_line "committed version 1 -> 4" "$T/shimg2.log" 200 ||

@@ -3,12 +3,13 @@
 # a NACK that comes while its version is still being sent (paced at
 # 20 kB/s here) is answered from the frames already sent, not dropped
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 
 mkdir "$T/midst"
 cp "$T/traj/step-0000.safetensors" "$T/midst/"
-"$BFP" publish --dir "$T/midst" --listen 127.0.0.1:$port --rate 160k --linger 2 \
+"$BFP" publish $AUTH --dir "$T/midst" --listen 127.0.0.1:$port --rate 160k --linger 2 \
 	> "$T/publish36.log" 2>&1 &
 PUB=$!
 python3 - $port "$HERE" "$T/traj/step-0001.safetensors" "$T/midst" <<'PY' || fail "a NACK during the stream"

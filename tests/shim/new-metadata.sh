@@ -21,7 +21,7 @@ PY
 	fail "writing a checkpoint with new metadata"
 start_shim md --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 19)) --exit-after 30
-"$BFP" publish --dir "$T/meta" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+"$BFP" publish $AUTH --dir "$T/meta" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 > "$T/publish21.log" 2>&1 || fail "publish a step with new metadata: $(tail -n 2 "$T/publish21.log")"
 wait_line "committed version 0 -> 1" "$T/shimmd.log" || fail "the step with new metadata was not committed"
 kill -TERM $PIDS; wait; PIDS=""

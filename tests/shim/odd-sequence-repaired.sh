@@ -13,7 +13,7 @@ import struct, sys
 with open(sys.argv[1], 'r+b') as f:
     f.seek(80); n = struct.unpack('<Q', f.read(8))[0]
     f.seek(80); f.write(struct.pack('<Q', n | 1))" "$SHM.sq"
-"$SHIM" --buffer "$SHM.sq" --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 26)) \
+"$SHIM" $AUTH --buffer "$SHM.sq" --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 26)) \
 	--exit-after 0.5 > "$T/shimsq.log" 2>&1 || fail "shim on a buffer with an odd sequence count"
 python3 -c "
 import struct, sys

@@ -40,7 +40,7 @@ second() {
 	shift
 	tries=$((tries + 1))
 	log=$T/second$tries.log
-	(cd "$shm_dir" && exec "$shim_abs" --buffer "$path" "$@" --upstream 127.0.0.1:$port \
+	(cd "$shm_dir" && exec "$shim_abs" $AUTH --buffer "$path" "$@" --upstream 127.0.0.1:$port \
 		--listen 127.0.0.1:$((port + 31)) --exit-after 3) > "$log" 2>&1
 	rc=$?
 	[ $rc -ne 0 ] || fail "a second shim on $path${*:+ $*} ran (exit 0): $(cat "$log")"
@@ -57,7 +57,7 @@ for p in "$SHM.a" "$SHM.sym" "$SHM.hard" "$shm_base.a" "$shm_dir/../$(basename "
 done
 kill -0 "$A" 2>/dev/null || fail "shim a ended"
 
-"$BFP" publish --dir "$T/traj5" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 2 \
+"$BFP" publish $AUTH --dir "$T/traj5" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 2 \
 	--linger 2 > "$T/publish30.log" 2>&1 || fail "publish to shim a"
 wait_line "committed version 1 -> 2" "$T/shima.log" || fail "shim a did not commit version 2"
 kill -TERM $PIDS; wait; PIDS=""

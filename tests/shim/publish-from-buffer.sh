@@ -12,11 +12,11 @@ start_shim t --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 8)) --exit-after 60
 start_shim c --init "$T/traj/step-0000.safetensors" \
 	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 11)) --exit-after 60
-"$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
+"$BFP" publish $AUTH --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
 	--steps 3 --linger 2 > "$T/publish6.log" 2>&1 &
 PUB=$!
 sleep 1.5
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
+"$BFP" publish $AUTH --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
 	--linger 1 > "$T/publish7.log" 2>&1 || fail "publish into the trainer's buffer"
 wait $PUB || fail "publish --buffer"
 wait_line "committed version 2 -> 3" "$T/shimc.log"
@@ -29,7 +29,7 @@ python3 -c "
 import struct, sys
 with open(sys.argv[1], 'r+b') as f:
     f.seek(40); f.write(struct.pack('<Q', 1 << 40))" "$SHM.bad"
-"$BFP" publish --buffer "$SHM.bad" --listen 127.0.0.1:$port --steps 1 > "$T/publish14.log" 2>&1 &&
+"$BFP" publish $AUTH --buffer "$SHM.bad" --listen 127.0.0.1:$port --steps 1 > "$T/publish14.log" 2>&1 &&
 	fail "a weight buffer with a bad header was published"
 grep -q "not a bfpatch weight buffer (bad header)" "$T/publish14.log" ||
 	fail "no clear error for a bad weight buffer header: $(cat "$T/publish14.log")"

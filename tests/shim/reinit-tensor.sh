@@ -34,7 +34,7 @@ sys.exit(0 if f['keyframe'] + f['keyframe_zstd'] > 0 and f['sparse'] > 0 else 1)
 	fail "the re-initialised step made no keyframe-coded frames in its patch"
 start_shim k --init "$T/reinit/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 14)) --exit-after 30
-"$BFP" publish --dir "$T/reinit" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
+"$BFP" publish $AUTH --dir "$T/reinit" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 1 \
 	--linger 1 > "$T/publish10.log" 2>&1 || fail "publish the re-initialised step"
 wait_line "committed version 0 -> 1" "$T/shimk.log" 200 || fail "the re-initialised step was not committed"
 kill -TERM $PIDS; wait; PIDS=""

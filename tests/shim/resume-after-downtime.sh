@@ -17,7 +17,7 @@ cp "$T/dth/v00000000-v00000001.bfp" "$T/dth/v00000007-v00000008.bfp"
 start_shim dt --init "$T/traj/step-0001.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 46)) --exit-after 40
 buffer_set "$SHM.dt" 1 - # the --init buffer is at 0: call it 1
-"$BFP" publish --dir "$T/dt" --resume --history "$T/dth" --listen 127.0.0.1:$port \
+"$BFP" publish $AUTH --dir "$T/dt" --resume --history "$T/dth" --listen 127.0.0.1:$port \
 	> "$T/publish46.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "committed version .* -> 3" "$T/shimdt.log" 250 ||

@@ -11,7 +11,7 @@ steps_dir at2 0 1 2
 start_shim mk --init "$T/traj/step-0001.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 35)) --exit-after 30
 buffer_set "$SHM.mk" 1 - # the --init buffer is at 0: call it 1
-"$BFP" publish --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish35.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish35.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "committed version 1 -> 2" "$T/shimmk.log" 200 || fail "no catch-up after a restart: $(tail -n 2 "$T/publish35.log")"
 kill -TERM $PIDS; wait; PIDS=""

@@ -15,7 +15,7 @@ WR=$!
 while [ ! -e "$T/rpre.go" ]; do sleep 0.05; done
 start_shim rp --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 31)) --exit-after 40
-"$BFP" publish --dir "$T/rpre" --resume --listen 127.0.0.1:$port > "$T/publish31.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/rpre" --resume --listen 127.0.0.1:$port > "$T/publish31.log" 2>&1 &
 PIDS="$PIDS $!"
 wait $WR || fail "writing a checkpoint in place"
 wait_line "committed version .* -> 2" "$T/shimrp.log" 200 || fail "the latest checkpoint was not published once whole"

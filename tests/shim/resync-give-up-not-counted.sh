@@ -5,11 +5,12 @@
 # until the shim gives up on it, which is no second resync (it is at one
 # already), and the rest of the stream then commits
 set -u
+AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj5
 traj5_keyframes 1
 
-"$SHIM" --buffer "$SHM.rq" --init "$T/traj5/step-0000.safetensors" --upstream 127.0.0.1:1 \
+"$SHIM" $AUTH --buffer "$SHM.rq" --init "$T/traj5/step-0000.safetensors" --upstream 127.0.0.1:1 \
 	--listen 127.0.0.1:$((port + 40)) --exit-after 0.2 > /dev/null 2>&1
 buffer_set "$SHM.rq" 0 2
 start_shim rq --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 40)) --nack-ms 20 \

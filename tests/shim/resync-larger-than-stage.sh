@@ -11,7 +11,7 @@ steps_dir at2 0 1 2
 
 start_shim ip --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 18)) \
 	--max-stage 4194304 --drop-every 100 --nack-ms 50 --exit-after 30
-"$BFP" publish --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish17.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish17.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "committed version 0 -> 2 (keyframe resync, written in place)" "$T/shimip.log" 200 ||
 	fail "a keyframe resync larger than --max-stage did not finish: $(tail -n 3 "$T/shimip.log")"

@@ -8,10 +8,10 @@ set -u
 traj
 steps_dir kbu 0
 
-"$SHIM" --buffer "$SHM.rs" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:1 \
+"$SHIM" $AUTH --buffer "$SHM.rs" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:1 \
 	--listen 127.0.0.1:$((port + 37)) --exit-after 0.2 > /dev/null 2>&1
 buffer_set "$SHM.rs" 0 2 # RESYNC: no usable version
-"$BFP" publish --dir "$T/kbu" --listen 127.0.0.1:$port --rate 2m > "$T/publish40.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/kbu" --listen 127.0.0.1:$port --rate 2m > "$T/publish40.log" 2>&1 &
 PUB=$!
 start_shim rs --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 37)) --nack-ms 50 --exit-after 60
 wait_line "committed version 0 -> 0 (keyframe resync)" "$T/shimrs.log" 200 ||

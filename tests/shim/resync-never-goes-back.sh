@@ -11,7 +11,7 @@ steps_dir only0 0
 
 start_shim rs --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 16)) \
 	--exit-after 30
-"$BFP" publish --dir "$T/only0" --listen 127.0.0.1:$port > "$T/publish15.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/only0" --listen 127.0.0.1:$port > "$T/publish15.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "keyframe stream" "$T/publish15.log" || fail "no keyframe stream for the resyncing shim"
 sleep 1

@@ -6,6 +6,7 @@
 # JOINs with version 1 (it holds it), so a publisher does not send the
 # patch again every 3 s as a catch-up
 set -u
+AUTH=--insecure # it plays the publisher with unsigned frames of its own
 . "$(dirname "$0")/lib.sh"
 traj5
 traj5_patches 0 1
@@ -18,7 +19,7 @@ from tap_peers import frames
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.bind(("127.0.0.1", int(up)))
 log = open(T + "/shimnl.log", "w")
-p = subprocess.Popen([shim, "--buffer", buf, "--init", T + "/traj5/step-0000.safetensors",
+p = subprocess.Popen([shim, "--insecure", "--buffer", buf, "--init", T + "/traj5/step-0000.safetensors",
                       "--commit", "safe-point", "--upstream", "127.0.0.1:" + up,
                       "--listen", "127.0.0.1:" + me, "--nack-ms", "50", "--exit-after", "20"],
                      stdout=log, stderr=subprocess.STDOUT)

@@ -21,7 +21,7 @@ start_shim ma --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port 
 	--listen 127.0.0.1:$((port + 41)) --exit-after 30 --drop-every $((m01 + 1))
 start_shim mb --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 42)) --exit-after 30
-"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 2 --steps 3 \
+"$BFP" publish $AUTH --dir "$T/traj" --listen 127.0.0.1:$port --wait-subscribers 2 --steps 3 \
 	--linger 2 --history "$T/histm" > "$T/publishm.log" 2>&1 ||
 	fail "publish patches with models"
 for n in ma mb; do

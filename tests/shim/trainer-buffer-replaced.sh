@@ -12,7 +12,7 @@ make_buffer t "$T/traj/step-0003.safetensors" 3 - # the trainer's buffer, at ver
 start_shim c2 --init "$T/traj/step-0003.safetensors" \
 	--upstream 127.0.0.1:$((port + 10)) --listen 127.0.0.1:$((port + 20)) --exit-after 60
 buffer_set "$SHM.c2" 3 - # the --init buffer is at 0: call it 3
-"$BFP" publish --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
+"$BFP" publish $AUTH --buffer "$SHM.t" --listen 127.0.0.1:$((port + 10)) --wait-subscribers 1 \
 	--steps 4 --linger 2 > "$T/publish22.log" 2>&1 &
 PUB=$!
 wait_line "subscriber" "$T/publish22.log"
