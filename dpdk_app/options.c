@@ -25,8 +25,9 @@ const char relay_usage_text[] =
 	"                              router); default: every address is ARPed\n"
 	"  -d, --data-port N           UDP port of frames (default 7400)\n"
 	"  -c, --control-port N        UDP port of JOIN/LEAVE/NACK/heartbeat (7401)\n"
-	"  -s, --subscriber ADDR:PORT[,mac=MAC][,rate=BITS][,eth=N]\n"
-	"                              static subscriber (repeatable, up to 64)\n"
+	"  -s, --subscriber ADDR:PORT[,mac=MAC][,rate=BITS][,eth=N][,key=ID]\n"
+	"                              static subscriber (repeatable, up to 64);\n"
+	"                              key=: its key among --peer-keys\n"
 	"  -u, --upstream ADDR:PORT    relay or publisher to subscribe to (its\n"
 	"                              control port); NACK misses go there\n"
 	"  -C, --cache-bytes N         repair cache budget (default 64M; K, M, G:\n"
@@ -54,6 +55,11 @@ const char relay_usage_text[] =
 	"                              (repeatable: the first signs; docs/SECURITY.md;\n"
 	"                              make one with bfpatch keygen FILE); required\n"
 	"                              unless --insecure\n"
+	"      --peer-keys FILE        a key per subscriber (one \"KEY_ID HEX64\" a\n"
+	"                              line): each signs its JOINs and NACKs with its\n"
+	"                              own, and what goes to it is signed again with\n"
+	"                              that key, so no subscriber can forge what\n"
+	"                              another takes (docs/SECURITY.md); needs --key\n"
 	"      --insecure              run without --key: then this relay accepts\n"
 	"                              unauthenticated frames and control messages\n"
 	"                              from anyone who can reach its ports and relays\n"
@@ -101,6 +107,11 @@ static int parse_sub(const char *s, sub_conf *sc)
 			if (rp_parse_num(opt + 4, 0, MAX_PORTS - 1, &v))
 				return -1;
 			sc->eth_port = (uint16_t)v;
+		} else if (!strncmp(opt, "key=", 4)) {
+			if (rp_parse_num(opt + 4, 0, UINT32_MAX, &v))
+				return -1;
+			sc->key_id = (uint32_t)v;
+			sc->has_key = 1;
 		} else {
 			return -1;
 		}
@@ -171,7 +182,7 @@ static int opt_subscriber(relay_conf *cf, const char *arg)
 {
 	sub_conf *sc = &cf->subs[cf->n_subs];
 	if (cf->n_subs == MAX_SUBS || parse_sub(arg, sc) || !sc->ip || sc->ip == 0xFFFFFFFFu)
-		return bad("--subscriber (A.B.C.D:PORT[,mac=MAC][,rate=BITS][,eth=N], "
+		return bad("--subscriber (A.B.C.D:PORT[,mac=MAC][,rate=BITS][,eth=N][,key=ID], "
 			   "a host's address; rate at least 1k)",
 			   arg);
 	for (unsigned i = 0; i < cf->n_subs; i++)
@@ -287,6 +298,7 @@ static int parse_one(relay_conf *cf, int c, const char *arg)
 	case 'N': cf->name = arg; return 0;
 	case 'A': return opt_key(cf, arg);
 	case 'I': cf->insecure = 1; return 0;
+	case 'W': cf->peer_keys = arg; return 0;
 	case 'm':
 		return opt_u32("--mbuf-size", arg, 2048, 65535 - RTE_PKTMBUF_HEADROOM, &cf->mbuf_size);
 	case 'n': return opt_mbufs(cf, arg);
@@ -379,7 +391,7 @@ int relay_parse_args(int argc, char **argv, relay_conf *cf)
 		{"name", required_argument, 0, 'N'}, {"key", required_argument, 0, 'A'},
 		{"nack-rate", required_argument, 0, 'L'},
 		{"max-per-host", required_argument, 0, 'H'},
-		{"insecure", no_argument, 0, 'I'},
+		{"insecure", no_argument, 0, 'I'}, {"peer-keys", required_argument, 0, 'W'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	conf_defaults(cf);
@@ -398,5 +410,16 @@ int relay_parse_args(int argc, char **argv, relay_conf *cf)
 	}
 	if (check_ports_differ(cf) || check_no_loops(cf) || check_gateways(cf))
 		return -1;
+	if (cf->peer_keys && !cf->n_keys) {
+		RELAY_LOG(ERR, "--peer-keys needs --key: frames from upstream verify under "
+			  "--key, never under a subscriber's key\n");
+		return -1;
+	}
+	for (unsigned i = 0; i < cf->n_subs; i++)
+		if (cf->subs[i].has_key && !cf->peer_keys) {
+			RELAY_LOG(ERR, "--subscriber ...,key=%u needs --peer-keys\n",
+				  cf->subs[i].key_id);
+			return -1;
+		}
 	return 0;
 }

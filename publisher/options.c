@@ -52,6 +52,11 @@ const char publish_usage[] =
 	"                            (repeatable: the first signs; docs/SECURITY.md;\n"
 	"                            make one with bfpatch keygen FILE); required\n"
 	"                            unless --insecure\n"
+	"      --peer-keys FILE      a key per subscriber (one \"KEY_ID HEX64\" a\n"
+	"                            line): each signs its JOINs and NACKs with its\n"
+	"                            own, and what goes to it is signed with that\n"
+	"                            key, so no subscriber can forge what another\n"
+	"                            takes (docs/SECURITY.md)\n"
 	"      --insecure            run without --key: then this publisher accepts\n"
 	"                            unauthenticated JOINs and NACKs from anyone who\n"
 	"                            can reach --listen and sends unsigned frames\n"
@@ -70,7 +75,7 @@ static const struct option long_opts[] = {
 	{"steps", required_argument, 0, 'n'}, {"linger", required_argument, 0, 'L'},
 	{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
 	{"key", required_argument, 0, 'A'}, {"nack-rate", required_argument, 0, 'Q'},
-	{"insecure", no_argument, 0, 'I'},
+	{"insecure", no_argument, 0, 'I'}, {"peer-keys", required_argument, 0, 'W'},
 	{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
 /* A number in lo..hi for opt into *out: 0, or 2 after the message. */
@@ -130,6 +135,7 @@ static int parse_one(publish_config *cf, int c, const char *arg)
 	case 'N': cf->name = arg; return 0;
 	case 'A': opt_key(cf, arg); return 0;
 	case 'I': cf->insecure = 1; return 0;
+	case 'W': cf->peer_keys = arg; return 0;
 	default: fputs(publish_usage, stderr); return 2;
 	}
 }
@@ -155,10 +161,11 @@ static int check_together(publish_config *cf)
 	const uint32_t ip = cf->listen_ip;
 	snprintf(reach, sizeof(reach), "%u.%u.%u.%u:%u", ip >> 24, ip >> 16 & 255, ip >> 8 & 255,
 		 ip & 255, cf->listen_port);
-	int rc = auth_mode_check("bfpatch publish", cf->n_keys, cf->insecure, reach);
+	int rc = auth_mode_check("bfpatch publish", cf->n_keys + (cf->peer_keys != NULL),
+				 cf->insecure, reach);
 	if (rc)
 		return rc;
-	if (cf->n_keys) { /* the trailer rides in the same datagram */
+	if (cf->n_keys || cf->peer_keys) { /* the trailer rides in the same datagram */
 		if (cf->frame_size < BFP_FRAME_SIZE_MIN + RP_AUTH_LEN) {
 			fprintf(stderr, "bfpatch publish: --frame-size too small for a signed frame\n");
 			return 2;

@@ -18,6 +18,7 @@ RELAY=$2
 LCORES=${3:-0}
 EXTRA=${4:-}
 KEY=${5:-}
+APPX=${6:-} # more relay options (after --)
 case $LCORES in *@*) LC="--lcores=$LCORES" ;; *) LC="-l $LCORES" ;; esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
@@ -26,8 +27,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 "$BFP" synth -o "$T/traj" -p 400k -n 1 -S 9 2>/dev/null || fail synth
 "$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p" || fail diff
-ntamp=0 RK=""
-if [ "$KEY" = key ]; then
+ntamp=0 RK="" S1="" S2="" S3=""
+if [ "$KEY" = key ] || [ "$KEY" = perhop ]; then
 	(umask 077; echo "3 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key")
 	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 --key "$T/key" || fail pcap
 	ntamp=$(python3 "$HERE/pcaptool.py" tamper "$T/frames.pcap" "$T/signed.pcap") || fail tamper
@@ -45,6 +46,13 @@ print(len(b))
 PY
 ) || fail "other run"
 	RK="--key $T/key"
+	if [ "$KEY" = perhop ]; then # a key per subscriber (docs/SECURITY.md)
+		for i in 1 2 3; do
+			(umask 077; echo "1$i $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/peer$i")
+		done
+		(umask 077; cat "$T/peer1" "$T/peer2" "$T/peer3" > "$T/peers")
+		RK="$RK --peer-keys $T/peers" S1=,key=11 S2=,key=12 S3=,key=13
+	fi
 else # the keyless path: unsigned frames, no key at the relay
 	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
 	cp "$T/frames.pcap" "$T/signed.pcap"
@@ -54,10 +62,10 @@ nbad=$(python3 "$HERE/pcaptool.py" mix "$T/signed.pcap" "$T/in.pcap") || fail mi
 # shellcheck disable=SC2086 # LC and EXTRA are lists of options
 "$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfprelay$$ $LC --log-level=lib.eal:error \
 	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" $EXTRA -- \
-	--ip 0:198.18.0.1 --check-crc --run-time 3 $RK \
-	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11 \
-	--subscriber 198.18.0.12:7500,mac=02:00:00:00:00:12 \
-	--subscriber 198.18.0.13:7600,mac=02:00:00:00:00:13 > "$T/relay.log" 2>&1 &
+	--ip 0:198.18.0.1 --check-crc --run-time 3 $RK $APPX \
+	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11$S1 \
+	--subscriber 198.18.0.12:7500,mac=02:00:00:00:00:12$S2 \
+	--subscriber 198.18.0.13:7600,mac=02:00:00:00:00:13$S3 > "$T/relay.log" 2>&1 &
 RPID=$!
 # while it runs, its per-subscriber counters are readable through DPDK
 # telemetry (names of letters, digits and '_', which telemetry accepts)
@@ -74,14 +82,20 @@ assert got == want and len(subs) == 9, subs
 PY
 fi
 wait "$RPID" || { cat "$T/relay.log"; fail "relay exited with an error"; }
-python3 "$HERE/pcaptool.py" check "$T/frames.pcap" "$T/out.pcap" 3 || { cat "$T/relay.log"; exit 1; }
+if [ "$KEY" = perhop ]; then
+	python3 "$HERE/pcaptool.py" check-perhop "$T/frames.pcap" "$T/out.pcap" \
+		"198.18.0.11:7500=$T/peer1,198.18.0.12:7500=$T/peer2,198.18.0.13:7600=$T/peer3" ||
+		{ cat "$T/relay.log"; exit 1; }
+else
+	python3 "$HERE/pcaptool.py" check "$T/frames.pcap" "$T/out.pcap" 3 || { cat "$T/relay.log"; exit 1; }
+fi
 drops=$(awk '$1 ~ /^drop_(short|ethertype|ip|not_ours|proto|udp|port|frame|encoding|arp)$/ {s += $2} END {print s}' "$T/relay.log")
 [ "$drops" = "$nbad" ] || { cat "$T/relay.log"; fail "relay counted $drops malformed packets, $nbad were sent"; }
 newer=$(awk '$1 == "drop_encoding" {print $2}' "$T/relay.log")
 [ "$newer" = 1 ] || { cat "$T/relay.log"; fail "drop_encoding $newer, 1 frame in an unknown encoding was sent"; }
 da=$(awk '$1 == "drop_auth" {print $2}' "$T/relay.log")
 [ "$da" = "$ntamp" ] || { cat "$T/relay.log"; fail "drop_auth $da, $ntamp tampered frames were sent"; }
-if [ "$KEY" = key ]; then
+if [ -n "$KEY" ]; then
 	dr=$(awk '$1 == "drop_other_run" {print $2}' "$T/relay.log")
 	[ "$dr" = "$nother" ] || { cat "$T/relay.log"; fail "drop_other_run $dr, $nother frames of another run were sent"; }
 	cr=$(awk '$1 == "cache_replaced" {print $2}' "$T/relay.log")

@@ -10,9 +10,15 @@
   check IN OUT N      OUT must carry every bfpatch frame of IN exactly once
                       to each of N subscribers, byte-identical, with valid
                       IPv4 and UDP checksums; prints a summary
+  check-perhop IN OUT IP:PORT=KEYFILE,...
+                      the same, each frame's trailer signed again under
+                      its subscriber's own key (docs/SECURITY.md) and under
+                      no other subscriber's
 Written from the pcap, IPv4 and UDP specifications; shares no code with
 the relay.
 """
+import os
+import socket
 import struct
 import sys
 
@@ -167,11 +173,55 @@ def check(src, dst, nsubs):
     sys.exit(0 if ok else 1)
 
 
+def check_perhop(src, dst, keymap):
+    """Every output to each subscriber: a source frame with its trailer
+    signed again under that subscriber's key (keymap "IP:PORT=KEYFILE,..."),
+    bound to the source's run; valid checksums; each frame exactly once."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import authtool
+    keys = {}
+    for item in keymap.split(","):
+        dest, kf = item.split("=")
+        ip, port = dest.split(":")
+        keys[(ip, int(port))] = authtool.read_key(kf)
+    frames, runs = [], set()
+    for p in read_pcap(src):
+        d = udp_parts(p)[4]
+        frames.append(d[:-authtool.LEN])
+        runs.add(struct.unpack_from("<Q", d, len(d) - authtool.LEN + 8)[0])
+    got, bad = {}, 0
+    for p in read_pcap(dst):
+        if p[12:14] == b"\x08\x06":
+            continue  # ARP
+        u = udp_parts(p)
+        if not isinstance(u, tuple):
+            bad += 1
+            continue
+        dest = (socket.inet_ntoa(u[1]), u[3])
+        if p[40:42] == b"\0\0":  # a relay always computes the UDP checksum
+            bad += 1
+        kid, key = keys[dest]
+        o = authtool.open_(kid, key, u[4])
+        for other, (k2, key2) in keys.items():  # no other subscriber's key takes it
+            if other != dest and authtool.open_(k2, key2, u[4]) is not None:
+                bad += 1
+        if o is None or o[1] not in runs or o[2] != 0:
+            bad += 1
+            continue
+        got.setdefault(dest, []).append(o[0])
+    ok = not bad and len(got) == len(keys) and all(sorted(v) == sorted(frames) for v in got.values())
+    print("%d frames x %d subscribers, each under its own key: %s%s" % (
+        len(frames), len(got), "ok" if ok else "FAILED", " (%d bad)" % bad if bad else ""))
+    sys.exit(0 if ok else 1)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "mix":
         mix(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "tamper":
         tamper(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "check-perhop":
+        check_perhop(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "check":
         check(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
