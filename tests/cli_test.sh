@@ -414,9 +414,9 @@ expect_fail "publish --rate under 1 kbit/s" "" \
 	"$BFP" publish --dir "$T/traj" --listen 127.0.0.1:1 --rate 100
 expect_fail "publish --resume with --buffer" "" \
 	"$BFP" publish --buffer "$T/nobuf" --resume --listen 127.0.0.1:1
-SHIM=$(dirname "$BFP")/bfpatch-shim
-"$BFP" keygen "$T/key" 2>/dev/null || bad "bfpatch keygen"
-K="--key $T/key" # the publisher, shims and relays below: authenticated
+SHIM=$(dirname "$BFP")/../host_shim/bfpatch-shim
+"$BFP" keygen "$T/auth.key" 2>/dev/null || bad "bfpatch keygen"
+K="--key $T/auth.key" # the publisher, shims and relays below: authenticated
 if [ -x "$SHIM" ]; then
 	expect_fail "shim --exit-after with a unit" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 -T 5m
 	check "the shim names the option whose value it refuses" \
