@@ -3,7 +3,9 @@
 # fan-out 1, 4 and 16 for 1500- and 8000-byte packets, next to dpdk-testpmd
 # io forwarding on the same virtual devices in the same run, and the
 # repair path (NACKs answered from the cache), and the rates of a relay
-# that verifies each frame's signature (--key); the other runs measure the
+# that verifies each frame's signature (--key), and of one that also signs
+# each output again under its subscriber's own key (--peer-keys, keys per
+# hop); the other runs measure the
 # relay without keys (--insecure: unsigned frames and NACKs from pcap
 # files). One lcore each: the relay
 # does RX, fan-out and TX on its main lcore; testpmd forwards on one lcore.
@@ -62,32 +64,49 @@ for size in 1500 8000; do
 	done
 done
 
-# a relay with --key checks every frame's keyed BLAKE2b before it relays
-# it (docs/SECURITY.md): the same packets' sizes, signed
+# a relay with --key checks every frame's tag (AES-GMAC, docs/SECURITY.md)
+# before it relays it; with --peer-keys it also signs each output again
+# under its subscriber's own key: the same packets' sizes, signed
 echo
-echo "with --key (each frame's BLAKE2b verified on the lcore that received it; same packet"
-echo "sizes, signed frames; with 2 lcores a worker receives and verifies, the main one fans out):"
-printf '%-6s %-7s %-7s %14s %12s %18s %10s\n' bytes fanout lcores "relay Mpps" "relay Gb/s" "of 1-lcore unkeyed" drop_auth
+echo "with keys (each frame's tag verified on the lcore that received it; per hop: each"
+echo "output also signed under its subscriber's key; same packet sizes, signed frames; with"
+echo "2 lcores a worker receives and verifies, the main one fans out and signs):"
+printf '%-6s %-7s %-8s %-7s %14s %12s %18s %10s\n' bytes fanout keys lcores "relay Mpps" \
+	"relay Gb/s" "of 1-lcore unkeyed" drop_auth
 (umask 077; echo "1 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key")
+: > "$T/peers"
+for i in $(seq 16); do
+	echo "$((100 + i)) $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" >> "$T/peers"
+done
+chmod 600 "$T/peers"
 for size in 1500 8000; do
-	"$BFP" diff -q -k -s $((size - 42 - 32)) "$T/traj/step-0000.safetensors" \
+	"$BFP" diff -q -k -s $((size - 42 - 40)) "$T/traj/step-0000.safetensors" \
 		"$T/traj/step-0000.safetensors" -o "$T/skey$size"
 	"$BFP" pcap "$T/skey$size" -o "$T/sin$size.pcap" --dst 198.18.0.1:7400 --key "$T/key"
 	mbuf=$((size + 1024))
-	for run in "1 0" "16 0" "1 0-1" "16 0-1"; do
-		fan=${run% *} lc=${run#* }
+	for run in "1 0 verify" "16 0 verify" "1 0 per-hop" "16 0 per-hop" "16 0-1 verify" \
+		"16 0-1 per-hop"; do
+		set -- $run
+		fan=$1 lc=$2 mode=$3
 		subs=$(subscribers $fan)
+		kargs="--key $T/key"
+		if [ "$mode" = per-hop ]; then
+			kargs="$kargs --peer-keys $T/peers"
+			subs=$(echo "$subs" | awk '{for (i = 1; i <= NF; i++) {
+				if ($i != "--subscriber") $i = $i ",key=" (100 + ++n); printf "%s ", $i }}')
+		fi
 		"$RELAY" -l $lc $EAL --file-prefix bfpbench$$k \
 			--vdev=net_pcap0,rx_pcap="$T/sin$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
-			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --key "$T/key" $subs > "$T/relay.log" 2>&1
+			--mbuf-size $mbuf --queue 256 --run-time "$SECS" $kargs $subs > "$T/relay.log" 2>&1
 		txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
 		da=$(awk '$1 == "drop_auth" {print $2}' "$T/relay.log")
 		plain=$(awk '{print $3}' "$T/rate-$size-$fan")
 		awk -v p="$txp" -v s="$SECS" -v b="$size" -v fan="$fan" -v pl="$plain" -v da="$da" \
-			-v lcs="$([ "$lc" = 0 ] && echo 1 || echo 2)" 'BEGIN {
+			-v mode="$mode" -v lcs="$([ "$lc" = 0 ] && echo 1 || echo 2)" 'BEGIN {
 			mpps = p / s / 1e6
-			printf "%-6d %-7d %-7s %14.3f %12.2f %18s %10s\n", b, fan, lcs, mpps, mpps * b * 8 / 1000,
-				(pl > 0 ? sprintf("%.2f", mpps / pl) : "n/a"), (da == "" ? "n/a" : da) }'
+			printf "%-6d %-7d %-8s %-7s %14.3f %12.2f %18s %10s\n", b, fan, mode, lcs, mpps,
+				mpps * b * 8 / 1000, (pl > 0 ? sprintf("%.2f", mpps / pl) : "n/a"),
+				(da == "" ? "n/a" : da) }'
 	done
 done
 
