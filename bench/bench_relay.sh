@@ -11,6 +11,15 @@
 # does RX, fan-out and TX on its main lcore; testpmd forwards on one lcore.
 # Devices: port 0 replays a pcap of valid frames forever (net_pcap,
 # infinite_rx), port 1 is net_null (TX discards).
+# Beside them, DPDK's ipv4_multicast example (dpdk-doc), built here with
+# pkg-config libdpdk, forwards the same packets readdressed to a multicast
+# group (mcast_pcap.py) to 1, 4 or 16 ports (port 0 as above, ports 1-15
+# net_null with no-rx=1), one lcore, clone or refcount fan-out as it
+# chooses; its TX is read from ethdev telemetry over SECONDS after a
+# second of warm-up. Its adaptations (sed): the group table (fan-out 1:
+# port 1, 4: ports 1-4, 16: ports 0-15), the mbuf data room the relay
+# gets, no MULTI_SEGS TX offload (these vdevs have none) and 17 RX queues
+# an lcore (it polls every port it sends on).
 set -eu
 B=${1:-build}
 SECS=${2:-4}
@@ -30,10 +39,52 @@ subscribers() {
 	done
 }
 
+# ipv4_multicast, built into $T/mc-MBUF for a data room of MBUF bytes, or
+# nothing where dpdk-doc or a compiler is missing
+MCSRC=/usr/share/dpdk/examples/ipv4_multicast/main.c
+mcast_build() {
+	[ -f "$MCSRC" ] && command -v cc > /dev/null && command -v dpdk-telemetry.py > /dev/null ||
+		return 1
+	[ -x "$T/mc-$1" ] && return 0
+	sed -e 's/^#define[[:space:]]*PKT_MBUF_DATA_SIZE.*/#define PKT_MBUF_DATA_SIZE (BENCH_MBUF + RTE_PKTMBUF_HEADROOM)/' \
+		-e 's/\.offloads = RTE_ETH_TX_OFFLOAD_MULTI_SEGS,/.offloads = 0,/' \
+		-e 's/^#define MAX_RX_QUEUE_PER_LCORE 16/#define MAX_RX_QUEUE_PER_LCORE 32/' \
+		-e '/{RTE_IPV4(224,0,0,10[2-9]), 0x/d' -e '/{RTE_IPV4(224,0,0,11[0-5]), 0x/d' \
+		-e 's/{RTE_IPV4(224,0,0,101), 0x1},/{RTE_IPV4(224,0,0,1), 0x0002}, {RTE_IPV4(224,0,0,4), 0x001E}, {RTE_IPV4(224,0,0,16), 0xFFFF},/' \
+		"$MCSRC" > "$T/mc.c"
+	# shellcheck disable=SC2046 # pkg-config prints lists of options
+	cc -O3 -DBENCH_MBUF="$1" $(pkg-config --cflags libdpdk) "$T/mc.c" -o "$T/mc-$1" \
+		$(pkg-config --libs libdpdk) 2> "$T/mc.err"
+}
+# the TX packets of every port of the process with file prefix $1
+mcast_tx() {
+	for p in $(seq 0 15); do echo "/ethdev/stats,$p"; done |
+		dpdk-telemetry.py -f "$1" 2> /dev/null | python3 -c '
+import json, sys
+print(sum(v.get("opackets", 0) for l in sys.stdin if l.startswith("{")
+          for v in json.loads(l).values() if isinstance(v, dict)))'
+}
+# ipv4_multicast's outputs per second: MBUF-byte data room, PCAP, fan-out
+mcast_rate() {
+	V="--vdev=net_pcap0,rx_pcap=$2,infinite_rx=1"
+	for i in $(seq 15); do V="$V --vdev=net_null$i,no-rx=1"; done
+	# shellcheck disable=SC2086 # EAL and V are lists of options
+	"$T/mc-$1" -l 0 $EAL --file-prefix bfpbench$$m $V -- -p FFFF -q 16 > "$T/mc.log" 2>&1 &
+	mp=$!
+	sleep 1
+	t1=$(date +%s.%N) a=$(mcast_tx bfpbench$$m)
+	sleep "$SECS"
+	t2=$(date +%s.%N) b=$(mcast_tx bfpbench$$m)
+	kill "$mp" 2> /dev/null
+	wait "$mp" 2> /dev/null || true
+	awk -v a="$a" -v b="$b" -v t1="$t1" -v t2="$t2" 'BEGIN {printf "%.0f", (b - a) / (t2 - t1)}'
+}
+
 echo "bfpatch bench_relay: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $SECS s per run"
 "$BFP" synth -o "$T/traj" -p 2M -n 0 -S 2 2>/dev/null
 
-printf '%-6s %-7s %14s %12s %14s %10s %10s\n' bytes fanout "relay Mpps" "relay Gb/s" "testpmd Mpps" ratio copies
+printf '%-6s %-7s %11s %11s %13s %8s %10s %10s %9s %7s\n' bytes fanout "relay Mpps" "relay Gb/s" \
+	"testpmd Mpps" ratio "relay ns" "mcast ns" "relay/mc" copies
 for size in 1500 8000; do
 	# keyframes of the right size: Ethernet+IPv4+UDP (42) + frame = size
 	"$BFP" diff -q -k -s $((size - 42)) "$T/traj/step-0000.safetensors" \
@@ -49,17 +100,28 @@ for size in 1500 8000; do
 		tx=$(printf '%s\n' "$out" | awk '/Accumulated forward statistics/ {f=1} f && /TX-packets:/ {print $NF; exit}')
 		[ -n "$tx" ] && tp=$(awk -v t="$tx" -v s="$SECS" 'BEGIN {printf "%.3f", t / s / 1e6}')
 	fi
+	mc=""
+	mcast_build $mbuf && mc=$mbuf
 	for fan in 1 4 16; do
+		mns=""
+		if [ -n "$mc" ]; then
+			python3 "$HERE/mcast_pcap.py" "$T/in$size.pcap" "$T/mc.pcap" 224.0.0.$fan
+			mns=$(mcast_rate $mc "$T/mc.pcap" $fan | awk '{if ($1 > 0) printf "%.1f", 1e9 / $1}')
+		fi
 		subs=$(subscribers $fan)
 		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
 			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
 			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --insecure $subs > "$T/relay.log" 2>&1
 		fo=$(awk '$1 == "fanout_copies" {print $2}' "$T/relay.log")
 		txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
-		awk -v p="$txp" -v s="$SECS" -v b="$size" -v tp="$tp" -v fan="$fan" -v fo="$fo" 'BEGIN {
+		awk -v p="$txp" -v s="$SECS" -v b="$size" -v tp="$tp" -v fan="$fan" -v fo="$fo" \
+			-v mns="$mns" 'BEGIN {
 			mpps = p / s / 1e6
-			printf "%-6d %-7d %14.3f %12.2f %14s %10s %10s\n", b, fan, mpps, mpps * b * 8 / 1000,
-				tp == "" ? "n/a" : tp, tp == "" ? "n/a" : sprintf("%.2fx", mpps / tp), fo }' |
+			rns = p ? s * 1e9 / p : 0
+			printf "%-6d %-7d %11.3f %11.2f %13s %8s %10.1f %10s %9s %7s\n", b, fan, mpps,
+				mpps * b * 8 / 1000, tp == "" ? "n/a" : tp,
+				tp == "" ? "n/a" : sprintf("%.2fx", mpps / tp), rns,
+				mns == "" ? "n/a" : mns, mns == "" ? "n/a" : sprintf("%.2fx", rns / mns), fo }' |
 			tee "$T/rate-$size-$fan"
 	done
 done
