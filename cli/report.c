@@ -29,6 +29,7 @@
 #include "bfpatch.h"
 #include "model.h"
 #include "patch.h"
+#include "proto.h"
 #include "svg.h"
 
 /* Ethernet + IPv4 + UDP header bytes per datagram: what the publisher's
@@ -1601,17 +1602,20 @@ static void node_text(const rep *R, const tline *L, tnode *n, int64_t pub_last)
 			snprintf(n->line[2], sizeof(n->line[2]), "no stats event (still running?)");
 		}
 	} else if (n->src == SRC_RELAY) {
-		if (start)
-			snprintf(n->line[1], sizeof(n->line[1]), "%.0f ports, %.0f lcores",
-				 jnum(start->o, "ports", 0), jnum(start->o, "lcores", 0));
+		if (start) {
+			const double ports = jnum(start->o, "ports", 0), lcores = jnum(start->o, "lcores", 0);
+			snprintf(n->line[1], sizeof(n->line[1]), "%s%.40s%s%.0f port%s, %.0f lcore%s",
+				 n->addr ? "at " : "", n->addr ? n->addr : "", n->addr ? ", " : "",
+				 ports, ports == 1 ? "" : "s", lcores, lcores == 1 ? "" : "s");
+		}
 		if (st) {
-			snprintf(n->line[2], sizeof(n->line[2]), "rx %.0f, tx %.0f, drops %.0f",
-				 jnum(st->o, "rx", 0), jnum(st->o, "tx", 0), jnum(st->o, "drops", 0));
+			snprintf(n->line[2], sizeof(n->line[2]), "rx %.0f, tx %.0f, %.0f NACKs",
+				 jnum(st->o, "rx", 0), jnum(st->o, "tx", 0), jnum(st->o, "nacks", 0));
 			snprintf(n->line[3], sizeof(n->line[3]), "repair cache: %.0f hits, %.0f misses",
 				 jnum(st->o, "cache_hits", 0), jnum(st->o, "cache_misses", 0));
 			snprintf(n->attrs, sizeof(n->attrs), "data-rx=\"%.0f\" data-tx=\"%.0f\" "
-				 "data-drops=\"%.0f\" data-cache-hits=\"%.0f\"", jnum(st->o, "rx", 0),
-				 jnum(st->o, "tx", 0), jnum(st->o, "drops", 0),
+				 "data-nacks=\"%.0f\" data-cache-hits=\"%.0f\"", jnum(st->o, "rx", 0),
+				 jnum(st->o, "tx", 0), jnum(st->o, "nacks", 0),
 				 jnum(st->o, "cache_hits", 0));
 		} else {
 			snprintf(n->line[2], sizeof(n->line[2]), "no stats event (still running?)");
@@ -1693,6 +1697,9 @@ static void sec_topology(rep *R)
 		const evt *st = last_ev(R, n->src, n->id, "start");
 		n->addr = st ? jstr(st->o, "addr") : NULL;
 		node_text(R, L, n, pub_last);
+		if (n->addr) /* for the reader and the test: where its subscribers send */
+			snprintf(n->attrs + strlen(n->attrs), sizeof(n->attrs) - strlen(n->attrs),
+				 "%sdata-addr=\"%.60s\"", n->attrs[0] ? " " : "", n->addr);
 	}
 	size_t n_proc = nn;
 	/* edges from subscriber events: to the process whose start names the
@@ -1718,9 +1725,19 @@ static void sec_topology(rep *R)
 			n->src = -1;
 			n->id = peer;
 			n->col = N[from].col + 1;
-			snprintf(n->line[0], sizeof(n->line[0]), "subscriber %.60s", peer);
-			snprintf(n->line[1], sizeof(n->line[1]), "joined at v%lld",
-				 (long long)e->version);
+			/* the JOIN's version: two values are not versions
+			 * (PROTOCOL.md, JOIN) */
+			const int relay = e->version == RP_VERSION_RELAY;
+			snprintf(n->line[0], sizeof(n->line[0]), "%s %.60s",
+				 relay ? "relay" : "subscriber", peer);
+			if (relay)
+				snprintf(n->line[1], sizeof(n->line[1]), "a relay (holds no weights)");
+			else if (e->version == RP_VERSION_NONE)
+				snprintf(n->line[1], sizeof(n->line[1]),
+					 "joined with no version (keyframes)");
+			else if (e->version >= 0)
+				snprintf(n->line[1], sizeof(n->line[1]), "joined at v%lld",
+					 (long long)e->version);
 			snprintf(n->line[2], sizeof(n->line[2]), "(no log names this address)");
 		}
 		struct edge *g = &E[ne++];
@@ -1748,9 +1765,8 @@ static void sec_topology(rep *R)
 	sb_printf(b, "<p>Processes found in the event logs, their counters (stats events, written "
 		  "on exit) and, for version %u, each actor's publish-to-commit lag, receive rate "
 		  "and NACKed frames. Links come from subscriber events; a subscriber address is "
-		  "joined to a process when that process's start event carries it as "
-		  "<code>addr</code> (not in docs/EVENTS.md version 1, so otherwise the address "
-		  "stands alone).</p>\n", R->version);
+		  "joined to the shim or relay whose start event gives it as <code>addr</code>, "
+		  "and stands alone when no log given does.</p>\n", R->version);
 	svg_begin(b, 900, (int)(40 + 84 * (double)maxc), "topology-chart",
 		  "publisher, relays and actors with per-link rates");
 	static const char *const head[4] = {"publisher", "relays / subscribers", "actors / subscribers",
@@ -1760,9 +1776,15 @@ static void sec_topology(rep *R)
 			svg_text(b, 10 + c * 310, 16, "start", 12, head[c]);
 	for (size_t i = 0; i < ne; i++) {
 		const tnode *f = &N[E[i].from], *t = &N[E[i].to];
+		sb_printf(b, "<g data-edge-from=\"");
+		sb_esc(b, f->id);
+		sb_printf(b, "\" data-edge-to=\"");
+		sb_esc(b, t->id);
+		sb_printf(b, "\">");
 		svg_line(b, f->x + 235, f->y + 37, t->x, t->y + 37, "#636363", 1.5, NULL);
 		if (E[i].label[0])
 			svg_text(b, t->x - 4, t->y + 33, "end", 10, E[i].label);
+		sb_printf(b, "</g>\n");
 	}
 	static const char *const fill[3] = {"#deebf7", "#e5f5e0", "#fee6ce"};
 	for (size_t k = 0; k < nn; k++) {

@@ -113,8 +113,9 @@ static int relay_run(relay *r)
 		return -1;
 	relay_telemetry_register(r);
 	print_start(r);
-	events_emit(&r->ev, "start", "\"ports\":%u,\"lcores\":%u", r->n_ports,
-		    r->n_workers + 1);
+	char addr[INET_ADDRSTRLEN];
+	events_emit(&r->ev, "start", "\"ports\":%u,\"lcores\":%u,\"addr\":\"%s:%u\"", r->n_ports,
+		    r->n_workers + 1, relay_ip_str(r->cf.ip[r->up_port], addr), r->cf.data_port);
 	if (r->n_workers)
 		rte_eal_mp_remote_launch(relay_worker_main, r, SKIP_MAIN);
 	relay_core_main(r);

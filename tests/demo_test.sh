@@ -47,6 +47,10 @@ done
 for a in actor1 actor2 actor3; do
 	grep -q "$a" "$T/report.html" || fail "report: $a missing from the timeline/topology"
 done
+# every address a subscriber event names is a process of the run (the
+# relay by the addr of its start event), and no JOIN marker shows as a version
+grep -q 'no log names this address' "$T/report.html" && fail "report: an address no log names"
+grep -q 'v429496729' "$T/report.html" && fail "report: a JOIN marker shown as a version"
 
 "$BFP" demo -p 300k -n 2 --loopback > "$T/out2.txt" 2>&1 || fail "loopback demo exited $?"
 grep -q "over loopback, no relay (--loopback)" "$T/out2.txt" || fail "no fallback notice"

@@ -240,8 +240,22 @@ def check_logs(d, fdir, v):
     n = nodes.get(rstats["id"], {})
     check("topology relay counters = its stats event",
           n and int(n["data-rx"]) == rstats["rx"] and int(n["data-tx"]) == rstats["tx"], n)
+    # a subscriber address is the node of the process whose start event
+    # gives it as addr (docs/EVENTS.md), else a node of its own; each
+    # subscriber event is an edge from its logger to that node
+    addrs = {a["data-addr"]: n for n, a in nodes.items() if "data-addr" in a}
     peers = {e["peer"] for e in evs if e["ev"] == "subscriber"}
-    check("topology shows every subscriber address", peers <= set(nodes), peers - set(nodes))
+    check("topology shows every subscriber address", peers <= set(nodes) | set(addrs),
+          peers - set(nodes) - set(addrs))
+    edges = {(e["a"]["data-edge-from"], e["a"]["data-edge-to"]) for e in d.els
+             if e["tag"] == "g" and "data-edge-from" in e["a"]}
+    want = {(e["id"], addrs.get(e["peer"], e["peer"])) for e in evs
+            if e["ev"] == "subscriber" and e["src"] != "shim"}
+    check("topology links each subscriber event's logger to the node of its peer, "
+          "the relay by the addr of its start event", want <= edges, want - edges)
+    text = " ".join(e["text"] for e in d.els if e["tag"] == "text" and e["section"] == "topology")
+    check("topology shows no JOIN marker as a version (v4294967295, v4294967294)",
+          "v429496729" not in text)
 
 
 def check_rendered(d, want_ok):

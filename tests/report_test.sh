@@ -74,6 +74,15 @@ printf '{"t":1764470099.0,"src":"shim","id":"actor-1","ev":"sta' >>"$T/cut.jsonl
 	grep -q 'unterminated last line' "$T/cut.html" &&
 	pass "unterminated last event line skipped and noted" || bad "cut-short log: $(cat "$T/stderr")"
 
+# 4b. the publisher's log alone: the relay it sends to (JOINed with version
+# 0xFFFFFFFF, docs/PROTOCOL.md) is drawn as a relay, not as a version
+"$BFP" report -o "$T/pubonly.html" -e "$FIX/publish.jsonl" "$T/p3.bfp" 2>"$T/stderr" &&
+	grep -q '>relay 10.0.0.2:7400<' "$T/pubonly.html" &&
+	grep -q '>a relay (holds no weights)<' "$T/pubonly.html" &&
+	! grep -q 'v429496729' "$T/pubonly.html" &&
+	pass "a subscriber that JOINed as a relay is drawn as one" ||
+	bad "a relay subscriber in the publisher's log: $(cat "$T/stderr")"
+
 # 5. the screenshot (README): the page from patches and checkpoints alone
 (cd "$T" && "$BFP" report -o real.html -T traj --link 1gbit,10gbit,100gbit --rollout 20s-40s \
 	p1.bfp p2.bfp p3.bfp 2>/dev/null) || bad "report for the screenshot"
