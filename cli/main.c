@@ -23,6 +23,7 @@
 #include "synth.h"
 #include "proto.h"
 #include "auth.h"
+#include "version.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -668,15 +669,16 @@ static int run(const char *cmd, int argc, char **argv)
 		return report_main(argc, argv);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-			fputs("usage: bfpatch version\nPrints the tool's version and the frame "
-			      "format version it writes.\n", stdout);
+			fputs("usage: bfpatch version\nPrints the project's version, the codec "
+			      "library's and the frame format version it writes\n(as bfpatch-shim "
+			      "--version and bfpatch-relay --version do).\n", stdout);
 			return 0;
 		}
 		if (argc > 1) {
 			fprintf(stderr, "bfpatch version: unexpected argument '%s'\n", argv[1]);
 			return 2;
 		}
-		printf("bfpatch %s (frame format %u)\n", BFP_VERSION_STRING, BFP_FORMAT_VERSION);
+		bfp_version_print(stdout);
 		return 0;
 	}
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

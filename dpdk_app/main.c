@@ -23,6 +23,7 @@
 #include <rte_malloc.h>
 
 #include "relay.h"
+#include "version.h"
 
 static void on_signal(int sig)
 {
@@ -36,12 +37,17 @@ static void on_usr1(int sig)
 	dump_stats = 1;
 }
 
-/* The relay's usage without EAL (which needs hugepages or a device to
- * start, and answers --help with its own options only); 1 if printed. */
+/* The relay's usage or version without EAL (which needs hugepages or a
+ * device to start, and answers --help with its own options only); 1 if
+ * printed. */
 static int usage_without_eal(int argc, char **argv)
 {
 	int dashes = 0;
 	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--version")) {
+			bfp_version_print(stdout);
+			return 1;
+		}
 		if (!strcmp(argv[i], "--help") || (dashes && !strcmp(argv[i], "-h"))) {
 			fputs(relay_usage_text, stdout);
 			fputs("EAL options (before --) are DPDK's: -l CORES, -a PCI, --vdev, "

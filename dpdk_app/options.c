@@ -68,7 +68,8 @@ const char relay_usage_text[] =
 	"  -N, --name NAME             this relay's name in the events (relay)\n"
 	"      --copy-fanout           copy each output's payload instead of\n"
 	"                              cloning it (only to measure the difference)\n"
-	"  -h, --help\n";
+	"  -h, --help\n"
+	"      --version               print the version (as bfpatch version) and exit\n";
 
 static int ip_parse(const char *s, uint32_t *out)
 {

@@ -13,6 +13,7 @@
 #include "patch.h"
 #include "proto.h"
 #include "shim.h"
+#include "version.h"
 
 const char shim_usage_text[] =
 	"usage: bfpatch-shim --buffer PATH --upstream ADDR:PORT [options]\n"
@@ -20,9 +21,10 @@ const char shim_usage_text[] =
 	"each complete version into the weight buffer PATH, verified.\n"
 	"  -b, --buffer PATH       weight buffer (a file under /dev/shm or hugetlbfs)\n"
 	"  -i, --init FILE         create PATH from a checkpoint first (version 0,\n"
-	"                          or --version); a PATH that exists is used as it\n"
-	"                          is (a restart), unless it holds another model\n"
-	"  -V, --version N         version of --init (default 0)\n"
+	"                          or --init-version); a PATH that exists is used\n"
+	"                          as it is (a restart), unless it holds another\n"
+	"                          model\n"
+	"  -V, --init-version N    version of --init (default 0)\n"
 	"  -u, --upstream A:PORT   control port of the relay or publisher\n"
 	"  -l, --listen A:PORT     where frames arrive (default 0.0.0.0:7500)\n"
 	"  -r, --rate BITS         what this link takes, told in JOIN (0: default)\n"
@@ -67,11 +69,12 @@ const char shim_usage_text[] =
 	"      --drop-every N      testing: discard one frame once, after N\n"
 	"      --crash-after N     testing: SIGKILL itself halfway through commit N\n"
 	"  -h, --help\n"
+	"      --version           print the version (alone: bfpatch version's line)\n"
 	"SIGUSR1 prints the counters; SIGINT/SIGTERM print them and exit.\n";
 
 static const struct option long_opts[] = {
 	{"buffer", required_argument, 0, 'b'}, {"init", required_argument, 0, 'i'},
-	{"version", required_argument, 0, 'V'}, {"upstream", required_argument, 0, 'u'},
+	{"init-version", required_argument, 0, 'V'}, {"upstream", required_argument, 0, 'u'},
 	{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
 	{"commit", required_argument, 0, 'c'}, {"threads", required_argument, 0, 't'},
 	{"nack-ms", required_argument, 0, 'n'}, {"max-stage", required_argument, 0, 'm'},
@@ -81,7 +84,7 @@ static const struct option long_opts[] = {
 	{"port", required_argument, 0, 'P'}, {"eal", required_argument, 0, 'G'},
 	{"key", required_argument, 0, 'A'}, {"no-prepare", no_argument, 0, 'R'},
 	{"insecure", no_argument, 0, 'S'},
-	{"help", no_argument, 0, 'h'},
+	{"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'v'},
 	{0, 0, 0, 0}};
 
 /* The long name of option c, for messages. */
@@ -215,6 +218,12 @@ static int parse_one(shim_config *cf, int c, const char *arg)
 	case 'h':
 		fputs(shim_usage_text, stdout);
 		return 1;
+	case 'v':
+		/* alone only: a script that still gives --version N for
+		 * --init's version must not end here with exit 0 */
+		fprintf(stderr, "bfpatch-shim: --version takes no value and goes alone; "
+			"the version of --init is --init-version N (-V N)\n");
+		return -1;
 	default:
 		fputs(shim_usage_text, stderr); /* getopt said which option */
 		return -1;
@@ -239,7 +248,7 @@ static int check_together(const shim_config *cf, int argc, char **argv)
 	const char *why = extra ? "unexpected argument"
 			  : !cf->buffer ? "--buffer FILE is required"
 			  : !cf->upstream_port ? "--upstream ADDR:PORT is required"
-			  : cf->init_version && !cf->init ? "--version goes with --init"
+			  : cf->init_version && !cf->init ? "--init-version goes with --init"
 			  : cf->eal_args && !cf->dma_dev && !cf->port_args
 				? "--eal goes with --dma or --port"
 				: NULL;
@@ -261,6 +270,10 @@ int shim_parse_args(int argc, char **argv, shim_config *cf)
 {
 	int c;
 	conf_defaults(cf);
+	if (argc == 2 && !strcmp(argv[1], "--version")) {
+		bfp_version_print(stdout);
+		return 1;
+	}
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "b:i:V:u:l:r:c:t:n:m:E:N:T:A:h", long_opts,
 				NULL)) != -1) {

@@ -31,7 +31,7 @@
 typedef struct shim_config {
 	const char *buffer;         /* --buffer PATH */
 	const char *init;           /* --init FILE: create PATH from it first */
-	uint32_t init_version;      /* --version: of --init */
+	uint32_t init_version;      /* --init-version: of --init */
 	uint32_t upstream_ip, listen_ip;     /* host order */
 	uint16_t upstream_port, listen_port; /* listen_port: also told in JOIN */
 	uint32_t rate_kbps;         /* --rate, told in JOIN (0: the sender's) */

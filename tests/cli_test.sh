@@ -426,7 +426,14 @@ if [ -x "$SHIM" ]; then
 	check "the shim says --upstream is required" "grep -q -- '--upstream ADDR:PORT is required' '$T/stderr'"
 	expect_fail "shim with a stray argument" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 stray
 	check "the shim names the stray argument" "grep -q \"unexpected argument 'stray'\" '$T/stderr'"
-	expect_fail "shim --version without --init" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 -V 3
+	expect_fail "shim --init-version without --init" "" "$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 -V 3
+	check "... says it goes with --init" "grep -q -- '--init-version goes with --init' '$T/stderr'"
+	# --version prints bfpatch version's line; given a value (the old
+	# spelling of --init-version) it is refused, never a start that exits 0
+	check "bfpatch-shim --version prints the line bfpatch version prints" \
+		"[ \"\$('$SHIM' --version)\" = \"\$('$BFP' version)\" ]"
+	expect_fail "shim --version with other options" "" \
+		"$SHIM" -b "$T/nobuf" -u 127.0.0.1:1 -i "$S0" --version 3
 	# one shim a buffer; --init on an existing buffer is a restart
 	B=/dev/shm/bfpcli$$
 	LP=$((20000 + $$ % 20000))
@@ -476,6 +483,9 @@ check "publish --steps 2 with step 2 missing stops at version 1" \
 
 RELAY=$(dirname "$BFP")/../dpdk_app/bfpatch-relay
 if [ -x "$RELAY" ]; then
+	check "bfpatch-relay --version prints the line bfpatch version prints, without EAL" \
+		"[ \"\$('$RELAY' --version)\" = \"\$('$BFP' version)\" ] &&
+		 [ \"\$('$RELAY' -l 0 --no-huge -- --version)\" = \"\$('$BFP' version)\" ]"
 	"$RELAY" --help > "$T/relay-help" 2>&1
 	check "bfpatch-relay --help prints the relay's options without starting EAL" \
 		"[ $? -eq 0 ] && grep -q -- '--cache-bytes' '$T/relay-help'"
@@ -513,6 +523,8 @@ for c in diff apply info synth demo pcap version; do
 done
 "$BFP" diff -s 99999 "$S0" "$S1" -o "$T/x10" >/dev/null 2>&1
 check "out-of-range frame size is a usage error" "[ $? -eq 2 ] && [ ! -e '$T/x10' ]"
+check "bfpatch version names the project's and the library's version" \
+	"'$BFP' version | grep -q '^bfpatch [0-9.]* (libbfpatch [0-9.]*, frame format [0-9]*)$'"
 "$BFP" nosuchcommand >/dev/null 2>&1
 check "unknown command exits 2" "[ $? -eq 2 ]"
 "$BFP" demo --in-process -p 200k -n 2 > "$T/demo.txt" 2>&1
