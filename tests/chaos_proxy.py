@@ -1,11 +1,12 @@
-"""chaos_proxy.py LISTEN_PORT PUBLISHER_PORT SECONDS LOSS DUP REORDER SEED: a
+"""chaos_proxy.py LISTEN_PORT PUBLISHER_PORT SECONDS LOSS DUP REORDER SEED [KEY]: a
 lossy, duplicating, reordering UDP path between a publisher and one shim on
 loopback (tests/chaos_test.sh).
 
 The shim's --upstream is 127.0.0.1:LISTEN_PORT. Control messages from the
 shim go on to the publisher from a second socket, whose port replaces the
-JOIN's data port (the CRC32C is recomputed), so frames and HEARTBEATs
-come back through the proxy. Each datagram towards the shim is dropped
+JOIN's data port (the CRC32C is recomputed, and with KEY, the shim's key
+file, the JOIN signed again with the same key id, run and time:
+tests/authtool.py), so frames and HEARTBEATs come back through the proxy. Each datagram towards the shim is dropped
 with probability LOSS, sent twice with probability DUP, and held back
 behind up to 20 later ones with probability REORDER. Prints the counts."""
 import random
@@ -16,6 +17,9 @@ import sys
 import time
 
 from kat_check import crc32c  # the independent CRC32C
+import authtool  # the independent trailer
+
+key = authtool.read_key(sys.argv[8]) if len(sys.argv) > 8 else None
 
 lport, pport, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 loss, dup, reorder = (float(x) for x in sys.argv[4:7])
@@ -37,9 +41,15 @@ while time.monotonic() < end:
     if shim_side in r:
         m, src = shim_side.recvfrom(65536)
         if m[:4] == b"BFPC" and len(m) >= 32 and m[5] == 1:  # JOIN: frames to us
+            trailer = None
+            if key:
+                trailer = struct.unpack_from("<IIQQ", m, len(m) - authtool.LEN)
+                m = m[:-authtool.LEN]
             shim_data = (src[0], struct.unpack_from("<H", m, 6)[0])
             m = m[:6] + struct.pack("<H", my_data_port) + m[8:-4]
             m += struct.pack("<I", crc32c(m))
+            if trailer:
+                m = authtool.seal(key[0], key[1], m, trailer[2], trailer[3])
         pub_side.sendto(m, ("127.0.0.1", pport))
         n["control"] += 1
     if pub_side in r and shim_data:

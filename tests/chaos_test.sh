@@ -17,7 +17,8 @@ STEPS=6
 "$BFP" keygen "$T/key" 2>/dev/null || fail keygen
 mkdir "$T/live"
 cp "$T/traj/step-0000.safetensors" "$T/live/"
-/usr/bin/python3 "$HERE/chaos_proxy.py" $((port + 1)) $port 120 0.10 0.10 0.10 7 > "$T/proxy.log" 2>&1 &
+/usr/bin/python3 "$HERE/chaos_proxy.py" $((port + 1)) $port 120 0.10 0.10 0.10 7 "$T/key" \
+	> "$T/proxy.log" 2>&1 &
 PROXY=$!
 "$SHIM" --key "$T/key" --buffer "$SHM" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$((port + 1)) \
 	--listen 127.0.0.1:$((port + 2)) --nack-ms 50 > "$T/shim.log" 2>&1 &
