@@ -13,7 +13,7 @@ import tempfile
 import time
 
 root = "tests/fuzz/corpus"
-for d in ("frame", "safetensors", "patch", "control"):
+for d in ("frame", "safetensors", "patch", "control", "auth"):
     os.makedirs(f"{root}/{d}", exist_ok=True)
 
 kat = "tests/kat"
@@ -159,4 +159,27 @@ open(f"{root}/control/fields-nack-last-index", "wb").write(
 open(f"{root}/control/fields-nack", "wb").write(
     b"\x02" + struct.pack("<BHQIIB", 3, 1, model, 3, 0, 2).ljust(26, b"\0")
     + struct.pack("<IIII", 0, 10, 20, 5))
+# auth (fuzz_auth.c): byte 0 the mode, 8 bytes of run/time/sender, 2 of a
+# bit position, then a datagram or a message; signed with the harness's
+# --key (id 1) and peer keys (7, 9) by tests/authtool.py
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import authtool  # noqa: E402
+k1 = bytes(range(32))
+first = open(f"{kat}/rl.patch", "rb").read()
+first = first[:60 + struct.unpack_from("<I", first, 44)[0]]
+now = int(time.time() * 1e6)
+join = ctl(1, 7500, model, 3, 0)
+nack = ctl(3, 0, model, 2, 0, [(5, 1), (9, 3)])
+for name, head, body in (
+        ("frame", b"\x00" + bytes(10), authtool.seal(1, k1, first, 0x1234)),
+        ("frame-unknown-key", b"\x00" + bytes(10), authtool.seal(2, k1, first, 0x1234)),
+        ("control-join", b"\x01" + struct.pack("<Q", now) + bytes(2),
+         authtool.seal(1, k1, join, 0, now)),
+        ("control-peer-nack", b"\x01" + struct.pack("<Q", now) + bytes(2),
+         authtool.seal(7, bytes([7] * 32), nack, 5, now)),
+        ("seal-frame", b"\x02" + struct.pack("<Q", 0x1234) + bytes(2), first),
+        ("seal-frame-flip", b"\x06" + struct.pack("<Q", 0x1234) + b"\x10\x02", first),
+        ("seal-peer-join", b"\x03" + struct.pack("<Q", 9) + bytes(2), join),
+        ("seal-peer9-nack-flip", b"\x0f" + struct.pack("<Q", 9) + b"\x33\x00", nack)):
+    open(f"{root}/auth/{name}", "wb").write(head + body)
 print("corpus written under", root)

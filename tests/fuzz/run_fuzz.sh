@@ -8,7 +8,7 @@ b=$1
 secs=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
-names=${*:-frame safetensors patch relay control}
+names=${*:-frame safetensors patch relay control auth}
 mkdir -p "$here/crashes"
 rc=0
 for h in $names; do
