@@ -1,7 +1,9 @@
 /* auth.c: frame and control-message authentication (auth.h). The tag
- * is AES-128 GMAC, through intel-ipsec-mb, of the message with a fixed
- * IV, sent through AES-128 under a second key (docs/PROTOCOL.md 4): the
- * GMAC is the fastest MAC measured here (bench_mac), and the block
+ * is AES-128 GMAC of the message with a fixed IV, sent through AES-128
+ * under a second key (docs/PROTOCOL.md 4), made by intel-ipsec-mb on
+ * x86-64 (RP_MAC_IPSEC_MB) or OpenSSL's libcrypto elsewhere
+ * (RP_MAC_OPENSSL; the same tags): the GMAC is the fastest MAC measured
+ * here (bench_mac), and the block
  * cipher after it makes the tag a deterministic PRF, so no signer keeps a
  * nonce and no two signers of one key can ever reuse one. The anti-replay
  * memory is fixed-size and kept per sender, so that no sender's messages,
@@ -11,8 +13,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <intel-ipsec-mb.h>
 #include <sodium.h>
+#include <stdatomic.h>
+#ifdef RP_MAC_IPSEC_MB
+#include <intel-ipsec-mb.h>
+#else
+#include <openssl/evp.h>
+#endif
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -35,6 +42,9 @@ static uint64_t le64(const uint8_t *p)
 	return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
 }
 
+/* ---- the MAC's backend: mac_init, mac_key, mac_tag ---- */
+
+#ifdef RP_MAC_IPSEC_MB
 _Static_assert(sizeof(struct gcm_key_data) <= sizeof(((rp_key *)0)->gmac), "rp_key.gmac");
 
 /* intel-ipsec-mb's table of functions for this CPU: made once by
@@ -42,22 +52,108 @@ _Static_assert(sizeof(struct gcm_key_data) <= sizeof(((rp_key *)0)->gmac), "rp_k
  * threads share it). */
 static IMB_MGR *imb;
 
+static int mac_init(void)
+{
+	if (imb)
+		return 0;
+	IMB_MGR *m = alloc_mb_mgr(0);
+	if (!m)
+		return -1;
+	init_mb_mgr_auto(m, NULL);
+	if (imb_get_errno(m)) {
+		free_mb_mgr(m);
+		return -1;
+	}
+	imb = m;
+	return 0;
+}
+
+static void mac_key(rp_key *k)
+{
+	uint8_t dec[16 * 11];
+	IMB_AES128_GCM_PRE(imb, k->mk, (struct gcm_key_data *)k->gmac);
+	IMB_AES_KEYEXP_128(imb, k->mk + 16, k->prf, dec);
+	sodium_memzero(dec, sizeof(dec));
+}
+
+/* tag = AES-128(K2, GMAC-AES-128(K1, IV 0^96, msg || head)) */
+static void mac_tag(const rp_key *k, const uint8_t *msg, size_t len,
+		    const uint8_t head[RP_AUTH_TAG_OFF], uint8_t tag[16])
+{
+	static const uint8_t iv[12], zero[16];
+	const struct gcm_key_data *kd = (const struct gcm_key_data *)k->gmac;
+	struct gcm_context_data ctx;
+	uint8_t g[16];
+	IMB_AES128_GMAC_INIT(imb, kd, &ctx, iv, sizeof(iv));
+	IMB_AES128_GMAC_UPDATE(imb, kd, &ctx, msg, len);
+	IMB_AES128_GMAC_UPDATE(imb, kd, &ctx, head, RP_AUTH_TAG_OFF);
+	IMB_AES128_GMAC_FINALIZE(imb, kd, &ctx, g, sizeof(g));
+	IMB_AES128_CFB_ONE(imb, tag, zero, g, k->prf, 16); /* 0 ^ AES(K2, g) */
+}
+#else
+static int mac_init(void)
+{
+	return 0;
+}
+
+static void mac_key(rp_key *k)
+{
+	(void)k; /* contexts are made per thread, when first used */
+}
+
+/* An EVP context is keyed once and used by one thread at a time: each
+ * thread (a relay's lcores verify at once) keeps its own, for the last
+ * keys it used, by key serial. */
+#define MAC_CTX_CACHE 16
+static _Thread_local struct mac_ctx {
+	uint64_t serial;
+	EVP_CIPHER_CTX *gcm, *ecb;
+} mac_ctx[MAC_CTX_CACHE];
+static _Thread_local unsigned mac_ctx_next;
+
+static struct mac_ctx *mac_ctx_of(const rp_key *k)
+{
+	for (unsigned i = 0; i < MAC_CTX_CACHE; i++)
+		if (mac_ctx[i].serial == k->serial && mac_ctx[i].gcm)
+			return &mac_ctx[i];
+	struct mac_ctx *c = &mac_ctx[mac_ctx_next++ % MAC_CTX_CACHE];
+	static const uint8_t iv[12];
+	if (!c->gcm && !(c->gcm = EVP_CIPHER_CTX_new()))
+		return NULL;
+	if (!c->ecb && !(c->ecb = EVP_CIPHER_CTX_new()))
+		return NULL;
+	c->serial = 0;
+	if (EVP_EncryptInit_ex(c->gcm, EVP_aes_128_gcm(), NULL, k->mk, iv) != 1 ||
+	    EVP_EncryptInit_ex(c->ecb, EVP_aes_128_ecb(), NULL, k->mk + 16, NULL) != 1)
+		return NULL;
+	EVP_CIPHER_CTX_set_padding(c->ecb, 0);
+	c->serial = k->serial;
+	return c;
+}
+
+/* tag = AES-128(K2, GMAC-AES-128(K1, IV 0^96, msg || head)); a library
+ * failure (out of memory) leaves a tag that verifies nothing */
+static void mac_tag(const rp_key *k, const uint8_t *msg, size_t len,
+		    const uint8_t head[RP_AUTH_TAG_OFF], uint8_t tag[16])
+{
+	static const uint8_t iv[12];
+	struct mac_ctx *c = mac_ctx_of(k);
+	uint8_t g[16], end[16];
+	int n = 0, ok = c != NULL && len <= INT32_MAX;
+	ok = ok && EVP_EncryptInit_ex(c->gcm, NULL, NULL, NULL, iv) == 1 &&
+	     EVP_EncryptUpdate(c->gcm, NULL, &n, msg, (int)len) == 1 &&
+	     EVP_EncryptUpdate(c->gcm, NULL, &n, head, RP_AUTH_TAG_OFF) == 1 &&
+	     EVP_EncryptFinal_ex(c->gcm, end, &n) == 1 &&
+	     EVP_CIPHER_CTX_ctrl(c->gcm, EVP_CTRL_GCM_GET_TAG, 16, g) == 1 &&
+	     EVP_EncryptUpdate(c->ecb, tag, &n, g, 16) == 1 && n == 16;
+	if (!ok)
+		randombytes_buf(tag, 16);
+}
+#endif
+
 int rp_auth_init(void)
 {
-	if (sodium_init() < 0)
-		return -1;
-	if (!imb) {
-		IMB_MGR *m = alloc_mb_mgr(0);
-		if (!m)
-			return -1;
-		init_mb_mgr_auto(m, NULL);
-		if (imb_get_errno(m)) {
-			free_mb_mgr(m);
-			return -1;
-		}
-		imb = m;
-	}
-	return 0;
+	return sodium_init() < 0 || mac_init() ? -1 : 0;
 }
 
 uint64_t rp_auth_now_us(void)
@@ -71,14 +167,12 @@ uint64_t rp_auth_now_us(void)
  * BLAKE2b-256 of a label under the key file's key (PROTOCOL.md 4). */
 static void key_derive(rp_key *k)
 {
-	uint8_t d[32], dec[16 * 11];
 	static const char label[] = "bfpatch auth v2";
-	crypto_generichash(d, sizeof(d), (const uint8_t *)label, sizeof(label) - 1, k->k,
-			   sizeof(k->k));
-	IMB_AES128_GCM_PRE(imb, d, (struct gcm_key_data *)k->gmac);
-	IMB_AES_KEYEXP_128(imb, d + 16, k->prf, dec);
-	sodium_memzero(d, sizeof(d));
-	sodium_memzero(dec, sizeof(dec));
+	static atomic_uint_fast64_t serials;
+	crypto_generichash(k->mk, sizeof(k->mk), (const uint8_t *)label, sizeof(label) - 1,
+			   k->k, sizeof(k->k));
+	k->serial = atomic_fetch_add(&serials, 1) + 1;
+	mac_key(k);
 }
 
 static int fail(char *err, size_t errlen, const char *path, const char *why)
@@ -266,19 +360,10 @@ const rp_key *rp_auth_key_of(const rp_auth *a, const uint8_t *p, size_t msg_len)
 	return rp_auth_peer(a, id);
 }
 
-/* tag = AES-128(K2, GMAC-AES-128(K1, IV 0^96, msg || head)) */
 static void tag_of(const rp_key *k, const uint8_t *msg, size_t len,
 		   const uint8_t head[RP_AUTH_TAG_OFF], uint8_t tag[16])
 {
-	static const uint8_t iv[12], zero[16];
-	const struct gcm_key_data *kd = (const struct gcm_key_data *)k->gmac;
-	struct gcm_context_data ctx;
-	uint8_t g[16];
-	IMB_AES128_GMAC_INIT(imb, kd, &ctx, iv, sizeof(iv));
-	IMB_AES128_GMAC_UPDATE(imb, kd, &ctx, msg, len);
-	IMB_AES128_GMAC_UPDATE(imb, kd, &ctx, head, RP_AUTH_TAG_OFF);
-	IMB_AES128_GMAC_FINALIZE(imb, kd, &ctx, g, sizeof(g));
-	IMB_AES128_CFB_ONE(imb, tag, zero, g, k->prf, 16); /* 0 ^ AES(K2, g) */
+	mac_tag(k, msg, len, head, tag);
 }
 
 static void wle64(uint8_t *p, uint64_t v)

@@ -45,12 +45,16 @@
 #define RP_AUTH_SENDERS_PER_HOST 16u
 #define RP_AUTH_RESULTS 7u
 
-/* A key, and what its tags are made with (auth.c): AES-128 GMAC key
- * data (expanded keys and GHASH tables) and the expanded AES-128 key of
- * the outer block cipher, derived from k when the key is loaded. */
+/* A key, and what its tags are made with (auth.c), derived from k when
+ * the key is loaded: the two AES-128 keys (mk), and for intel-ipsec-mb
+ * the GMAC key data (expanded keys, GHASH tables) and the expanded key of
+ * the outer block cipher; serial tells apart keys that took the same
+ * memory one after the other (OpenSSL contexts are cached by it). */
 typedef struct rp_key {
 	uint32_t id;
 	uint8_t k[32];
+	uint8_t mk[32];
+	uint64_t serial;
 	_Alignas(64) uint8_t gmac[1024];
 	_Alignas(16) uint8_t prf[16 * 11];
 } rp_key;
