@@ -78,6 +78,14 @@ typedef struct bfp_enc {
 	uint64_t stage_listed, stage_sized;
 } bfp_enc;
 
+/* A keyframe-exp decoder's scratch (keyexp.c): a table's slot map, with
+ * eight slots of padding for the vector stores that fill it, and a mark
+ * for each value with an escape (2 bits, 16 values a word). */
+typedef struct bfp_kx_scratch {
+	uint32_t slot[2048 + 8];
+	uint32_t mk[8192 / 16];
+} bfp_kx_scratch;
+
 /* What a decoder holds (bfp_decoder's storage). */
 typedef struct bfp_dec {
 	uint32_t ready;        /* BFP_CTX_READY once bfp_decoder_init succeeded */
@@ -89,7 +97,7 @@ typedef struct bfp_dec {
 	uint16_t grp_val[BFP_CHANGES_MAX];
 	uint16_t chunk[8192];    /* target values: range hash, zstd and exp
 				    keyframes */
-	uint32_t key_slots[2048]; /* a keyframe-exp table's slots */
+	bfp_kx_scratch key_scratch; /* keyframe-exp */
 	/* the model loaded for frames that refer to one: the identity of
 	 * the frame that carried it, and its codes */
 	uint32_t model_loaded;

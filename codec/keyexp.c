@@ -9,6 +9,11 @@
 #include "keyexp.h"
 #include "rans.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KX_X86 1
+#include <immintrin.h>
+#endif
+
 /* The table of a frame: exponents etop, etop - 1, .. one symbol each,
  * the last symbol (ns - 1) for its exponent and every one below. */
 typedef struct kx_table {
@@ -291,13 +296,146 @@ uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uin
 	return 0;
 }
 
-/* ---- decoder ---- */
+/* ---- decoder ----
+ *
+ * Three passes over a frame's values: the rANS symbols, the four states
+ * in registers (the pass that bounds the speed: each state waits for the
+ * bytes the one before it took); each value from its symbol and raw byte,
+ * marking the values whose symbol is the last; the escapes of those, in
+ * order. The data decides no branch but those of the escapes, one or two
+ * a group of 16 values that has any. */
+
+
+/* The slot map of table (f, ns) into slots (BFP_KEYEXP_SLOTS words). */
+static void slots_build(uint32_t *slots, const uint16_t *f, unsigned ns)
+{
+	unsigned at = 0;
+	for (unsigned s = 0; s < ns; s++) {
+		const uint32_t b = bfp_rans_slot(s, f[s], 0);
+		for (unsigned j = 0; j < f[s]; j++)
+			slots[at + j] = b + ((uint32_t)j << 8);
+		at += f[s];
+	}
+}
+
+/* One symbol of pass 1 from state x (packed slots, FORMAT.md 3.10): its
+ * slot's word, and x renormalised from the top two bytes of *u, the
+ * bytes below the next one to read; *u moves past those it took, and
+ * *c counts their bits. y (at
+ * least 2^12) takes 0, 1 or 2 bytes, by its bit length: sh is 16 less 8
+ * for each, and (y << 16 | the two bytes) >> sh the new state. */
+static inline __attribute__((always_inline)) uint32_t kx_sym(uint32_t *x, uint64_t *u,
+							     unsigned *c, const uint32_t *slots)
+{
+	const uint32_t v = *x, e = slots[v & (BFP_RANS_M - 1)];
+	const uint32_t y = (e >> 20) * (v >> BFP_RANS_BITS) + ((e >> 8) & 0x7FFu);
+	const unsigned sh = (unsigned)(24 - __builtin_clz(y)) & 0x18u;
+	*x = (uint32_t)((((uint64_t)y << 16) | (*u >> 48)) >> sh);
+	*u <<= 16 - sh;
+	*c += 16 - sh;
+	return e;
+}
+
+/* Pass 1 for values [0, nraw) in steps of four while at least 8 bytes
+ * are left to read: their symbols into the low bytes of w. The four
+ * states take their bytes from one 8-byte load (they take at most 8), so
+ * a state waits for the count of bytes the one before it took, not for
+ * a load from where they end. Returns the first value not decoded. */
+#define KX_SYMS_FAST(name, attr)                                                               \
+	attr static uint32_t name(uint32_t *xs, const uint8_t *pl, size_t *pp,                 \
+				  const uint32_t *slots, uint32_t nraw, uint16_t *w)           \
+	{                                                                                      \
+		uint32_t x0 = xs[0], x1 = xs[1], x2 = xs[2], x3 = xs[3];                       \
+		size_t p = *pp;                                                                \
+		uint32_t i = 0;                                                                \
+		for (; i + BFP_KEYEXP_STATES <= nraw && p >= 2 * BFP_KEYEXP_STATES;           \
+		     i += BFP_KEYEXP_STATES) {                                                 \
+			w[i] = (uint16_t)bfp_rans_get_packed(&x0, pl, &p, slots);              \
+			w[i + 1] = (uint16_t)bfp_rans_get_packed(&x1, pl, &p, slots);          \
+			w[i + 2] = (uint16_t)bfp_rans_get_packed(&x2, pl, &p, slots);          \
+			w[i + 3] = (uint16_t)bfp_rans_get_packed(&x3, pl, &p, slots);          \
+		}                                                                              \
+		xs[0] = x0;                                                                    \
+		xs[1] = x1;                                                                    \
+		xs[2] = x2;                                                                    \
+		xs[3] = x3;                                                                    \
+		*pp = p;                                                                       \
+		return i;                                                                      \
+	}
+KX_SYMS_FAST(syms_fast, )
+#ifdef KX_X86
+KX_SYMS_FAST(syms_fast_bmi2, __attribute__((target("bmi2,lzcnt"))))
+#endif
+
+/* Pass 2 for values [i, n) (i a multiple of 16): exponent etop - s and the
+ * raw byte (0 for the carried values, whose raw bytes come last), and in
+ * mk[i / 16] on, bits 2j and 2j + 1 for value j of each 16 whose symbol
+ * is tail. */
+static void values(uint16_t *w, const uint8_t *pl, uint32_t i, uint32_t n, uint32_t nraw,
+		   unsigned etop, unsigned tail, uint32_t *mk)
+{
+	for (; i < n; i += 16) {
+		uint32_t m = 0;
+		for (uint32_t j = i; j < i + 16 && j < n; j++) {
+			const unsigned s = w[j] & 0xFFu, b = j < nraw ? pl[j] : 0;
+			w[j] = (uint16_t)(((etop - s) << 7) | (b & 0x7Fu) | ((b & 0x80u) << 8));
+			m |= (uint32_t)(s == tail) * 3u << (2 * (j - i));
+		}
+		mk[i / 16] = m;
+	}
+}
+
+#ifdef KX_X86
+/* slots_build, eight slots a store: a symbol's last store runs into the
+ * next symbol's slots, which come after it, or into the map's padding. */
+__attribute__((target("avx2"))) static void slots_build_avx2(uint32_t *slots, const uint16_t *f,
+							      unsigned ns)
+{
+	const __m256i step = _mm256_set1_epi32(8 << 8);
+	const __m256i lane = _mm256_setr_epi32(0, 1 << 8, 2 << 8, 3 << 8, 4 << 8, 5 << 8, 6 << 8,
+					       7 << 8);
+	unsigned at = 0;
+	for (unsigned s = 0; s < ns; s++) {
+		__m256i v = _mm256_add_epi32(_mm256_set1_epi32((int)bfp_rans_slot(s, f[s], 0)), lane);
+		for (unsigned j = 0; j < f[s]; j += 8) {
+			_mm256_storeu_si256((__m256i *)(void *)(slots + at + j), v);
+			v = _mm256_add_epi32(v, step);
+		}
+		at += f[s];
+	}
+}
+
+/* values(), sixteen raw values a step; returns where it stopped. */
+__attribute__((target("avx2"))) static uint32_t values_avx2(uint16_t *w, const uint8_t *pl,
+							     uint32_t nraw, unsigned etop,
+							     unsigned tail, uint32_t *mk)
+{
+	const __m256i top = _mm256_set1_epi16((short)etop), m7 = _mm256_set1_epi16(0x7F);
+	const __m256i m80 = _mm256_set1_epi16((short)0x8000), m8 = _mm256_set1_epi16(0xFF);
+	const __m256i tl = _mm256_set1_epi16((short)tail);
+	uint32_t i = 0;
+	for (; i + 16 <= nraw; i += 16) {
+		const __m256i s = _mm256_and_si256(
+			_mm256_loadu_si256((const __m256i *)(const void *)(w + i)), m8);
+		const __m256i b = _mm256_cvtepu8_epi16(
+			_mm_loadu_si128((const __m128i *)(const void *)(pl + i)));
+		const __m256i e = _mm256_slli_epi16(_mm256_sub_epi16(top, s), 7);
+		const __m256i v = _mm256_or_si256(
+			_mm256_or_si256(e, _mm256_and_si256(b, m7)),
+			_mm256_and_si256(_mm256_slli_epi16(b, 8), m80));
+		_mm256_storeu_si256((__m256i *)(void *)(w + i), v);
+		mk[i / 16] = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(s, tl));
+	}
+	return i;
+}
+#endif
 
 bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t *w,
-			     uint32_t *slots)
+			     bfp_kx_scratch *ks, uint32_t cpu)
 {
 	kx_table k;
-	uint16_t f[BFP_KEYEXP_SYMS], hi[BFP_KEYEXP_SYMS];
+	uint16_t f[BFP_KEYEXP_SYMS];
+	(void)cpu;
 	BFP_CHECK(n >= 1 && n <= BFP_KEYEXP_MAX, BFP_E_CORRUPT);
 	const uint32_t carry = n < BFP_KEYEXP_CARRY ? n : BFP_KEYEXP_CARRY, nraw = n - carry;
 	BFP_CHECK(len >= (size_t)nraw + 4 * BFP_KEYEXP_STATES, BFP_E_CORRUPT);
@@ -306,52 +444,53 @@ bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t
 	bfp_br_init(&r, pl + nraw, send - nraw);
 	BFP_CHECK(table_parse(&r, &k), BFP_E_CORRUPT);
 	BFP_CHECK(bfp_tab_freqs(&k.t, f), BFP_E_CORRUPT);
+	const unsigned ns = k.t.ns, tmax = k.etop - (ns - 1);
 	/* the last symbol is followed by an escape unless it stands for
 	 * exponent 0 alone */
-	const unsigned ns = k.t.ns, tmax = k.etop - (ns - 1), tail = tmax ? ns - 1 : ~0u;
-	unsigned at = 0;
-	for (unsigned s = 0; s < ns; s++) {
-		for (unsigned j = 0; j < f[s]; j++)
-			slots[at + j] = bfp_rans_slot(s, f[s], j);
-		at += f[s];
-		hi[s] = (uint16_t)((k.etop - s) << 7);
-	}
+	const unsigned tail = tmax ? ns - 1 : 0xFFFFu;
+#ifdef KX_X86
+	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
+		slots_build_avx2(ks->slot, f, ns);
+	else
+#endif
+		slots_build(ks->slot, f, ns);
 	uint32_t x[BFP_KEYEXP_STATES];
 	for (unsigned j = 0; j < BFP_KEYEXP_STATES; j++) {
 		x[j] = bfp_ld32(pl + send + 4 * j);
 		BFP_CHECK(x[j] >= BFP_RANS_L && x[j] < (1u << 31), BFP_E_CORRUPT);
 	}
+	/* pass 1: the symbols, four values at a time while at least 8 bytes
+	 * are left to read, then one at a time with the bounds checked */
 	size_t p = send;
-	uint32_t i = 0;
-	/* four values at a time while at least 8 bytes are left to read */
-	for (; i + BFP_KEYEXP_STATES <= nraw && p >= 2 * BFP_KEYEXP_STATES; i += BFP_KEYEXP_STATES) {
-		for (unsigned j = 0; j < BFP_KEYEXP_STATES; j++) {
-			const unsigned s = bfp_rans_get_packed(&x[j], pl, &p, slots);
-			uint16_t h = hi[s];
-			if (BFP_UNLIKELY(s == tail)) {
-				const uint32_t d = bfp_get_eg0(&r);
-				BFP_CHECK(!r.err && d <= tmax, BFP_E_CORRUPT);
-				h = (uint16_t)((tmax - d) << 7);
-			}
-			const unsigned b = pl[i + j];
-			w[i + j] = (uint16_t)(h | (b & 0x7Fu) | ((b & 0x80u) << 8));
-		}
-	}
+	uint32_t i =
+#ifdef KX_X86
+		(cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW)) ? syms_fast_bmi2(x, pl, &p, ks->slot, nraw, w) :
+#endif
+		syms_fast(x, pl, &p, ks->slot, nraw, w);
 	bfp_rd d = {pl, p, 0, 0};
 	for (; i < n; i++) {
 		d.x = x[i & (BFP_KEYEXP_STATES - 1)];
-		const unsigned s = bfp_rans_get_packed_checked(&d, slots);
+		w[i] = (uint16_t)bfp_rans_get_packed_checked(&d, ks->slot);
 		BFP_CHECK(!d.err, BFP_E_CORRUPT);
 		x[i & (BFP_KEYEXP_STATES - 1)] = d.x;
-		uint16_t h = hi[s];
-		if (s == tail) {
-			const uint32_t e = bfp_get_eg0(&r);
-			BFP_CHECK(!r.err && e <= tmax, BFP_E_CORRUPT);
-			h = (uint16_t)((tmax - e) << 7);
-		}
-		const unsigned b = i < nraw ? pl[i] : 0;
-		w[i] = (uint16_t)(h | (b & 0x7Fu) | ((b & 0x80u) << 8));
 	}
+	/* pass 2 */
+	i = 0;
+#ifdef KX_X86
+	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
+		i = values_avx2(w, pl, nraw, k.etop, tail, ks->mk);
+#endif
+	values(w, pl, i, n, nraw, k.etop, tail, ks->mk);
+	/* pass 3: the escapes, in value order; symbol ns - 1 gave them the
+	 * exponent tmax */
+	if (tmax)
+		for (uint32_t g = 0; g < (n + 15) / 16; g++)
+			for (uint32_t m = ks->mk[g]; m; m &= m - 1, m &= m - 1) {
+				uint16_t *v = w + 16 * g + ((unsigned)__builtin_ctz(m) >> 1);
+				const uint32_t e = bfp_get_eg0(&r);
+				BFP_CHECK(!r.err && e <= tmax, BFP_E_CORRUPT);
+				*v = (uint16_t)((*v & 0x807Fu) | ((tmax - e) << 7));
+			}
 	/* the bit stream ends in its last byte with zero padding, and the
 	 * rANS bytes were exactly those after it */
 	const uint64_t bits = bfp_br_tell(&r);

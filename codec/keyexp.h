@@ -22,10 +22,11 @@
 uint32_t bfp_keyexp_encode(const uint16_t *words, uint64_t avail, size_t budget, uint8_t *out,
 			   size_t *len, uint8_t *scratch);
 
-/* Decode a payload of n values into words (n of them); slots:
- * BFP_RANS_M words of scratch. BFP_E_CORRUPT for anything FORMAT.md 3.10
- * rejects; words is then unspecified. */
+/* Decode a payload of n values into words (n of them), with ks as
+ * scratch and cpu the paths allowed (bfp_cpu_features(), 0 for scalar).
+ * BFP_E_CORRUPT for anything FORMAT.md 3.10 rejects; words is then
+ * unspecified. */
 bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t *words,
-			     uint32_t *slots);
+			     bfp_kx_scratch *ks, uint32_t cpu);
 
 #endif

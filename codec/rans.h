@@ -243,33 +243,42 @@ static inline unsigned bfp_rans_get(bfp_rd *d, const uint8_t *slot, const uint16
 }
 
 /* Decoder slots packed one word each, for coders that take one load a
- * symbol (keyframes, FORMAT.md 3.10): the symbol (bits 0-7), its
- * frequency (8-19) and the slot less the symbol's first slot (20-30). */
+ * symbol (keyframes, FORMAT.md 3.10): the symbol (bits 0-7), the slot
+ * less the symbol's first slot (8-18) and its frequency (20-31, where
+ * one shift takes it: it is on the chain from one state to the next). */
 static inline uint32_t bfp_rans_slot(unsigned s, unsigned f, unsigned k)
 {
-	return (uint32_t)s | (uint32_t)f << 8 | (uint32_t)k << 20;
+	return (uint32_t)s | (uint32_t)k << 8 | (uint32_t)f << 20;
 }
 
 /* Decode one symbol from *x with packed slots and renormalise as
- * bfp_rans_get does (0, 1 or 2 bytes, buf[*p - 1] first), without a
- * branch: the caller makes sure *p >= 2. */
-static inline unsigned bfp_rans_get_packed(uint32_t *x, const uint8_t *buf, size_t *p,
-					   const uint32_t *slots)
+ * bfp_rans_get does, without a branch: the caller makes sure *p >= 2.
+ * Returns the slot's word. y (at least 2^12) takes 0, 1 or 2 bytes, by
+ * its bit length; sh is 16 less 8 for each, and (y << 16 | the two bytes
+ * below buf[*p]) >> sh is the new state. */
+static inline __attribute__((always_inline)) uint32_t
+bfp_rans_get_packed(uint32_t *x, const uint8_t *buf, size_t *p, const uint32_t *slots)
 {
 	const uint32_t v = *x, e = slots[v & (BFP_RANS_M - 1)];
-	uint32_t y = ((e >> 8) & 0xFFFu) * (v >> BFP_RANS_BITS) + (e >> 20);
-	const unsigned nb = (unsigned)(y < BFP_RANS_L) + (unsigned)(y < (BFP_RANS_L >> 8));
-	const uint32_t in = ((uint32_t)buf[*p - 1] << 8 | buf[*p - 2]) >> (16 - 8 * nb);
-	*x = (y << (8 * nb)) | in;
-	*p -= nb;
-	return e & 0xFFu;
+	const uint32_t y = (e >> 20) * (v >> BFP_RANS_BITS) + ((e >> 8) & 0x7FFu);
+	const unsigned sh = (unsigned)(24 - __builtin_clz(y)) & 0x18u;
+	uint16_t in;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	BFP_MEMCPY(&in, buf + *p - 2, 2);
+#else
+	in = (uint16_t)(buf[*p - 1] << 8 | buf[*p - 2]);
+#endif
+	*x = (uint32_t)((((uint64_t)y << 16) | in) >> sh);
+	*p = *p - 2 + (sh >> 3);
+	return e;
 }
 
-/* The same with the bounds checked: d->err when the bytes run out. */
+/* The same with the bounds checked: d->err when the bytes run out.
+ * Returns the symbol. */
 static inline unsigned bfp_rans_get_packed_checked(bfp_rd *d, const uint32_t *slots)
 {
 	const uint32_t v = d->x, e = slots[v & (BFP_RANS_M - 1)];
-	uint32_t y = ((e >> 8) & 0xFFFu) * (v >> BFP_RANS_BITS) + (e >> 20);
+	uint32_t y = (e >> 20) * (v >> BFP_RANS_BITS) + ((e >> 8) & 0x7FFu);
 	while (y < BFP_RANS_L) {
 		if (BFP_UNLIKELY(d->p == 0)) {
 			d->err = 1;
