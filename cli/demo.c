@@ -39,6 +39,7 @@
 #include "cli.h"
 #include "model.h"
 #include "patch.h"
+#include "output.h"
 #include "report.h"
 #include "synth.h"
 #include "wbuf.h"
@@ -64,6 +65,7 @@ static const char demo_usage[] =
 	"      --in-process    codec only: diff, apply, compare in this process\n"
 	"  -k, --keep DIR      keep the trajectory, patches, logs and event logs in DIR\n"
 	"  -R, --report PAGE   then write a bfpatch report of the run (HTML)\n"
+	"  -f, --force         replace PAGE if it exists (else refused at start)\n"
 	"  -h, --help\n";
 
 typedef struct demo {
@@ -350,7 +352,7 @@ static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, 
 /* bfpatch report of the run: its patches (the publisher's history), the
  * checkpoints and every process's events. */
 static int write_report(const demo *d, const char *traj, uint32_t steps, const char *out,
-			char *err)
+			int force, char *err)
 {
 	char events[PATH_MAX];
 	snprintf(events, sizeof(events), "%s/events.jsonl", d->dir);
@@ -375,6 +377,7 @@ static int write_report(const demo *d, const char *traj, uint32_t steps, const c
 	in.events = ev;
 	in.n_events = 1;
 	in.title = "bfpatch demo";
+	in.replace = force;
 	int rc = report_write(&in, out, err, ERRLEN);
 	if (!rc)
 		printf("report: %s\n", out);
@@ -392,6 +395,7 @@ typedef struct demo_config {
 	int loopback, in_process, rate_given;
 	const char *keep;        /* --keep DIR, or NULL */
 	const char *report;      /* --report PAGE, or NULL */
+	int force;               /* --force: replace PAGE */
 } demo_config;
 
 /* Fill *cfg from the command line: -1 to go on, else the exit status. */
@@ -403,14 +407,14 @@ static int demo_parse(int argc, char **argv, demo_config *cfg)
 		{"frame-size", required_argument, 0, 's'}, {"rate", required_argument, 0, 'r'},
 		{"loopback", no_argument, 0, 'L'}, {"in-process", no_argument, 0, 'I'},
 		{"keep", required_argument, 0, 'k'}, {"report", required_argument, 0, 'R'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"force", no_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->so = (synth_opts){.params = 16000000, .lr = 1e-6, .seed = 1};
 	cfg->po = (patch_opts){.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	cfg->steps = 10;
 	cfg->rate = 1000000000ull;
 	int c;
-	while ((c = getopt_long(argc, argv, "p:n:l:gs:r:k:R:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:n:l:gs:r:k:R:fh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (parse_u64(optarg, 1ull << 34, &cfg->so.params) || cfg->so.params < 4096)
@@ -442,6 +446,7 @@ static int demo_parse(int argc, char **argv, demo_config *cfg)
 		case 'I': cfg->in_process = 1; break;
 		case 'k': cfg->keep = optarg; break;
 		case 'R': cfg->report = optarg; break;
+		case 'f': cfg->force = 1; break;
 		case 'h': fputs(demo_usage, stdout); return 0;
 		default: fputs(demo_usage, stderr); return 2;
 		}
@@ -461,7 +466,13 @@ static int demo_parse(int argc, char **argv, demo_config *cfg)
 			: cfg->loopback ? "--loopback" : "--rate");
 		return 2;
 	}
-	return -1;
+	if (out_is_stdout(cfg->report)) {
+		fprintf(stderr, "bfpatch demo: --report -: the demo's table goes to standard "
+			"output; give the page a file\n");
+		return 2;
+	}
+	int rc = cfg->report ? out_check("demo", cfg->report, cfg->force, 0, NULL) : 0;
+	return rc ? rc : -1;
 }
 
 /* A running demo: the trainer's trajectory, and the processes, buffers
@@ -696,7 +707,7 @@ static int demo_run(demo_run_state *r, char *err)
 		sh("awk '$1 == \"rx\" || $1 == \"tx\" || $1 == \"cache_hits\" || "
 		   "$1 == \"nacks\" { s = s sep $1 \" \" $2; sep = \", \" } "
 		   "END { print \"  relay: \" s }' '%s/relay.log'", d->dir);
-	if (cfg->report && write_report(d, r->traj, cfg->steps, cfg->report, err))
+	if (cfg->report && write_report(d, r->traj, cfg->steps, cfg->report, cfg->force, err))
 		return -1;
 	return 0;
 }

@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 
 #include "cli.h"
+#include "output.h"
 #include "publish.h"
 
 /* A command line without what it needs: the reason, then the usage. */
@@ -40,14 +41,35 @@ static int usage_error(const char *cmd, const char *usage, const char *why)
 	return 2;
 }
 
+/* Two inputs cannot both be standard input; an output other than
+ * standard output must not be an input (what refuse_same says). 0, or 2
+ * after a message. */
+static int check_io(const char *cmd, const char *out, const char *a, const char *what_a,
+		    const char *b, const char *what_b)
+{
+	if (!strcmp(a, "-") && !strcmp(b, "-")) {
+		fprintf(stderr, "bfpatch %s: only one input can be standard input ('-')\n", cmd);
+		return 2;
+	}
+	if (out_is_stdout(out))
+		return 0;
+	if ((strcmp(a, "-") && what_a && refuse_same(cmd, out, a, what_a)) ||
+	    (strcmp(b, "-") && what_b && refuse_same(cmd, out, b, what_b)))
+		return 2;
+	return 0;
+}
+
 /* ---- diff ---- */
 
 static const char diff_usage[] =
 	"usage: bfpatch diff OLD NEW -o PATCH [options]\n"
 	"Encode the change from OLD to NEW (safetensors or raw BF16 files with the\n"
 	"same tensor layout) as a patch of datagram-sized frames (docs/FORMAT.md;\n"
-	"the sparse frames of each tensor chunk share one model, 3.6).\n"
-	"  -o, --output PATCH      patch file to write (atomically; not OLD or NEW)\n"
+	"the sparse frames of each tensor chunk share one model, 3.6). OLD or NEW\n"
+	"may be - (standard input, read into memory).\n"
+	"  -o, --output PATCH      patch file to write (atomically; not OLD or NEW;\n"
+	"                          -: standard output, not a terminal)\n"
+	"  -f, --force             replace PATCH if it exists (else refused)\n"
 	"  -s, --frame-size BYTES  max frame size, 128..9000 (default 1200)\n"
 	"  -b, --base-version N    version of OLD (default 0)\n"
 	"  -t, --target-version N  version of NEW (default base + 1)\n"
@@ -72,15 +94,17 @@ static int cmd_diff(int argc, char **argv)
 		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
 		{"self-contained", no_argument, 0, 'C'},
 		{"threads", required_argument, 0, 'j'}, {"stages", no_argument, 0, 'S'},
-		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"quiet", no_argument, 0, 'q'}, {"force", no_argument, 0, 'f'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	patch_stages stages = {0};
-	int have_target = 0, quiet = 0, c;
+	int have_target = 0, quiet = 0, force = 0, c;
 	uint32_t th = 0;
-	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qfh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
+		case 'f': force = 1; break;
 		case 's':
 			if (parse_u32(optarg, BFP_FRAME_SIZE_MIN, BFP_FRAME_SIZE_MAX, &po.frame_size))
 				return bad_value("diff", "--frame-size", optarg);
@@ -115,9 +139,9 @@ static int cmd_diff(int argc, char **argv)
 		return usage_error("diff", diff_usage, "give OLD and NEW, nothing else");
 	if (!out)
 		return usage_error("diff", diff_usage, "-o PATCH is required");
-	for (int i = 0; i < 2; i++)
-		if (refuse_same("diff", out, argv[optind + i], "model"))
-			return 2;
+	int rc = check_io("diff", out, argv[optind], "model", argv[optind + 1], "model");
+	if (rc || (rc = out_check("diff", out, force, 1, NULL)))
+		return rc;
 	if (!have_target)
 		po.target_version = po.base_version + 1;
 	if (po.enc_flags & BFP_ENC_F_KEYFRAME)
@@ -141,12 +165,12 @@ static int cmd_diff(int argc, char **argv)
 	}
 	patch p;
 	double t0 = now_s();
-	int rc = patch_encode(&a, &b, &po, &p, err, sizeof(err));
+	rc = patch_encode(&a, &b, &po, &p, err, sizeof(err));
 	double t1 = now_s();
 	if (rc == 0) {
 		const void *bufs[1] = {p.buf};
 		size_t lens[1] = {p.len};
-		rc = write_file_atomic(out, bufs, lens, 1, err, sizeof(err));
+		rc = out_write(out, force, NULL, bufs, lens, 1, err, sizeof(err));
 		if (rc)
 			patch_free(&p);
 	}
@@ -172,9 +196,11 @@ static const char apply_usage[] =
 	"Apply PATCH to BASE and write the result to OUT (atomically). Every frame\n"
 	"is checked (CRC, model, base version, range) and every range's target\n"
 	"hash verified before OUT is written; on any error OUT is not created.\n"
-	"OUT may be BASE (replaced only once the new version is verified and\n"
-	"written), not PATCH.\n"
-	"  -o, --output OUT   file to write\n"
+	"An existing OUT is replaced only with --force, or when it is BASE (the\n"
+	"in-place update: replaced once the new version is verified and\n"
+	"written); never PATCH. BASE or PATCH may be - (standard input).\n"
+	"  -o, --output OUT   file to write (-: standard output, not a terminal)\n"
+	"  -f, --force        replace OUT if it exists (else refused)\n"
 	"  -j, --threads N    decoder threads (default: all CPUs)\n"
 	"  -q, --quiet\n"
 	"  -h, --help\n";
@@ -183,13 +209,15 @@ static int cmd_apply(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 'j'},
-		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"quiet", no_argument, 0, 'q'}, {"force", no_argument, 0, 'f'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
-	int quiet = 0, c;
+	int quiet = 0, force = 0, c;
 	uint32_t th = 0;
-	while ((c = getopt_long(argc, argv, "o:j:qh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:j:qfh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
+		case 'f': force = 1; break;
 		case 'j':
 			if (parse_u32(optarg, 1, 256, &th))
 				return bad_value("apply", "--threads", optarg);
@@ -203,8 +231,10 @@ static int cmd_apply(int argc, char **argv)
 		return usage_error("apply", apply_usage, "give BASE and PATCH, nothing else");
 	if (!out)
 		return usage_error("apply", apply_usage, "-o OUT is required");
-	if (refuse_same("apply", out, argv[optind + 1], "patch"))
-		return 2;
+	const char *base = argv[optind];
+	int rc = check_io("apply", out, base, NULL, argv[optind + 1], "patch");
+	if (rc || (rc = out_check("apply", out, force, 1, strcmp(base, "-") ? base : NULL)))
+		return rc;
 	char err[ERRLEN] = "";
 	model m;
 	patch p;
@@ -223,14 +253,19 @@ static int cmd_apply(int argc, char **argv)
 		return die("apply", err);
 	}
 	double t0 = now_s();
-	int rc = patch_apply(&p, m.params, m.n_params, m.model_id, (int)th,
-			     !quiet && m.n_params > (64u << 20), err, sizeof(err));
+	rc = patch_apply(&p, m.params, m.n_params, m.model_id, (int)th,
+			 !quiet && m.n_params > (64u << 20), err, sizeof(err));
 	double t1 = now_s();
-	if (rc == 0)
-		rc = model_save(&m, out, err, sizeof(err));
+	if (rc == 0) { /* what model_save writes */
+		const void *bufs[2] = {m.header, m.params};
+		size_t lens[2] = {m.header_len, (size_t)m.data_bytes};
+		const int st = m.safetensors;
+		rc = out_write(out, force, strcmp(base, "-") ? base : NULL, bufs + !st, lens + !st,
+			       st ? 2 : 1, err, sizeof(err));
+	}
 	if (rc == 0 && !quiet)
 		fprintf(stderr, "bfpatch apply: %zu frames applied and verified in %.3f s, wrote %s\n",
-			p.n, t1 - t0, out);
+			p.n, t1 - t0, out_name(out));
 	patch_free(&p);
 	model_free(&m);
 	return rc ? die("apply", err) : 0;
@@ -242,7 +277,8 @@ static const char info_usage[] =
 	"usage: bfpatch info PATCH [--json]\n"
 	"Print what a patch carries: parameters, changed parameters, frames per\n"
 	"encoding, bytes, bits per changed parameter, ratio to dense BF16, and\n"
-	"the sparse frames' bits per change by base-exponent class.\n"
+	"the sparse frames' bits per change by base-exponent class. PATCH may be\n"
+	"- (standard input).\n"
 	"  --json   one JSON object on stdout\n"
 	"  -h, --help\n";
 
@@ -394,7 +430,11 @@ static const char synth_usage[] =
 	"Write a deterministic RL-like trajectory of safetensors checkpoints\n"
 	"DIR/step-0000.safetensors .. step-NNNN.safetensors (BF16 casts of FP32\n"
 	"master weights trained with Adam).\n"
-	"  -o, --output DIR     directory (created if missing)\n"
+	"  -o, --output DIR     directory (created if missing; not -: a directory\n"
+	"                       cannot go to standard output)\n"
+	"  -f, --force          replace step files of this run that DIR holds\n"
+	"                       (else refused; later steps, another run's, are\n"
+	"                       refused either way)\n"
 	"  -p, --params N       parameter count, rounded down to the shape's\n"
 	"                       (default 4M; k/M/G ok; at least 4096): the width\n"
 	"                       is a multiple of 64, so models come in steps of\n"
@@ -437,15 +477,16 @@ static int cmd_synth(int argc, char **argv)
 		{"output", required_argument, 0, 'o'}, {"params", required_argument, 0, 'p'},
 		{"steps", required_argument, 0, 'n'}, {"lr", required_argument, 0, 'l'},
 		{"ongrid", no_argument, 0, 'g'}, {"seed", required_argument, 0, 'S'},
-		{"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0}};
+		{"threads", required_argument, 0, 'j'}, {"force", no_argument, 0, 'f'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	synth_opts so = {.params = 4000000, .lr = 1e-6, .seed = 1};
 	const char *dir = NULL;
 	uint32_t steps = 5, th = 0;
-	int c;
-	while ((c = getopt_long(argc, argv, "o:p:n:l:gS:j:h", lo, NULL)) != -1) {
+	int c, force = 0;
+	while ((c = getopt_long(argc, argv, "o:p:n:l:gS:j:fh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': dir = optarg; break;
+		case 'f': force = 1; break;
 		case 'p':
 			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096) {
 				fprintf(stderr, "bfpatch synth: invalid value '%s' for --params "
@@ -478,6 +519,9 @@ static int cmd_synth(int argc, char **argv)
 		return usage_error("synth", synth_usage, "unexpected argument (DIR goes with -o)");
 	if (!dir)
 		return usage_error("synth", synth_usage, "-o DIR is required");
+	if (out_is_stdout(dir))
+		return usage_error("synth", synth_usage, "-o -: synth writes a directory of "
+				   "checkpoints, which standard output cannot hold");
 	so.threads = (int)th;
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
 		char e[ERRLEN];
@@ -486,6 +530,12 @@ static int cmd_synth(int argc, char **argv)
 	}
 	if (stale_steps("synth", dir, steps))
 		return 2;
+	uint32_t lo_step, hi_step;
+	if (!force && steps_scan(dir, 0, &lo_step, &hi_step)) {
+		fprintf(stderr, "bfpatch synth: %s already holds step-%04u.safetensors: give "
+			"--force to replace this run's steps\n", dir, lo_step);
+		return 1;
+	}
 	char err[ERRLEN] = "";
 	model bf;
 	synth *s = synth_new(&so, &bf, err, sizeof(err));
@@ -497,7 +547,9 @@ static int cmd_synth(int argc, char **argv)
 			synth_step(s, &bf);
 		char path[PATH_MAX];
 		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", dir, k);
-		rc = model_save(&bf, path, err, sizeof(err));
+		const void *bufs[2] = {bf.header, bf.params};
+		size_t lens[2] = {bf.header_len, (size_t)bf.data_bytes};
+		rc = out_write(path, force, NULL, bufs, lens, 2, err, sizeof(err));
 		if (rc == 0)
 			fprintf(stderr, "bfpatch synth: wrote %s (%llu parameters)\n", path,
 				(unsigned long long)bf.n_params);
@@ -515,14 +567,18 @@ static const char pcap_usage[] =
 	"usage: bfpatch pcap PATCH -o FRAMES.pcap --dst ADDR:PORT [options]\n"
 	"Write a patch's frames as Ethernet/IPv4/UDP packets (one frame per\n"
 	"datagram) to a pcap file, for replay through DPDK's net_pcap.\n"
-	"  -o, --output FILE      pcap file to write (atomically)\n"
+	"  -o, --output FILE      pcap file to write (atomically; -: standard\n"
+	"                         output, not a terminal)\n"
+	"  -f, --force            replace FILE if it exists (else refused)\n"
 	"  -d, --dst ADDR:PORT    destination (a relay's data port)\n"
 	"  -s, --src ADDR:PORT    source (default 198.18.0.100:7399)\n"
 	"      --dst-mac MAC      (default 02:00:00:00:00:01)\n"
 	"      --src-mac MAC      (default 02:00:00:00:00:64)\n"
 	"  -A, --key FILE         sign each frame with this key, as a publisher\n"
 	"                         with --key does (docs/SECURITY.md): the\n"
-	"                         trailer adds 32 bytes to each datagram\n"
+	"                         trailer adds 40 bytes to each datagram\n"
+	"      --run HEX          bind the signed frames to this publisher run\n"
+	"                         (16 hex digits; default: a new random one)\n"
 	"  -h, --help\n";
 
 static void put_le32(uint8_t *p, uint32_t v)
@@ -537,16 +593,20 @@ static int cmd_pcap(int argc, char **argv)
 		{"output", required_argument, 0, 'o'}, {"dst", required_argument, 0, 'd'},
 		{"src", required_argument, 0, 's'}, {"dst-mac", required_argument, 0, 'M'},
 		{"src-mac", required_argument, 0, 'S'}, {"key", required_argument, 0, 'A'},
+		{"force", no_argument, 0, 'f'}, {"run", required_argument, 0, 'R'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	static rp_auth auth;
+	uint64_t run = 0;
 	const char *out = NULL, *key_path = NULL;
+	int force = 0;
 	uint32_t sip = 0xC6120064u, dip = 0;
 	uint16_t sport = 7399, dport = 0;
 	uint8_t smac[6] = {2, 0, 0, 0, 0, 0x64}, dmac[6] = {2, 0, 0, 0, 0, 1};
 	int c;
-	while ((c = getopt_long(argc, argv, "o:d:s:A:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:d:s:A:fh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
+		case 'f': force = 1; break;
 		case 'A': {
 			char kerr[512] = "cannot initialise libsodium";
 			key_path = optarg;
@@ -554,7 +614,14 @@ static int cmd_pcap(int argc, char **argv)
 				fprintf(stderr, "bfpatch pcap: %s\n", kerr);
 				return 1;
 			}
-			auth.run = rp_auth_new_run(); /* each capture a run of its own */
+			break;
+		}
+		case 'R': {
+			char *end;
+			errno = 0;
+			run = strtoull(optarg, &end, 16);
+			if (errno || *end || !*optarg || strlen(optarg) > 16 || !run)
+				return bad_value("pcap", "--run (1 to 16 hex digits, not 0)", optarg);
 			break;
 		}
 		case 'd':
@@ -583,9 +650,13 @@ static int cmd_pcap(int argc, char **argv)
 		return usage_error("pcap", pcap_usage, "-o FILE is required");
 	if (!dport)
 		return usage_error("pcap", pcap_usage, "--dst ADDR:PORT is required");
-	if (refuse_same("pcap", out, argv[optind], "patch") ||
-	    refuse_same("pcap", out, key_path, "key file"))
-		return 2;
+	if (run && !key_path)
+		return usage_error("pcap", pcap_usage, "--run binds signed frames: give --key");
+	auth.run = run ? run : rp_auth_new_run(); /* else each capture a run of its own */
+	int rc = check_io("pcap", out, argv[optind], "patch", key_path ? key_path : "",
+			  key_path ? "key file" : NULL);
+	if (rc || (rc = out_check("pcap", out, force, 1, NULL)))
+		return rc;
 	char err[ERRLEN] = "";
 	patch p;
 	if (patch_read(argv[optind], &p, err, sizeof(err)))
@@ -623,7 +694,7 @@ static int cmd_pcap(int argc, char **argv)
 	}
 	const void *bufs[1] = {buf};
 	size_t lens[1] = {total};
-	int rc = write_file_atomic(out, bufs, lens, 1, err, sizeof(err));
+	rc = out_write(out, force, NULL, bufs, lens, 1, err, sizeof(err));
 	free(buf);
 	patch_free(&p);
 	return rc ? die("pcap", err) : 0;
@@ -634,6 +705,7 @@ static const char usage[] =
 	"Lossless sparse patches between versions of BF16 model weights.\n\n"
 	"commands:\n"
 	"  diff OLD NEW -o PATCH   encode the change between two checkpoints\n"
+	"                          (outputs: -f to replace a file; - is stdin/stdout)\n"
 	"  apply BASE PATCH -o OUT apply and verify a patch\n"
 	"  info PATCH [--json]     what a patch carries\n"
 	"  report -o PAGE.html [PATCH...]  HTML page: where a sync's bytes and time go\n"

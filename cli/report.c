@@ -28,6 +28,7 @@
 #include "baseline.h"
 #include "bfpatch.h"
 #include "model.h"
+#include "output.h"
 #include "patch.h"
 #include "proto.h"
 #include "svg.h"
@@ -1969,7 +1970,7 @@ int report_write(const report_input *in, const char *out_path, char *err, size_t
 	}
 	const void *bufs[1] = {R->out.p};
 	size_t lens[1] = {R->out.n};
-	rc = write_file_atomic(out_path, bufs, lens, 1, err, errlen);
+	rc = out_write(out_path, in->replace, NULL, bufs, lens, 1, err, errlen);
 out:
 	rep_free(R);
 	free(R);
@@ -2006,7 +2007,8 @@ static const char usage[] =
 	"budget against dense BF16 and PULSESync-style, refresh time against link\n"
 	"bandwidth, overlap timeline, topology and a summary. Every number comes\n"
 	"from the inputs; sections without their input say what is missing.\n"
-	"  -o, --output PAGE       HTML file to write (atomically)\n"
+	"  -o, --output PAGE       HTML file to write (atomically; -: standard output)\n"
+	"  -f, --force             replace PAGE if it exists (else refused)\n"
 	"  -T, --trajectory DIR    checkpoints DIR/step-NNNN.safetensors of the\n"
 	"                          patches' versions (heatmap, PULSESync-style)\n"
 	"  -B, --base FILE         base checkpoint of the detailed patch\n"
@@ -2092,8 +2094,8 @@ int report_main(int argc, char **argv)
 		{"base", required_argument, 0, 'B'}, {"target", required_argument, 0, 'G'},
 		{"events", required_argument, 0, 'e'}, {"link", required_argument, 0, 'L'},
 		{"rollout", required_argument, 0, 'r'}, {"step", required_argument, 0, 'n'},
-		{"title", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
-		{0, 0, 0, 0}};
+		{"title", required_argument, 0, 't'}, {"force", no_argument, 0, 'f'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	report_input in;
 	memset(&in, 0, sizeof(in));
 	const char *out = NULL;
@@ -2105,9 +2107,10 @@ int report_main(int argc, char **argv)
 		fputs("bfpatch report: out of memory\n", stderr);
 		return 1;
 	}
-	while ((c = getopt_long(argc, argv, "o:T:B:G:e:L:r:n:t:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:T:B:G:e:L:r:n:t:fh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
+		case 'f': in.replace = 1; break;
 		case 'T': in.trajectory = optarg; break;
 		case 'B': in.base = optarg; break;
 		case 'G': in.target = optarg; break;
@@ -2156,6 +2159,8 @@ int report_main(int argc, char **argv)
 		fputs(usage, stderr);
 		goto out;
 	}
+	if (out_is_stdout(out))
+		goto checked; /* no input is replaced */
 	/* the page must not take the place of an input */
 	for (int i = optind; i < argc; i++)
 		if (refuse_same("report", out, argv[i], "patch"))
@@ -2167,6 +2172,9 @@ int report_main(int argc, char **argv)
 	    refuse_same("report", out, in.target, "target checkpoint") ||
 	    (in.trajectory && trajectory_holds(out, in.trajectory)))
 		goto out;
+	if ((rc = out_check("report", out, in.replace, 0, NULL)) != 0)
+		goto out;
+checked:
 	in.patches = (const char *const *)(argv + optind);
 	in.n_patches = (size_t)(argc - optind);
 	in.events = ev;

@@ -37,6 +37,8 @@
  *   0: the highest target version among the patches, or, without
  *   patches, the highest version that some shim committed.
  * title: page heading; NULL for "bfpatch report".
+ * replace: an existing regular file at out_path is replaced; 0: it is
+ *   refused (an error, the file left as it is).
  *
  * At least one patch or one event log is needed. Sections whose input is
  * absent are still on the page and say what they would need.
@@ -55,10 +57,11 @@ typedef struct report_input {
 	double rollout_max_s;
 	uint32_t version;
 	const char *title;
+	int replace;
 } report_input;
 
 /* Build the page and write it to out_path atomically (temporary file in
- * the same directory, fsync, rename). Returns 0, or -1 with a message in
+ * the same directory, fsync, rename; "-": standard output). Returns 0, or -1 with a message in
  * err (errlen bytes) on bad input (unreadable, truncated or corrupt patch,
  * patches of different models or of one version twice, checkpoints that
  * do not match the patch, malformed event line, missing required event

@@ -366,6 +366,58 @@ int open_regular(const char *path, struct stat *sb, char *err, size_t errlen)
 	return fd;
 }
 
+static int write_all(int fd, const void *const *bufs, const size_t *lens, size_t nbufs,
+		     const char *path, char *err, size_t errlen);
+
+/* Standard input as a file that can be read at offsets and mapped: itself
+ * when it is a regular file read from its start (`< FILE`), else (a pipe)
+ * its whole contents copied into a memfd, memory the kernel gives back
+ * when the fd closes. A terminal is refused: nothing would come. */
+static int stdin_file(struct stat *sb, char *err, size_t errlen)
+{
+	if (isatty(STDIN_FILENO))
+		return set_err(err, errlen, "standard input is a terminal: give a file, or "
+			       "redirect or pipe one into it");
+	if (fstat(STDIN_FILENO, sb) == 0 && S_ISREG(sb->st_mode) &&
+	    lseek(STDIN_FILENO, 0, SEEK_CUR) == 0) {
+		int fd = fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+		return fd >= 0 ? fd : set_err(err, errlen, "standard input: %s", strerror(errno));
+	}
+	int fd = memfd_create("bfpatch-stdin", MFD_CLOEXEC);
+	if (fd < 0)
+		return set_err(err, errlen, "standard input: memfd: %s", strerror(errno));
+	static const size_t chunk = 1u << 20;
+	uint8_t *buf = malloc(chunk);
+	ssize_t r = -1;
+	while (buf) {
+		r = read(STDIN_FILENO, buf, chunk);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		const void *bufs[1] = {buf};
+		size_t lens[1] = {(size_t)r};
+		if (write_all(fd, bufs, lens, 1, "standard input (its copy in memory)", err, errlen)) {
+			free(buf);
+			close(fd);
+			return -1;
+		}
+	}
+	const int rerr = errno;
+	free(buf);
+	if (!buf || r < 0 || fstat(fd, sb) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
+		close(fd);
+		return set_err(err, errlen, "standard input: %s",
+			       !buf ? "out of memory" : strerror(rerr));
+	}
+	return fd;
+}
+
+int open_input(const char *path, struct stat *sb, char *err, size_t errlen)
+{
+	return strcmp(path, "-") ? open_regular(path, sb, err, errlen) : stdin_file(sb, err, errlen);
+}
+
 /* A file whose JSON would begin where a safetensors header's does (the
  * cheap test before read_st_header's whole one). */
 /* A safetensors file by its content: an 8-byte little-endian header
@@ -418,9 +470,11 @@ static int model_open(model *m, const char *path, int map, void *buf, size_t cap
 {
 	struct stat sb;
 	memset(m, 0, sizeof(*m));
-	int fd = open_regular(path, &sb, err, errlen);
+	int fd = open_input(path, &sb, err, errlen);
 	if (fd < 0)
 		return -1;
+	if (!strcmp(path, "-"))
+		path = "standard input"; /* in messages */
 	uint64_t size = (uint64_t)sb.st_size;
 	if (size == 0) {
 		close(fd);

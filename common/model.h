@@ -37,7 +37,8 @@ int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
 
 /* Load path: safetensors if the name ends in .safetensors, or if the
  * file parses as one whatever its name; else raw flat BF16 (even size,
- * not empty). */
+ * not empty). "-" is standard input (open_input), here and in
+ * model_load_into and model_map. */
 int model_load(model *m, const char *path, char *err, size_t errlen);
 
 /* model_load into buf (cap bytes from alloc_aligned) when the data
@@ -59,6 +60,9 @@ int model_map(model *m, const char *path, char *err, size_t errlen);
 /* Open path for reading if it is a regular file (a FIFO is refused, not
  * waited on); the fd, or -1 with a message in err. */
 int open_regular(const char *path, struct stat *sb, char *err, size_t errlen);
+/* open_regular, but "-" is standard input: read at offsets and mapped
+ * where it is a regular file, else copied into memory first (a pipe). */
+int open_input(const char *path, struct stat *sb, char *err, size_t errlen);
 /* The name ends in .safetensors. */
 int model_named_safetensors(const char *path);
 /* The lowest and highest N >= from of the DIR/step-N.safetensors files (N

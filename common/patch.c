@@ -572,9 +572,11 @@ int patch_read(const char *path, patch *p, char *err, size_t errlen)
 {
 	struct stat sb;
 	memset(p, 0, sizeof(*p));
-	int fd = open_regular(path, &sb, err, errlen);
+	int fd = open_input(path, &sb, err, errlen);
 	if (fd < 0)
 		return -1;
+	if (!strcmp(path, "-"))
+		path = "standard input"; /* in messages */
 	p->buf = malloc((size_t)sb.st_size + 1);
 	if (!p->buf) {
 		close(fd);

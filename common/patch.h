@@ -77,6 +77,7 @@ int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
 /* Split and check a patch image: every frame parses, all frames share
  * model, base and target version, indices are 0..n-1 with count n. */
 int patch_parse(patch *p, char *err, size_t errlen);
+/* Read and patch_parse the file path ("-": standard input, open_input). */
 int patch_read(const char *path, patch *p, char *err, size_t errlen);
 
 /* Frames must tile [0, n_params) exactly. */

@@ -40,7 +40,7 @@ check "sha256 of applied equals sha256 of NEW" \
 "$BFP" diff -q -b 1 "$S1" "$S2" -o "$T/p12" && "$BFP" apply -q "$T/out1.safetensors" "$T/p12" -o "$T/out2.safetensors"
 check "chained patches reach step 2 exactly" "cmp -s '$T/out2.safetensors' '$S2'"
 for fs in 128 1500 9000; do
-	"$BFP" diff -q -s $fs "$S0" "$S1" -o "$T/pf" && "$BFP" apply -q "$S0" "$T/pf" -o "$T/of.safetensors"
+	"$BFP" diff -q -f -s $fs "$S0" "$S1" -o "$T/pf" && "$BFP" apply -q -f "$S0" "$T/pf" -o "$T/of.safetensors"
 	check "frame size $fs round trip" "cmp -s '$T/of.safetensors' '$S1'"
 done
 "$BFP" diff -q -j 1 "$S0" "$S1" -o "$T/p01j1"
@@ -173,7 +173,7 @@ check "no temporary files are left behind" "! ls '$T'/*.tmp.* >/dev/null 2>&1"
 cp "$S1" "$T/mode.safetensors" && chmod 0600 "$T/mode.safetensors"
 [ "$(id -u)" = 0 ] && chown 65534:65534 "$T/mode.safetensors"
 before=$(stat -c '%a %u %g' "$T/mode.safetensors")
-"$BFP" apply -q "$S0" "$T/p01" -o "$T/mode.safetensors"
+"$BFP" apply -q -f "$S0" "$T/p01" -o "$T/mode.safetensors"
 check "apply over an existing output keeps its mode and owner ($before)" \
 	"[ \"\$(stat -c '%a %u %g' '$T/mode.safetensors')\" = '$before' ] &&
 	 cmp -s '$T/mode.safetensors' '$S1'"
@@ -243,7 +243,7 @@ check "apply -o BASE replaces BASE with the new version" "cmp -s '$T/in.safetens
 # a symbolic link stays a link to the replaced file; a device is written to
 ln -s "$T/lt.safetensors" "$T/link.safetensors"
 cp "$S0" "$T/lt.safetensors"
-"$BFP" apply -q "$S0" "$T/p01" -o "$T/link.safetensors"
+"$BFP" apply -q -f "$S0" "$T/p01" -o "$T/link.safetensors"
 check "-o through a symbolic link replaces the file it names" \
 	"[ -L '$T/link.safetensors' ] && cmp -s '$T/lt.safetensors' '$S1'"
 # a link that names a file not made yet (relative, in a subdirectory) gets
@@ -274,6 +274,89 @@ fi
 ln -s /proc/self/fd/1 "$T/stdout-link"
 check "diff -o /dev/stdout writes the patch there" \
 	"'$BFP' diff -q '$S0' '$S1' -o '$T/stdout-link' | cmp -s - '$T/p01'"
+
+# an existing output is replaced only with --force (or, for apply, when it
+# is BASE: the in-place update above); refused, it is left as it was
+cp "$T/p12" "$T/exists.bfp"
+expect_fail "diff onto an existing file without --force" "" \
+	"$BFP" diff -q "$S0" "$S1" -o "$T/exists.bfp"
+check "... says --force replaces it, exits 1, and leaves the file as it was" \
+	"grep -q 'exists: give --force' '$T/stderr' && cmp -s '$T/exists.bfp' '$T/p12' &&
+	 { '$BFP' diff -q '$S0' '$S1' -o '$T/exists.bfp' 2>/dev/null; [ \$? -eq 1 ]; }"
+"$BFP" diff -q --force "$S0" "$S1" -o "$T/exists.bfp"
+check "diff --force replaces it" "cmp -s '$T/exists.bfp' '$T/p01'"
+cp "$S2" "$T/exists.safetensors"
+expect_fail "apply onto an existing file (not BASE) without --force" "" \
+	"$BFP" apply -q "$S0" "$T/p01" -o "$T/exists.safetensors"
+check "... left it as it was" "cmp -s '$T/exists.safetensors' '$S2'"
+"$BFP" apply -q -f "$S0" "$T/p01" -o "$T/exists.safetensors"
+check "apply -f replaces it" "cmp -s '$T/exists.safetensors' '$S1'"
+cp "$T/p12" "$T/exists.pcap"
+expect_fail "pcap onto an existing file without --force" "" \
+	"$BFP" pcap "$T/p01" -o "$T/exists.pcap" --dst 198.18.0.1:7400
+expect_fail "report onto an existing page without --force" "" \
+	"$BFP" report -o "$T/exists.pcap" "$T/p01"
+check "pcap and report left it as it was" "cmp -s '$T/exists.pcap' '$T/p12'"
+"$BFP" report -f -o "$T/exists.pcap" "$T/p01" && check "report -f replaces it" \
+	"grep -q '<html' '$T/exists.pcap'"
+"$BFP" synth -o "$T/trajf" -p 300k -n 1 -S 3 2>/dev/null
+cp "$T/trajf/step-0001.safetensors" "$T/trajf1.keep"
+expect_fail "synth into a directory holding its steps without --force" "" \
+	"$BFP" synth -o "$T/trajf" -p 300k -n 1 -S 4
+check "... left the steps as they were" "cmp -s '$T/trajf/step-0001.safetensors' '$T/trajf1.keep'"
+"$BFP" synth -f -o "$T/trajf" -p 300k -n 1 -S 4 2>/dev/null
+check "synth -f replaces them" "! cmp -s '$T/trajf/step-0001.safetensors' '$T/trajf1.keep'"
+expect_fail "demo --report onto an existing page, refused at start" "" \
+	"$BFP" demo --loopback -p 200k -n 1 --report "$T/exists.pcap"
+
+# - is standard output for a single output file, standard input for one
+# input file (a pipe is read into memory first)
+check "diff -o - writes the patch to standard output" \
+	"'$BFP' diff -q '$S0' '$S1' -o - | cmp -s - '$T/p01'"
+check "apply -o - writes the checkpoint to standard output" \
+	"'$BFP' apply -q '$S0' '$T/p01' -o - | cmp -s - '$S1'"
+"$BFP" pcap "$T/p01" -o "$T/p01s.pcap" --dst 198.18.0.1:7400
+check "pcap -o - writes the capture to standard output" \
+	"'$BFP' pcap '$T/p01' -o - --dst 198.18.0.1:7400 | cmp -s - '$T/p01s.pcap'"
+check "report -o - writes the page to standard output" \
+	"'$BFP' report -o - '$T/p01' | grep -q '<html'"
+check "diff OLD - reads NEW from a pipe" \
+	"cat '$S1' | '$BFP' diff -q '$S0' - -o - | cmp -s - '$T/p01'"
+check "diff - NEW reads OLD from a redirected file" \
+	"'$BFP' diff -q - '$S1' -o - < '$S0' | cmp -s - '$T/p01'"
+check "apply - PATCH reads BASE from a pipe" \
+	"cat '$S0' | '$BFP' apply -q - '$T/p01' -o - | cmp -s - '$S1'"
+check "apply BASE - reads the patch from a pipe" \
+	"cat '$T/p01' | '$BFP' apply -q '$S0' - -o - | cmp -s - '$S1'"
+check "info - reads the patch from a pipe" \
+	"cat '$T/p01' | '$BFP' info --json - | grep -q '\"frames\"'"
+expect_fail "diff - - (two inputs from one standard input)" "" \
+	"$BFP" diff -q - - -o "$T/x-two" < "$S0"
+expect_fail "synth -o - (a directory to standard output)" "" "$BFP" synth -o - -p 300k -n 1
+# a terminal: no binary output written to it, no input waited for from it
+check "binary -o - to a terminal and - read from a terminal are refused" "python3 - '$BFP' '$S0' '$S1' '$T/p01' <<'EOF'
+import os, pty, subprocess, sys
+bfp, s0, s1, p01 = sys.argv[1:]
+m, s = pty.openpty()
+for args, kw in (([bfp, 'diff', '-q', s0, s1, '-o', '-'], {'stdout': s}),
+                 ([bfp, 'apply', '-q', s0, p01, '-o', '-'], {'stdout': s}),
+                 ([bfp, 'pcap', p01, '-o', '-', '--dst', '1.2.3.4:5'], {'stdout': s}),
+                 ([bfp, 'info', '-'], {'stdin': s, 'stdout': subprocess.DEVNULL})):
+    r = subprocess.run(args, stderr=subprocess.PIPE, timeout=30, **kw)
+    assert r.returncode != 0 and b'terminal' in r.stderr, (args, r)
+os.set_blocking(m, False)
+try:
+    got = os.read(m, 1 << 16)
+except BlockingIOError:
+    got = b''
+assert not got, got[:80]
+EOF"
+# a reader that closes standard output early: an error, not a silent exit
+"$BFP" diff -q -k "$S0" "$S1" -o "$T/pk" 
+{ "$BFP" diff -q -k "$S0" "$S1" -o - 2>"$T/epipe.err"; echo $? >"$T/epipe.rc"; } | head -c 100 >/dev/null
+check "diff -o - into a reader that closes early exits non-zero and says why" \
+	"[ \$(wc -c < '$T/pk') -gt 200000 ] && [ \"\$(cat '$T/epipe.rc')\" -ne 0 ] &&
+	 grep -q 'writing standard output: Broken pipe' '$T/epipe.err'"
 
 # info: frames that do not tile the model (frame 0 twice, re-indexed and
 # resealed) are refused; output that cannot be written is an error
