@@ -254,7 +254,7 @@ static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 	if (e->opts.flags & BFP_ENC_F_KEY_EXP) {
 		size_t xl = 0;
 		const uint64_t nx = bfp_keyexp_encode(e->target + e->pos, end - e->pos, budget, pl,
-						      &xl, e->tail);
+						      &xl, e->tail, e->cpu);
 		if (nx > best) {
 			best = nx;
 			*encoding = BFP_ENC_KEY_EXP;

@@ -87,13 +87,27 @@ static inline uint8_t raw_of(uint16_t v)
 
 /* ---- encoder ---- */
 
+/* A symbol as the encoder puts it (bfp_rans_sym's fields, one word
+ * each): the state sheds a byte from xmax on and another from xmax2 on,
+ * then becomes x + bias + cmpl * ((x * rcp) >> sh), which is
+ * floor(x / f) * M + x mod f + c. */
+typedef struct kx_esym {
+	uint32_t xmax, xmax2, rcp, sh, bias, cmpl;
+} kx_esym;
+
+/* The cost of an exponent: its escape bits from bit 40 on, its rANS
+ * cost in 1/256 bit (at least the exact cost) below; sums of up to 8192
+ * of them keep the fields apart. */
+#define KX_COST(ebits, r256) ((uint64_t)(ebits) << 40 | (r256))
+#define KX_EBITS(c) ((c) >> 40)
+#define KX_R256(c) ((c) & ((1ull << 40) - 1))
+
 /* A table fitted to some values and what each exponent costs with it. */
 typedef struct kx_plan {
 	kx_table k;
 	unsigned tbits;        /* the table's bits */
-	uint64_t put[256];     /* each exponent's symbol (bfp_rans_sym) */
-	uint16_t rcost[256];   /* its rANS cost, 1/256 bit, at least exact */
-	uint8_t ebits[256];    /* its escape bits */
+	kx_esym sym[BFP_KEYEXP_SYMS];
+	uint64_t cost[256];    /* each exponent's (KX_COST) */
 	uint32_t cnt[256];     /* the exponents of the values planned from */
 } kx_plan;
 
@@ -108,14 +122,31 @@ static uint64_t kx_bytes(const kx_plan *pl, uint64_t k, uint64_t ebits, uint64_t
 	       4 * BFP_KEYEXP_STATES;
 }
 
+/* cnt[e]: how many of w[0..n) have exponent e. Four histograms, so
+ * that runs of one exponent do not wait on one counter. */
+static void count_exps(const uint16_t *w, uint32_t n, uint32_t *cnt)
+{
+	uint32_t h[4][256];
+	BFP_MEMSET(h, 0, sizeof(h));
+	uint32_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		h[0][exp_of(w[i])]++;
+		h[1][exp_of(w[i + 1])]++;
+		h[2][exp_of(w[i + 2])]++;
+		h[3][exp_of(w[i + 3])]++;
+	}
+	for (; i < n; i++)
+		h[0][exp_of(w[i])]++;
+	for (unsigned e = 0; e < 256; e++)
+		cnt[e] = h[0][e] + h[1][e] + h[2][e] + h[3][e];
+}
+
 /* Fit a table to words[0..n) (n >= 1). 0 when none can be made. */
 static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 {
 	uint32_t *cnt = pl->cnt;
 	unsigned lc[256];
-	BFP_MEMSET(cnt, 0, sizeof(pl->cnt));
-	for (uint32_t i = 0; i < n; i++)
-		cnt[exp_of(w[i])]++;
+	count_exps(w, n, cnt);
 	unsigned etop = 255, pe[256], np = 0;
 	while (!cnt[etop])
 		etop--;
@@ -178,27 +209,83 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 	unsigned cum = 0;
 	for (unsigned s = 0; s < ns; s++) {
 		const uint64_t put = bfp_rans_sym(f[s], cum);
-		const uint16_t rc = (uint16_t)(BFP_RANS_BITS * 256 - bfp_log2_fp8(f[s]));
-		if (s + 1 < ns) {
-			pl->put[etop - s] = put;
-			pl->rcost[etop - s] = rc;
-			pl->ebits[etop - s] = 0;
-		} else {
-			for (unsigned e = 0; e <= tmax; e++) {
-				pl->put[e] = put;
-				pl->rcost[e] = rc;
-				pl->ebits[e] = (uint8_t)(tmax ? bfp_eg0_bits(tmax - e) : 0);
-			}
-		}
+		const unsigned rc = BFP_RANS_BITS * 256 - bfp_log2_fp8(f[s]);
+		const uint64_t xmax = (uint64_t)f[s] << (23 - BFP_RANS_BITS + 8);
+		kx_esym *y = &pl->sym[s];
+		y->xmax = (uint32_t)xmax;
+		y->xmax2 = xmax << 8 > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)(xmax << 8);
+		y->rcp = (uint32_t)put;
+		y->sh = 32 + (unsigned)(put >> 56);
+		y->bias = (uint32_t)(put >> 32) & 0xFFFu;
+		y->cmpl = (uint32_t)(put >> 44) & 0xFFFu;
+		if (s + 1 < ns)
+			pl->cost[etop - s] = KX_COST(0, rc);
+		else
+			for (unsigned e = 0; e <= tmax; e++)
+				pl->cost[e] = KX_COST(tmax ? bfp_eg0_bits(tmax - e) : 0, rc);
 		cum += f[s];
 	}
 	return 1;
 }
 
+/* Put value w's exponent into state x (below 2^31) as bfp_rans_put
+ * (rans.h) does, with the bytes shed first and one step after: the same
+ * state and bytes, and no branch for a compiler to make of a choice of
+ * three steps (which bytes a state sheds is data: such a branch
+ * mispredicts about once in three symbols). */
+static inline __attribute__((always_inline)) void kx_put(uint32_t *x, uint8_t **out,
+							 const kx_plan *pl, uint16_t w)
+{
+	const unsigned d = pl->k.etop - exp_of(w), ns1 = pl->k.t.ns - 1u;
+	const kx_esym *y = &pl->sym[d < ns1 ? d : ns1];
+	uint32_t v = *x;
+	const unsigned nb = (unsigned)(v >= y->xmax) + (unsigned)(v >= y->xmax2);
+	const uint16_t lo = (uint16_t)v;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	BFP_MEMCPY(*out, &lo, 2);
+#else
+	bfp_st16(*out, lo);
+#endif
+	*out += nb;
+	v >>= 8 * nb;
+	*x = v + y->bias + y->cmpl * (uint32_t)(((uint64_t)v * y->rcp) >> y->sh);
+}
+
+/* Values [0, i) (i a multiple of 4) into states x, from the last, four
+ * at a time with the states in registers; the bytes go from o on. The
+ * end of the bytes, or NULL once it passes end: o only grows, so a check
+ * after each four finds what a check after each value would (the
+ * scratch has room for the 8 bytes four can write past end and the 2
+ * stored beyond). */
+#define KX_PUTS4(name, attr)                                                                   \
+	attr static uint8_t *name(uint32_t *x, uint8_t *o, const kx_plan *pl, const uint16_t *w,  \
+				  uint32_t i, const uint8_t *end)                                  \
+	{                                                                                          \
+		uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];                               \
+		while (i) {                                                                        \
+			i -= 4;                                                                    \
+			kx_put(&x3, &o, pl, w[i + 3]);                                             \
+			kx_put(&x2, &o, pl, w[i + 2]);                                             \
+			kx_put(&x1, &o, pl, w[i + 1]);                                             \
+			kx_put(&x0, &o, pl, w[i]);                                                 \
+			if (BFP_UNLIKELY(o > end))                                                 \
+				return NULL;                                                       \
+		}                                                                                  \
+		x[0] = x0;                                                                         \
+		x[1] = x1;                                                                         \
+		x[2] = x2;                                                                         \
+		x[3] = x3;                                                                         \
+		return o;                                                                          \
+	}
+KX_PUTS4(puts4, )
+#ifdef KX_X86
+KX_PUTS4(puts4_bmi2, __attribute__((target("bmi2"))))
+#endif
+
 /* Write the first k values of w with pl; the payload's length, or 0
  * when it does not fit budget. */
 static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t budget,
-		       uint8_t *out, uint8_t *scratch)
+		       uint8_t *out, uint8_t *scratch, uint32_t cpu)
 {
 	const uint32_t carry = k < BFP_KEYEXP_CARRY ? k : BFP_KEYEXP_CARRY, nraw = k - carry;
 	const unsigned ns = pl->k.t.ns, tmax = pl->k.etop - (ns - 1);
@@ -209,12 +296,26 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 	bfp_bw bw;
 	bfp_bw_init(&bw, out + nraw, budget - nraw - 4 * BFP_KEYEXP_STATES);
 	table_write(&bw, &pl->k);
-	if (tmax)
-		for (uint32_t i = 0; i < k; i++) {
-			const unsigned e = exp_of(w[i]);
-			if (e <= tmax)
-				bfp_put_eg0(&bw, tmax - e);
+	if (tmax) {
+		/* four values a step: with x their exponents (a 16-bit lane
+		 * each), x + 0x8000 - (tmax + 1) has its top bit set where
+		 * x > tmax, and carries into no other lane */
+		const uint64_t lanes = 0x0001000100010001ull, top = 0x8000u * lanes;
+		const uint64_t add = (0x8000u - (tmax + 1)) * lanes;
+		for (uint32_t i = 0; i < k; i += 4) {
+			if (i + 4 <= k) {
+				uint64_t v;
+				BFP_MEMCPY(&v, w + i, 8);
+				if (((((v >> 7) & 0xFFu * lanes) + add) & top) == top)
+					continue;
+			}
+			for (uint32_t j = i; j < i + 4 && j < k; j++) {
+				const unsigned e = exp_of(w[j]);
+				if (e <= tmax)
+					bfp_put_eg0(&bw, tmax - e);
+			}
 		}
+	}
 	const size_t bs = bfp_bw_finish(&bw);
 	if (bw.overflow)
 		return 0;
@@ -227,11 +328,26 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 		x[j] = BFP_RANS_L + (uint32_t)((carried >> (16 * j)) & 0xFFFFu);
 	const size_t room = budget - nraw - bs - 4 * BFP_KEYEXP_STATES;
 	uint8_t *o = scratch;
-	for (uint32_t i = k; i-- > 0;) {
-		bfp_rans_put(&x[i & (BFP_KEYEXP_STATES - 1)], &o, pl->put[exp_of(w[i])]);
-		if (BFP_UNLIKELY((size_t)(o - scratch) > room))
-			return 0;
+	uint32_t i = k;
+	/* the values past the last multiple of 4 first, then four at a time
+	 * with the four states in registers; o only grows, so checking the
+	 * room after each four finds what a check after each value would
+	 * (scratch has room for the 8 bytes four can write past it, and the
+	 * 2 stored beyond) */
+	for (; i & (BFP_KEYEXP_STATES - 1);) {
+		i--;
+		kx_put(&x[i & (BFP_KEYEXP_STATES - 1)], &o, pl, w[i]);
 	}
+	if ((size_t)(o - scratch) > room)
+		return 0;
+#ifdef KX_X86
+	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
+		o = puts4_bmi2(x, o, pl, w, i, scratch + room);
+	else
+#endif
+		o = puts4(x, o, pl, w, i, scratch + room);
+	if (!o)
+		return 0;
 	const size_t rb = (size_t)(o - scratch);
 	BFP_MEMCPY(out + nraw + bs, scratch, rb);
 	uint8_t *st = out + nraw + bs + rb;
@@ -240,8 +356,35 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 	return nraw + bs + rb + 4 * BFP_KEYEXP_STATES;
 }
 
+/* The longest prefix of w[0..n) that fits budget with pl (kx_bytes).
+ * kx_bytes grows with the prefix, so whole blocks of 16 that fit are
+ * passed with one check. */
+static uint32_t kx_prefix(const kx_plan *pl, const uint16_t *w, uint32_t n, size_t budget)
+{
+	uint64_t c = 0;
+	uint32_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		uint64_t b0 = 0, b1 = 0;
+		for (unsigned j = 0; j < 16; j += 2) {
+			b0 += pl->cost[exp_of(w[i + j])];
+			b1 += pl->cost[exp_of(w[i + j + 1])];
+		}
+		const uint64_t t = c + b0 + b1;
+		if (kx_bytes(pl, i + 16, KX_EBITS(t), KX_R256(t)) > budget)
+			break;
+		c = t;
+	}
+	for (; i < n; i++) {
+		const uint64_t t = c + pl->cost[exp_of(w[i])];
+		if (kx_bytes(pl, i + 1, KX_EBITS(t), KX_R256(t)) > budget)
+			break;
+		c = t;
+	}
+	return i;
+}
+
 uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uint8_t *out,
-			   size_t *len, uint8_t *scratch)
+			   size_t *len, uint8_t *scratch, uint32_t cpu)
 {
 	kx_plan pl;
 	uint64_t nmax = avail < BFP_KEYEXP_MAX ? avail : BFP_KEYEXP_MAX;
@@ -257,12 +400,10 @@ uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uin
 	for (int round = 0;; round++) {
 		if (!kx_plan_make(&pl, w, (uint32_t)n))
 			return 0;
-		uint64_t eb = 0, r256 = 0;
-		for (unsigned e = 0; e < 256; e++) {
-			eb += (uint64_t)pl.cnt[e] * pl.ebits[e];
-			r256 += (uint64_t)pl.cnt[e] * pl.rcost[e];
-		}
-		const uint64_t bytes = kx_bytes(&pl, n, eb, r256);
+		uint64_t c = 0;
+		for (unsigned e = 0; e < 256; e++)
+			c += (uint64_t)pl.cnt[e] * pl.cost[e];
+		const uint64_t bytes = kx_bytes(&pl, n, KX_EBITS(c), KX_R256(c));
 		if (bytes <= budget) {
 			k = (uint32_t)n;
 			if (n == nmax || bytes >= budget - budget / 64 || round == 2)
@@ -271,22 +412,12 @@ uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uin
 			n = n < nmax ? n : nmax;
 			continue;
 		}
-		/* the longest prefix that fits */
-		eb = r256 = 0;
-		uint32_t i = 0;
-		for (; i < n; i++) {
-			const unsigned e = exp_of(w[i]);
-			if (kx_bytes(&pl, i + 1, eb + pl.ebits[e], r256 + pl.rcost[e]) > budget)
-				break;
-			eb += pl.ebits[e];
-			r256 += pl.rcost[e];
-		}
-		k = i;
+		k = kx_prefix(&pl, w, (uint32_t)n, budget);
 		break;
 	}
 	/* the sizes are bounds: shrink in the rare case they were not */
 	while (k > 0) {
-		const size_t l = kx_write(&pl, w, k, budget, out, scratch);
+		const size_t l = kx_write(&pl, w, k, budget, out, scratch, cpu);
 		if (l) {
 			*len = l;
 			return k;

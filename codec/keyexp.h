@@ -18,9 +18,10 @@
 
 /* Code as many of words[0..avail) as fit budget payload bytes into out
  * (budget bytes); returns how many (0: none fit) and sets *len. scratch:
- * BFP_KEYEXP_SCRATCH bytes. Canonical. */
+ * BFP_KEYEXP_SCRATCH bytes; cpu: the paths allowed (bfp_cpu_features(),
+ * 0 for scalar), which all write the same bytes. Canonical. */
 uint32_t bfp_keyexp_encode(const uint16_t *words, uint64_t avail, size_t budget, uint8_t *out,
-			   size_t *len, uint8_t *scratch);
+			   size_t *len, uint8_t *scratch, uint32_t cpu);
 
 /* Decode a payload of n values into words (n of them), with ks as
  * scratch and cpu the paths allowed (bfp_cpu_features(), 0 for scalar).
