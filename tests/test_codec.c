@@ -1126,6 +1126,55 @@ static void test_key_exp_round_trips_at_every_frame_size(void **state)
 	free(copy);
 }
 
+/* The scalar and vector paths of encoding 7 agree: the encoder writes
+ * the same frames with and without BFP_ENC_F_SCALAR, and a scalar and a
+ * default decoder, each fed the whole stream (tables change from frame
+ * to frame, escapes or none), write the same values. */
+static void test_key_exp_paths_agree(void **state)
+{
+	(void)state;
+	static const uint32_t sizes[] = {BFP_FRAME_SIZE_MIN, 200, 1200, 8900};
+	const size_t n = 30011;
+	uint16_t *t = malloc(n * 2), *w0 = malloc(n * 2), *w1 = malloc(n * 2);
+	uint64_t s = 13;
+	kx_fill(t, n, 17);
+	for (size_t i = 0; i < n; i += 1 + t_rand(&s) % 97) /* escapes: tiny values */
+		t[i] = (uint16_t)((t[i] & 0x807Fu) | ((t_rand(&s) % 90) << 7));
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		t_frames f[2] = {{0}, {0}};
+		for (int scalar = 0; scalar < 2; scalar++) {
+			bfp_encode_opts o = opts(sizes[i]);
+			o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP | (scalar ? BFP_ENC_F_SCALAR : 0);
+			o.base_version = 0;
+			assert_int_equal(t_encode(&o, NULL, t, n, 0, n, &f[scalar]), BFP_OK);
+		}
+		assert_int_equal(f[0].len, f[1].len);
+		assert_memory_equal(f[0].buf, f[1].buf, f[0].len);
+		assert_true(count_enc(&f[0], BFP_ENC_KEY_EXP, sizes[i]) + 1 >= f[0].n);
+		static bfp_decoder d0, d1;
+		bfp_apply_opts ao = aopts();
+		ao.base_version = 0;
+		assert_int_equal(bfp_decoder_init(&d0, 0), BFP_OK);
+		assert_int_equal(bfp_decoder_init(&d1, BFP_DEC_F_SCALAR), BFP_OK);
+		memset(w0, 0, n * 2);
+		memset(w1, 0xFF, n * 2);
+		for (size_t k = 0; k < f[0].n; k++) {
+			const uint8_t *fr = f[0].buf + f[0].off[k];
+			assert_int_equal(bfp_decode_apply(&d0, &ao, fr, t_frame_len(&f[0], k), w0, n, NULL),
+					 BFP_OK);
+			assert_int_equal(bfp_decode_apply(&d1, &ao, fr, t_frame_len(&f[0], k), w1, n, NULL),
+					 BFP_OK);
+		}
+		assert_words_equal(w0, t, n);
+		assert_words_equal(w1, t, n);
+		t_frames_free(&f[0]);
+		t_frames_free(&f[1]);
+	}
+	free(t);
+	free(w0);
+	free(w1);
+}
+
 /* Every range length from 1 up, the 8192 cap (all zeros: a raw byte a
  * value), special values (zeros, subnormals, infinities, NaNs), and
  * keyframe-coded frames of a patch (IN_PATCH) round-trip exactly. */
@@ -1208,15 +1257,25 @@ static size_t kx_frame(uint8_t *p)
 	return len;
 }
 
-/* Apply p (len bytes) to kxw: an error leaves it untouched; success
- * writes exactly the target. Returns the status. */
+/* Apply p (len bytes) to kxw with a default and a scalar decoder: both
+ * give the same status; an error leaves kxw untouched; success writes
+ * exactly the target. Returns the status. */
 static bfp_status kx_apply(const uint8_t *p, size_t len)
 {
 	static bfp_decoder d;
 	bfp_apply_opts ao = aopts();
 	bfp_frame_header h;
+	assert_int_equal(bfp_decoder_init(&d, BFP_DEC_F_SCALAR), BFP_OK);
+	const bfp_status scalar = bfp_decode_apply(&d, &ao, p, len, kxw, KN, &h);
+	if (scalar == BFP_OK) {
+		assert_words_equal(kxw + h.range_begin, kxt + h.range_begin, h.range_len);
+		memcpy(kxw, kxsnap, sizeof(kxw));
+	}
+	else
+		assert_words_equal(kxw, kxsnap, KN);
 	assert_int_equal(bfp_decoder_init(&d, 0), BFP_OK);
 	bfp_status st = bfp_decode_apply(&d, &ao, p, len, kxw, KN, &h);
+	assert_int_equal(st, scalar);
 	if (st == BFP_OK) {
 		assert_words_equal(kxw + h.range_begin, kxt + h.range_begin, h.range_len);
 		memcpy(kxw, kxsnap, sizeof(kxw));
@@ -2266,6 +2325,7 @@ int main(void)
 		cmocka_unit_test(test_rl_deltas_round_trip_at_every_frame_size),
 		cmocka_unit_test(test_special_values_and_huge_jumps_round_trip),
 		cmocka_unit_test(test_key_exp_round_trips_at_every_frame_size),
+		cmocka_unit_test(test_key_exp_paths_agree),
 		cmocka_unit_test(test_key_exp_edges_round_trip),
 		cmocka_unit_test(test_key_exp_rejects_hostile_frames),
 		cmocka_unit_test(test_nothing_changed_costs_only_headers),
