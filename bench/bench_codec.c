@@ -764,7 +764,11 @@ static void key_frames(const model *m, uint32_t fs, uint32_t flags, key_run *r)
 			if (end <= at)
 				continue;
 			size_t fl;
-			bfp_status st = bfp_encoder_init(&enc, &o, NULL, m->params, m->n_params, at, end);
+			/* set up once, reset for each range, as the patch code does */
+			bfp_status st = at == 0 ? bfp_encoder_init(&enc, &o, NULL, m->params,
+								   m->n_params, at, end)
+						: bfp_encoder_reset(&enc, NULL, m->params, m->n_params,
+								    at, end, 0);
 			while (st == BFP_OK && (st = bfp_encode_next(&enc, buf + len, cap - len, &fl)) ==
 						       BFP_OK) {
 				len += fl;
