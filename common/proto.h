@@ -66,6 +66,10 @@ typedef struct rp_addrs {
 	uint16_t data_port;
 	uint16_t control_port;
 	int check_crc;        /* verify the frame CRC32C on the data path */
+	int udp_sum_from_header; /* a data frame's UDP checksum is not checked here (a NIC
+			      * did, or the receiver of what is relayed will):
+			      * payload_sum is derived from it without reading
+			      * the payload; a checksum of 0 is still summed */
 } rp_addrs;
 
 typedef struct rp_pkt {
@@ -76,7 +80,8 @@ typedef struct rp_pkt {
 	uint16_t l4_off;            /* start of the UDP payload */
 	uint16_t l4_len;            /* UDP payload length */
 	uint32_t arp_target_ip;     /* ARP: target protocol address */
-	uint32_t payload_sum;       /* data/control: rp_sum() of the UDP payload */
+	uint32_t payload_sum;       /* data/control: rp_sum() of the UDP payload
+				     * (or its equal, from the checksum) */
 } rp_pkt;
 
 /* Classify an Ethernet frame of len bytes. Reads only within [p, p+len). */

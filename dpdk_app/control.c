@@ -406,7 +406,10 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 					continue;
 				}
 				struct rte_mbuf *f = rp_cache_get(&r->cache, cmodel, c.version, idx);
-				if (f) {
+				/* a frame whose checksum nothing checked is read
+				 * once before it is resent: one corrupted on its
+				 * way in is asked of upstream instead */
+				if (f && relay_cached_sum_ok(f)) {
 					st->c[C_CACHE_HIT]++;
 					relay_emit(r, s, f, f->hash.fdir.hi, st);
 					continue;

@@ -142,9 +142,22 @@ int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st)
 {
 	rp_pkt k;
 	rp_class cls = RP_DROP_SHORT;
-	if (m->nb_segs == 1)
+	/* UDP checksums (PROTOCOL.md 1): one the NIC checked is not summed
+	 * again; without --key, one no NIC checked is not checked here
+	 * either: each output's checksum is derived from it (RFC 1624), so it
+	 * holds exactly when the input's did and the receiver drops what was
+	 * corrupted before the relay, which never reads the payload. With
+	 * --key it is checked in software (the tag's check reads the payload
+	 * anyway), so that drop_auth counts forgeries, not line errors. */
+	const uint64_t ck = m->ol_flags & (RTE_MBUF_F_RX_L4_CKSUM_MASK | RTE_MBUF_F_RX_IP_CKSUM_MASK);
+	const int nic_good = (ck & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+	if ((ck & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_BAD)
+		cls = RP_DROP_IP;
+	else if ((ck & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_BAD)
+		cls = RP_DROP_UDP;
+	else if (m->nb_segs == 1)
 		cls = rp_classify(rte_pktmbuf_mtod(m, const uint8_t *), rte_pktmbuf_data_len(m),
-				  &r->addrs, &k);
+				  nic_good || !r->auth.n_keys ? &r->addrs_nosum : &r->addrs, &k);
 	st->cls[cls]++;
 	if (cls < RP_ARP_REQUEST || cls == RP_DROP_ARP) {
 		rte_pktmbuf_free(m);
@@ -164,8 +177,24 @@ int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st)
 		rte_pktmbuf_free(m);
 		return 0;
 	}
-	m->hash.usr = (uint32_t)cls << 16 | k.l4_len;
+	const uint8_t *u = rte_pktmbuf_mtod_offset(m, const uint8_t *, RP_ETH_LEN + RP_IP_LEN);
+	const int unchecked = cls == RP_DATA && !nic_good && !r->auth.n_keys &&
+			      !r->addrs.check_crc && (u[6] | u[7]);
+	m->hash.usr = (uint32_t)cls << 16 | k.l4_len | (unchecked ? SUM_UNCHECKED : 0);
 	m->hash.fdir.hi = k.payload_sum; /* kept while the frame is cached */
+	return 1;
+}
+
+int relay_cached_sum_ok(struct rte_mbuf *f)
+{
+	if (!(f->hash.usr & SUM_UNCHECKED))
+		return 1;
+	uint16_t want = rp_fold(f->hash.fdir.hi), got = rp_fold(rp_sum(
+		rte_pktmbuf_mtod(f, const void *), rte_pktmbuf_pkt_len(f), 0));
+	/* one's complement: 0 and 0xFFFF are both zero */
+	if (want != got && !((want == 0 || want == 0xFFFF) && (got == 0 || got == 0xFFFF)))
+		return 0;
+	f->hash.usr &= ~SUM_UNCHECKED;
 	return 1;
 }
 
@@ -173,7 +202,7 @@ int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st)
 void relay_core_packet(relay *r, struct rte_mbuf *m, lcore_stats *st)
 {
 	rp_pkt k;
-	rp_class cls = (rp_class)(m->hash.usr >> 16);
+	rp_class cls = (rp_class)((m->hash.usr & ~SUM_UNCHECKED) >> 16);
 	if (cls == RP_DATA) {
 		on_data(r, m, (uint16_t)m->hash.usr, st);
 		return;

@@ -30,6 +30,9 @@
 #define NACK_MEMO (1u << NACK_MEMO_BITS)
 #define HDR_ROOM 128
 #define OUT_POOL_N 16383u /* header and clone mbufs: one of each per output queued */
+/* in a kept packet's hash.usr (class << 16 | UDP payload length): its
+ * payload sum was taken from its UDP checksum, which nothing has checked */
+#define SUM_UNCHECKED 0x80000000u
 
 /* Set by the signal handlers (main.c), read by the lcore loops. */
 extern volatile sig_atomic_t force_quit, dump_stats;
@@ -138,6 +141,7 @@ typedef struct lcore_stats {
 typedef struct relay {
 	relay_conf cf;
 	rp_addrs addrs;
+	rp_addrs addrs_nosum;    /* addrs, with udp_sum_from_header */
 	uint16_t n_ports;
 	struct rte_ether_addr mac[MAX_PORTS];
 	uint8_t csum_offload[MAX_PORTS]; /* port computes IPv4/UDP checksums */
@@ -254,6 +258,9 @@ void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata)
 
 void relay_mbuf_drop(void *ctx, void *obj);
 int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st);
+/* Whether cached frame f's payload matches the sum it was relayed with
+ * (reading it once, for a frame whose checksum nothing checked). */
+int relay_cached_sum_ok(struct rte_mbuf *f);
 void relay_core_packet(relay *r, struct rte_mbuf *m, lcore_stats *st);
 void relay_pace(relay *r, lcore_stats *st);
 int relay_worker_main(void *arg);

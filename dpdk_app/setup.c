@@ -144,6 +144,10 @@ int relay_prepare(relay *r)
 	r->addrs.data_port = r->cf.data_port;
 	r->addrs.control_port = r->cf.control_port;
 	r->addrs.check_crc = r->cf.check_crc;
+	/* the same, taking a data frame's payload sum from its UDP checksum
+	 * (relay_rx_classify says when) */
+	r->addrs_nosum = r->addrs;
+	r->addrs_nosum.udp_sum_from_header = 1;
 	return 0;
 }
 
@@ -263,6 +267,11 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 		conf.txmode.offloads |= ck;
 		r->csum_offload[port] = 1;
 	}
+	/* and checked by the NIC on receive where it can: the relay then
+	 * reads only headers (relay_rx_classify) */
+	const uint64_t rck = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM;
+	if ((info.rx_offload_capa & rck) == rck)
+		conf.rxmode.offloads |= rck;
 	if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)
 		conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
 	/* TX goes through queue 0 (the main lcore); some PMDs (net_tap) want
