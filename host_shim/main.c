@@ -147,12 +147,13 @@ int shim_run(shim *s)
 			s->port_next_watch = t + 0.1;
 		}
 		if (s->port && !rc) {
-			if (net_port_poll(s, &rc)) {
-				if (!rc)
-					rc = stage_try_commit(s);
-				continue;
-			}
-			wait_ms = 0; /* poll mode: look at the socket, then the port again */
+			if (net_port_poll(s, &rc) && !rc)
+				rc = stage_try_commit(s);
+			/* poll mode: the socket too, without waiting, after every
+			 * burst: a port that never runs dry (a long keyframe
+			 * stream, a flood) must not keep HEARTBEATs from being
+			 * heard (a new run, a version to NACK) */
+			wait_ms = 0;
 		}
 		if (!rc)
 			rc = net_receive(s, wait_ms);

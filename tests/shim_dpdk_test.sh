@@ -2,7 +2,8 @@
 # shim_dpdk_test.sh BFPATCH SHIM: bfpatch-shim's DPDK backends end to end.
 # 1. Frames from a DPDK port: a patch written as packets by `bfpatch pcap`
 #    (with malformed packets mixed in) is replayed through net_pcap into
-#    the shim, which commits it through the dmadev backend (dma_skeleton).
+#    the shim, again and again (frames before the run's announcement are
+#    refused), which commits it through the dmadev backend (dma_skeleton).
 # 2. The dmadev backend over 3 published steps, one frame lost and NACKed.
 # 3. Live frames from a kernel interface through a DPDK port: the shim in a
 #    network namespace the test creates takes the publisher's frames off
@@ -12,7 +13,9 @@
 # 4. A memif port that waits for its server and reconnects after it
 #    restarts (below).
 # Every part holds a key; every buffer is compared with the trainer's
-# checkpoint by sha256.
+# checkpoint by sha256. Where frames come from a pcap, not a publisher, a
+# stub upstream (tests/upstream_stub.py) announces their run, as a
+# publisher's HEARTBEATs do, and the captures are bound to that one run.
 set -u
 BFP=$1
 SHIM=$2
@@ -30,13 +33,22 @@ port=$((20000 + ($$ + 11) % 20000))
 "$BFP" synth -o "$T/traj" -p 2M -n 3 -S 31 2>/dev/null || fail synth
 "$BFP" keygen "$T/key" 2>/dev/null || fail keygen
 K="--key $T/key" # every shim, publisher and replayed frame: signed, as deployed
+RUN=00c0ffee12345678 # the run the captures are bound to
+# stub_up SECONDS: the stub upstream on 127.0.0.1:$port, in $STUB
+stub_up() {
+	/usr/bin/python3 "$HERE/upstream_stub.py" $port "$T/key" $RUN "$1" > "$T/stub.log" 2>&1 &
+	STUB=$!
+	PIDS="$PIDS $STUB"
+	wait_line "upstream stub on" "$T/stub.log" || fail "the stub upstream did not start"
+}
 "$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p01" || fail diff
-"$BFP" pcap "$T/p01" -o "$T/frames.pcap" --dst 198.18.0.21:7500 $K || fail pcap
+"$BFP" pcap "$T/p01" -o "$T/frames.pcap" --dst 198.18.0.21:7500 $K --run $RUN || fail pcap
 nbad=$(python3 "$HERE/relay/pcaptool.py" mix "$T/frames.pcap" "$T/in.pcap") || fail mix
+stub_up 40
 "$SHIM" $K --buffer "$SHM.1" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
-	--listen 198.18.0.21:7500 --port "net_pcap0,rx_pcap=$T/in.pcap" --dma dma_skeleton0 \
+	--listen 198.18.0.21:7500 --port "net_pcap0,rx_pcap=$T/in.pcap,infinite_rx=1" --dma dma_skeleton0 \
 	--exit-after 30 > "$T/pcap.log" 2>&1 &
-PIDS=$!
+PIDS="$PIDS $!"
 wait_line "committed version 0 -> 1" "$T/pcap.log" 300
 kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 1: .*(dma)" "$T/pcap.log" || fail "no DMA commit of the replayed patch"
@@ -68,7 +80,7 @@ memif=""
 if [ -n "$TESTPMD" ]; then
 	"$BFP" diff -q -b 1 "$T/traj/step-0001.safetensors" "$T/traj/step-0002.safetensors" \
 		-o "$T/p12" || fail diff
-	"$BFP" pcap "$T/p12" -o "$T/f12.pcap" --dst 198.18.0.21:7500 $K || fail pcap
+	"$BFP" pcap "$T/p12" -o "$T/f12.pcap" --dst 198.18.0.21:7500 $K --run $RUN || fail pcap
 	mkfifo "$T/tp.in"
 	exec 7<>"$T/tp.in" # testpmd's commands
 	sock="$T/memif.sock"
@@ -93,6 +105,7 @@ if [ -n "$TESTPMD" ]; then
 		wait $TP || fail "testpmd did not exit cleanly"
 	}
 	# the shim starts first: it waits for a server
+	stub_up 80
 	"$SHIM" $K --buffer "$SHM.m" --init "$T/traj/step-0000.safetensors" --upstream 127.0.0.1:$port \
 		--listen 198.18.0.21:7500 --port "net_memif0,role=client,socket=$sock,socket-abstract=no" \
 		--exit-after 60 > "$T/memif.log" 2>&1 &
