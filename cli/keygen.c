@@ -28,6 +28,7 @@ static const char keygen_usage[] =
 	"(docs/SECURITY.md). Give the same file to every part.\n"
 	"  -i, --id N   key id, 0..4294967295 (default 1): the id receivers look\n"
 	"               the key up by; keys held together need different ids\n"
+	"  -q, --quiet  no summary on stderr\n"
 	"  -h, --help\n";
 
 /* 32 bytes from the kernel's CSPRNG (getrandom(2), blocking until it is
@@ -137,11 +138,13 @@ int keygen_file(const char *path, uint32_t id)
 int cmd_keygen(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{"id", required_argument, 0, 'i'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"id", required_argument, 0, 'i'}, {"quiet", no_argument, 0, 'q'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	uint32_t id = 1;
-	int c;
-	while ((c = getopt_long(argc, argv, "i:h", lo, NULL)) != -1) {
+	int c, quiet = 0;
+	while ((c = getopt_long(argc, argv, "i:qh", lo, NULL)) != -1) {
 		switch (c) {
+		case 'q': quiet = 1; break;
 		case 'i':
 			if (parse_u32(optarg, 0, UINT32_MAX, &id))
 				return bad_value("keygen", "--id", optarg);
@@ -162,7 +165,8 @@ int cmd_keygen(int argc, char **argv)
 	}
 	if (keygen_file(path, id))
 		return 1;
-	fprintf(stderr, "bfpatch keygen: wrote key %u to %s (mode 0600); give it to the "
-		"publisher, relays and shims with --key %s\n", id, path, path);
+	if (!quiet)
+		fprintf(stderr, "bfpatch keygen: wrote key %u to %s (mode 0600); give it to the "
+			"publisher, relays and shims with --key %s\n", id, path, path);
 	return 0;
 }

@@ -59,6 +59,8 @@ static int check_io(const char *cmd, const char *out, const char *a, const char 
 	return 0;
 }
 
+static int print_command_json(const char *cmd, const patch *p, const char *out, double secs);
+
 /* ---- diff ---- */
 
 static const char diff_usage[] =
@@ -82,7 +84,10 @@ static const char diff_usage[] =
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
 	"      --stages            print where the encoders' time went (their\n"
 	"                          stage counters, summed over the threads)\n"
-	"  -q, --quiet             no progress or summary\n"
+	"  -q, --quiet             no progress or summary on stderr\n"
+	"      --json              the summary as one JSON object on stdout: what\n"
+	"                          bfpatch info --json says of PATCH, with output\n"
+	"                          and seconds (not with -o -)\n"
 	"  -h, --help\n";
 
 static int cmd_diff(int argc, char **argv)
@@ -95,11 +100,11 @@ static int cmd_diff(int argc, char **argv)
 		{"self-contained", no_argument, 0, 'C'},
 		{"threads", required_argument, 0, 'j'}, {"stages", no_argument, 0, 'S'},
 		{"quiet", no_argument, 0, 'q'}, {"force", no_argument, 0, 'f'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"json", no_argument, 0, 'J'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	patch_stages stages = {0};
-	int have_target = 0, quiet = 0, force = 0, c;
+	int have_target = 0, quiet = 0, force = 0, json = 0, c;
 	uint32_t th = 0;
 	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qfh", lo, NULL)) != -1) {
 		switch (c) {
@@ -131,6 +136,7 @@ static int cmd_diff(int argc, char **argv)
 			break;
 		case 'S': po.stages = &stages; break;
 		case 'q': quiet = 1; break;
+		case 'J': json = 1; break;
 		case 'h': fputs(diff_usage, stdout); return 0;
 		default: fputs(diff_usage, stderr); return 2;
 		}
@@ -139,6 +145,8 @@ static int cmd_diff(int argc, char **argv)
 		return usage_error("diff", diff_usage, "give OLD and NEW, nothing else");
 	if (!out)
 		return usage_error("diff", diff_usage, "-o PATCH is required");
+	if (json && out_is_stdout(out))
+		return usage_error("diff", diff_usage, "--json and -o - would share standard output");
 	int rc = check_io("diff", out, argv[optind], "model", argv[optind + 1], "model");
 	if (rc || (rc = out_check("diff", out, force, 1, NULL)))
 		return rc;
@@ -174,7 +182,10 @@ static int cmd_diff(int argc, char **argv)
 		if (rc)
 			patch_free(&p);
 	}
-	if (rc == 0 && !quiet)
+	int jrc = 0; /* --json's exit status (its message printed) */
+	if (rc == 0 && json)
+		jrc = print_command_json("diff", &p, out, t1 - t0);
+	else if (rc == 0 && !quiet)
 		fprintf(stderr, "bfpatch diff: %llu parameters, %zu frames, %zu bytes "
 			"(%.1fx smaller than dense BF16), encoded in %.3f s\n",
 			(unsigned long long)b.n_params, p.n, p.len,
@@ -186,7 +197,7 @@ static int cmd_diff(int argc, char **argv)
 		patch_free(&p);
 	model_free(&a);
 	model_free(&b);
-	return rc ? die("diff", err) : 0;
+	return rc ? die("diff", err) : jrc;
 }
 
 /* ---- apply ---- */
@@ -202,7 +213,10 @@ static const char apply_usage[] =
 	"  -o, --output OUT   file to write (-: standard output, not a terminal)\n"
 	"  -f, --force        replace OUT if it exists (else refused)\n"
 	"  -j, --threads N    decoder threads (default: all CPUs)\n"
-	"  -q, --quiet\n"
+	"  -q, --quiet        no progress or summary on stderr\n"
+	"      --json         the summary as one JSON object on stdout: what\n"
+	"                     bfpatch info --json says of PATCH, with output and\n"
+	"                     seconds (not with -o -)\n"
 	"  -h, --help\n";
 
 static int cmd_apply(int argc, char **argv)
@@ -210,9 +224,9 @@ static int cmd_apply(int argc, char **argv)
 	static const struct option lo[] = {
 		{"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 'j'},
 		{"quiet", no_argument, 0, 'q'}, {"force", no_argument, 0, 'f'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"json", no_argument, 0, 'J'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
-	int quiet = 0, force = 0, c;
+	int quiet = 0, force = 0, json = 0, c;
 	uint32_t th = 0;
 	while ((c = getopt_long(argc, argv, "o:j:qfh", lo, NULL)) != -1) {
 		switch (c) {
@@ -223,6 +237,7 @@ static int cmd_apply(int argc, char **argv)
 				return bad_value("apply", "--threads", optarg);
 			break;
 		case 'q': quiet = 1; break;
+		case 'J': json = 1; break;
 		case 'h': fputs(apply_usage, stdout); return 0;
 		default: fputs(apply_usage, stderr); return 2;
 		}
@@ -231,6 +246,8 @@ static int cmd_apply(int argc, char **argv)
 		return usage_error("apply", apply_usage, "give BASE and PATCH, nothing else");
 	if (!out)
 		return usage_error("apply", apply_usage, "-o OUT is required");
+	if (json && out_is_stdout(out))
+		return usage_error("apply", apply_usage, "--json and -o - would share standard output");
 	const char *base = argv[optind];
 	int rc = check_io("apply", out, base, NULL, argv[optind + 1], "patch");
 	if (rc || (rc = out_check("apply", out, force, 1, strcmp(base, "-") ? base : NULL)))
@@ -263,12 +280,15 @@ static int cmd_apply(int argc, char **argv)
 		rc = out_write(out, force, strcmp(base, "-") ? base : NULL, bufs + !st, lens + !st,
 			       st ? 2 : 1, err, sizeof(err));
 	}
-	if (rc == 0 && !quiet)
+	int jrc = 0; /* --json's exit status (its message printed) */
+	if (rc == 0 && json)
+		jrc = print_command_json("apply", &p, out, t1 - t0);
+	else if (rc == 0 && !quiet)
 		fprintf(stderr, "bfpatch apply: %zu frames applied and verified in %.3f s, wrote %s\n",
 			p.n, t1 - t0, out_name(out));
 	patch_free(&p);
 	model_free(&m);
-	return rc ? die("apply", err) : 0;
+	return rc ? die("apply", err) : jrc;
 }
 
 /* ---- info ---- */
@@ -281,6 +301,136 @@ static const char info_usage[] =
 	"- (standard input).\n"
 	"  --json   one JSON object on stdout\n"
 	"  -h, --help\n";
+
+/* What `bfpatch info` says of a patch, and diff --json and apply --json
+ * of the patch they wrote or applied. */
+typedef struct patch_summary {
+	bfp_frame_header h0;
+	uint64_t params, changed, key_params;
+	uint64_t by_enc[BFP_ENC_LAST + 1], model_bits, pos_bits, val_bits;
+	/* sparse frames, per base-exponent class: changes, and bits of its
+	 * counts and headers, positions and values */
+	uint64_t cls[BFP_CLASSES][4];
+	uint64_t sparse, with_model; /* sparse frames; those carrying a model */
+	size_t frames, bytes;
+	double bpc, ratio;
+} patch_summary;
+
+/* Sum p's frame statistics into *S; 0, or -1 with a message in err. */
+static int summarize(const patch *p, const char *name, patch_summary *S, char *err,
+		     size_t errlen)
+{
+	memset(S, 0, sizeof(*S));
+	bfp_frame_parse(p->buf, p->off[1], &S->h0);
+	bfp_decoder *dec = malloc(sizeof(*dec));
+	if (!dec)
+		return set_err(err, errlen, "out of memory");
+	bfp_decoder_init(dec, 0);
+	for (size_t i = 0; i < p->n; i++) {
+		bfp_frame_stats st;
+		bfp_status s = bfp_frame_stats_get(dec, p->buf + p->off[i], p->off[i + 1] - p->off[i],
+						   &st);
+		if (s != BFP_OK) {
+			free(dec);
+			return set_err(err, errlen, "%s: frame %zu: %s", name, i, bfp_status_str(s));
+		}
+		S->params += st.range_len;
+		S->changed += st.n_changes;
+		S->by_enc[st.encoding]++;
+		if (!bfp_encoding_is_delta(st.encoding))
+			S->key_params += st.range_len;
+		S->model_bits += st.model_bits;
+		S->pos_bits += st.position_bits;
+		S->val_bits += st.value_bits;
+		for (unsigned k = 0; k < BFP_CLASSES; k++) {
+			S->cls[k][0] += st.class_changes[k];
+			S->cls[k][1] += st.class_model_bits[k];
+			S->cls[k][2] += st.class_position_bits[k];
+			S->cls[k][3] += st.class_value_bits[k];
+		}
+	}
+	free(dec);
+	S->with_model = S->by_enc[BFP_ENC_SPARSE_MODEL];
+	for (unsigned e = 0; e <= BFP_ENC_LAST; e++)
+		S->sparse += bfp_encoding_is_sparse(e) ? S->by_enc[e] : 0;
+	S->frames = p->n;
+	S->bytes = p->len;
+	S->bpc = S->changed ? (double)p->len * 8 / (double)S->changed : 0;
+	S->ratio = p->len ? (double)S->params * 2 / (double)p->len : 0;
+	return 0;
+}
+
+/* The summary as info --json prints it; NULL when out of memory. */
+static json_t *summary_json(const patch_summary *S)
+{
+	json_t *o = json_object();
+	char mid[17];
+	snprintf(mid, sizeof(mid), "%016llx", (unsigned long long)S->h0.model_id);
+	json_object_set_new(o, "model_id", json_string(mid));
+	json_object_set_new(o, "base_version", json_integer(S->h0.base_version));
+	json_object_set_new(o, "target_version", json_integer(S->h0.target_version));
+	json_object_set_new(o, "params", json_integer((json_int_t)S->params));
+	json_object_set_new(o, "changed", json_integer((json_int_t)S->changed));
+	json_object_set_new(o, "keyframe_params", json_integer((json_int_t)S->key_params));
+	json_object_set_new(o, "frames", json_integer((json_int_t)S->frames));
+	json_object_set_new(o, "bytes", json_integer((json_int_t)S->bytes));
+	json_object_set_new(o, "header_bytes",
+			    json_integer((json_int_t)(S->frames * BFP_HEADER_SIZE)));
+	json_object_set_new(o, "model_bits", json_integer((json_int_t)S->model_bits));
+	json_object_set_new(o, "position_bits", json_integer((json_int_t)S->pos_bits));
+	json_object_set_new(o, "value_bits", json_integer((json_int_t)S->val_bits));
+	json_object_set_new(o, "bits_per_changed", json_real(S->bpc));
+	json_object_set_new(o, "ratio_to_dense", json_real(S->ratio));
+	json_t *fe = json_object();
+	json_object_set_new(fe, "sparse", json_integer((json_int_t)S->sparse));
+	json_object_set_new(fe, "sparse_with_model", json_integer((json_int_t)S->with_model));
+	json_object_set_new(fe, "dense", json_integer((json_int_t)S->by_enc[BFP_ENC_DENSE]));
+	json_object_set_new(fe, "keyframe", json_integer((json_int_t)S->by_enc[BFP_ENC_KEY_RAW]));
+	json_object_set_new(fe, "keyframe_zstd",
+			    json_integer((json_int_t)S->by_enc[BFP_ENC_KEY_ZSTD]));
+	json_object_set_new(o, "frames_by_encoding", fe);
+	json_t *ca = json_array();
+	for (unsigned k = 0; k < BFP_CLASSES; k++) {
+		json_t *x = json_object();
+		json_object_set_new(x, "class", json_integer(k));
+		json_object_set_new(x, "changes", json_integer((json_int_t)S->cls[k][0]));
+		json_object_set_new(x, "model_bits", json_integer((json_int_t)S->cls[k][1]));
+		json_object_set_new(x, "position_bits", json_integer((json_int_t)S->cls[k][2]));
+		json_object_set_new(x, "value_bits", json_integer((json_int_t)S->cls[k][3]));
+		json_array_append_new(ca, x);
+	}
+	json_object_set_new(o, "sparse_classes", ca);
+	return o;
+}
+
+/* o on stdout as one JSON object (and o released); 0, or -1 when out of
+ * memory (the write itself is checked at exit, in main). */
+static int print_json(json_t *o)
+{
+	char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6))
+		    : NULL;
+	if (s)
+		puts(s);
+	free(s);
+	json_decref(o);
+	return s ? 0 : -1;
+}
+
+/* diff --json, apply --json: info's object for patch p, with what the
+ * command did: the output it wrote and the seconds it took. */
+static int print_command_json(const char *cmd, const patch *p, const char *out, double secs)
+{
+	char err[ERRLEN];
+	patch_summary S;
+	if (summarize(p, "the patch", &S, err, sizeof(err)))
+		return die(cmd, err);
+	json_t *o = summary_json(&S);
+	if (o) {
+		json_object_set_new(o, "output", json_string(out));
+		json_object_set_new(o, "seconds", json_real(secs));
+	}
+	return print_json(o) ? die(cmd, "out of memory") : 0;
+}
 
 static int cmd_info(int argc, char **argv)
 {
@@ -298,128 +448,45 @@ static int cmd_info(int argc, char **argv)
 		return usage_error("info", info_usage, "give one PATCH");
 	char err[ERRLEN] = "";
 	patch p;
+	patch_summary S;
 	if (patch_read(argv[optind], &p, err, sizeof(err)))
 		return die("info", err);
-	uint64_t params = 0, changed = 0, key_params = 0;
-	uint64_t by_enc[BFP_ENC_LAST + 1] = {0}, model_bits = 0, pos_bits = 0, val_bits = 0;
-	/* sparse frames, per base-exponent class: changes, and bits of its
-	 * counts and headers, positions and values */
-	uint64_t cls[BFP_CLASSES][4] = {{0}};
-	bfp_frame_header h0;
-	bfp_frame_parse(p.buf, p.off[1], &h0);
-	bfp_decoder *dec = malloc(sizeof(*dec));
-	if (!dec) {
-		patch_free(&p);
-		return die("info", "out of memory");
-	}
-	bfp_decoder_init(dec, 0);
-	for (size_t i = 0; i < p.n; i++) {
-		bfp_frame_stats st;
-		bfp_status s = bfp_frame_stats_get(dec, p.buf + p.off[i], p.off[i + 1] - p.off[i], &st);
-		if (s != BFP_OK) {
-			snprintf(err, sizeof(err), "%s: frame %zu: %s", argv[optind], i,
-				 bfp_status_str(s));
-			free(dec);
-			patch_free(&p);
-			return die("info", err);
-		}
-		params += st.range_len;
-		changed += st.n_changes;
-		by_enc[st.encoding]++;
-		if (!bfp_encoding_is_delta(st.encoding))
-			key_params += st.range_len;
-		model_bits += st.model_bits;
-		pos_bits += st.position_bits;
-		val_bits += st.value_bits;
-		for (unsigned k = 0; k < BFP_CLASSES; k++) {
-			cls[k][0] += st.class_changes[k];
-			cls[k][1] += st.class_model_bits[k];
-			cls[k][2] += st.class_position_bits[k];
-			cls[k][3] += st.class_value_bits[k];
-		}
-	}
-	free(dec);
-	/* sparse frames of every sparse encoding; the frames that carry a
-	 * model also on their own */
-	uint64_t sparse = 0;
-	const uint64_t with_model = by_enc[BFP_ENC_SPARSE_MODEL];
-	for (unsigned e = 0; e <= BFP_ENC_LAST; e++)
-		sparse += bfp_encoding_is_sparse(e) ? by_enc[e] : 0;
-	double bpc = changed ? (double)p.len * 8 / (double)changed : 0;
-	double ratio = p.len ? (double)params * 2 / (double)p.len : 0;
-	if (json) {
-		json_t *o = json_object();
-		char mid[17];
-		snprintf(mid, sizeof(mid), "%016llx", (unsigned long long)h0.model_id);
-		json_object_set_new(o, "model_id", json_string(mid));
-		json_object_set_new(o, "base_version", json_integer(h0.base_version));
-		json_object_set_new(o, "target_version", json_integer(h0.target_version));
-		json_object_set_new(o, "params", json_integer((json_int_t)params));
-		json_object_set_new(o, "changed", json_integer((json_int_t)changed));
-		json_object_set_new(o, "keyframe_params", json_integer((json_int_t)key_params));
-		json_object_set_new(o, "frames", json_integer((json_int_t)p.n));
-		json_object_set_new(o, "bytes", json_integer((json_int_t)p.len));
-		json_object_set_new(o, "header_bytes", json_integer((json_int_t)(p.n * BFP_HEADER_SIZE)));
-		json_object_set_new(o, "model_bits", json_integer((json_int_t)model_bits));
-		json_object_set_new(o, "position_bits", json_integer((json_int_t)pos_bits));
-		json_object_set_new(o, "value_bits", json_integer((json_int_t)val_bits));
-		json_object_set_new(o, "bits_per_changed", json_real(bpc));
-		json_object_set_new(o, "ratio_to_dense", json_real(ratio));
-		json_t *fe = json_object();
-		json_object_set_new(fe, "sparse", json_integer((json_int_t)sparse));
-		json_object_set_new(fe, "sparse_with_model", json_integer((json_int_t)with_model));
-		json_object_set_new(fe, "dense", json_integer((json_int_t)by_enc[BFP_ENC_DENSE]));
-		json_object_set_new(fe, "keyframe", json_integer((json_int_t)by_enc[BFP_ENC_KEY_RAW]));
-		json_object_set_new(fe, "keyframe_zstd", json_integer((json_int_t)by_enc[BFP_ENC_KEY_ZSTD]));
-		json_object_set_new(o, "frames_by_encoding", fe);
-		json_t *ca = json_array();
-		for (unsigned k = 0; k < BFP_CLASSES; k++) {
-			json_t *x = json_object();
-			json_object_set_new(x, "class", json_integer(k));
-			json_object_set_new(x, "changes", json_integer((json_int_t)cls[k][0]));
-			json_object_set_new(x, "model_bits", json_integer((json_int_t)cls[k][1]));
-			json_object_set_new(x, "position_bits", json_integer((json_int_t)cls[k][2]));
-			json_object_set_new(x, "value_bits", json_integer((json_int_t)cls[k][3]));
-			json_array_append_new(ca, x);
-		}
-		json_object_set_new(o, "sparse_classes", ca);
-		char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
-		puts(s);
-		free(s);
-		json_decref(o);
-	} else {
-		printf("model id          %016llx\n", (unsigned long long)h0.model_id);
-		printf("versions          %u -> %u\n", h0.base_version, h0.target_version);
-		printf("parameters        %llu\n", (unsigned long long)params);
-		printf("changed           %llu (%.3f%%)\n", (unsigned long long)changed,
-		       params ? 100.0 * (double)changed / (double)params : 0.0);
-		printf("keyframe params   %llu\n", (unsigned long long)key_params);
-		printf("frames            %zu (sparse %llu, dense %llu, keyframe %llu, keyframe-zstd %llu)\n",
-		       p.n, (unsigned long long)sparse, (unsigned long long)by_enc[BFP_ENC_DENSE],
-		       (unsigned long long)by_enc[BFP_ENC_KEY_RAW],
-		       (unsigned long long)by_enc[BFP_ENC_KEY_ZSTD]);
-		if (with_model)
-			printf("                  %llu sparse frames carry the model of the frames "
-			       "after them (FORMAT.md 3.6)\n",
-			       (unsigned long long)with_model);
-		printf("bytes             %zu (headers %zu, code parameters %llu, positions %llu, values %llu)\n",
-		       p.len, p.n * BFP_HEADER_SIZE, (unsigned long long)(model_bits / 8),
-		       (unsigned long long)(pos_bits / 8), (unsigned long long)(val_bits / 8));
-		printf("bits per changed  %.3f\n", bpc);
-		printf("ratio to dense    %.1fx\n", ratio);
-		if (sparse)
-			printf("sparse frames by base-exponent class (FORMAT.md 3.3): bits per change,\n"
-			       "and bytes of the class's counts and headers in all frames:\n"
-			       "  class   changes  positions   values  count+header\n");
-		for (unsigned k = 0; k < BFP_CLASSES && sparse; k++)
-			if (cls[k][0])
-				printf("  %5u %9llu %10.3f %8.3f %11llu B\n", k,
-				       (unsigned long long)cls[k][0],
-				       (double)cls[k][2] / (double)cls[k][0],
-				       (double)cls[k][3] / (double)cls[k][0],
-				       (unsigned long long)(cls[k][1] / 8));
-	}
+	const int bad = summarize(&p, argv[optind], &S, err, sizeof(err));
 	patch_free(&p);
+	if (bad)
+		return die("info", err);
+	if (json)
+		return print_json(summary_json(&S)) ? die("info", "out of memory") : 0;
+	printf("model id          %016llx\n", (unsigned long long)S.h0.model_id);
+	printf("versions          %u -> %u\n", S.h0.base_version, S.h0.target_version);
+	printf("parameters        %llu\n", (unsigned long long)S.params);
+	printf("changed           %llu (%.3f%%)\n", (unsigned long long)S.changed,
+	       S.params ? 100.0 * (double)S.changed / (double)S.params : 0.0);
+	printf("keyframe params   %llu\n", (unsigned long long)S.key_params);
+	printf("frames            %zu (sparse %llu, dense %llu, keyframe %llu, keyframe-zstd %llu)\n",
+	       S.frames, (unsigned long long)S.sparse, (unsigned long long)S.by_enc[BFP_ENC_DENSE],
+	       (unsigned long long)S.by_enc[BFP_ENC_KEY_RAW],
+	       (unsigned long long)S.by_enc[BFP_ENC_KEY_ZSTD]);
+	if (S.with_model)
+		printf("                  %llu sparse frames carry the model of the frames "
+		       "after them (FORMAT.md 3.6)\n",
+		       (unsigned long long)S.with_model);
+	printf("bytes             %zu (headers %zu, code parameters %llu, positions %llu, values %llu)\n",
+	       S.bytes, S.frames * BFP_HEADER_SIZE, (unsigned long long)(S.model_bits / 8),
+	       (unsigned long long)(S.pos_bits / 8), (unsigned long long)(S.val_bits / 8));
+	printf("bits per changed  %.3f\n", S.bpc);
+	printf("ratio to dense    %.1fx\n", S.ratio);
+	if (S.sparse)
+		printf("sparse frames by base-exponent class (FORMAT.md 3.3): bits per change,\n"
+		       "and bytes of the class's counts and headers in all frames:\n"
+		       "  class   changes  positions   values  count+header\n");
+	for (unsigned k = 0; k < BFP_CLASSES && S.sparse; k++)
+		if (S.cls[k][0])
+			printf("  %5u %9llu %10.3f %8.3f %11llu B\n", k,
+			       (unsigned long long)S.cls[k][0],
+			       (double)S.cls[k][2] / (double)S.cls[k][0],
+			       (double)S.cls[k][3] / (double)S.cls[k][0],
+			       (unsigned long long)(S.cls[k][1] / 8));
 	return 0;
 }
 
@@ -445,6 +512,7 @@ static const char synth_usage[] =
 	"                       checkpoint); default: off-grid FP32 master\n"
 	"  -S, --seed N         seed (default 1)\n"
 	"  -j, --threads N\n"
+	"  -q, --quiet          no progress (a line per step written) on stderr\n"
 	"  -h, --help\n";
 
 static int parse_lr(const char *s, double *out)
@@ -478,15 +546,16 @@ static int cmd_synth(int argc, char **argv)
 		{"steps", required_argument, 0, 'n'}, {"lr", required_argument, 0, 'l'},
 		{"ongrid", no_argument, 0, 'g'}, {"seed", required_argument, 0, 'S'},
 		{"threads", required_argument, 0, 'j'}, {"force", no_argument, 0, 'f'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	synth_opts so = {.params = 4000000, .lr = 1e-6, .seed = 1};
 	const char *dir = NULL;
 	uint32_t steps = 5, th = 0;
-	int c, force = 0;
-	while ((c = getopt_long(argc, argv, "o:p:n:l:gS:j:fh", lo, NULL)) != -1) {
+	int c, force = 0, quiet = 0;
+	while ((c = getopt_long(argc, argv, "o:p:n:l:gS:j:fqh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': dir = optarg; break;
 		case 'f': force = 1; break;
+		case 'q': quiet = 1; break;
 		case 'p':
 			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096) {
 				fprintf(stderr, "bfpatch synth: invalid value '%s' for --params "
@@ -550,7 +619,7 @@ static int cmd_synth(int argc, char **argv)
 		const void *bufs[2] = {bf.header, bf.params};
 		size_t lens[2] = {bf.header_len, (size_t)bf.data_bytes};
 		rc = out_write(path, force, NULL, bufs, lens, 2, err, sizeof(err));
-		if (rc == 0)
+		if (rc == 0 && !quiet)
 			fprintf(stderr, "bfpatch synth: wrote %s (%llu parameters)\n", path,
 				(unsigned long long)bf.n_params);
 	}
@@ -579,6 +648,7 @@ static const char pcap_usage[] =
 	"                         trailer adds 40 bytes to each datagram\n"
 	"      --run HEX          bind the signed frames to this publisher run\n"
 	"                         (16 hex digits; default: a new random one)\n"
+	"  -q, --quiet            no summary on stderr\n"
 	"  -h, --help\n";
 
 static void put_le32(uint8_t *p, uint32_t v)
@@ -594,19 +664,20 @@ static int cmd_pcap(int argc, char **argv)
 		{"src", required_argument, 0, 's'}, {"dst-mac", required_argument, 0, 'M'},
 		{"src-mac", required_argument, 0, 'S'}, {"key", required_argument, 0, 'A'},
 		{"force", no_argument, 0, 'f'}, {"run", required_argument, 0, 'R'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	static rp_auth auth;
 	uint64_t run = 0;
 	const char *out = NULL, *key_path = NULL;
-	int force = 0;
+	int force = 0, quiet = 0;
 	uint32_t sip = 0xC6120064u, dip = 0;
 	uint16_t sport = 7399, dport = 0;
 	uint8_t smac[6] = {2, 0, 0, 0, 0, 0x64}, dmac[6] = {2, 0, 0, 0, 0, 1};
 	int c;
-	while ((c = getopt_long(argc, argv, "o:d:s:A:fh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:d:s:A:fqh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'f': force = 1; break;
+		case 'q': quiet = 1; break;
 		case 'A': {
 			char kerr[512] = "cannot initialise libsodium";
 			key_path = optarg;
@@ -695,6 +766,9 @@ static int cmd_pcap(int argc, char **argv)
 	const void *bufs[1] = {buf};
 	size_t lens[1] = {total};
 	rc = out_write(out, force, NULL, bufs, lens, 1, err, sizeof(err));
+	if (rc == 0 && !quiet)
+		fprintf(stderr, "bfpatch pcap: %zu packets (%zu bytes%s), wrote %s\n", p.n, total,
+			tl ? ", signed" : "", out_name(out));
 	free(buf);
 	patch_free(&p);
 	return rc ? die("pcap", err) : 0;

@@ -358,6 +358,30 @@ check "diff -o - into a reader that closes early exits non-zero and says why" \
 	"[ \$(wc -c < '$T/pk') -gt 200000 ] && [ \"\$(cat '$T/epipe.rc')\" -ne 0 ] &&
 	 grep -q 'writing standard output: Broken pipe' '$T/epipe.err'"
 
+# -q: nothing on stderr from any command that writes a file and would
+# say so; --json: diff's and apply's summary is info --json's object for
+# the patch, with the output and the seconds
+"$BFP" synth -q -o "$T/trajq" -p 300k -n 1 -S 3 2>"$T/q.err" &&
+	"$BFP" diff -q "$S0" "$S1" -o "$T/pq" 2>>"$T/q.err" &&
+	"$BFP" apply -q "$S0" "$T/pq" -o "$T/oq.safetensors" 2>>"$T/q.err" &&
+	"$BFP" pcap -q "$T/pq" -o "$T/pq.pcap" --dst 198.18.0.1:7400 2>>"$T/q.err" &&
+	"$BFP" keygen -q "$T/q.key" 2>>"$T/q.err"
+check "-q: synth, diff, apply, pcap and keygen print nothing" "[ \$? -eq 0 ] && [ ! -s '$T/q.err' ]"
+"$BFP" diff --json "$S0" "$S1" -o "$T/pj" > "$T/diff.json" 2>"$T/diff.err" &&
+	"$BFP" apply --json "$S0" "$T/pj" -o "$T/oj.safetensors" > "$T/apply.json" 2>"$T/apply.err" &&
+	"$BFP" info --json "$T/pj" > "$T/pj.json"
+check "diff --json and apply --json print info's fields for the patch, on stdout only" \
+	"[ \$? -eq 0 ] && [ ! -s '$T/diff.err' ] && [ ! -s '$T/apply.err' ] && python3 -c \"
+import json, sys
+i = json.load(open('$T/pj.json'))
+d, a = json.load(open('$T/diff.json')), json.load(open('$T/apply.json'))
+for j, out in ((d, '$T/pj'), (a, '$T/oj.safetensors')):
+    assert j['output'] == out and j['seconds'] >= 0, j
+    del j['output'], j['seconds']
+    assert j == i, (j, i)
+\""
+expect_fail "diff --json -o - (both on standard output)" "" "$BFP" diff --json "$S0" "$S1" -o -
+
 # info: frames that do not tile the model (frame 0 twice, re-indexed and
 # resealed) are refused; output that cannot be written is an error
 python3 - "$T/p01" "$T/dup" <<'EOF'
