@@ -664,6 +664,12 @@ uint32_t rp_cache_drop_version(rp_cache *c, uint64_t m, uint32_t v,
 int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes,
 		 void *obj, void (*drop)(void *, void *), void *ctx)
 {
+	return rp_cache_put_tagged(c, m, v, i, bytes, 0, obj, drop, ctx);
+}
+
+int rp_cache_put_tagged(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes,
+			uint64_t tag, void *obj, void (*drop)(void *, void *), void *ctx)
+{
 	if (bytes > c->budget)
 		return -1;
 	if (find(c, m, v, i) >= 0)
@@ -715,6 +721,7 @@ int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes
 	e->bytes = bytes;
 	e->dead = 0;
 	e->obj = obj;
+	e->tag = tag;
 	uint32_t mask = 2 * c->cap - 1, k = hkey(m, v, i) & mask;
 	while (c->hash[k])
 		k = (k + 1) & mask;
@@ -722,6 +729,12 @@ int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes
 	c->len++;
 	c->bytes += bytes;
 	return 1;
+}
+
+const rp_cache_entry *rp_cache_find(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
+{
+	int64_t k = find(c, m, v, i);
+	return k < 0 ? NULL : at(c, c->hash[k]);
 }
 
 void *rp_cache_get(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)

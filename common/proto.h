@@ -191,6 +191,8 @@ typedef struct rp_cache_entry {
 	uint32_t dead;  /* dropped by rp_cache_drop_version(), still in the
 			 * ring until eviction reaches it */
 	void *obj;      /* the cached packet (an mbuf in the relay) */
+	uint64_t tag;   /* the caller's (rp_cache_put_tagged), to tell copies
+			 * apart without reading obj */
 } rp_cache_entry;
 
 /* Models whose version windows the cache tracks at once; a frame of one
@@ -226,6 +228,14 @@ int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint32_t *hash,
  * of its model kept; obj not kept). */
 int rp_cache_put(rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
 		 uint32_t bytes, void *obj, void (*drop)(void *, void *), void *ctx);
+/* rp_cache_put, keeping tag in the entry. */
+int rp_cache_put_tagged(rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
+			uint32_t bytes, uint64_t tag, void *obj,
+			void (*drop)(void *, void *), void *ctx);
+/* The live entry of (model, version, index), or NULL; valid until the
+ * cache is next changed. */
+const rp_cache_entry *rp_cache_find(const rp_cache *c, uint64_t model, uint32_t version,
+				    uint32_t index);
 void *rp_cache_get(const rp_cache *c, uint64_t model, uint32_t version,
 		   uint32_t index);
 void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx);

@@ -154,6 +154,8 @@ sub *relay_sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port,
 		memset(s, 0, sizeof(*s));
 		s->q = q;
 		s->used = 1;
+		r->used_mask |= 1ull << (s - r->subs);
+		r->queued_mask &= ~(1ull << (s - r->subs)); /* its queue is empty */
 		s->ip = ip;
 		s->data_port = data_port;
 		s->eth_port = eth_port;
@@ -315,6 +317,7 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 		if (s && !s->is_static && s->data_port != c.data_port &&
 		    !sub_find(r, k->src_ip, c.data_port)) {
 			relay_sub_flush(s); /* queued for the old port */
+			r->queued_mask &= ~(1ull << (s - r->subs));
 			s->data_port = c.data_port;
 		}
 		if (!sub_find(r, k->src_ip, c.data_port) && !join_room(r, k->src_ip)) {

@@ -31,14 +31,12 @@ RTE_LOG_REGISTER(relay_logtype, bfpatch.relay, INFO);
  * from an earlier checkpoint), so every cached frame of the version is of
  * the old run and would answer NACKs with frames that fail their hash
  * checks. They are dropped; the new frames are cached as they come. */
-static void cache_check_remade(relay *r, uint64_t cm, uint32_t version, uint32_t index,
-			       const uint8_t *f, size_t len, lcore_stats *st)
+static void cache_check_remade(relay *r, uint64_t cm, uint32_t version, const uint8_t *f,
+			       size_t len, lcore_stats *st)
 {
-	struct rte_mbuf *old = rp_cache_get(&r->cache, cm, version, index);
 	bfp_frame_header h;
 	size_t flen;
-	if (!old || !memcmp(rte_pktmbuf_mtod(old, const uint8_t *) + 48, f + 48, 8) ||
-	    bfp_frame_length(f, len, &flen) != BFP_OK || bfp_frame_parse(f, flen, &h) != BFP_OK)
+	if (bfp_frame_length(f, len, &flen) != BFP_OK || bfp_frame_parse(f, flen, &h) != BFP_OK)
 		return;
 	uint32_t n = rp_cache_drop_version(&r->cache, cm, version, relay_mbuf_drop, NULL);
 	st->c[C_CACHE_REPLACED] += n;
@@ -116,18 +114,32 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	 * to every other); to those that asked (NONE), relays, static
 	 * subscribers and those behind it */
 	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
-	for (unsigned i = 0; i < MAX_SUBS; i++) {
-		sub *s = &r->subs[i];
-		if (s->used && (s->model_id == 0 || s->model_id == model) &&
+	for (uint64_t u = r->used_mask; u; u &= u - 1) {
+		sub *s = &r->subs[__builtin_ctzll(u)];
+		if (!s->used) {
+			r->used_mask &= ~(u & -u);
+			continue;
+		}
+		if ((s->model_id == 0 || s->model_id == model) &&
 		    (!key || s->is_static || s->join_version >= RP_VERSION_NONE ||
 		     s->join_version < version))
 			relay_emit(r, s, m, sum, st);
 	}
-	/* the cache holds its own reference, released on eviction */
+	/* the cache holds its own reference, released on eviction; a copy
+	 * it holds (the same target hash bytes, kept in its entry so that
+	 * the cached frame is not read) is not stored again */
+	uint64_t cm = cache_model(model, key), tag;
+	memcpy(&tag, f + 48, 8);
+	const rp_cache_entry *e = rp_cache_find(&r->cache, cm, version, index);
+	if (e && e->tag == tag) {
+		rte_pktmbuf_free(m);
+		return;
+	}
+	if (e)
+		cache_check_remade(r, cm, version, f, l4_len, st);
 	rte_mbuf_refcnt_update(m, 1);
-	uint64_t cm = cache_model(model, key);
-	cache_check_remade(r, cm, version, index, f, l4_len, st);
-	int put = rp_cache_put(&r->cache, cm, version, index, l4_len, m, relay_mbuf_drop, NULL);
+	int put = rp_cache_put_tagged(&r->cache, cm, version, index, l4_len, tag, m,
+				      relay_mbuf_drop, NULL);
 	if (put == 1)
 		st->c[C_CACHE_STORED]++;
 	else
@@ -231,14 +243,17 @@ void relay_core_packet(relay *r, struct rte_mbuf *m, lcore_stats *st)
 
 void relay_pace(relay *r, lcore_stats *st)
 {
+	if (!r->queued_mask)
+		return;
 	uint64_t now = rte_get_tsc_cycles();
-	for (unsigned i = 0; i < MAX_SUBS; i++) {
+	for (uint64_t u = r->queued_mask; u; u &= u - 1) {
+		const unsigned i = (unsigned)__builtin_ctzll(u);
 		sub *s = &r->subs[i];
-		if (!s->used)
-			continue;
 		for (unsigned n = 0; n < BURST; n++) {
-			if (!s->held && rte_ring_dequeue(s->q, (void **)&s->held) != 0)
+			if (!s->held && rte_ring_dequeue(s->q, (void **)&s->held) != 0) {
+				r->queued_mask &= ~(1ull << i); /* nothing left */
 				break;
+			}
 			uint32_t len = rte_pktmbuf_pkt_len(s->held);
 			if (!rp_bucket_take(&s->bucket, len, now, r->hz))
 				break;

@@ -60,7 +60,8 @@ static void offload_csum(relay *r, struct rte_mbuf *m, uint16_t port)
  * has nothing waiting, else into its queue (full: dropped, counted). */
 static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 {
-	if (s->bucket.rate == 0 && !s->held && rte_ring_empty(s->q)) {
+	const uint64_t bit = 1ull << (s - r->subs);
+	if (s->bucket.rate == 0 && !(r->queued_mask & bit)) {
 		st->c[C_FANOUT]++;
 		s->tx_pkts++;
 		s->tx_bytes += rte_pktmbuf_pkt_len(out);
@@ -81,12 +82,8 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 	 * subscriber may hold its share of those pools, two shares staying
 	 * for the unpaced ones and NACK answers, or a few slow subscribers
 	 * would take them all and starve the rest (PROTOCOL.md 3) */
-	if (!r->q_share) {
-		unsigned n = 0;
-		for (unsigned i = 0; i < MAX_SUBS; i++)
-			n += r->subs[i].used != 0;
-		r->q_share = OUT_POOL_N / (n + 2);
-	}
+	if (!r->q_share)
+		r->q_share = OUT_POOL_N / ((unsigned)__builtin_popcountll(r->used_mask) + 2);
 	if (rte_ring_count(s->q) >= r->q_share) {
 		rte_pktmbuf_free(out);
 		st->c[C_SHARE_FULL]++;
@@ -105,6 +102,7 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 		s->drops++;
 		return;
 	}
+	r->queued_mask |= bit;
 	st->c[C_FANOUT]++;
 }
 

@@ -25,7 +25,7 @@
 
 #define BURST 32
 #define MAX_PORTS 8
-#define MAX_SUBS 64
+#define MAX_SUBS 64 /* at most 64: relay.used_mask */
 #define NACK_MEMO_BITS 14
 #define NACK_MEMO (1u << NACK_MEMO_BITS)
 #define HDR_ROOM 128
@@ -163,6 +163,12 @@ typedef struct relay {
 				  * queued; its outputs share one RX mbuf, and
 				  * counting walks every lcore's pool cache */
 	sub subs[MAX_SUBS];
+	/* bit i: subs[i] may be used (set when it is taken, cleared by the
+	 * data path once it finds it free); subs[i] may have outputs queued
+	 * or held (set on enqueue, cleared by pacing once its queue is
+	 * empty). A frame visits only the first, pacing only the second, so
+	 * an unpaced subscriber costs no queue look-ups, a free slot nothing */
+	uint64_t used_mask, queued_mask;
 	rp_cache cache;
 	rp_cache_entry *cache_ring;
 	uint32_t *cache_hash;
