@@ -89,7 +89,7 @@ for size in 1500 8000; do
 	# keyframes of the right size: Ethernet+IPv4+UDP (42) + frame = size
 	"$BFP" diff -q -k -s $((size - 42)) "$T/traj/step-0000.safetensors" \
 		"$T/traj/step-0000.safetensors" -o "$T/key$size"
-	"$BFP" pcap "$T/key$size" -o "$T/in$size.pcap" --dst 198.18.0.1:7400
+	"$BFP" pcap "$T/key$size" -o "$T/in$size.pcap" --dst 198.18.0.1:7400 2> /dev/null
 	mbuf=$((size + 1024))
 	tp=""
 	if [ -n "$TESTPMD" ]; then
@@ -144,7 +144,7 @@ chmod 600 "$T/peers"
 for size in 1500 8000; do
 	"$BFP" diff -q -k -s $((size - 42 - 40)) "$T/traj/step-0000.safetensors" \
 		"$T/traj/step-0000.safetensors" -o "$T/skey$size"
-	"$BFP" pcap "$T/skey$size" -o "$T/sin$size.pcap" --dst 198.18.0.1:7400 --key "$T/key"
+	"$BFP" pcap "$T/skey$size" -o "$T/sin$size.pcap" --dst 198.18.0.1:7400 --key "$T/key" 2> /dev/null
 	mbuf=$((size + 1024))
 	for run in "1 0 verify" "16 0 verify" "1 0 per-hop" "16 0 per-hop" "16 0-1 verify" \
 		"16 0-1 per-hop"; do
