@@ -143,15 +143,21 @@ def tamper(src, dst):
     print(min(8, len(pkts)))
 
 
+def outputs(path):
+    """(packet, its udp_parts, or None if its headers or checksums are
+    bad) for each non-ARP packet of a relay's output pcap"""
+    for p in read_pcap(path):
+        if p[12:14] != b"\x08\x06":  # ARP
+            u = udp_parts(p)
+            yield p, u if isinstance(u, tuple) else None
+
+
 def check(src, dst, nsubs):
     frames = [udp_parts(p)[4] for p in read_pcap(src)]
     got = {}
     bad = 0
-    for p in read_pcap(dst):
-        if p[12:14] == b"\x08\x06":
-            continue  # ARP
-        u = udp_parts(p)
-        if not isinstance(u, tuple):
+    for _, u in outputs(dst):
+        if not u:
             bad += 1
             continue
         got.setdefault((u[1], u[3]), []).append(u[4])
@@ -190,11 +196,8 @@ def check_perhop(src, dst, keymap):
         frames.append(d[:-authtool.LEN])
         runs.add(struct.unpack_from("<Q", d, len(d) - authtool.LEN + 8)[0])
     got, bad = {}, 0
-    for p in read_pcap(dst):
-        if p[12:14] == b"\x08\x06":
-            continue  # ARP
-        u = udp_parts(p)
-        if not isinstance(u, tuple):
+    for p, u in outputs(dst):
+        if not u:
             bad += 1
             continue
         dest = (socket.inet_ntoa(u[1]), u[3])
