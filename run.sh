@@ -12,8 +12,9 @@ PKGS="build-essential meson ninja-build pkg-config clang llvm libclang-rt-14-dev
       dpdk dpdk-dev libdpdk-dev iproute2 ethtool gcc-aarch64-linux-gnu qemu-user
       python3-numpy nftables libsodium-dev libipsec-mb-dev libssl-dev
       python3-cryptography chromium"
-# the tests also check the Python module's torch views
-TEST_PKGS="python3-torch"
+# the tests also check the Python package's torch views, and install it
+# into a virtual environment as users do (python/make-venv.sh)
+TEST_PKGS="python3-torch python3-venv python3-pip python3-setuptools python3-wheel"
 
 install_missing() {
 	missing=""
@@ -48,6 +49,8 @@ test)
 	PKGS="$PKGS $TEST_PKGS"
 	install_missing
 	build build
+	# the Python package, as a user installs it, for the tests that use it
+	python/make-venv.sh build/pyenv
 	meson test -C build --print-errorlogs
 	CC=clang build build-clang -Dwerror=true
 	meson test -C build-clang --print-errorlogs --suite unit
