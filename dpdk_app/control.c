@@ -3,8 +3,11 @@
  * LEAVE, NACK and HEARTBEAT (PROTOCOL.md), the subscriber table, NACKs
  * answered from the repair cache or asked of the upstream, ARP, the
  * once-a-second housekeeping, and the counters' readers (telemetry, exit).
+ * A subscriber's changes reach the lane that makes its outputs as a SYNC
+ * (fanout.c).
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 #include <arpa/inet.h>
 
@@ -20,7 +23,7 @@ static const char *const cnames[C_COUNT] = {
 	"nacks_forwarded", "nacks_refused", "joins", "leaves", "expired",
 	"drop_control", "cache_stored", "tx_failed", "nack_suppressed", "drop_auth",
 	"nack_frames_limited", "drop_bad_version", "nack_frames_unasked", "drop_share_full",
-	"cache_replaced", "joins_refused", "drop_rx_reserve", "drop_other_run", "run_changes",
+	"cache_replaced", "joins_refused", "drop_rx_reserve", "drop_other_run", "run_changes", "drop_lane_full",
 };
 
 static relay *R; /* for the telemetry callbacks only (they take no argument) */
@@ -139,23 +142,37 @@ void relay_sub_flush(sub *s)
 		rte_pktmbuf_free(m);
 }
 
+/* A free slot for a subscriber on port eth_port: one of the lane that
+ * owns fewest (lanes[i % n_lanes] owns subs[i]), among the lanes with a TX
+ * queue on that port; NULL if there is none. */
+static sub *free_slot(relay *r, uint16_t eth_port)
+{
+	const unsigned n_tx = r->n_txq[eth_port] ? r->n_txq[eth_port] : 1;
+	sub *best = NULL;
+	for (unsigned i = 0; i < MAX_SUBS; i++) {
+		sub *s = &r->subs[i];
+		const unsigned k = i % r->n_lanes;
+		if (!s->used && k < n_tx && (!best || r->lane_subs[k] < r->lane_subs[best->lane]))
+			best = s;
+	}
+	return best;
+}
+
 sub *relay_sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port,
 		   uint64_t rate_bps, lcore_stats *st)
 {
 	sub *s = sub_find(r, ip, data_port);
 	int fresh = !s;
 	if (!s) {
-		for (unsigned i = 0; i < MAX_SUBS && !s; i++)
-			if (!r->subs[i].used)
-				s = &r->subs[i];
-		if (!s)
+		if (!(s = free_slot(r, eth_port)))
 			return NULL;
-		struct rte_ring *q = s->q;
-		memset(s, 0, sizeof(*s));
-		s->q = q;
+		/* the control half only: the output half is its lane's, reset
+		 * there by the SYNC below */
+		memset(s, 0, offsetof(sub, out));
+		s->lane = (unsigned)(s - r->subs) % r->n_lanes;
 		s->used = 1;
-		r->used_mask |= 1ull << (s - r->subs);
-		r->queued_mask &= ~(1ull << (s - r->subs)); /* its queue is empty */
+		r->n_used++;
+		r->lane_subs[s->lane]++;
 		s->ip = ip;
 		s->data_port = data_port;
 		s->eth_port = eth_port;
@@ -168,23 +185,33 @@ sub *relay_sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port,
 		events_emit(&r->ev, "subscriber", "\"peer\":\"%s:%u\",\"rate_bps\":%" PRIu64,
 			    relay_ip_str(ip, a), data_port, rate_bps);
 		RELAY_LOG(DEBUG, "subscriber %s:%u on port %u, %" PRIu64 " bit/s (0: the "
-			  "default)\n", a, data_port, eth_port, rate_bps);
+			  "default), fan-out lcore %u\n", a, data_port, eth_port, rate_bps, s->lane);
 	}
 	uint64_t rate = rate_bps ? rate_bps : r->cf.default_rate_bps;
 	/* burst: 2 ms at the rate, at least 64 kB, so short bursts pass; a
 	 * JOIN (every second) of a subscriber already paced at that rate, or
 	 * of a static one (its configured rate stands), keeps its bucket */
 	uint64_t burst = rate / 8 / 500 > 65536 ? rate / 8 / 500 : 65536;
-	if (fresh || (!s->is_static && s->bucket.rate != (rate + 7) / 8))
-		rp_bucket_init(&s->bucket, (rate + 7) / 8, burst, rte_get_tsc_cycles());
+	unsigned flags = fresh ? SYNC_FRESH | SYNC_FLUSH : 0;
+	if (fresh || (!s->is_static && s->pace_rate != (rate + 7) / 8)) {
+		s->pace_rate = (rate + 7) / 8;
+		s->pace_burst = burst;
+		flags |= SYNC_BUCKET;
+	}
 	s->last_seen = rte_get_tsc_cycles();
+	if (flags)
+		relay_sub_sync(r, s, flags);
 	return s;
 }
 
-void relay_sub_remove(sub *s)
+void relay_sub_remove(relay *r, sub *s)
 {
-	relay_sub_flush(s);
+	if (!s->used)
+		return;
 	s->used = 0;
+	r->n_used--;
+	r->lane_subs[s->lane]--;
+	relay_sub_sync(r, s, 0); /* its lane flushes what it holds */
 }
 
 /* ---- control messages, ARP, housekeeping ---- */
@@ -314,10 +341,10 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 		 * subscription, its data port too (PROTOCOL.md 2.1): one
 		 * subscriber, not one more per data port it has used */
 		s = relay_sub_by_control(r, k->src_ip, k->src_port);
+		unsigned moved = 0;
 		if (s && !s->is_static && s->data_port != c.data_port &&
 		    !sub_find(r, k->src_ip, c.data_port)) {
-			relay_sub_flush(s); /* queued for the old port */
-			r->queued_mask &= ~(1ull << (s - r->subs));
+			moved = SYNC_FLUSH; /* what is queued for the old port goes */
 			s->data_port = c.data_port;
 		}
 		if (!sub_find(r, k->src_ip, c.data_port) && !join_room(r, k->src_ip)) {
@@ -351,6 +378,7 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 			memcpy(s->mac, k->src_mac, 6);
 			s->mac_from = MAC_JOIN;
 		}
+		relay_sub_sync(r, s, moved);
 		st->c[C_JOIN]++;
 		sub_heartbeat(r, s, st); /* at once: a keyed subscriber needs the run */
 		break;
@@ -359,7 +387,7 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 		if (s && !s->is_static) {
 			RELAY_LOG(DEBUG, "subscriber %s:%u left\n", relay_ip_str(s->ip, a),
 				  s->data_port);
-			relay_sub_remove(s);
+			relay_sub_remove(r, s);
 			st->c[C_LEAVE]++;
 		}
 		break;
@@ -397,8 +425,6 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 		uint64_t cmodel = cache_model(c.model_id, c.flags & RP_NACK_KEY);
 		uint64_t now = rte_get_tsc_cycles();
 		unsigned budget = RP_NACK_ANSWER_MAX;
-		r->rx_short = -1;
-		r->q_share = 0;
 		for (unsigned i = 0; i < c.n_ranges; i++) {
 			for (uint32_t j = 0; j < c.ranges[i].count && budget; j++, budget--) {
 				uint32_t idx = c.ranges[i].first + j;
@@ -414,7 +440,7 @@ void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats
 				 * way in is asked of upstream instead */
 				if (f && relay_cached_sum_ok(f)) {
 					st->c[C_CACHE_HIT]++;
-					relay_emit(r, s, f, f->hash.fdir.hi, st);
+					relay_resend(r, s, f, f->hash.fdir.hi, st); /* by its lane */
 					continue;
 				}
 				st->c[C_CACHE_MISS]++;
@@ -448,8 +474,11 @@ void relay_on_arp_reply(relay *r, const rp_pkt *k)
 		sub *s = &r->subs[i];
 		if (s->used && next_hop(r, s->eth_port, s->ip) == k->src_ip &&
 		    (s->mac_from == MAC_NONE || s->mac_from == MAC_ARP)) {
+			const int same = s->mac_from == MAC_ARP && !memcmp(s->mac, k->src_mac, 6);
 			memcpy(s->mac, k->src_mac, 6);
 			s->mac_from = MAC_ARP;
+			if (!same)
+				relay_sub_sync(r, s, 0);
 		}
 	}
 	if (r->cf.upstream_ip && next_hop(r, r->up_port, r->cf.upstream_ip) == k->src_ip) {
@@ -475,7 +504,7 @@ void relay_housekeeping(relay *r, lcore_stats *st)
 			char a[INET_ADDRSTRLEN];
 			RELAY_LOG(DEBUG, "subscriber %s:%u expired: silent for %u s\n",
 				  relay_ip_str(s->ip, a), s->data_port, r->cf.heartbeat_timeout_s);
-			relay_sub_remove(s);
+			relay_sub_remove(r, s);
 			st->c[C_EXPIRED]++;
 		}
 	}
@@ -523,11 +552,14 @@ void relay_housekeeping(relay *r, lcore_stats *st)
 
 /* ---- counters: telemetry and exit ---- */
 
+/* every lcore's, and every fan-out lane's beyond the main lcore's */
 uint64_t relay_sum_counter(const relay *r, int k)
 {
 	uint64_t s = 0;
 	for (unsigned l = 0; l < RTE_MAX_LCORE; l++)
 		s += r->stats[l].c[k];
+	for (unsigned l = 1; l < r->n_lanes; l++)
+		s += r->lanes[l].own.c[k];
 	return s;
 }
 
@@ -619,6 +651,9 @@ void relay_print_stats(const relay *r, FILE *f)
 	for (size_t k = 0; k < sizeof(auth_why) / sizeof(auth_why[0]); k++)
 		fprintf(f, "  %-20s %" PRIu64 "\n", auth_why[k].name, r->auth.ctl[auth_why[k].r]);
 	fprintf(f, "  %-20s %" PRIu64 "\n", "auth_senders_evicted", r->auth.evicted);
+	for (unsigned k = 0; k < r->n_lanes && r->n_lanes > 1; k++)
+		fprintf(f, "  fan-out lcore %u (lcore %u)  %u subscribers, %" PRIu64 " outputs\n",
+			k, r->lanes[k].lcore, r->lane_subs[k], r->lanes[k].st->c[C_FANOUT]);
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		const sub *s = &r->subs[i];
 		if (s->used)

@@ -3,8 +3,9 @@
  * lcore that received them), a frame's way to its subscribers (output.c
  * makes each output), the repair cache's intake, pacing and the lcore
  * loops. Workers only receive, classify and hand over through one MP/SC
- * ring; everything after that runs on the core lcore, so nothing here
- * takes a lock.
+ * ring; everything after that runs on the core lcore, but for the outputs
+ * of subscribers that fan-out lanes own (fanout.c), so nothing here takes
+ * a lock.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -106,25 +107,10 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		relay_latest_note(r, model, version, 0);
 	if (r->ev.fd >= 0)
 		note_first_frame(r, model, version);
-	r->rx_short = -1;
-	r->q_share = 0;
-	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1): not
-	 * to a subscriber that holds its version or a later one (one
-	 * subscriber's JOIN with version NONE must not send the whole model
-	 * to every other); to those that asked (NONE), relays, static
-	 * subscribers and those behind it */
+	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1):
+	 * only to those that asked for one (fanout.c) */
 	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
-	for (uint64_t u = r->used_mask; u; u &= u - 1) {
-		sub *s = &r->subs[__builtin_ctzll(u)];
-		if (!s->used) {
-			r->used_mask &= ~(u & -u);
-			continue;
-		}
-		if ((s->model_id == 0 || s->model_id == model) &&
-		    (!key || s->is_static || s->join_version >= RP_VERSION_NONE ||
-		     s->join_version < version))
-			relay_emit(r, s, m, sum, st);
-	}
+	relay_fanout(r, m, model, version, key, sum, st);
 	/* the cache holds its own reference, released on eviction; a copy
 	 * it holds (the same target hash bytes, kept in its entry so that
 	 * the cached frame is not read) is not stored again */
@@ -241,17 +227,18 @@ void relay_core_packet(relay *r, struct rte_mbuf *m, lcore_stats *st)
 	rte_pktmbuf_free(m);
 }
 
-void relay_pace(relay *r, lcore_stats *st)
+/* Lane l's queued outputs, as their subscribers' tokens allow. */
+void relay_pace(relay *r, lane *l)
 {
-	if (!r->queued_mask)
+	if (!l->queued_mask)
 		return;
 	uint64_t now = rte_get_tsc_cycles();
-	for (uint64_t u = r->queued_mask; u; u &= u - 1) {
+	for (uint64_t u = l->queued_mask; u; u &= u - 1) {
 		const unsigned i = (unsigned)__builtin_ctzll(u);
 		sub *s = &r->subs[i];
 		for (unsigned n = 0; n < BURST; n++) {
 			if (!s->held && rte_ring_dequeue(s->q, (void **)&s->held) != 0) {
-				r->queued_mask &= ~(1ull << i); /* nothing left */
+				l->queued_mask &= ~(1ull << i); /* nothing left */
 				break;
 			}
 			uint32_t len = rte_pktmbuf_pkt_len(s->held);
@@ -259,7 +246,7 @@ void relay_pace(relay *r, lcore_stats *st)
 				break;
 			s->tx_pkts++;
 			s->tx_bytes += len;
-			relay_send(r, s->eth_port, s->held, st);
+			relay_lane_send(l, s->out.eth_port, s->held);
 			s->held = NULL;
 		}
 	}
@@ -291,6 +278,8 @@ int relay_worker_main(void *arg)
 {
 	relay *r = arg;
 	unsigned lc = rte_lcore_id();
+	if (r->lane_of[lc])
+		return relay_lane_main(r, &r->lanes[r->lane_of[lc]]);
 	if (r->worker_q[lc] == UINT_MAX)
 		return 0; /* more workers than RX queues */
 	while (!force_quit)
@@ -318,7 +307,7 @@ void relay_core_main(relay *r)
 			for (unsigned i = 0; i < n; i++)
 				relay_core_packet(r, pkts[i], st);
 		}
-		relay_pace(r, st);
+		relay_pace(r, &r->lanes[0]);
 		if (now - last_flush > drain) { /* TX drained on a timer */
 			for (uint16_t p = 0; p < r->n_ports; p++)
 				rte_eth_tx_buffer_flush(p, 0, r->txb[p]);

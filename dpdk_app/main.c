@@ -1,9 +1,12 @@
 /*
  * main.c: bfpatch-relay, a DPDK poll-mode relay for patch frames.
  * Worker lcores receive, classify (proto.c) and, with --key, verify data
- * frames' signatures; one core lcore owns the subscribers, the repair
- * cache, pacing and transmit, so nothing on the fast path takes a lock:
- * workers hand packets over through one MP/SC ring (datapath.c, control.c).
+ * frames' signatures; one core lcore owns the subscriber table, the
+ * repair cache and the control plane, so nothing on the fast path takes a
+ * lock: workers hand packets over through one MP/SC ring (datapath.c,
+ * control.c). Fan-out, pacing and transmit run on the core lcore, or with
+ * --fanout-lcores N on it and N - 1 more, each for the subscribers it
+ * owns (fanout.c).
  * main() follows the DPDK examples' order, with the options first so that
  * a usage error or a missing --key stops it before EAL: options, EAL,
  * signals, pools, ports, launch, stop, cleanup.
@@ -90,10 +93,10 @@ static int parse_before_eal(int argc, char **argv, relay_conf *cf)
 
 static void print_start(const relay *r)
 {
-	RELAY_LOG(INFO, "%u port(s), %u worker lcore(s), data port %u, control port %u, "
-		  "%u static subscriber(s), repair cache %u frames or %" PRIu64 " bytes\n",
-		  r->n_ports, r->n_workers, r->cf.data_port, r->cf.control_port, r->cf.n_subs,
-		  r->cache.cap, r->cf.cache_bytes);
+	RELAY_LOG(INFO, "%u port(s), %u worker lcore(s), %u fan-out lcore(s), data port %u, "
+		  "control port %u, %u static subscriber(s), repair cache %u frames or %" PRIu64
+		  " bytes\n", r->n_ports, r->n_workers, r->n_lanes, r->cf.data_port,
+		  r->cf.control_port, r->cf.n_subs, r->cache.cap, r->cf.cache_bytes);
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		char ip[INET_ADDRSTRLEN];
 		RELAY_LOG(INFO, "port %u %s, checksums in %s\n", p, relay_ip_str(r->cf.ip[p], ip),
@@ -121,8 +124,8 @@ static int relay_run(relay *r)
 	print_start(r);
 	char addr[INET_ADDRSTRLEN];
 	events_emit(&r->ev, "start", "\"ports\":%u,\"lcores\":%u,\"addr\":\"%s:%u\"", r->n_ports,
-		    r->n_workers + 1, relay_ip_str(r->cf.ip[r->up_port], addr), r->cf.data_port);
-	if (r->n_workers)
+		    r->n_workers + r->n_lanes, relay_ip_str(r->cf.ip[r->up_port], addr), r->cf.data_port);
+	if (r->n_workers || r->n_lanes > 1)
 		rte_eal_mp_remote_launch(relay_worker_main, r, SKIP_MAIN);
 	relay_core_main(r);
 	rte_eal_mp_wait_lcore();

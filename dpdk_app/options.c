@@ -66,6 +66,11 @@ const char relay_usage_text[] =
 	"                              them to its subscribers\n"
 	"  -E, --events FILE           append JSON-lines events (docs/EVENTS.md)\n"
 	"  -N, --name NAME             this relay's name in the events (relay)\n"
+	"      --fanout-lcores N       make outputs on N lcores: the main one and the\n"
+	"                              last N - 1 of EAL's (-l), each for its own\n"
+	"                              share of the subscribers, signing their\n"
+	"                              outputs per hop; the others receive (1..16;\n"
+	"                              default 1: the main lcore makes them all)\n"
 	"      --copy-fanout           copy each output's payload instead of\n"
 	"                              cloning it (only to measure the difference)\n"
 	"  -h, --help\n"
@@ -274,6 +279,7 @@ static void conf_defaults(relay_conf *cf)
 	cf->heartbeat_timeout_s = 10;
 	cf->mbuf_size = 10240;
 	cf->n_mbufs = 8191;
+	cf->fanout_lanes = 1;
 }
 
 /* One option of getopt_long's (c, with arg); 0 or -1. */
@@ -295,6 +301,7 @@ static int parse_one(relay_conf *cf, int c, const char *arg)
 	case 't': return opt_u32("--heartbeat-timeout", arg, 1, 86400, &cf->heartbeat_timeout_s);
 	case 'k': cf->check_crc = 1; return 0;
 	case 'P': cf->copy_fanout = 1; return 0;
+	case 'F': return opt_u32("--fanout-lcores (1..16)", arg, 1, MAX_LANES, &cf->fanout_lanes);
 	case 'E': cf->events_path = arg; return 0;
 	case 'N': cf->name = arg; return 0;
 	case 'A': return opt_key(cf, arg);
@@ -388,7 +395,7 @@ int relay_parse_args(int argc, char **argv, relay_conf *cf)
 		{"heartbeat-timeout", required_argument, 0, 't'},
 		{"check-crc", no_argument, 0, 'k'}, {"mbuf-size", required_argument, 0, 'm'},
 		{"mbufs", required_argument, 0, 'n'}, {"run-time", required_argument, 0, 'T'},
-		{"copy-fanout", no_argument, 0, 'P'}, {"events", required_argument, 0, 'E'},
+		{"copy-fanout", no_argument, 0, 'P'}, {"fanout-lcores", required_argument, 0, 'F'}, {"events", required_argument, 0, 'E'},
 		{"name", required_argument, 0, 'N'}, {"key", required_argument, 0, 'A'},
 		{"nack-rate", required_argument, 0, 'L'},
 		{"max-per-host", required_argument, 0, 'H'},

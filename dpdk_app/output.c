@@ -1,8 +1,9 @@
 /*
- * output.c: bfpatch-relay's outputs, on the core lcore: one frame's
- * output for one subscriber (headers, checksums, pacing hand-off) and
- * transmit buffering. Both the data path and the control plane (NACK
- * answers, JOIN replies) send through here, so it depends on neither.
+ * output.c: bfpatch-relay's outputs: one frame's output for one
+ * subscriber (headers, checksums, pacing hand-off), made on the fan-out
+ * lane that owns the subscriber (fanout.c), and transmit buffering. Both
+ * the data path and the control plane (NACK answers, JOIN replies) send
+ * through here, so it depends on neither.
  *
  * Fan-out (as DPDK's ipv4_multicast explains its two methods): each
  * subscriber gets a fresh header mbuf (Ethernet/IPv4/UDP for that
@@ -30,14 +31,20 @@
 #include "bfpatch.h"
 #include "relay.h"
 
-/* Buffer m for transmit on port (core lcore only); failures are counted
- * by the buffer's error callback. */
+/* Failures are counted by the buffer's error callback (on the stats of
+ * the lcore that owns the buffer). */
 void relay_send(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *st)
 {
 	if (!m)
 		return;
 	st->c[C_TX]++;
 	rte_eth_tx_buffer(port, 0, r->txb[port], m);
+}
+
+void relay_lane_send(lane *l, uint16_t port, struct rte_mbuf *m)
+{
+	l->st->c[C_TX]++;
+	rte_eth_tx_buffer(port, l->txq, l->txb[port], m);
 }
 
 /* On a port with checksum offload, leave the IPv4 and UDP checksums of the
@@ -58,14 +65,15 @@ static void offload_csum(relay *r, struct rte_mbuf *m, uint16_t port)
 
 /* Hand one output to s: straight to the TX buffer when s is unpaced and
  * has nothing waiting, else into its queue (full: dropped, counted). */
-static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
+static void deliver(relay *r, lane *l, sub *s, struct rte_mbuf *out)
 {
 	const uint64_t bit = 1ull << (s - r->subs);
-	if (s->bucket.rate == 0 && !(r->queued_mask & bit)) {
+	lcore_stats *st = l->st;
+	if (s->bucket.rate == 0 && !(l->queued_mask & bit)) {
 		st->c[C_FANOUT]++;
 		s->tx_pkts++;
 		s->tx_bytes += rte_pktmbuf_pkt_len(out);
-		relay_send(r, s->eth_port, out, st);
+		relay_lane_send(l, s->out.eth_port, out);
 		return;
 	}
 	/* a queued output holds its frame's RX mbuf: slow subscribers must
@@ -73,24 +81,24 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 	 * stop the relay for everyone (JOINs and ARP included); with a pool
 	 * on each of several sockets, any pool short is short (one count
 	 * serves a NACK answer's frames from every port) */
-	if (r->rx_short < 0) {
-		r->rx_short = 0;
+	if (l->rx_short < 0) {
+		l->rx_short = 0;
 		for (unsigned i = 0; i < r->n_rx_pools; i++)
-			r->rx_short |= rte_mempool_avail_count(r->rx_pools[i]) < r->rx_reserve;
+			l->rx_short |= rte_mempool_avail_count(r->rx_pools[i]) < r->rx_reserve;
 	}
 	/* each queued output also holds a header mbuf and a clone: a
 	 * subscriber may hold its share of those pools, two shares staying
 	 * for the unpaced ones and NACK answers, or a few slow subscribers
 	 * would take them all and starve the rest (PROTOCOL.md 3) */
-	if (!r->q_share)
-		r->q_share = OUT_POOL_N / ((unsigned)__builtin_popcountll(r->used_mask) + 2);
-	if (rte_ring_count(s->q) >= r->q_share) {
+	if (!l->q_share)
+		l->q_share = OUT_POOL_N / (__atomic_load_n(&r->n_used, __ATOMIC_RELAXED) + 2);
+	if (rte_ring_count(s->q) >= l->q_share) {
 		rte_pktmbuf_free(out);
 		st->c[C_SHARE_FULL]++;
 		s->drops++;
 		return;
 	}
-	if (r->rx_short) { /* it would take the RX mbufs the ports receive with */
+	if (l->rx_short) { /* it would take the RX mbufs the ports receive with */
 		rte_pktmbuf_free(out);
 		st->c[C_RX_RESERVE]++;
 		s->drops++;
@@ -102,7 +110,7 @@ static void deliver(relay *r, sub *s, struct rte_mbuf *out, lcore_stats *st)
 		s->drops++;
 		return;
 	}
-	r->queued_mask |= bit;
+	l->queued_mask |= bit;
 	st->c[C_FANOUT]++;
 }
 
@@ -117,14 +125,15 @@ static uint16_t sum_part(const uint8_t *p, size_t n, int odd)
 
 /* Per hop (a subscriber with a peer key, SECURITY.md "Keys per hop"):
  * the trailer of frame f (its payload, which ends in the upstream's
- * trailer) for s, signed with s's key and bound to the run followed, into
- * t[RP_AUTH_LEN]; *sum, the payload's sum, becomes that of the frame with
- * t in place of the upstream's trailer. */
-static void reseal(relay *r, const sub *s, struct rte_mbuf *f, uint8_t *t, uint32_t *sum)
+ * trailer) for s, signed with s's key and bound to run (the one followed
+ * when the frame was handed over), into t[RP_AUTH_LEN]; *sum, the
+ * payload's sum, becomes that of the frame with t in place of the
+ * upstream's trailer. */
+static void reseal(const sub_out *o, uint64_t run, struct rte_mbuf *f, uint8_t *t, uint32_t *sum)
 {
 	const uint8_t *fp = rte_pktmbuf_mtod(f, const uint8_t *);
 	const size_t flen = rte_pktmbuf_pkt_len(f) - RP_AUTH_LEN;
-	rp_auth_seal_key(s->key, r->auth.run, fp, flen, 0, t);
+	rp_auth_seal_key(o->key, run, fp, flen, 0, t);
 	const int odd = flen & 1;
 	*sum = (uint32_t)rp_fold(*sum) + (uint16_t)~sum_part(fp + flen, RP_AUTH_LEN, odd) +
 	       sum_part(t, RP_AUTH_LEN, odd);
@@ -132,10 +141,10 @@ static void reseal(relay *r, const sub *s, struct rte_mbuf *f, uint8_t *t, uint3
 
 /* A payload copy per output: the method not taken, kept for
  * bench_relay.sh (--copy-fanout). */
-static struct rte_mbuf *output_copy(relay *r, sub *s, struct rte_mbuf *f,
-				    uint32_t payload_sum)
+static struct rte_mbuf *output_copy(relay *r, lane *l, const sub_out *o, struct rte_mbuf *f,
+				    uint32_t payload_sum, uint64_t run)
 {
-	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[s->eth_port]);
+	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[o->eth_port]);
 	uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
 	uint8_t *p = m ? (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RP_HDRS + fl)) : NULL;
 	if (!p) {
@@ -143,19 +152,19 @@ static struct rte_mbuf *output_copy(relay *r, sub *s, struct rte_mbuf *f,
 		return NULL;
 	}
 	memcpy(p + RP_HDRS, rte_pktmbuf_mtod(f, const void *), fl);
-	if (rp_auth_is_peer(&r->auth, s->key))
-		reseal(r, s, f, p + RP_HDRS + fl - RP_AUTH_LEN, &payload_sum);
-	rp_build_udp(p, s->mac, r->mac[s->eth_port].addr_bytes, r->cf.ip[s->eth_port], s->ip,
-		     r->cf.data_port, s->data_port, fl, payload_sum, r->ip_id++);
-	offload_csum(r, m, s->eth_port);
+	if (rp_auth_is_peer(&r->auth, o->key))
+		reseal(o, run, f, p + RP_HDRS + fl - RP_AUTH_LEN, &payload_sum);
+	rp_build_udp(p, o->mac, r->mac[o->eth_port].addr_bytes, r->cf.ip[o->eth_port], o->ip,
+		     r->cf.data_port, o->data_port, fl, payload_sum, l->ip_id++);
+	offload_csum(r, m, o->eth_port);
 	return m;
 }
 
 /* The fan-out method: a header mbuf for s chained to a clone of f; per
  * hop, the clone stops before the upstream's trailer and a third mbuf
  * holds s's own. */
-static struct rte_mbuf *output_clone(relay *r, sub *s, struct rte_mbuf *f,
-				     uint32_t payload_sum)
+static struct rte_mbuf *output_clone(relay *r, lane *l, const sub_out *o, struct rte_mbuf *f,
+				     uint32_t payload_sum, uint64_t run)
 {
 	struct rte_mbuf *h = rte_pktmbuf_alloc(r->hdr_pool);
 	struct rte_mbuf *c = h ? rte_pktmbuf_clone(f, r->clone_pool) : NULL;
@@ -163,7 +172,7 @@ static struct rte_mbuf *output_clone(relay *r, sub *s, struct rte_mbuf *f,
 		rte_pktmbuf_free(h);
 		return NULL;
 	}
-	if (rp_auth_is_peer(&r->auth, s->key)) {
+	if (rp_auth_is_peer(&r->auth, o->key)) {
 		struct rte_mbuf *t = rte_pktmbuf_alloc(r->hdr_pool);
 		uint8_t *tp = t ? (uint8_t *)rte_pktmbuf_append(t, RP_AUTH_LEN) : NULL;
 		if (!tp || rte_pktmbuf_trim(c, RP_AUTH_LEN) != 0 || rte_pktmbuf_chain(c, t) != 0) {
@@ -172,37 +181,36 @@ static struct rte_mbuf *output_clone(relay *r, sub *s, struct rte_mbuf *f,
 			rte_pktmbuf_free(h);
 			return NULL;
 		}
-		reseal(r, s, f, tp, &payload_sum);
+		reseal(o, run, f, tp, &payload_sum);
 	}
 	uint8_t *p = (uint8_t *)rte_pktmbuf_append(h, RP_HDRS);
-	rp_build_udp(p, s->mac, r->mac[s->eth_port].addr_bytes, r->cf.ip[s->eth_port], s->ip,
-		     r->cf.data_port, s->data_port, (uint16_t)rte_pktmbuf_pkt_len(f), payload_sum,
-		     r->ip_id++);
+	rp_build_udp(p, o->mac, r->mac[o->eth_port].addr_bytes, r->cf.ip[o->eth_port], o->ip,
+		     r->cf.data_port, o->data_port, (uint16_t)rte_pktmbuf_pkt_len(f), payload_sum,
+		     l->ip_id++);
 	if (rte_pktmbuf_chain(h, c) != 0) {
 		rte_pktmbuf_free(h);
 		rte_pktmbuf_free(c);
 		return NULL;
 	}
-	offload_csum(r, h, s->eth_port);
+	offload_csum(r, h, o->eth_port);
 	return h;
 }
 
-/* One output of frame f (payload only, sum precomputed) for s. */
-void relay_emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
-		lcore_stats *st)
+void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		uint64_t run)
 {
-	if (s->mac_from == MAC_NONE) {
-		st->c[C_NO_MAC]++;
+	if (!s->out.has_mac) {
+		l->st->c[C_NO_MAC]++;
 		return;
 	}
-	struct rte_mbuf *out = r->cf.copy_fanout ? output_copy(r, s, f, payload_sum)
-						 : output_clone(r, s, f, payload_sum);
+	struct rte_mbuf *out = r->cf.copy_fanout ? output_copy(r, l, &s->out, f, payload_sum, run)
+						 : output_clone(r, l, &s->out, f, payload_sum, run);
 	if (!out) {
-		st->c[C_NO_MBUF]++;
+		l->st->c[C_NO_MBUF]++;
 		s->drops++;
 		return;
 	}
-	deliver(r, s, out, st);
+	deliver(r, l, s, out);
 }
 
 /* The repair cache's release callback: its reference to a frame. */

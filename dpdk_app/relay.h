@@ -2,9 +2,10 @@
  * relay.h: bfpatch-relay's internal interface: its configuration, its
  * state and counters, and what each of its files gives the others
  * (main.c, options.c, setup.c, datapath.c, control.c, output.c); calls
- * run one way: datapath -> control -> output, datapath -> output. One
- * core lcore owns the state; worker lcores only receive, classify and
- * count.
+ * run one way: datapath -> control -> fanout -> output, datapath ->
+ * fanout -> output. One core lcore owns the state; worker lcores only
+ * receive, classify and count; fan-out lcores (--fanout-lcores) each make
+ * the outputs of the subscribers they own (fanout.c).
  */
 #ifndef BFP_RELAY_H
 #define BFP_RELAY_H
@@ -25,7 +26,9 @@
 
 #define BURST 32
 #define MAX_PORTS 8
-#define MAX_SUBS 64 /* at most 64: relay.used_mask */
+#define MAX_SUBS 64 /* at most 64: lane.used_mask */
+#define MAX_LANES 16 /* fan-out lcores, the main one included */
+#define LANE_RING 1024 /* jobs the main lcore may have handed a lane */
 #define NACK_MEMO_BITS 14
 #define NACK_MEMO (1u << NACK_MEMO_BITS)
 #define HDR_ROOM 128
@@ -90,6 +93,7 @@ typedef struct relay_conf {
 	const char *peer_keys;        /* --peer-keys: a key per subscriber, or NULL */
 	uint32_t mbuf_size;
 	uint32_t n_mbufs;
+	unsigned fanout_lanes;        /* --fanout-lcores: 1, the main lcore only */
 	double run_time_s;            /* 0: until a signal */
 } relay_conf;
 
@@ -100,7 +104,20 @@ typedef struct relay_conf {
  * asked again now and then, a configured one stays. */
 enum { MAC_NONE, MAC_ARP, MAC_JOIN, MAC_CONF };
 
+/* What a subscriber's outputs are made from: its owner lane's copy of
+ * the main lcore's fields, written by that lane only (fanout.c). */
+typedef struct sub_out {
+	uint32_t ip;
+	uint16_t data_port, eth_port;
+	uint8_t mac[6];
+	uint8_t used, has_mac, is_static;
+	uint32_t join_version;
+	uint64_t model_id;
+	const rp_key *key;
+} sub_out;
+
 typedef struct sub {
+	/* ---- the control half: the main lcore's alone (control.c) ---- */
 	int used, is_static;
 	int mac_from;                 /* MAC_*; MAC_NONE: not known yet */
 	uint32_t ip;
@@ -109,16 +126,20 @@ typedef struct sub {
 	uint64_t model_id;            /* 0: every model */
 	uint32_t join_version;        /* its latest JOIN's (NONE: it asks for a
 					 keyframe stream; RELAY: a relay) */
-	rp_bucket bucket;
+	uint64_t pace_rate, pace_burst; /* its bucket's, as last handed over */
 	rp_bucket nack_bucket;        /* frames its NACKs may still ask for */
-	struct rte_ring *q;
-	struct rte_mbuf *held;        /* dequeued, waiting for tokens */
 	uint64_t last_seen;
-	uint64_t tx_pkts, tx_bytes, drops;
 	/* a peer key (--peer-keys) its JOIN verified under, or its key=: what
 	 * goes to it is signed again with it; NULL: frames go as signed
 	 * upstream, control messages under --key */
 	const rp_key *key;
+	unsigned lane;                /* its owner: subs[i] is lanes[i % n_lanes]'s */
+	/* ---- the output half: its owner lane's alone (fanout.c, output.c) ---- */
+	sub_out out __rte_cache_aligned;
+	rp_bucket bucket;
+	struct rte_ring *q;
+	struct rte_mbuf *held;        /* dequeued, waiting for tokens */
+	uint64_t tx_pkts, tx_bytes, drops;
 } sub;
 
 /* Counters: one cache-aligned block per lcore, written by that lcore only,
@@ -129,7 +150,7 @@ enum {
 	C_JOIN, C_LEAVE, C_EXPIRED, C_CTL_BAD, C_CACHE_STORED, C_TX_FAIL,
 	C_NACK_SUPPRESSED, C_AUTH_FAIL, C_NACK_LIMITED, C_BAD_VERSION, C_NACK_UNASKED,
 	C_SHARE_FULL, C_CACHE_REPLACED, C_JOIN_REFUSED, C_RX_RESERVE,
-	C_OTHER_RUN, C_RUN_CHANGE,
+	C_OTHER_RUN, C_RUN_CHANGE, C_LANE_FULL,
 	C_COUNT
 };
 
@@ -137,6 +158,45 @@ typedef struct lcore_stats {
 	uint64_t c[C_COUNT];
 	uint64_t cls[RP_CLASS_COUNT];
 } __rte_cache_aligned lcore_stats;
+
+/* A job the main lcore hands a fan-out lane (fanout.c). */
+enum { JOB_FRAME, JOB_RESEND, JOB_SYNC };
+enum { SYNC_FRESH = 1, SYNC_FLUSH = 2, SYNC_BUCKET = 4 };
+typedef struct lane_job {
+	struct rte_mbuf *f;      /* FRAME, RESEND: a reference the lane frees */
+	uint64_t model, run;     /* FRAME: its model; the run its outputs bind */
+	uint32_t sum, version;   /* the payload's sum; FRAME: its version */
+	uint8_t op, sub, key, flags; /* JOB_*; RESEND, SYNC: which subscriber;
+				      * FRAME: of a keyframe stream; SYNC_* */
+	uint64_t rate, burst;    /* SYNC_BUCKET: the bucket's */
+	sub_out v;               /* SYNC: the subscriber's output half */
+} lane_job;
+
+/* A fan-out lane: one lcore's share of the subscribers (subs[i] with
+ * i % n_lanes == idx), their queues, pacing and TX queue. Lane 0 is the
+ * main lcore's; its stats are that lcore's. */
+typedef struct lane {
+	unsigned idx, lcore;
+	uint16_t txq;            /* its TX queue on every port it sends on */
+	struct rte_ring *jobs;   /* from the main lcore (lane 0: none) */
+	struct rte_eth_dev_tx_buffer *txb[MAX_PORTS]; /* NULL: no TX queue there */
+	/* bit i: subs[i] is in use (as its last SYNC said); subs[i] may have
+	 * outputs queued or held (set on enqueue, cleared by pacing once its
+	 * queue is empty). A frame visits only the first, pacing only the
+	 * second, so an unpaced subscriber costs no queue look-ups, a free
+	 * slot nothing */
+	uint64_t used_mask, queued_mask;
+	int rx_short;            /* fewer RX mbufs free than the reserve (-1:
+				  * not counted yet): counted at most once per
+				  * frame or NACK answer, only if an output is
+				  * queued; counting walks every lcore's pool
+				  * cache */
+	unsigned q_share;        /* outputs one subscriber may hold queued (0:
+				  * not counted yet; recounted like rx_short) */
+	uint16_t ip_id;
+	lcore_stats *st;         /* its counters: lane 0, the main lcore's */
+	lcore_stats own;
+} __rte_cache_aligned lane;
 
 typedef struct relay {
 	relay_conf cf;
@@ -155,20 +215,13 @@ typedef struct relay {
 	unsigned worker_q[RTE_MAX_LCORE]; /* RX queue of each worker lcore */
 	uint16_t n_rxq;
 	unsigned rx_reserve;     /* RX mbufs paced queues leave free (in each pool) */
-	unsigned q_share;        /* outputs one subscriber may hold queued (0: not
-				  * counted yet; recounted like rx_short) */
-	int rx_short;            /* fewer free than that (-1: not counted yet):
-				  * counted at most once per frame fanned out
-				  * or NACK answered, and only if an output is
-				  * queued; its outputs share one RX mbuf, and
-				  * counting walks every lcore's pool cache */
 	sub subs[MAX_SUBS];
-	/* bit i: subs[i] may be used (set when it is taken, cleared by the
-	 * data path once it finds it free); subs[i] may have outputs queued
-	 * or held (set on enqueue, cleared by pacing once its queue is
-	 * empty). A frame visits only the first, pacing only the second, so
-	 * an unpaced subscriber costs no queue look-ups, a free slot nothing */
-	uint64_t used_mask, queued_mask;
+	unsigned n_used;         /* subscribers in use (main lcore writes) */
+	lane lanes[MAX_LANES];
+	unsigned n_lanes;        /* --fanout-lcores */
+	unsigned lane_subs[MAX_LANES]; /* subscribers each lane owns (main's count) */
+	uint8_t lane_of[RTE_MAX_LCORE]; /* a worker lcore's lane, 0: an RX worker */
+	uint16_t n_txq[MAX_PORTS]; /* lanes that have a TX queue on each port */
 	rp_cache cache;
 	rp_cache_entry *cache_ring;
 	uint32_t *cache_hash;
@@ -255,9 +308,14 @@ void relay_teardown(relay *r);
 
 /* ---- output.c: one output for one subscriber, TX buffering ---- */
 
+/* Buffer m for transmit on port from the main lcore (TX queue 0). */
 void relay_send(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *st);
-void relay_emit(relay *r, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
-		lcore_stats *st);
+/* The same from lane l, on its own TX queue. */
+void relay_lane_send(lane *l, uint16_t port, struct rte_mbuf *m);
+/* One output of frame f (payload only, its sum precomputed) for s, on its
+ * owner lane l; per hop, signed under s's key bound to run. */
+void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		uint64_t run);
 void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata);
 
 /* ---- datapath.c: RX, classify, a frame's fan-out, pacing, lcore loops ---- */
@@ -268,9 +326,32 @@ int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st);
  * (reading it once, for a frame whose checksum nothing checked). */
 int relay_cached_sum_ok(struct rte_mbuf *f);
 void relay_core_packet(relay *r, struct rte_mbuf *m, lcore_stats *st);
-void relay_pace(relay *r, lcore_stats *st);
+void relay_pace(relay *r, lane *l);
 int relay_worker_main(void *arg);
 void relay_core_main(relay *r);
+
+/* ---- fanout.c: subscribers' ownership by lane, frames handed to lanes ---- */
+
+/* The lanes' rings (lane 0 has none) and counters; 0 or -1. */
+int relay_lanes_create(relay *r);
+/* Which worker lcores are lanes (the last n_lanes - 1); 0, or -1 after a
+ * message when there are too few. */
+int relay_lanes_place(relay *r);
+/* Frame f (a reference the caller keeps) to every subscriber that takes
+ * it, each through its owner lane. */
+void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version, int key,
+		  uint32_t sum, lcore_stats *st);
+/* Cached frame f again to s (a NACK's answer), through its owner lane. */
+void relay_resend(relay *r, sub *s, struct rte_mbuf *f, uint32_t sum, lcore_stats *st);
+/* Hand s's control half (as the main lcore just set it) to its owner
+ * lane, with SYNC_* flags. */
+void relay_sub_sync(relay *r, sub *s, unsigned flags);
+/* Run the jobs waiting for lane l (l != lanes[0]); how many ran. */
+unsigned relay_lane_poll(relay *r, lane *l);
+/* Lane l's loop, until force_quit. */
+int relay_lane_main(relay *r, lane *l);
+/* Every job still waiting, dropped (teardown, lanes stopped). */
+void relay_lanes_drain(relay *r);
 
 /* ---- control.c: control messages, subscribers, upstream, counters ---- */
 
@@ -283,7 +364,7 @@ sub *relay_sub_add(relay *r, uint32_t ip, uint16_t data_port, uint16_t eth_port,
 		   uint64_t rate_bps, lcore_stats *st);
 sub *relay_sub_by_control(relay *r, uint32_t ip, uint16_t ctl_port);
 void relay_sub_flush(sub *s);
-void relay_sub_remove(sub *s);
+void relay_sub_remove(relay *r, sub *s);
 void relay_on_control(relay *r, struct rte_mbuf *m, const rp_pkt *k, lcore_stats *st);
 void relay_on_arp_reply(relay *r, const rp_pkt *k);
 void relay_housekeeping(relay *r, lcore_stats *st);

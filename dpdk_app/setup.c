@@ -68,6 +68,14 @@ uint16_t relay_upstream_port(const relay_conf *cf, unsigned n_ports)
 	return 0;
 }
 
+/* Worker lcores that receive: those the fan-out lanes beyond the main
+ * lcore leave (fanout.c; too few is refused by relay_lanes_place). */
+static unsigned rx_workers(const relay *r)
+{
+	unsigned workers = rte_lcore_count() - 1, lanes = r->cf.fanout_lanes ? r->cf.fanout_lanes : 1;
+	return workers > lanes - 1 ? workers - (lanes - 1) : 0;
+}
+
 /* The NUMA socket of a port's device, or the main lcore's where the
  * device does not say (virtual devices). */
 static int port_socket(uint16_t port)
@@ -156,7 +164,11 @@ int relay_prepare(relay *r)
  * cache's frames; header and clone pools one entry per output queued. */
 int relay_pools_create(relay *r)
 {
-	unsigned n_workers = rte_lcore_count() - 1, nq = n_workers ? n_workers : 1;
+	unsigned n_workers = rx_workers(r), nq = n_workers ? n_workers : 1;
+	if (relay_lanes_create(r)) {
+		RELAY_LOG(ERR, "cannot create the fan-out rings: %s\n", rte_strerror(rte_errno));
+		return -1;
+	}
 	/* one RX queue per worker, as many as the port with the fewest allows:
 	 * a worker polls its queue on every port */
 	for (uint16_t p = 0; p < r->n_ports; p++) {
@@ -274,9 +286,19 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 		conf.rxmode.offloads |= rck;
 	if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)
 		conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
-	/* TX goes through queue 0 (the main lcore); some PMDs (net_tap) want
-	 * as many TX queues as RX ones, so the others are set up unused */
-	const uint16_t ntq = nq <= info.max_tx_queues ? nq : 1;
+	/* TX goes through queue k for fan-out lane k (queue 0: the main
+	 * lcore); some PMDs (net_tap) want as many TX queues as RX ones, so
+	 * any beyond the lanes are set up unused. A port with fewer than the
+	 * lanes serves its subscribers from the lanes it has queues for. */
+	uint16_t ntq = nq <= info.max_tx_queues ? nq : 1;
+	if (ntq < r->n_lanes) {
+		const unsigned fit = RTE_MIN(r->n_lanes, info.max_tx_queues);
+		ntq = (uint16_t)(fit ? fit : 1);
+	}
+	r->n_txq[port] = (uint16_t)RTE_MIN(ntq, r->n_lanes);
+	if (r->n_txq[port] < r->n_lanes)
+		RELAY_LOG(WARNING, "port %u has %u TX queue(s): its subscribers go to %u of the %u "
+			  "fan-out lcores\n", port, ntq, r->n_txq[port], r->n_lanes);
 	rc = rte_eth_dev_configure(port, nq, ntq, &conf);
 	if (rc)
 		return rc;
@@ -295,12 +317,17 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
 		if (rc)
 			return rc;
 	}
-	r->txb[port] = rte_zmalloc_socket("txb", RTE_ETH_TX_BUFFER_SIZE(BURST), 0, socket);
-	if (!r->txb[port])
-		return -ENOMEM;
-	rte_eth_tx_buffer_init(r->txb[port], BURST);
-	rte_eth_tx_buffer_set_err_callback(r->txb[port], relay_tx_error_cb,
-					   &r->stats[rte_get_main_lcore()]);
+	/* a TX buffer per lane with a queue here, failures counted on its
+	 * lane's counters; lane 0's is the main lcore's (relay_send) */
+	for (unsigned k = 0; k < r->n_txq[port]; k++) {
+		lane *l = &r->lanes[k];
+		l->txb[port] = rte_zmalloc_socket("txb", RTE_ETH_TX_BUFFER_SIZE(BURST), 0, socket);
+		if (!l->txb[port])
+			return -ENOMEM;
+		rte_eth_tx_buffer_init(l->txb[port], BURST);
+		rte_eth_tx_buffer_set_err_callback(l->txb[port], relay_tx_error_cb, l->st);
+	}
+	r->txb[port] = r->lanes[0].txb[port];
 	rc = rte_eth_dev_start(port);
 	if (rc)
 		return rc;
@@ -312,7 +339,9 @@ static int port_init(relay *r, uint16_t port, uint16_t nq)
  * given to the worker lcores. */
 int relay_ports_start(relay *r)
 {
-	unsigned n_workers = rte_lcore_count() - 1;
+	unsigned n_workers = rx_workers(r);
+	if (relay_lanes_place(r))
+		return -1;
 	for (uint16_t p = 0; p < r->n_ports; p++) {
 		int rc = port_init(r, p, r->n_rxq);
 		if (rc) {
@@ -324,6 +353,8 @@ int relay_ports_start(relay *r)
 	 * a queue cannot be shared without a lock */
 	unsigned lc, qi = 0;
 	RTE_LCORE_FOREACH_WORKER(lc) {
+		if (r->lane_of[lc])
+			continue; /* a fan-out lane (relay_lanes_place) */
 		r->worker_q[lc] = qi < r->n_rxq ? qi : UINT_MAX;
 		qi++;
 	}
@@ -398,6 +429,7 @@ int relay_static_subs(relay *r)
 			memcpy(s->mac, sc->mac, 6);
 			s->mac_from = MAC_CONF;
 		}
+		relay_sub_sync(r, s, 0);
 	}
 	return 0;
 }
@@ -412,19 +444,24 @@ void relay_teardown(relay *r)
 		rte_eth_dev_stop(p);
 		rte_eth_dev_close(p);
 	}
+	/* the lanes have stopped: what they were handed and what they hold
+	 * (a subscriber freed but not yet flushed by its lane included) */
+	relay_lanes_drain(r);
 	for (unsigned i = 0; i < MAX_SUBS; i++) {
 		if (!r->subs[i].q)
 			continue;
-		if (r->subs[i].used)
-			relay_sub_flush(&r->subs[i]);
+		relay_sub_flush(&r->subs[i]);
 		rte_ring_free(r->subs[i].q);
 	}
 	if (r->cache_ring && r->cache_hash)
 		rp_cache_clear(&r->cache, relay_mbuf_drop, NULL);
 	rte_free(r->cache_ring);
 	rte_free(r->cache_hash);
-	for (uint16_t p = 0; p < MAX_PORTS; p++)
-		rte_free(r->txb[p]);
+	for (unsigned k = 0; k < MAX_LANES; k++) {
+		for (uint16_t p = 0; p < MAX_PORTS; p++)
+			rte_free(r->lanes[k].txb[p]);
+		rte_ring_free(r->lanes[k].jobs);
+	}
 	rte_ring_free(r->inbound);
 	for (unsigned i = 0; i < r->n_rx_pools; i++)
 		rte_mempool_free(r->rx_pools[i]);

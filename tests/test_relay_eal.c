@@ -4,7 +4,8 @@
  * to clones of the one received payload (zero copies), carry each
  * subscriber's addresses with valid checksums, NACKs are answered from the
  * cache only to JOINed subscribers, the cache releases every mbuf it
- * held, and pacing admits about the configured rate.
+ * held, and pacing admits about the configured rate; with two fan-out
+ * lcores, each subscriber's outputs are made by the one that owns it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include <rte_cycles.h>
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
@@ -41,9 +43,11 @@ static int eal_up(void)
 		return 0;
 	char prefix[64];
 	snprintf(prefix, sizeof(prefix), "--file-prefix=bfptest%d", (int)getpid());
-	char *args[] = {"test", "--no-huge", "-m", "512", "--no-pci", prefix, "-l", "0",
+	/* lcore 1, on the same CPU, is never launched: the fan-out group
+	 * runs its lane's jobs from this thread (relay_lane_poll) */
+	char *args[] = {"test", "--no-huge", "-m", "512", "--no-pci", prefix, "--lcores=0@0,1@0",
 			"--vdev=net_null0", "--log-level=lib.eal:error", NULL};
-	if (rte_eal_init(10, args) < 0)
+	if (rte_eal_init(9, args) < 0)
 		return -1;
 	t_eal_rundir_at_exit();
 	done = 1;
@@ -64,6 +68,22 @@ static int setup(void **state)
 	return 0;
 }
 
+/* A relay with two fan-out lanes: the main lcore and lcore 1. The first
+ * group's port went with its relay (closing a vdev port removes it), so
+ * this one gets a port of its own. */
+static int setup_lanes(void **state)
+{
+	(void)state;
+	if (eal_up() || (rte_eth_dev_count_avail() == 0 && rte_dev_probe("net_null1")))
+		return -1;
+	T = rte_zmalloc("relay", sizeof(*T), RTE_CACHE_LINE_SIZE);
+	char *argv[] = {"relay", "--cache-bytes", "1M", "--fanout-lcores", "2", NULL};
+	if (!T || relay_parse_args(5, argv, &T->cf) || relay_prepare(T) ||
+	    relay_pools_create(T) || relay_ports_start(T) || relay_static_subs(T))
+		return -1;
+	return 0;
+}
+
 static int teardown(void **state)
 {
 	(void)state;
@@ -78,7 +98,7 @@ static int drop_subs(void **state)
 	(void)state;
 	for (unsigned i = 0; i < MAX_SUBS; i++)
 		if (T->subs[i].used)
-			relay_sub_remove(&T->subs[i]);
+			relay_sub_remove(T, &T->subs[i]);
 	rte_eth_tx_buffer_flush(0, 0, T->txb[0]);
 	return 0;
 }
@@ -144,6 +164,7 @@ static sub *paced_sub(uint32_t ip, uint16_t port, uint8_t last_mac)
 	s->mac_from = MAC_CONF;
 	uint8_t mac[6] = {2, 0, 0, 0, 1, last_mac};
 	memcpy(s->mac, mac, 6);
+	relay_sub_sync(T, s, 0);
 	return s;
 }
 
@@ -538,6 +559,91 @@ static void test_keyframe_streams_go_to_those_that_asked(void **state)
 	assert_int_equal(outputs(b), ob + 3);
 }
 
+/* Two fan-out lanes: subscriber slot i is lane i % 2's, new subscribers
+ * go to the lane with fewest; what the main lcore changes reaches lane 1
+ * only through its ring (so nothing of lane 1's changes until lane 1 runs
+ * its jobs); a frame reaches lane 1 with its refcount raised once, and
+ * each lane makes its own subscribers' outputs, and only those; a NACK is
+ * answered by the lane that owns the subscriber; a LEAVE is flushed by
+ * it; the counters of both lanes are summed. */
+static void test_subscribers_are_owned_by_one_fanout_lcore_each(void **state)
+{
+	(void)state;
+	lane *l0 = &T->lanes[0], *l1 = &T->lanes[1];
+	assert_int_equal(T->n_lanes, 2);
+	assert_int_equal(l1->lcore, 1);
+	assert_int_equal(T->n_workers, 0); /* the main lcore receives */
+	sub *s[4];
+	for (int i = 0; i < 4; i++) {
+		s[i] = paced_sub(0xC6120010u + (uint32_t)i, (uint16_t)(7500 + i), (uint8_t)i);
+		assert_int_equal(s[i]->lane, (unsigned)i % 2);
+	}
+	assert_int_equal(T->lane_subs[0], 2);
+	assert_int_equal(T->lane_subs[1], 2);
+	assert_int_equal(l0->used_mask, 0x5);
+	assert_int_equal(l1->used_mask, 0); /* handed over, not taken yet */
+	assert_int_equal(relay_lane_poll(T, l1), 4); /* two SYNCs each */
+	assert_int_equal(l1->used_mask, 0xA);
+	assert_memory_equal(s[1]->out.mac, s[1]->mac, 6);
+
+	uint64_t fanout = relay_sum_counter(T, C_FANOUT);
+	uint8_t fr[1200];
+	receive(datagram(T->cf.data_port, fr, frame(fr, 5, 2)));
+	struct rte_mbuf *cached = rp_cache_get(&T->cache, 99, 2, 5);
+	assert_non_null(cached);
+	/* the cache, lane 0's two clones, lane 1's reference */
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 2 + 1);
+	assert_int_equal(outputs(s[0]) + outputs(s[2]), 2);
+	assert_int_equal(outputs(s[1]) + outputs(s[3]), 0);
+	assert_int_equal(relay_lane_poll(T, l1), 1);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 4); /* its reference for 2 clones */
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(outputs(s[i]), 1);
+	assert_int_equal(l1->own.c[C_FANOUT], 2);
+	assert_int_equal(relay_sum_counter(T, C_FANOUT), fanout + 4);
+	assert_int_equal(l1->queued_mask, 0xA);
+	assert_int_equal(l0->queued_mask, 0x5);
+
+	/* a JOINed subscriber of lane 1's (the fifth takes lane 0, the sixth
+	 * lane 1): its NACK is answered there */
+	ctl_send(RP_JOIN, 9001, 0);
+	ctl_send(RP_JOIN, 9002, 0);
+	sub *j = relay_sub_by_control(T, 0xC6120063u, 9002);
+	assert_non_null(j);
+	assert_int_equal(j->lane, 1);
+	relay_lane_poll(T, l1);
+	uint64_t before = outputs(j);
+	ctl_send(RP_NACK, 9002, 5);
+	assert_int_equal(outputs(j), before); /* not on the main lcore */
+	assert_int_equal(relay_lane_poll(T, l1), 1);
+	assert_int_equal(outputs(j), before + 1);
+	/* unpaced: sent at once, through lane 1's own TX queue and buffer */
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 4 + 1);
+	rte_eth_tx_buffer_flush(0, l1->txq, l1->txb[0]);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 4);
+
+	/* a LEAVE frees the slot at once on the main lcore; its queue and
+	 * outputs are its lane's to drop */
+	sub *gone = s[3];
+	relay_sub_remove(T, gone);
+	assert_int_equal(T->lane_subs[1], 2);
+	assert_int_equal(rte_ring_count(gone->q), 1);
+	relay_lane_poll(T, l1);
+	assert_int_equal(rte_ring_count(gone->q), 0);
+	assert_int_equal(l1->used_mask & 0x8, 0);
+	assert_int_equal(l1->queued_mask & 0x8, 0);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 3);
+	/* the slot, taken again, is lane 1's still (ordered behind the LEAVE) */
+	assert_ptr_equal(paced_sub(0xC6120030u, 7530, 30), gone);
+	relay_lane_poll(T, l1);
+	assert_int_equal(gone->tx_pkts, 0);
+	for (unsigned i = 0; i < MAX_SUBS; i++)
+		relay_sub_remove(T, &T->subs[i]);
+	relay_lane_poll(T, l1);
+	assert_int_equal(l0->used_mask | l1->used_mask, 0);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
+}
+
 /* NACKs are answered from the cache to a JOINed subscriber only. */
 static void test_nack_is_answered_from_the_cache_to_joined_subscribers_only(void **state)
 {
@@ -648,11 +754,10 @@ static void test_pacing_holds_a_subscriber_to_its_rate(void **state)
 	receive(datagram(T->cf.data_port, fr, fl));
 	struct rte_mbuf *f = rp_cache_get(&T->cache, 99, 4, 1);
 	assert_non_null(f);
-	lcore_stats *st = &T->stats[rte_lcore_id()];
 	/* 1000 x about 1.2 kB queued: more than 200 ms at the rate, so the
 	 * pacer, not the queue, decides what leaves */
 	for (int i = 0; i < 1000; i++)
-		relay_emit(T, s, f, f->hash.fdir.hi, st);
+		relay_emit(T, &T->lanes[0], s, f, f->hash.fdir.hi, T->auth.run);
 	assert_true(rte_ring_count(s->q) >= 1000); /* and the frame as it came */
 	uint64_t t0 = rte_get_tsc_cycles(), sent0 = s->tx_bytes, last = t0, starved = 0;
 	/* a gap between two calls longer than the burst lasts (65536 B at
@@ -664,7 +769,7 @@ static void test_pacing_holds_a_subscriber_to_its_rate(void **state)
 		if (now - last > burst_t)
 			starved += now - last - burst_t;
 		last = now;
-		relay_pace(T, st);
+		relay_pace(T, &T->lanes[0]);
 	}
 	double secs = (double)(rte_get_tsc_cycles() - t0) / (double)T->hz;
 	double most = 65536 + 1e6 * secs + 1300; /* burst + rate * time */
@@ -820,7 +925,11 @@ int main(void)
 		cmocka_unit_test_teardown(test_first_frame_events_follow_versions_that_go_back,
 					  drop_subs),
 	};
+	const struct CMUnitTest lanes[] = {
+		cmocka_unit_test(test_subscribers_are_owned_by_one_fanout_lcore_each),
+	};
 	int rc = cmocka_run_group_tests_name("relay_eal", tests, setup, teardown);
+	rc |= cmocka_run_group_tests_name("relay_eal_fanout", lanes, setup_lanes, teardown);
 	rte_eal_cleanup();
 	return rc;
 }

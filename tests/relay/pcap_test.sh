@@ -12,6 +12,9 @@
 # (bfpatch pcap --key) and copies with a flipped byte are mixed in too; the
 # relay, holding the key, must relay every signed frame and count each
 # tampered one as drop_auth (checked on whichever lcore received it).
+# APPX: more relay options; with --fanout-lcores N the port gets N TX
+# queues (a tx_pcap each, merged before the check) and every fan-out lcore
+# must have made the outputs of the subscribers it owns, and only those.
 set -u
 BFP=$1
 RELAY=$2
@@ -20,6 +23,8 @@ EXTRA=${4:-}
 KEY=${5:-}
 APPX=${6:-} # more relay options (after --)
 case $LCORES in *@*) LC="--lcores=$LCORES" ;; *) LC="-l $LCORES" ;; esac
+FAN=$(printf '%s\n' "$APPX" | sed -n 's/.*--fanout-lcores[ =]\([0-9]*\).*/\1/p')
+FAN=${FAN:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T" /var/run/dpdk/bfprelay$$' EXIT
@@ -59,9 +64,11 @@ else # the keyless path: unsigned frames, no key at the relay
 	RK="--insecure"
 fi
 nbad=$(python3 "$HERE/pcaptool.py" mix "$T/signed.pcap" "$T/in.pcap") || fail mix
+TXP="tx_pcap=$T/out0.pcap"
+for q in $(seq 1 $((FAN - 1))); do TXP="$TXP,tx_pcap=$T/out$q.pcap"; done
 # shellcheck disable=SC2086 # LC and EXTRA are lists of options
 "$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfprelay$$ $LC --log-level=lib.eal:error \
-	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" $EXTRA -- \
+	--vdev=net_pcap0,rx_pcap="$T/in.pcap",$TXP $EXTRA -- \
 	--ip 0:198.18.0.1 --check-crc --run-time 3 $RK $APPX \
 	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11$S1 \
 	--subscriber 198.18.0.12:7500,mac=02:00:00:00:00:12$S2 \
@@ -82,6 +89,24 @@ assert got == want and len(subs) == 9, subs
 PY
 fi
 wait "$RPID" || { cat "$T/relay.log"; fail "relay exited with an error"; }
+# each TX queue's capture: what its fan-out lcore sent (queue 0: the main
+# lcore's, ARP too); the destinations each sent to are disjoint, and with
+# several lanes each sent to one at least (3 subscribers, up to 3 lanes)
+python3 - "$HERE" "$T" "$FAN" <<'PY' || { cat "$T/relay.log"; fail "outputs by fan-out lcore"; }
+import sys
+sys.path.insert(0, sys.argv[1])
+from pcaptool import read_pcap, write_pcap, outputs
+t, fan = sys.argv[2], int(sys.argv[3])
+alls, dests = [], []
+for q in range(fan):
+    alls += read_pcap("%s/out%d.pcap" % (t, q))
+    dests.append({(u[1], u[3]) for _, u in outputs("%s/out%d.pcap" % (t, q)) if u})
+write_pcap(t + "/out.pcap", alls)
+for a in range(fan):
+    assert fan == 1 or dests[a], "fan-out lcore %d sent nothing" % a
+    for b in range(a):
+        assert not dests[a] & dests[b], "lanes %d and %d sent to the same subscriber" % (b, a)
+PY
 if [ "$KEY" = perhop ]; then
 	python3 "$HERE/pcaptool.py" check-perhop "$T/frames.pcap" "$T/out.pcap" \
 		"198.18.0.11:7500=$T/peer1,198.18.0.12:7500=$T/peer2,198.18.0.13:7600=$T/peer3" ||

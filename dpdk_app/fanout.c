@@ -1,0 +1,257 @@
+/*
+ * fanout.c: a frame's outputs spread over several lcores (--fanout-lcores
+ * N), with nothing on the fast path taking a lock.
+ *
+ * Ownership. The N fan-out lanes are the main lcore (lane 0) and the last
+ * N - 1 worker lcores. Subscriber slot subs[i] belongs to lanes[i % N] for
+ * as long as the relay runs, whoever takes or frees the slot; a new
+ * subscriber takes a free slot of the lane that owns fewest (among the
+ * lanes with a TX queue on its port). Each sub has two halves: the control
+ * half (address, ports, MAC, model, JOIN version, key, pacing rate, NACK
+ * budget, last heard) is written by the main lcore alone, which keeps the
+ * subscriber table, JOIN/LEAVE/expiry, ARP and the repair cache; the output
+ * half (a copy of what outputs are made from, its token bucket, queue,
+ * held packet and tx/drop counters) by its owner lane alone. Lane l also
+ * owns its used/queued masks, its TX queue (queue l of every port it sends
+ * on) and its TX buffers, so pacing and transmit are per lane too.
+ *
+ * Handover. The main lcore reaches lane l (l > 0) through one
+ * single-producer, single-consumer ring of jobs, in order: FRAME (a
+ * received frame, its mbuf's refcount raised once for the lane, with its
+ * model, version, payload sum and the run followed, so the lane reads
+ * neither the cache nor the main lcore's run), RESEND (a cached frame for
+ * one subscriber: a NACK's answer, sent by the owner) and SYNC (a
+ * subscriber's control half copied into the job: taken, changed, flushed or
+ * freed). A lane applies a SYNC to the output half between frames, so a
+ * subscriber's fields never change under an output being made; a freed
+ * slot is flushed by its owner, and since the slot's owner never changes,
+ * the SYNC that takes it again comes after, through the same ring. Lane 0
+ * runs the same jobs at once, on the main lcore. A full ring drops a
+ * FRAME or RESEND for that lane (drop_lane_full); a SYNC waits for room.
+ *
+ * The frame's payload is shared: each lane clones it for its own
+ * subscribers (output.c) and drops its reference when done; the cache
+ * holds its own. Counters are per lane (lane 0's are the main lcore's),
+ * summed by the readers. With N = 1 (the default) there are no rings and
+ * the main lcore makes every output itself.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_pause.h>
+
+#include "bfpatch.h"
+#include "relay.h"
+
+int relay_lanes_create(relay *r)
+{
+	if (r->cf.fanout_lanes < 1)
+		r->cf.fanout_lanes = 1;
+	r->n_lanes = r->cf.fanout_lanes;
+	for (unsigned k = 0; k < r->n_lanes; k++) {
+		lane *l = &r->lanes[k];
+		l->idx = k;
+		l->txq = (uint16_t)k;
+		l->rx_short = -1;
+		l->st = k ? &l->own : &r->stats[rte_get_main_lcore()];
+		l->lcore = k ? UINT32_MAX : rte_get_main_lcore();
+		if (!k)
+			continue;
+		char name[32];
+		snprintf(name, sizeof(name), "lane%u", k);
+		l->jobs = rte_ring_create_elem(name, sizeof(lane_job), LANE_RING,
+					       (int)rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
+		if (!l->jobs)
+			return -1;
+	}
+	for (unsigned i = 0; i < MAX_SUBS; i++)
+		r->subs[i].lane = i % r->n_lanes;
+	return 0;
+}
+
+int relay_lanes_place(relay *r)
+{
+	unsigned workers = rte_lcore_count() - 1, lc, w = 0;
+	if (workers < r->n_lanes - 1) {
+		RELAY_LOG(ERR, "--fanout-lcores %u needs %u worker lcore(s) beside the main one "
+			  "(EAL -l), there are %u\n", r->n_lanes, r->n_lanes - 1, workers);
+		return -1;
+	}
+	/* the last n_lanes - 1 workers fan out, those before them receive */
+	RTE_LCORE_FOREACH_WORKER(lc) {
+		if (w >= workers - (r->n_lanes - 1)) {
+			unsigned k = w - (workers - (r->n_lanes - 1)) + 1;
+			r->lanes[k].lcore = lc;
+			r->lane_of[lc] = (uint8_t)k;
+		}
+		w++;
+	}
+	return 0;
+}
+
+/* A FRAME or RESEND: f's outputs for lane l's subscribers (one of them,
+ * RESEND) that take it. */
+static void lane_frame(relay *r, lane *l, const lane_job *j)
+{
+	l->rx_short = -1;
+	l->q_share = 0;
+	if (j->op == JOB_RESEND) {
+		sub *s = &r->subs[j->sub];
+		if (s->out.used)
+			relay_emit(r, l, s, j->f, j->sum, j->run);
+		return;
+	}
+	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1): not
+	 * to a subscriber that holds its version or a later one (one
+	 * subscriber's JOIN with version NONE must not send the whole model
+	 * to every other); to those that asked (NONE), relays, static
+	 * subscribers and those behind it */
+	for (uint64_t u = l->used_mask; u; u &= u - 1) {
+		sub *s = &r->subs[__builtin_ctzll(u)];
+		const sub_out *o = &s->out;
+		if ((o->model_id == 0 || o->model_id == j->model) &&
+		    (!j->key || o->is_static || o->join_version >= RP_VERSION_NONE ||
+		     o->join_version < j->version))
+			relay_emit(r, l, s, j->f, j->sum, j->run);
+	}
+}
+
+/* A SYNC: the subscriber's output half from the main lcore's copy. */
+static void lane_sync(relay *r, lane *l, const lane_job *j)
+{
+	sub *s = &r->subs[j->sub];
+	const uint64_t bit = 1ull << j->sub;
+	if ((j->flags & SYNC_FLUSH) || !j->v.used) {
+		relay_sub_flush(s); /* queued for an old port, or for one gone */
+		l->queued_mask &= ~bit;
+	}
+	if (j->flags & SYNC_FRESH)
+		s->tx_pkts = s->tx_bytes = s->drops = 0;
+	if (j->flags & SYNC_BUCKET)
+		rp_bucket_init(&s->bucket, j->rate, j->burst, rte_get_tsc_cycles());
+	s->out = j->v;
+	if (j->v.used)
+		l->used_mask |= bit;
+	else
+		l->used_mask &= ~bit;
+}
+
+static void lane_run(relay *r, lane *l, lane_job *j)
+{
+	if (j->op == JOB_SYNC) {
+		lane_sync(r, l, j);
+		return;
+	}
+	lane_frame(r, l, j);
+	if (l->idx)
+		rte_pktmbuf_free(j->f); /* the reference handed over */
+}
+
+/* Hand job j to lane k: at once for lane 0, else through its ring (a
+ * SYNC waits for room; anything else is dropped, counted, when full). */
+static void lane_hand(relay *r, unsigned k, lane_job *j, lcore_stats *st)
+{
+	if (k == 0) {
+		lane_run(r, &r->lanes[0], j);
+		return;
+	}
+	lane *l = &r->lanes[k];
+	if (j->op != JOB_SYNC)
+		rte_mbuf_refcnt_update(j->f, 1);
+	while (rte_ring_enqueue_elem(l->jobs, j, sizeof(*j)) != 0) {
+		if (j->op != JOB_SYNC || force_quit) {
+			if (j->op != JOB_SYNC)
+				rte_pktmbuf_free(j->f);
+			st->c[C_LANE_FULL]++;
+			return;
+		}
+		rte_pause(); /* the lane empties its ring as it runs */
+	}
+}
+
+void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version, int key,
+		  uint32_t sum, lcore_stats *st)
+{
+	lane_job j = {.f = f, .model = model, .run = r->auth.run, .sum = sum,
+		      .version = version, .op = JOB_FRAME, .key = (uint8_t)key};
+	/* the other lanes first, so that they work while this one does */
+	for (unsigned k = 1; k < r->n_lanes; k++)
+		if (r->lane_subs[k])
+			lane_hand(r, k, &j, st);
+	lane_run(r, &r->lanes[0], &j);
+}
+
+void relay_resend(relay *r, sub *s, struct rte_mbuf *f, uint32_t sum, lcore_stats *st)
+{
+	lane_job j = {.f = f, .run = r->auth.run, .sum = sum, .op = JOB_RESEND,
+		      .sub = (uint8_t)(s - r->subs)};
+	lane_hand(r, s->lane, &j, st);
+}
+
+void relay_sub_sync(relay *r, sub *s, unsigned flags)
+{
+	lane_job j;
+	memset(&j, 0, sizeof(j));
+	j.op = JOB_SYNC;
+	j.sub = (uint8_t)(s - r->subs);
+	j.flags = (uint8_t)flags;
+	j.rate = s->pace_rate;
+	j.burst = s->pace_burst;
+	j.v.used = (uint8_t)s->used;
+	j.v.has_mac = s->mac_from != MAC_NONE;
+	j.v.is_static = (uint8_t)s->is_static;
+	j.v.ip = s->ip;
+	j.v.data_port = s->data_port;
+	j.v.eth_port = s->eth_port;
+	memcpy(j.v.mac, s->mac, 6);
+	j.v.model_id = s->model_id;
+	j.v.join_version = s->join_version;
+	j.v.key = s->key;
+	lane_hand(r, s->lane, &j, r->lanes[0].st);
+}
+
+unsigned relay_lane_poll(relay *r, lane *l)
+{
+	lane_job jobs[BURST];
+	unsigned n = rte_ring_dequeue_burst_elem(l->jobs, jobs, sizeof(jobs[0]), BURST, NULL);
+	for (unsigned i = 0; i < n; i++)
+		lane_run(r, l, &jobs[i]);
+	return n;
+}
+
+static void lane_flush(relay *r, lane *l)
+{
+	for (uint16_t p = 0; p < r->n_ports; p++)
+		if (l->txb[p])
+			rte_eth_tx_buffer_flush(p, l->txq, l->txb[p]);
+}
+
+int relay_lane_main(relay *r, lane *l)
+{
+	uint64_t drain = r->hz / 10000 + 1, last_flush = 0;
+	while (!force_quit) {
+		relay_lane_poll(r, l);
+		relay_pace(r, l);
+		uint64_t now = rte_get_tsc_cycles();
+		if (now - last_flush > drain) { /* TX drained on a timer */
+			lane_flush(r, l);
+			last_flush = now;
+		}
+	}
+	lane_flush(r, l);
+	return 0;
+}
+
+void relay_lanes_drain(relay *r)
+{
+	for (unsigned k = 1; k < r->n_lanes; k++) {
+		lane_job j;
+		while (r->lanes[k].jobs &&
+		       rte_ring_dequeue_elem(r->lanes[k].jobs, &j, sizeof(j)) == 0)
+			if (j.op != JOB_SYNC)
+				rte_pktmbuf_free(j.f);
+	}
+}
