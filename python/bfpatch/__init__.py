@@ -1,7 +1,8 @@
 """bfpatch from Python.
 
 Actors: WeightBuffer maps the weight buffer a bfpatch-shim commits into,
-zero-copy (numpy or torch views), with the safe-point handshake.
+zero-copy (numpy or torch views, read-only unless asked otherwise), with
+the safe-point handshake.
 """
 from .buffer import COMMITTING, READY, RESYNC, WeightBuffer
 

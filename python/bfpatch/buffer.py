@@ -1,147 +1,207 @@
-"""bfpatch.buffer: map a bfpatch-shim weight buffer from Python, zero-copy.
+"""The actor's side: map a bfpatch-shim weight buffer, zero-copy.
 
-No build step: the buffer is a file (common/wbuf.h) that this module
-maps with mmap; tensors come back as numpy arrays (or torch tensors) that
-view the mapped memory directly, so they see each committed version as the
-shim writes it. Works with Debian's python3-numpy and python3-torch.
+The buffer is a file (common/wbuf.h) that this module maps with mmap;
+tensors come back as numpy arrays or torch tensors that view the mapped
+memory, so they see each version as the shim commits it.
 
     buf = WeightBuffer("/dev/shm/policy")
-    v = buf.wait_version(after=buf.version, timeout=60)   # next version
-    w = buf.tensor("model.layers.0.mlp.up_proj.weight")  # numpy, no copy
-    t = buf.tensor(name, torch=True)                      # torch bfloat16
+    v = buf.safe_point(timeout=30)            # between rollouts
+    model.load_weights(buf.named_tensors())   # (name, torch tensor) pairs
 
-Read at a safe point: a commit writes in place. `consistent(fn)` runs fn
-until it saw no commit in progress from start to end (a sequence lock).
-`WeightBuffer(path, writable=False)` maps the buffer read-only, for an
-actor that never takes part in safe points.
+Views are read-only unless asked for with writable=True: a stray write
+into the weights would make the next commit fail its hash check and cost
+a full keyframe resend. numpy refuses such a write (ValueError); torch has
+no read-only tensors, so a write through a read-only torch view ends the
+process with SIGSEGV rather than corrupt the version.
 
-With `bfpatch-shim --commit safe-point` the shim stages a complete version
-and waits; the actor calls `safe_point()` between rollouts, which lets the
-shim commit the staged version and returns once it is committed:
-
-    while True:
-        v = buf.safe_point(timeout=30)   # commits what is staged, if any
-        run_rollouts(policy_version=v)
+Timeouts: wait_version(), safe_point() and consistent() raise TimeoutError
+when their timeout passes, never return a stale version silently.
 """
 import json
 import mmap
+import os
 import struct
 import time
+import warnings
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, TypeVar
+
+from . import dtypes as _dt
 
 MAGIC = b"BFPWBUF1"
 # wbuf_hdr: magic, layout, hdr_size, n_params, model_id, st_offset, st_len,
-# data_offset, data_bytes, version, state, target, flags, seq; then at 88
-# staged and at 92 allow (the safe-point handshake)
+# data_offset, data_bytes, version (64), state (68), target, flags, seq
+# (80); then staged (88) and allow (92), the safe-point handshake
+_OFF_VERSION = 64
+_OFF_STATE = 68
+_OFF_SEQ = 80
 _OFF_STAGED = 88
 _OFF_ALLOW = 92
 READY, COMMITTING, RESYNC = 0, 1, 2
 _HDR = struct.Struct("<8sIIQQQQQQIIIIQ")
 
-_NUMPY = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "I8": "i1",
-          "U8": "u1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
-          "I64": "<i8", "U64": "<u8", "BOOL": "?", "F8_E4M3": "u1", "F8_E5M2": "u1"}
+T = TypeVar("T")
+
+# (safetensors dtype, shape, begin, end): end - begin bytes of the data
+# section from begin
+TensorInfo = Tuple[str, Tuple[int, ...], int, int]
+
+
+def parse_tensor_table(raw: bytes, data_bytes: int) -> Dict[str, TensorInfo]:
+    """The tensors of a safetensors header (its 8-byte length and JSON),
+    in the order of their data, each inside data_bytes. Raises ValueError
+    for a header that is not one."""
+    try:
+        n = struct.unpack_from("<Q", raw, 0)[0]
+        if 8 + n > len(raw):
+            raise ValueError("header length %d past its %d bytes" % (n, len(raw)))
+        meta = json.loads(bytes(raw[8:8 + n]).rstrip(b" "))
+        out = []
+        for name, t in meta.items():
+            if name == "__metadata__":
+                continue
+            b, e = t["data_offsets"]
+            if not 0 <= b <= e <= data_bytes:
+                raise ValueError("tensor %s outside the data" % name)
+            if t["dtype"] not in _dt.DTYPES:
+                raise ValueError("tensor %s of unknown dtype %s" % (name, t["dtype"]))
+            out.append((b, e, name, t["dtype"], tuple(int(d) for d in t["shape"])))
+        out.sort()
+        return {name: (dt, shape, b, e) for b, e, name, dt, shape in out}
+    except (ValueError, KeyError, TypeError, struct.error) as x:
+        raise ValueError("damaged tensor table (%s)" % x) from None
+
+
+def _lock_holder(fd: int) -> Optional[int]:
+    """The pid holding an exclusive flock(2) on fd's file (the writer's
+    lock, wbuf_lock()), 0 if held by a process not to be seen from here
+    or where /proc/locks cannot be read, None if none holds it."""
+    st = os.fstat(fd)
+    dev = "%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 4242 00:1b:2617 0 EOF"; a waiter's
+        # line ("1: -> FLOCK ...") is no holder
+        p = line.split()
+        if len(p) >= 6 and p[1] == "FLOCK" and p[3] == "WRITE" and p[5] == dev:
+            try:
+                return max(int(p[4]), 0)
+            except ValueError:
+                return 0
+    return None
 
 
 class WeightBuffer:
-    def __init__(self, path, writable=True):
-        """Map the buffer at path. writable=False maps it read-only (an
-        actor that only reads weights; safe_point() and allow() need to
-        write the handshake word and raise then). Raises ValueError for a
-        file that is not a whole weight buffer."""
+    """A bfpatch weight buffer (common/wbuf.h), mapped."""
+
+    def __init__(self, path: str, writable: bool = True) -> None:
+        """Map the buffer at path. writable=False maps it read-only, for
+        an actor that takes no part in safe points (safe_point() and
+        allow() write the handshake word and raise PermissionError then,
+        as tensor(writable=True) does). Raises ValueError for a file that
+        is not a whole weight buffer."""
+        self.path = path
         self.writable = writable
+        self._mm: Optional[mmap.mmap] = None
+        self._ro: Optional[mmap.mmap] = None
         self._f = open(path, "r+b" if writable else "rb")
         try:
             size = self._f.seek(0, 2)
             if size < _HDR.size:
                 raise ValueError("%s: not a bfpatch weight buffer (%d bytes, shorter than "
                                  "its header)" % (path, size))
-            self._mm = mmap.mmap(self._f.fileno(), 0,
-                                 access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+            # the read-only views' mapping: its pages take no write
+            self._ro = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._mm = mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_WRITE) \
+                if writable else self._ro
             self._parse(path, size)
         except BaseException:
-            if getattr(self, "_mm", None) is not None:
-                self._mm.close()
+            self._unmap()
             self._f.close()
             raise
 
-    def _parse(self, path, size):
-        h = _HDR.unpack_from(self._mm, 0)
+    def _parse(self, path: str, size: int) -> None:
+        h = _HDR.unpack_from(self._ro, 0)
         if h[0] != MAGIC or h[1] != 1:
             raise ValueError("%s: not a bfpatch weight buffer" % path)
         (_, _, _, self.n_params, self.model_id, st_off, st_len,
          self.data_offset, self.data_bytes) = h[:9]
-        # the shim checks these too (wbuf_open): a buffer cut short, or a
-        # header that points outside the file, is refused, not half-read
+        # as the shim checks (wbuf_open): a buffer cut short, or a header
+        # that points outside the file, is refused, not half-read
         whole = self.data_offset + 2 * self.n_params
         if whole > size or self.data_bytes > 2 * self.n_params or st_off < _HDR.size \
                 or st_off + st_len > self.data_offset:
             raise ValueError("%s: bfpatch weight buffer cut short or damaged (%d bytes, its "
                              "header says %d)" % (path, size, whole))
-        self.tensors = {}
+        self.tensors: Dict[str, TensorInfo] = {}
+        """name -> (safetensors dtype, shape, first byte, end byte) of the
+        data section, in the order of the data"""
         if st_len:
             try:
-                n = struct.unpack_from("<Q", self._mm, st_off)[0]
-                if 8 + n > st_len:
-                    raise ValueError("header length %d past its %d bytes" % (n, st_len))
-                meta = json.loads(bytes(self._mm[st_off + 8:st_off + 8 + n]).rstrip(b" "))
-                for name, t in meta.items():
-                    if name == "__metadata__":
-                        continue
-                    b, e = t["data_offsets"]
-                    if not 0 <= b <= e <= self.data_bytes:
-                        raise ValueError("tensor %s outside the data" % name)
-                    self.tensors[name] = (t["dtype"], tuple(t["shape"]), b, e)
-            except (ValueError, KeyError, TypeError, struct.error) as x:
-                raise ValueError("%s: bfpatch weight buffer with a damaged tensor table (%s)"
-                                 % (path, x)) from None
+                self.tensors = parse_tensor_table(self._ro[st_off:st_off + st_len],
+                                                  self.data_bytes)
+            except ValueError as x:
+                raise ValueError("%s: bfpatch weight buffer with a %s" % (path, x)) from None
 
-    def _u32(self, off):
-        return struct.unpack_from("<I", self._mm, off)[0]
+    def _u32(self, off: int) -> int:
+        return struct.unpack_from("<I", self._ro, off)[0]
 
     @property
-    def version(self):
+    def version(self) -> int:
         """The committed version."""
-        return self._u32(64)
+        return self._u32(_OFF_VERSION)
 
     @property
-    def state(self):
+    def state(self) -> int:
         """READY (0), COMMITTING (1) or RESYNC (2: no valid version until
         a keyframe stream is committed)."""
-        return self._u32(68)
+        return self._u32(_OFF_STATE)
 
     @property
-    def committing(self):
+    def committing(self) -> bool:
         return self.state == COMMITTING
 
     @property
-    def staged(self):
+    def staged(self) -> int:
         """The version the shim has staged and waits to commit (safe-point
         mode); not newer than `version` if none waits."""
         return self._u32(_OFF_STAGED)
 
-    def allow(self, version):
-        """Let the shim commit versions up to `version` whenever complete."""
-        if not self.writable:
-            raise PermissionError("buffer opened with writable=False")
-        struct.pack_into("<I", self._mm, _OFF_ALLOW, version)
-
-    def safe_point(self, timeout=None, poll=0.005):
-        """The actor is at a safe point: let the shim commit the version it
-        has staged, wait until it is committed, and return the committed
-        version (at once if nothing is staged)."""
-        want = self.staged
-        if want <= self.version:
-            return self.version
-        self.allow(want)
-        return self.wait_version(after=want - 1, timeout=timeout, poll=poll)
+    @property
+    def seq(self) -> int:
+        """The sequence counter: odd while a commit is in progress."""
+        return struct.unpack_from("<Q", self._ro, _OFF_SEQ)[0]
 
     @property
-    def seq(self):
-        return struct.unpack_from("<Q", self._mm, 80)[0]
+    def writer(self) -> Optional[int]:
+        """The pid of the process that writes the buffer (its bfpatch-shim,
+        or a trainer's Publisher), which holds the writer's lock on the
+        file; 0 if one holds it that cannot be seen from here (another pid
+        namespace, no /proc/locks); None if no process does, so no commit
+        will come."""
+        return _lock_holder(self._f.fileno())
 
-    def wait_version(self, after, timeout=None, poll=0.01):
-        """Wait until a version newer than `after` is committed; returns it
-        (or the current one on timeout)."""
+    def allow(self, version: int) -> None:
+        """Let the shim commit versions up to `version` whenever complete."""
+        if not self.writable:
+            raise PermissionError("%s opened with writable=False" % self.path)
+        struct.pack_into("<I", self._mm, _OFF_ALLOW, version)
+
+    def _timeout(self, what: str, timeout: float) -> TimeoutError:
+        w = self.writer
+        why = "" if w is not None else \
+            "; no process holds its writer's lock: no bfpatch-shim runs on this buffer"
+        return TimeoutError("%s: %s within %gs (at version %d, state %d)%s"
+                            % (self.path, what, timeout, self.version, self.state, why))
+
+    def wait_version(self, after: int, timeout: Optional[float] = None,
+                     poll: float = 0.01) -> int:
+        """Wait until a version newer than `after` is committed and whole;
+        return it. Raises TimeoutError when none is within timeout seconds
+        (None: wait for ever)."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             s = self.seq
@@ -149,11 +209,40 @@ class WeightBuffer:
             if v > after and s % 2 == 0 and self.state == READY:
                 return v
             if end is not None and time.monotonic() > end:
-                return v
+                raise self._timeout("no version after %d was committed" % after, timeout)
             time.sleep(poll)
 
-    def consistent(self, fn, timeout=None):
-        """Run fn() until no commit overlapped it; returns its result.
+    def safe_point(self, timeout: Optional[float] = None, poll: float = 0.005) -> int:
+        """The actor is at a safe point (bfpatch-shim --commit safe-point):
+        let the shim commit the version it has staged, wait until it is
+        committed, and return the committed version; at once if nothing is
+        staged and the buffer holds a whole version. Raises TimeoutError
+        when that is not so within timeout seconds (None: wait for ever),
+        which includes a buffer no shim runs on: nothing would ever be
+        committed into it. Between two safe points the shim commits
+        nothing, so views read there see one version."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.writer is not None:
+                want = self.staged
+                if want > self.version:
+                    self.allow(want)
+                    left = None if end is None else max(end - time.monotonic(), 0.0)
+                    try:
+                        return self.wait_version(after=want - 1, timeout=left, poll=poll)
+                    except TimeoutError:
+                        raise self._timeout("staged version %d was not committed" % want,
+                                            timeout) from None
+                s = self.seq
+                v = self.version
+                if s % 2 == 0 and self.state == READY:
+                    return v
+            if end is not None and time.monotonic() > end:
+                raise self._timeout("no safe point was reached", timeout)
+            time.sleep(poll)
+
+    def consistent(self, fn: Callable[[], T], timeout: Optional[float] = None) -> T:
+        """Run fn() until no commit overlapped it; return its result.
         Raises RuntimeError while the buffer holds no valid version
         (RESYNC) and TimeoutError when no quiet spell came within timeout
         seconds (a commit that does not end: its shim died mid-commit and
@@ -166,27 +255,67 @@ class WeightBuffer:
                     raise RuntimeError("the buffer holds no valid version until a keyframe "
                                        "resync commits one")
                 if end is not None and time.monotonic() > end:
-                    raise TimeoutError("a commit has been in progress for %gs" % timeout)
+                    raise self._timeout("a commit did not end", timeout)
                 time.sleep(0.001)
                 continue
             r = fn()
             if self.seq == s0:
                 return r
 
-    def tensor(self, name, torch=False):
-        """The tensor as a zero-copy view of the buffer: numpy (BF16 as
-        uint16 bit patterns) or, with torch=True, a torch tensor."""
-        dtype, shape, b, e = self.tensors[name]
-        if torch:
-            import torch as _t
-            tdt = {"BF16": _t.bfloat16, "F16": _t.float16, "F32": _t.float32}[dtype]
-            return _t.frombuffer(self._mm, dtype=tdt, count=(e - b) // 2 if dtype in ("BF16", "F16") else (e - b) // 4,
-                                 offset=self.data_offset + b).view(shape)
-        import numpy as np
-        return np.frombuffer(self._mm, dtype=np.dtype(_NUMPY[dtype]),
-                             count=(e - b) // np.dtype(_NUMPY[dtype]).itemsize,
-                             offset=self.data_offset + b).reshape(shape)
+    def tensor(self, name: str, torch: bool = False, writable: bool = False) -> Any:
+        """The tensor as a zero-copy view of the buffer: a numpy array or,
+        with torch=True, a torch tensor, of the dtype dtypes.py gives
+        (BF16: numpy uint16 bit patterns, torch.bfloat16). Read-only unless
+        writable=True (which needs the buffer opened writable). Raises
+        KeyError for a name the buffer does not hold."""
+        try:
+            st, shape, b, e = self.tensors[name]
+        except KeyError:
+            raise KeyError("%s holds no tensor %r" % (self.path, name)) from None
+        if writable and not self.writable:
+            raise PermissionError("%s opened with writable=False" % self.path)
+        mm = self._mm if writable else self._ro
+        return _view(mm, self.data_offset + b, e - b, st, shape, torch)
 
-    def close(self):
-        self._mm.close()
+    def named_tensors(self, torch: bool = True,
+                      writable: bool = False) -> Iterator[Tuple[str, Any]]:
+        """(name, view) for every tensor, in the order of the data: what an
+        engine's load_weights() takes. torch views unless torch=False."""
+        for name in self.tensors:
+            yield name, self.tensor(name, torch=torch, writable=writable)
+
+    def _unmap(self) -> None:
+        for m in {id(x): x for x in (self._mm, self._ro) if x is not None}.values():
+            m.close()
+        self._mm = self._ro = None
+
+    def close(self) -> None:
+        """Unmap the buffer. Raises BufferError while views of it are
+        still referenced."""
+        self._unmap()
         self._f.close()
+
+    def __enter__(self) -> "WeightBuffer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _view(mm: Any, off: int, nbytes: int, st: str, shape: Tuple[int, ...], torch: bool) -> Any:
+    """A view of nbytes at off of the buffer object mm as a tensor of
+    safetensors dtype st and shape."""
+    if torch:
+        import torch as _t
+        tdt = _dt.torch_dtype(st)
+        count = nbytes // _dt.itemsize(st)
+        if count == 0:  # torch.frombuffer takes no empty view
+            return _t.empty(shape, dtype=tdt)
+        with warnings.catch_warnings():
+            # a read-only buffer: torch warns that its tensor is writable;
+            # the mapping's page protection is what keeps it read-only
+            warnings.simplefilter("ignore", UserWarning)
+            return _t.frombuffer(mm, dtype=tdt, count=count, offset=off).view(shape)
+    import numpy as np
+    dt = _dt.numpy_dtype(st)
+    return np.frombuffer(mm, dtype=dt, count=nbytes // dt.itemsize, offset=off).reshape(shape)

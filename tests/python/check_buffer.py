@@ -1,8 +1,8 @@
 """check_buffer.py BUFFER STEP0 STEP1 MODULE_DIR: the Python view of a
 weight buffer: every tensor's view holds the bytes the checkpoint file
-holds (read independently), views are zero-copy (a write through one is
-in the file), and wait_version() returns once the shim committed step 1,
-after which the same views show step 1's values. With python3-torch
+holds (read independently), views are zero-copy (a write through one
+taken with writable=True is in the file), and wait_version() returns
+once the shim committed step 1, after which the same views show step 1's values. With python3-torch
 installed, torch views are checked the same way (bfloat16, zero-copy);
 TORCH=1 in the environment makes torch mandatory."""
 import os
@@ -31,7 +31,7 @@ def check_all(buf, path):
 
 buf = WeightBuffer(sys.argv[1])
 assert buf.version == 0
-views = {name: buf.tensor(name) for name in buf.tensors}
+views = {name: buf.tensor(name, writable=True) for name in buf.tensors}
 n = check_all(buf, sys.argv[2])
 print("version 0: %d tensors equal the checkpoint" % n)
 # zero-copy: a write through the view is in the file itself
