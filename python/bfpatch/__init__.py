@@ -3,8 +3,15 @@
 Actors: WeightBuffer maps the weight buffer a bfpatch-shim commits into,
 zero-copy (numpy or torch views, read-only unless asked otherwise), with
 the safe-point handshake.
+
+Trainers: Publisher commits versions from memory (numpy arrays, torch CPU
+tensors) into a weight buffer that `bfpatch publish --buffer PATH` sends
+to the actors; it needs libbfpatch_wbuf.so from bfpatch's C build.
+
+docs/INTEGRATION.md in the source tree shows both in an RL loop.
 """
 from .buffer import COMMITTING, READY, RESYNC, WeightBuffer
+from .publisher import LayoutError, Publisher
 
 __version__ = "0.2.0"
-__all__ = ["WeightBuffer", "READY", "COMMITTING", "RESYNC"]
+__all__ = ["WeightBuffer", "Publisher", "LayoutError", "READY", "COMMITTING", "RESYNC"]
