@@ -299,7 +299,10 @@ void relay_core_main(relay *r)
 		uint64_t now = rte_get_tsc_cycles();
 		if (now >= stop)
 			break;
-		if (r->n_workers == 0) {
+		if (r->n_lanes > 1 && relay_lanes_full(r)) {
+			/* a fan-out lane is behind: packets wait in the ports
+			 * (or the inbound ring), and are dropped there if need be */
+		} else if (r->n_workers == 0) {
 			rx_queue_poll(r, 0, st, 1);
 		} else {
 			struct rte_mbuf *pkts[BURST];

@@ -26,8 +26,13 @@
  * subscriber's fields never change under an output being made; a freed
  * slot is flushed by its owner, and since the slot's owner never changes,
  * the SYNC that takes it again comes after, through the same ring. Lane 0
- * runs the same jobs at once, on the main lcore. A full ring drops a
- * FRAME or RESEND for that lane (drop_lane_full); a SYNC waits for room.
+ * runs the same jobs at once, on the main lcore. While a lane's ring has
+ * no room for a burst, the main lcore takes no more packets (relay_lanes_full):
+ * the ports' queues then drop what is too much, the same frames for every
+ * subscriber (one NACK upstream repairs them all), as with one lcore;
+ * rather than each lane losing other frames. A ring full all the same
+ * drops a FRAME or RESEND for that lane (drop_lane_full); a SYNC waits for
+ * room.
  *
  * The frame's payload is shared: each lane clones it for its own
  * subscribers (output.c) and drops its reference when done; the cache
@@ -170,6 +175,14 @@ static void lane_hand(relay *r, unsigned k, lane_job *j, lcore_stats *st)
 		}
 		rte_pause(); /* the lane empties its ring as it runs */
 	}
+}
+
+int relay_lanes_full(const relay *r)
+{
+	for (unsigned k = 1; k < r->n_lanes; k++)
+		if (r->lane_subs[k] && rte_ring_free_count(r->lanes[k].jobs) < BURST)
+			return 1;
+	return 0;
 }
 
 void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version, int key,

@@ -341,6 +341,9 @@ int relay_lanes_place(relay *r);
  * it, each through its owner lane. */
 void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version, int key,
 		  uint32_t sum, lcore_stats *st);
+/* Whether a lane has no room for a burst of frames: the main lcore then
+ * takes no packets in, so that the ports drop the same frames for all. */
+int relay_lanes_full(const relay *r);
 /* Cached frame f again to s (a NACK's answer), through its owner lane. */
 void relay_resend(relay *r, sub *s, struct rte_mbuf *f, uint32_t sum, lcore_stats *st);
 /* Hand s's control half (as the main lcore just set it) to its owner
