@@ -281,6 +281,29 @@ class Publisher:
             raise RuntimeError("%s: %s" % (self.path, err.value.decode(errors="replace")))
         return version
 
+    def save_safetensors(self, path: str) -> None:
+        """Write the version last committed as a safetensors file at path
+        (the buffer's own header, then its data; written beside it and
+        renamed in): the checkpoint an actor's shim starts from
+        (bfpatch-shim --init), with this buffer's layout."""
+        h = self._handle()
+        n = ctypes.c_size_t()
+        hp = self._lib.bfp_wbuf_st_header(h, ctypes.byref(n))
+        if not n.value:
+            raise ValueError("%s holds a raw model, not a safetensors layout" % self.path)
+        tmp = "%s.tmp.%d" % (os.fspath(path), os.getpid())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(ctypes.string_at(hp, n.value))
+                f.write(memoryview(self._data)[:self.data_bytes])
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
     def close(self) -> None:
         """Unmap and unlock the buffer (a shim may then take it)."""
         if self._w is not None:

@@ -8,8 +8,9 @@
 # holds the trainer's bytes exactly (sha256 of the data section, read
 # from the file here, not through the package). Tensors that are not the
 # layout's (name, shape, dtype, a missing one, an old version) are
-# refused before anything is written, and publish() makes no copy of the
-# model on the heap.
+# refused before anything is written, publish() makes no copy of the
+# model on the heap, and layouts from tensors, from a safetensors file
+# and from save_safetensors() are one model.
 set -u
 . "$(dirname "$0")/lib.sh"
 export BFPATCH_WBUF_LIB="$BUILD/publisher/libbfpatch_wbuf.so"
@@ -111,9 +112,14 @@ with bfpatch.Publisher(SHM + ".t", as_sources(t)) as pub:
     assert pub.version == 0
     with bfpatch.Publisher(SHM + ".f", T + "/step-0000.safetensors") as pf:
         assert pf.model_id == pub.model_id, "a layout from tensors and from a file differ"
-assert buffer_file(SHM + ".t")[3] == buffer_file(SHM + ".f")[3] == \
-    __import__("hashlib").sha256(data_bytes(t)).hexdigest()
+    pub.save_safetensors(T + "/saved.safetensors")
+    with bfpatch.Publisher(SHM + ".s", T + "/saved.safetensors") as ps:
+        assert ps.model_id == pub.model_id, "save_safetensors() wrote another layout"
+sha0 = __import__("hashlib").sha256(data_bytes(t)).hexdigest()
+assert buffer_file(SHM + ".t")[3] == buffer_file(SHM + ".f")[3] == sha0
+assert buffer_file(SHM + ".s")[3] == sha0, "save_safetensors() wrote other values"
 os.unlink(SHM + ".f")
+os.unlink(SHM + ".s")
 print("ok - trainer buffer made at version 0 from %d tensors (torch: %s)"
       % (len(t), torch is not None and torch.__version__))
 PYEOF
