@@ -148,7 +148,7 @@ for size in 1500 8000; do
 		"$T/traj/step-0000.safetensors" -o "$T/skey$size"
 	"$BFP" pcap "$T/skey$size" -o "$T/sin$size.pcap" --dst 198.18.0.1:7400 --key "$T/key" 2> /dev/null
 	mbuf=$((size + 1024))
-	for run in "1 0 verify" "16 0 verify" "1 0 per-hop" "16 0 per-hop" "16 0-1 verify" \
+	for run in "1 0 verify" "16 0 verify" "1 0 per-hop" "16 0 per-hop" "1 0-1 verify" "16 0-1 verify" \
 		"16 0-1 per-hop"; do
 		set -- $run
 		fan=$1 lc=$2 mode=$3

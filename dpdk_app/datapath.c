@@ -141,12 +141,13 @@ int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st)
 	rp_pkt k;
 	rp_class cls = RP_DROP_SHORT;
 	/* UDP checksums (PROTOCOL.md 1): one the NIC checked is not summed
-	 * again; without --key, one no NIC checked is not checked here
-	 * either: each output's checksum is derived from it (RFC 1624), so it
-	 * holds exactly when the input's did and the receiver drops what was
-	 * corrupted before the relay, which never reads the payload. With
-	 * --key it is checked in software (the tag's check reads the payload
-	 * anyway), so that drop_auth counts forgeries, not line errors. */
+	 * again, and one no NIC checked is not checked here either: each
+	 * output's checksum is derived from it (RFC 1624), so it holds
+	 * exactly when the input's did and the receiver drops what was
+	 * corrupted before the relay, which never sums the payload on this
+	 * path. With --key the tag covers the payload; only a frame whose tag
+	 * fails is summed (below), so that drop_auth counts forgeries and
+	 * drop_udp line errors. */
 	const uint64_t ck = m->ol_flags & (RTE_MBUF_F_RX_L4_CKSUM_MASK | RTE_MBUF_F_RX_IP_CKSUM_MASK);
 	const int nic_good = (ck & RTE_MBUF_F_RX_L4_CKSUM_MASK) == RTE_MBUF_F_RX_L4_CKSUM_GOOD;
 	if ((ck & RTE_MBUF_F_RX_IP_CKSUM_MASK) == RTE_MBUF_F_RX_IP_CKSUM_BAD)
@@ -155,7 +156,7 @@ int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st)
 		cls = RP_DROP_UDP;
 	else if (m->nb_segs == 1)
 		cls = rp_classify(rte_pktmbuf_mtod(m, const uint8_t *), rte_pktmbuf_data_len(m),
-				  nic_good || !r->auth.n_keys ? &r->addrs_nosum : &r->addrs, &k);
+				  &r->addrs_nosum, &k);
 	st->cls[cls]++;
 	if (cls < RP_ARP_REQUEST || cls == RP_DROP_ARP) {
 		rte_pktmbuf_free(m);
@@ -168,16 +169,27 @@ int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st)
 	 * messages, whose freshness and replay state the core lcore keeps,
 	 * are checked there (relay_on_control). */
 	size_t flen;
+	const uint8_t *u = rte_pktmbuf_mtod_offset(m, const uint8_t *, RP_ETH_LEN + RP_IP_LEN);
+	const int unchecked = cls == RP_DATA && !nic_good && !r->addrs.check_crc && (u[6] | u[7]);
 	if (cls == RP_DATA && r->auth.n_keys &&
 	    rp_auth_open(&r->auth, rte_pktmbuf_mtod(m, const uint8_t *) + k.l4_off, k.l4_len, 0,
 			 0, &flen) != RP_AUTH_OK) {
-		st->c[C_AUTH_FAIL]++; /* forged or tampered: not relayed */
+		/* forged or tampered, or corrupted on the line (its UDP
+		 * checksum, unchecked so far, fails): not relayed either way */
+		const int summable = !nic_good && (u[6] | u[7]);
+		m->hash.fdir.hi = k.payload_sum;
+		m->hash.usr = SUM_UNCHECKED;
+		if (summable && rte_pktmbuf_adj(m, (uint16_t)k.l4_off) &&
+		    rte_pktmbuf_trim(m, (uint16_t)(rte_pktmbuf_pkt_len(m) - k.l4_len)) == 0 &&
+		    !relay_cached_sum_ok(m)) {
+			st->cls[RP_DATA]--;
+			st->cls[RP_DROP_UDP]++;
+		} else {
+			st->c[C_AUTH_FAIL]++;
+		}
 		rte_pktmbuf_free(m);
 		return 0;
 	}
-	const uint8_t *u = rte_pktmbuf_mtod_offset(m, const uint8_t *, RP_ETH_LEN + RP_IP_LEN);
-	const int unchecked = cls == RP_DATA && !nic_good && !r->auth.n_keys &&
-			      !r->addrs.check_crc && (u[6] | u[7]);
 	m->hash.usr = (uint32_t)cls << 16 | k.l4_len | (unchecked ? SUM_UNCHECKED : 0);
 	m->hash.fdir.hi = k.payload_sum; /* kept while the frame is cached */
 	return 1;
