@@ -181,47 +181,88 @@ static int fail(char *err, size_t errlen, const char *path, const char *why)
 	return -1;
 }
 
-int rp_auth_load(rp_auth *a, const char *path, char *err, size_t errlen)
+/* The key of id id among a->keys, and with peers among a->peers too;
+ * NULL if none. */
+static const rp_key *key_of_id(const rp_auth *a, uint32_t id, int peers)
 {
-	if (rp_auth_init())
-		return fail(err, errlen, path, "cannot initialise libsodium or intel-ipsec-mb");
+	for (unsigned i = 0; i < a->n_keys; i++)
+		if (a->keys[i].id == id)
+			return &a->keys[i];
+	return peers ? rp_auth_peer(a, id) : NULL;
+}
+
+/* A key file (or a table of them) opened for reading: a regular file that
+ * only its owner may read or write; NULL after a message. */
+static FILE *key_file_open(const char *path, char *err, size_t errlen)
+{
+	if (rp_auth_init()) {
+		fail(err, errlen, path, "cannot initialise libsodium or intel-ipsec-mb");
+		return NULL;
+	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return fail(err, errlen, path, strerror(errno));
+	if (fd < 0) {
+		fail(err, errlen, path, strerror(errno));
+		return NULL;
+	}
 	struct stat sb;
-	char buf[256];
-	ssize_t n = -1;
-	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && !(sb.st_mode & 077))
-		n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (!S_ISREG(sb.st_mode))
-		return fail(err, errlen, path, "not a regular file");
-	if (sb.st_mode & 077)
-		return fail(err, errlen, path, "readable or writable by others (chmod 600)");
-	if (n <= 0)
-		return fail(err, errlen, path, "cannot read it");
-	buf[n] = 0;
+	const char *why = NULL;
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+		why = "not a regular file";
+	else if (sb.st_mode & 077)
+		why = "readable or writable by others (chmod 600)";
+	FILE *f = why ? NULL : fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		fail(err, errlen, path, why ? why : strerror(errno));
+	}
+	return f;
+}
+
+/* The key of a line "KEY_ID HEX64" (trailing blanks allowed) into k, its
+ * two AES keys derived: 0; -1 if the line is not of that form. */
+static int key_parse(const char *line, rp_key *k)
+{
+	memset(k, 0, sizeof(*k));
 	unsigned long id;
 	char hex[65];
 	int used = 0;
-	if (sscanf(buf, "%lu %64[0-9a-fA-F]%n", &id, hex, &used) != 2 || strlen(hex) != 64 ||
-	    id > UINT32_MAX || strspn(buf + used, " \t\r\n") != strlen(buf + used))
-		return fail(err, errlen, path, "expected one line: KEY_ID then 64 hex digits");
-	if (a->n_keys == RP_AUTH_MAX_KEYS)
-		return fail(err, errlen, path, "too many keys (at most 4)");
-	for (unsigned i = 0; i < a->n_keys; i++)
-		if (a->keys[i].id == id)
-			return fail(err, errlen, path, "a key with this id is loaded already");
-	rp_key *k = &a->keys[a->n_keys];
 	size_t bin = 0;
-	if (sodium_hex2bin(k->k, sizeof(k->k), hex, 64, NULL, &bin, NULL) != 0 || bin != 32)
-		return fail(err, errlen, path, "bad hex");
+	int ok = sscanf(line, "%lu %64[0-9a-fA-F]%n", &id, hex, &used) == 2 &&
+		 strlen(hex) == 64 && id <= UINT32_MAX &&
+		 strspn(line + used, " \t\r\n") == strlen(line + used) &&
+		 sodium_hex2bin(k->k, sizeof(k->k), hex, 64, NULL, &bin, NULL) == 0 && bin == 32;
+	sodium_memzero(hex, sizeof(hex));
+	if (!ok)
+		return -1;
 	k->id = (uint32_t)id;
 	key_derive(k);
-	a->n_keys++;
-	sodium_memzero(buf, sizeof(buf));
-	sodium_memzero(hex, sizeof(hex));
 	return 0;
+}
+
+int rp_auth_load(rp_auth *a, const char *path, char *err, size_t errlen)
+{
+	FILE *f = key_file_open(path, err, errlen);
+	if (!f)
+		return -1;
+	char buf[256];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	if (n == 0)
+		return fail(err, errlen, path, "cannot read it");
+	buf[n] = 0;
+	rp_key k;
+	int rc = key_parse(buf, &k);
+	sodium_memzero(buf, sizeof(buf));
+	if (rc)
+		rc = fail(err, errlen, path, "expected one line: KEY_ID then 64 hex digits");
+	else if (a->n_keys == RP_AUTH_MAX_KEYS)
+		rc = fail(err, errlen, path, "too many keys (at most 4)");
+	else if (key_of_id(a, k.id, 0))
+		rc = fail(err, errlen, path, "a key with this id is loaded already");
+	else
+		a->keys[a->n_keys++] = k;
+	sodium_memzero(&k, sizeof(k));
+	return rc;
 }
 
 static int peer_cmp(const void *x, const void *y)
@@ -248,28 +289,12 @@ const rp_key *rp_auth_peer(const rp_auth *a, uint32_t id)
 
 int rp_auth_load_peers(rp_auth *a, const char *path, char *err, size_t errlen)
 {
-	if (rp_auth_init())
-		return fail(err, errlen, path, "cannot initialise libsodium or intel-ipsec-mb");
 	if (a->peers)
 		return fail(err, errlen, path, "peer keys are loaded already");
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return fail(err, errlen, path, strerror(errno));
-	struct stat sb;
-	FILE *f = NULL;
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return fail(err, errlen, path, "not a regular file");
-	}
-	if (sb.st_mode & 077) {
-		close(fd);
-		return fail(err, errlen, path, "readable or writable by others (chmod 600)");
-	}
-	if (!(f = fdopen(fd, "r"))) {
-		close(fd);
-		return fail(err, errlen, path, strerror(errno));
-	}
-	rp_key *t = NULL;
+	FILE *f = key_file_open(path, err, errlen);
+	if (!f)
+		return -1;
+	rp_key *t = NULL, k;
 	unsigned n = 0, cap = 0, line = 0;
 	char buf[256], why[96];
 	int rc = 0;
@@ -278,40 +303,28 @@ int rp_auth_load_peers(rp_auth *a, const char *path, char *err, size_t errlen)
 		const char *b = buf + strspn(buf, " \t");
 		if (*b == '#' || *b == '\n' || *b == '\r' || !*b)
 			continue;
-		unsigned long id;
-		char hex[65];
-		int used = 0;
-		size_t bin = 0;
-		if (sscanf(b, "%lu %64[0-9a-fA-F]%n", &id, hex, &used) != 2 || strlen(hex) != 64 ||
-		    id > UINT32_MAX || strspn(b + used, " \t\r\n") != strlen(b + used)) {
+		if (key_parse(b, &k)) {
 			snprintf(why, sizeof(why), "line %u: expected KEY_ID then 64 hex digits", line);
 			rc = fail(err, errlen, path, why);
 		} else if (n == RP_AUTH_MAX_PEERS) {
 			rc = fail(err, errlen, path, "too many peer keys (at most 65536)");
-		} else if (n == cap && !(t = realloc(t, sizeof(*t) * (cap = cap ? 2 * cap : 64)))) {
-			rc = fail(err, errlen, path, "out of memory");
-		} else {
-			rp_key *k = &t[n];
-			memset(k, 0, sizeof(*k));
-			k->id = (uint32_t)id;
-			if (sodium_hex2bin(k->k, sizeof(k->k), hex, 64, NULL, &bin, NULL) != 0 || bin != 32) {
-				snprintf(why, sizeof(why), "line %u: bad hex", line);
-				rc = fail(err, errlen, path, why);
-			}
-			for (unsigned i = 0; !rc && i < a->n_keys; i++)
-				if (a->keys[i].id == id) {
-					snprintf(why, sizeof(why), "line %u: key id %lu is also a --key",
-						 line, id);
-					rc = fail(err, errlen, path, why);
-				}
-			if (!rc) {
-				key_derive(k);
-				n++;
+		} else if (key_of_id(a, k.id, 0)) {
+			snprintf(why, sizeof(why), "line %u: key id %u is also a --key", line, k.id);
+			rc = fail(err, errlen, path, why);
+		} else if (n == cap) {
+			rp_key *more = realloc(t, sizeof(*t) * (cap ? 2 * cap : 64));
+			if (more) {
+				t = more;
+				cap = cap ? 2 * cap : 64;
+			} else {
+				rc = fail(err, errlen, path, "out of memory");
 			}
 		}
-		sodium_memzero(hex, sizeof(hex));
-		sodium_memzero(buf, sizeof(buf));
+		if (!rc)
+			t[n++] = k;
 	}
+	sodium_memzero(buf, sizeof(buf));
+	sodium_memzero(&k, sizeof(k));
 	fclose(f);
 	if (!rc && !n)
 		rc = fail(err, errlen, path, "no keys in it");
@@ -353,17 +366,7 @@ const rp_key *rp_auth_key_of(const rp_auth *a, const uint8_t *p, size_t msg_len)
 {
 	if (!a->n_keys && !a->n_peers)
 		return NULL;
-	uint32_t id = le32(p + msg_len + 4);
-	for (unsigned i = 0; i < a->n_keys; i++)
-		if (a->keys[i].id == id)
-			return &a->keys[i];
-	return rp_auth_peer(a, id);
-}
-
-static void tag_of(const rp_key *k, const uint8_t *msg, size_t len,
-		   const uint8_t head[RP_AUTH_TAG_OFF], uint8_t tag[16])
-{
-	mac_tag(k, msg, len, head, tag);
+	return key_of_id(a, le32(p + msg_len + 4), 1);
 }
 
 static void wle64(uint8_t *p, uint64_t v)
@@ -379,7 +382,7 @@ void rp_auth_seal_key(const rp_key *k, uint64_t run, const uint8_t *msg, size_t 
 	wle32(out + 4, k->id);
 	wle64(out + 8, run);
 	wle64(out + 16, time_us);
-	tag_of(k, msg, len, out, out + RP_AUTH_TAG_OFF);
+	mac_tag(k, msg, len, out, out + RP_AUTH_TAG_OFF);
 }
 
 void rp_auth_seal(const rp_auth *a, const uint8_t *msg, size_t len, uint64_t time_us,
@@ -526,16 +529,12 @@ static rp_auth_result open_from(rp_auth *a, uint64_t from, const uint8_t *p, siz
 	if (!rp_auth_has_trailer(p, len))
 		return RP_AUTH_MISSING;
 	const uint8_t *t = p + len - RP_AUTH_LEN;
-	const rp_key *k = NULL;
-	for (unsigned i = 0; i < a->n_keys && !k; i++)
-		if (a->keys[i].id == le32(t + 4))
-			k = &a->keys[i];
-	if (!k && control) /* a peer sends control messages, never frames */
-		k = rp_auth_peer(a, le32(t + 4));
+	/* a peer sends control messages, never frames */
+	const rp_key *k = key_of_id(a, le32(t + 4), control);
 	if (!k)
 		return RP_AUTH_UNKNOWN_KEY;
 	uint8_t tag[16];
-	tag_of(k, p, len - RP_AUTH_LEN, t, tag);
+	mac_tag(k, p, len - RP_AUTH_LEN, t, tag);
 	if (sodium_memcmp(tag, t + RP_AUTH_TAG_OFF, 16) != 0)
 		return RP_AUTH_BAD_TAG;
 	if (control) {
