@@ -48,10 +48,6 @@ void net_ctl_send(shim *s, const rp_ctl *c)
 		       sizeof(s->upstream));
 }
 
-/* A HEARTBEAT from upstream names the newest version (PROTOCOL.md 2.3);
- * one from any other address is ignored, as a relay does: believed, it
- * would make the shim ask for versions nobody has, and then for keyframe
- * streams, for ever. */
 /* A HEARTBEAT from --upstream, signed and fresh, bound to another run
  * than the one followed announces the publisher's new run (it restarted,
  * or training went back to an earlier checkpoint): from now on only that
@@ -77,6 +73,10 @@ static void follow_run(shim *s, uint64_t run)
 	stage_join(s); /* upstream hears the run followed at once */
 }
 
+/* A HEARTBEAT from upstream names the newest version (PROTOCOL.md 2.3);
+ * one from any other address is ignored, as a relay does: believed, it
+ * would make the shim ask for versions nobody has, and then for keyframe
+ * streams, for ever. */
 static void on_control(shim *s, const uint8_t *p, size_t len, int from_upstream, uint64_t run)
 {
 	rp_ctl c;
@@ -212,7 +212,7 @@ void net_say_quiet(shim *s, double t)
 	const uint32_t ip = s->cf.upstream_ip;
 	fprintf(stderr, "bfpatch-shim: nothing of this model from --upstream %u.%u.%u.%u:%u "
 		"for %.0f s (no HEARTBEAT, no frame): check that its publisher or relay runs "
-		"there (a publisher still at its first version sends none)\n", ip >> 24,
+		"there\n", ip >> 24,
 		(ip >> 16) & 255, (ip >> 8) & 255, ip & 255, s->cf.upstream_port, quiet);
 	/* and why, when something came but authentication refused it */
 	const rp_auth *a = &s->auth;
