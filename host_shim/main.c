@@ -146,16 +146,22 @@ int shim_run(shim *s)
 			net_port_watch(s, t);
 			s->port_next_watch = t + 0.1;
 		}
+		int sock = 1;
 		if (s->port && !rc) {
-			if (net_port_poll(s, &rc) && !rc)
+			if (net_port_poll(s, &rc) && !rc) {
 				rc = stage_try_commit(s);
-			/* poll mode: the socket too, without waiting, after every
-			 * burst: a port that never runs dry (a long keyframe
-			 * stream, a flood) must not keep HEARTBEATs from being
-			 * heard (a new run, a version to NACK) */
-			wait_ms = 0;
+				/* while the port delivers, the socket too, without
+				 * waiting, once a millisecond: a port that never runs
+				 * dry (a long keyframe stream, a flood) must not keep
+				 * HEARTBEATs from being heard (a new run, a version to
+				 * NACK), nor cost a system call per burst */
+				sock = t >= s->port_next_sock;
+				if (sock)
+					s->port_next_sock = t + 0.001;
+			}
+			wait_ms = 0; /* poll mode */
 		}
-		if (!rc)
+		if (!rc && sock)
 			rc = net_receive(s, wait_ms);
 	}
 	print_stats(s);

@@ -151,6 +151,7 @@ typedef struct shim {
 	double sock_drops_said; /* when the kernel's drops were last said */
 	int port_rc;            /* on_frame's result for frames from --port */
 	double port_next_watch; /* when to look at the port's link again */
+	double port_next_sock;  /* when to read the socket again while the port delivers */
 	double port_down_since; /* the link went down then; 0: up */
 	unsigned port_failed;   /* restarts in a row that found no server */
 
