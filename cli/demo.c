@@ -66,6 +66,8 @@ static const char demo_usage[] =
 	"  -k, --keep DIR      keep the trajectory, patches, logs and event logs in DIR\n"
 	"  -R, --report PAGE   then write a bfpatch report of the run (HTML)\n"
 	"  -f, --force         replace PAGE if it exists (else refused at start)\n"
+	"  -q, --quiet         only the last line (the verdict) and errors\n"
+	"  -v, --verbose       also each process started, its command line and log\n"
 	"  -h, --help\n";
 
 typedef struct demo {
@@ -81,6 +83,7 @@ typedef struct demo {
 	int netns;               /* namespaces created */
 	uint64_t rate;
 	uint32_t frame_size;
+	int verbosity;           /* 0 -q, 1, 2 -v */
 } demo;
 
 static volatile sig_atomic_t interrupted;
@@ -147,6 +150,13 @@ static pid_t spawn(demo *d, const char *ns, const char *log, char *const *argv)
 		_exit(127);
 	}
 	d->pids[d->n_pids++] = pid;
+	if (d->verbosity > 1) {
+		printf("started %d:%s%s", (int)pid, ns ? " ip netns exec " : "", ns ? ns : "");
+		for (int i = 0; argv[i]; i++)
+			printf(" %s", argv[i]);
+		printf("\n  log: %s\n", log);
+		fflush(stdout);
+	}
 	return pid;
 }
 
@@ -347,7 +357,8 @@ static void sent_bytes(const demo *d, uint32_t v, uint64_t *bytes, uint64_t *fra
 		fclose(f);
 }
 
-static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, char *err);
+static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, int verbosity,
+			  char *err);
 
 /* bfpatch report of the run: its patches (the publisher's history), the
  * checkpoints and every process's events. */
@@ -396,6 +407,7 @@ typedef struct demo_config {
 	const char *keep;        /* --keep DIR, or NULL */
 	const char *report;      /* --report PAGE, or NULL */
 	int force;               /* --force: replace PAGE */
+	int verbosity;           /* 0 -q, 1, 2 -v */
 } demo_config;
 
 /* Fill *cfg from the command line: -1 to go on, else the exit status. */
@@ -407,14 +419,16 @@ static int demo_parse(int argc, char **argv, demo_config *cfg)
 		{"frame-size", required_argument, 0, 's'}, {"rate", required_argument, 0, 'r'},
 		{"loopback", no_argument, 0, 'L'}, {"in-process", no_argument, 0, 'I'},
 		{"keep", required_argument, 0, 'k'}, {"report", required_argument, 0, 'R'},
-		{"force", no_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"force", no_argument, 0, 'f'}, {"quiet", no_argument, 0, 'q'},
+		{"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->verbosity = 1;
 	cfg->so = (synth_opts){.params = 16000000, .lr = 1e-6, .seed = 1};
 	cfg->po = (patch_opts){.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	cfg->steps = 10;
 	cfg->rate = 1000000000ull;
 	int c;
-	while ((c = getopt_long(argc, argv, "p:n:l:gs:r:k:R:fh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:n:l:gs:r:k:R:fqvh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (parse_u64(optarg, 1ull << 34, &cfg->so.params) || cfg->so.params < 4096)
@@ -447,6 +461,8 @@ static int demo_parse(int argc, char **argv, demo_config *cfg)
 		case 'k': cfg->keep = optarg; break;
 		case 'R': cfg->report = optarg; break;
 		case 'f': cfg->force = 1; break;
+		case 'q': cfg->verbosity = 0; break;
+		case 'v': cfg->verbosity = 2; break;
 		case 'h': fputs(demo_usage, stdout); return 0;
 		default: fputs(demo_usage, stderr); return 2;
 		}
@@ -536,8 +552,9 @@ static int choose_topology(demo *d, const demo_config *cfg, int have_relay, char
 			d->netns = 0;
 		}
 		d->ns[0] = 0;
-		printf("topology: publisher -> %d shims over loopback, no relay (%s)\n", ACTORS, why);
-	} else {
+		if (d->verbosity)
+			printf("topology: publisher -> %d shims over loopback, no relay (%s)\n", ACTORS, why);
+	} else if (d->verbosity) {
 		printf("topology: publisher (netns %s, 198.18.0.10) -> bfpatch-relay (DPDK net_tap, "
 		       "198.18.0.1) -> bridge -> %d shims (netns %sa1..a%d, 198.18.0.21-2%d, veth)\n",
 		       d->ns, ACTORS, d->ns, ACTORS, ACTORS);
@@ -555,15 +572,17 @@ static int demo_open(demo_run_state *r, const demo_config *cfg, char *err)
 	r->cfg = cfg;
 	d->rate = cfg->rate;
 	d->frame_size = cfg->po.frame_size;
+	d->verbosity = cfg->verbosity;
 	if (cfg->keep)
 		snprintf(d->keep, sizeof(d->keep), "%s", cfg->keep);
 	r->s = synth_new(&cfg->so, &r->cur, err, ERRLEN);
 	if (!r->s)
 		return -1;
 	r->have_cur = 1;
-	printf("bfpatch demo: %" PRIu64 " parameters (%zu tensors), lr %g, %s master, frames of "
-	       "%u bytes, %u steps\n", r->cur.n_params, r->cur.n_tensors, cfg->so.lr,
-	       cfg->so.ongrid ? "on-grid" : "off-grid", cfg->po.frame_size, cfg->steps);
+	if (cfg->verbosity)
+		printf("bfpatch demo: %" PRIu64 " parameters (%zu tensors), lr %g, %s master, frames of "
+		       "%u bytes, %u steps\n", r->cur.n_params, r->cur.n_tensors, cfg->so.lr,
+		       cfg->so.ongrid ? "on-grid" : "off-grid", cfg->po.frame_size, cfg->steps);
 	if (cfg->in_process)
 		return 0;
 	int have_relay = 0;
@@ -642,8 +661,9 @@ static int demo_run(demo_run_state *r, char *err)
 	const size_t bytes = (size_t)r->cur.n_params * 2;
 	char path[PATH_MAX];
 	int rc = 0;
-	printf("%4s %9s %10s %8s %8s %9s %12s %s\n", "step", "changed", "wire B", "frames",
-	       "resent", "x dense", "publish->all", "actors == trainer");
+	if (cfg->verbosity)
+		printf("%4s %9s %10s %8s %8s %9s %12s %s\n", "step", "changed", "wire B", "frames",
+		       "resent", "x dense", "publish->all", "actors == trainer");
 	double total_s = 0;
 	uint64_t total_wire = 0;
 	for (uint32_t k = 1; k <= cfg->steps && !rc && !interrupted; k++) {
@@ -671,10 +691,11 @@ static int demo_run(demo_run_state *r, char *err)
 		sent_bytes(d, k, &wire, &frames, &resent);
 		total_s += t1 - t0;
 		total_wire += wire;
-		printf("%4u %8.3f%% %10" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8.1fx %9.1f ms %s\n", k,
-		       100.0 * (double)changed / (double)r->cur.n_params, wire, frames, resent,
-		       wire ? (double)bytes / (double)wire : 0.0, (t1 - t0) * 1e3,
-		       same ? "yes, all 3 (byte compare)" : "NO");
+		if (cfg->verbosity)
+			printf("%4u %8.3f%% %10" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8.1fx %9.1f ms %s\n", k,
+			       100.0 * (double)changed / (double)r->cur.n_params, wire, frames, resent,
+			       wire ? (double)bytes / (double)wire : 0.0, (t1 - t0) * 1e3,
+			       same ? "yes, all 3 (byte compare)" : "NO");
 		fflush(stdout);
 		if (!same)
 			rc = set_err(err, ERRLEN, "step %u: an actor's weights differ from the "
@@ -737,7 +758,7 @@ int cmd_demo(int argc, char **argv)
 	char err[ERRLEN] = "";
 	rc = demo_open(&r, &cfg, err);
 	if (!rc)
-		rc = cfg.in_process ? run_in_process(r.s, &r.cur, &cfg.po, cfg.steps, err)
+		rc = cfg.in_process ? run_in_process(r.s, &r.cur, &cfg.po, cfg.steps, cfg.verbosity, err)
 				    : demo_run(&r, err);
 	demo_close(&r);
 	return rc ? die("demo", err) : 0;
@@ -745,7 +766,8 @@ int cmd_demo(int argc, char **argv)
 
 /* The codec alone: each step diffed, the frames re-parsed as a receiver
  * would, applied to an independent copy and byte-compared. */
-static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, char *err)
+static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, int verbosity,
+			  char *err)
 {
 	size_t bytes = (size_t)cur->n_params * 2;
 	uint16_t *prev = alloc_aligned(bytes), *actor = alloc_aligned(bytes);
@@ -755,8 +777,9 @@ static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, 
 		return set_err(err, ERRLEN, "out of memory");
 	}
 	memcpy(actor, cur->params, bytes);
-	printf("%4s %9s %10s %8s %10s %9s %9s %9s %s\n", "step", "changed", "patch B", "frames",
-	       "bits/chg", "x dense", "enc ms", "apply ms", "actor == trainer");
+	if (verbosity)
+		printf("%4s %9s %10s %8s %10s %9s %9s %9s %s\n", "step", "changed", "patch B", "frames",
+		       "bits/chg", "x dense", "enc ms", "apply ms", "actor == trainer");
 	int rc = 0;
 	for (uint32_t k = 1; k <= steps && rc == 0; k++) {
 		memcpy(prev, cur->params, bytes);
@@ -784,11 +807,26 @@ static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, 
 			rc = patch_apply(&rx, actor, cur->n_params, cur->model_id, 0, 0, err, ERRLEN);
 		double t3 = now_s();
 		int same = rc == 0 && memcmp(actor, cur->params, bytes) == 0;
-		printf("%4u %8.3f%% %10zu %8zu %10.2f %8.1fx %9.1f %9.1f %s\n", k,
-		       100.0 * (double)changed / (double)cur->n_params, p.len, p.n,
-		       changed ? (double)p.len * 8 / (double)changed : 0.0,
-		       (double)bytes / (double)p.len, (t1 - t0) * 1e3, (t3 - t2) * 1e3,
-		       same ? "yes (byte compare)" : "NO");
+		if (verbosity)
+			printf("%4u %8.3f%% %10zu %8zu %10.2f %8.1fx %9.1f %9.1f %s\n", k,
+			       100.0 * (double)changed / (double)cur->n_params, p.len, p.n,
+			       changed ? (double)p.len * 8 / (double)changed : 0.0,
+			       (double)bytes / (double)p.len, (t1 - t0) * 1e3, (t3 - t2) * 1e3,
+			       same ? "yes (byte compare)" : "NO");
+		if (verbosity > 1) {
+			size_t by_enc[8] = {0};
+			for (size_t i = 0; i < p.n; i++) {
+				bfp_frame_header h;
+				if (bfp_frame_parse(p.buf + p.off[i], p.off[i + 1] - p.off[i], &h) ==
+				    BFP_OK && h.encoding < 8)
+					by_enc[h.encoding]++;
+			}
+			printf("     frames by encoding:");
+			for (unsigned e = 1; e < 8; e++)
+				if (by_enc[e])
+					printf(" %u: %zu", e, by_enc[e]);
+			printf(" (docs/FORMAT.md 2.1)\n");
+		}
 		if (rc == 0 && !same)
 			rc = set_err(err, ERRLEN, "step %u: actor weights differ from the trainer's", k);
 		patch_free(&p);

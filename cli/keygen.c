@@ -29,6 +29,7 @@ static const char keygen_usage[] =
 	"  -i, --id N   key id, 0..4294967295 (default 1): the id receivers look\n"
 	"               the key up by; keys held together need different ids\n"
 	"  -q, --quiet  no summary on stderr\n"
+	"  -v, --verbose  the summary with the key file's absolute path\n"
 	"  -h, --help\n";
 
 /* 32 bytes from the kernel's CSPRNG (getrandom(2), blocking until it is
@@ -139,12 +140,13 @@ int cmd_keygen(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{"id", required_argument, 0, 'i'}, {"quiet", no_argument, 0, 'q'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	uint32_t id = 1;
-	int c, quiet = 0;
-	while ((c = getopt_long(argc, argv, "i:qh", lo, NULL)) != -1) {
+	int c, verbosity = 1;
+	while ((c = getopt_long(argc, argv, "i:qvh", lo, NULL)) != -1) {
 		switch (c) {
-		case 'q': quiet = 1; break;
+		case 'q': verbosity = 0; break;
+		case 'v': verbosity = 2; break;
 		case 'i':
 			if (parse_u32(optarg, 0, UINT32_MAX, &id))
 				return bad_value("keygen", "--id", optarg);
@@ -165,8 +167,13 @@ int cmd_keygen(int argc, char **argv)
 	}
 	if (keygen_file(path, id))
 		return 1;
-	if (!quiet)
+	char *abs = verbosity > 1 ? realpath(path, NULL) : NULL;
+	if (verbosity)
 		fprintf(stderr, "bfpatch keygen: wrote key %u to %s (mode 0600); give it to the "
-			"publisher, relays and shims with --key %s\n", id, path, path);
+			"publisher, relays and shims with --key %s\n", id, abs ? abs : path, path);
+	if (verbosity > 1)
+		fprintf(stderr, "bfpatch keygen: key %u is 32 bytes from getrandom(2); receivers "
+			"look keys up by id, so keys held together need different ids\n", id);
+	free(abs);
 	return 0;
 }

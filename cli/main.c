@@ -513,6 +513,7 @@ static const char synth_usage[] =
 	"  -S, --seed N         seed (default 1)\n"
 	"  -j, --threads N\n"
 	"  -q, --quiet          no progress (a line per step written) on stderr\n"
+	"  -v, --verbose        also how many parameters each step changed\n"
 	"  -h, --help\n";
 
 static int parse_lr(const char *s, double *out)
@@ -546,16 +547,18 @@ static int cmd_synth(int argc, char **argv)
 		{"steps", required_argument, 0, 'n'}, {"lr", required_argument, 0, 'l'},
 		{"ongrid", no_argument, 0, 'g'}, {"seed", required_argument, 0, 'S'},
 		{"threads", required_argument, 0, 'j'}, {"force", no_argument, 0, 'f'},
-		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	synth_opts so = {.params = 4000000, .lr = 1e-6, .seed = 1};
 	const char *dir = NULL;
 	uint32_t steps = 5, th = 0;
-	int c, force = 0, quiet = 0;
-	while ((c = getopt_long(argc, argv, "o:p:n:l:gS:j:fqh", lo, NULL)) != -1) {
+	int c, force = 0, verbosity = 1;
+	while ((c = getopt_long(argc, argv, "o:p:n:l:gS:j:fqvh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': dir = optarg; break;
 		case 'f': force = 1; break;
-		case 'q': quiet = 1; break;
+		case 'q': verbosity = 0; break;
+		case 'v': verbosity = 2; break;
 		case 'p':
 			if (parse_u64(optarg, 1ull << 34, &so.params) || so.params < 4096) {
 				fprintf(stderr, "bfpatch synth: invalid value '%s' for --params "
@@ -611,7 +614,13 @@ static int cmd_synth(int argc, char **argv)
 	if (!s)
 		return die("synth", err);
 	int rc = 0;
+	/* -v: the parameters each step changed, against a copy of the last */
+	uint16_t *prev = verbosity > 1 ? malloc((size_t)bf.n_params * 2) : NULL;
+	if (verbosity > 1 && !prev)
+		rc = set_err(err, sizeof(err), "out of memory");
 	for (uint32_t k = 0; k <= steps && rc == 0; k++) {
+		if (prev)
+			memcpy(prev, bf.params, (size_t)bf.n_params * 2);
 		if (k)
 			synth_step(s, &bf);
 		char path[PATH_MAX];
@@ -619,10 +628,19 @@ static int cmd_synth(int argc, char **argv)
 		const void *bufs[2] = {bf.header, bf.params};
 		size_t lens[2] = {bf.header_len, (size_t)bf.data_bytes};
 		rc = out_write(path, force, NULL, bufs, lens, 2, err, sizeof(err));
-		if (rc == 0 && !quiet)
+		if (rc == 0 && verbosity)
 			fprintf(stderr, "bfpatch synth: wrote %s (%llu parameters)\n", path,
 				(unsigned long long)bf.n_params);
+		if (rc == 0 && prev && k) {
+			uint64_t changed = 0;
+			for (uint64_t i = 0; i < bf.n_params; i++)
+				changed += prev[i] != bf.params[i];
+			fprintf(stderr, "bfpatch synth: step %u changed %llu parameters (%.3f%%)\n",
+				k, (unsigned long long)changed,
+				100.0 * (double)changed / (double)bf.n_params);
+		}
 	}
+	free(prev);
 	synth_free(s);
 	model_free(&bf);
 	return rc ? die("synth", err) : 0;
@@ -649,6 +667,7 @@ static const char pcap_usage[] =
 	"      --run HEX          bind the signed frames to this publisher run\n"
 	"                         (16 hex digits; default: a new random one)\n"
 	"  -q, --quiet            no summary on stderr\n"
+	"  -v, --verbose          also a line per packet: frame, versions, range\n"
 	"  -h, --help\n";
 
 static void put_le32(uint8_t *p, uint32_t v)
@@ -664,20 +683,22 @@ static int cmd_pcap(int argc, char **argv)
 		{"src", required_argument, 0, 's'}, {"dst-mac", required_argument, 0, 'M'},
 		{"src-mac", required_argument, 0, 'S'}, {"key", required_argument, 0, 'A'},
 		{"force", no_argument, 0, 'f'}, {"run", required_argument, 0, 'R'},
-		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	static rp_auth auth;
 	uint64_t run = 0;
 	const char *out = NULL, *key_path = NULL;
-	int force = 0, quiet = 0;
+	int force = 0, verbosity = 1;
 	uint32_t sip = 0xC6120064u, dip = 0;
 	uint16_t sport = 7399, dport = 0;
 	uint8_t smac[6] = {2, 0, 0, 0, 0, 0x64}, dmac[6] = {2, 0, 0, 0, 0, 1};
 	int c;
-	while ((c = getopt_long(argc, argv, "o:d:s:A:fqh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:d:s:A:fqvh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'f': force = 1; break;
-		case 'q': quiet = 1; break;
+		case 'q': verbosity = 0; break;
+		case 'v': verbosity = 2; break;
 		case 'A': {
 			char kerr[512] = "cannot initialise libsodium";
 			key_path = optarg;
@@ -762,11 +783,18 @@ static int cmd_pcap(int argc, char **argv)
 		rp_build_udp(w + 16, dmac, smac, sip, dip, sport, dport, (uint16_t)dl,
 			     rp_sum(d, dl, 0), (uint16_t)i);
 		w += 16 + len;
+		bfp_frame_header h;
+		if (verbosity > 1 && bfp_frame_parse(f, fl, &h) == BFP_OK)
+			fprintf(stderr, "bfpatch pcap: packet %zu: frame %u of %u, v%u -> v%u, "
+				"encoding %u, parameters [%llu, %llu), %u bytes\n", i, h.frame_index,
+				h.frame_count, h.base_version, h.target_version, h.encoding,
+				(unsigned long long)h.range_begin,
+				(unsigned long long)(h.range_begin + h.range_len), len);
 	}
 	const void *bufs[1] = {buf};
 	size_t lens[1] = {total};
 	rc = out_write(out, force, NULL, bufs, lens, 1, err, sizeof(err));
-	if (rc == 0 && !quiet)
+	if (rc == 0 && verbosity)
 		fprintf(stderr, "bfpatch pcap: %zu packets (%zu bytes%s), wrote %s\n", p.n, total,
 			tl ? ", signed" : "", out_name(out));
 	free(buf);

@@ -2020,6 +2020,8 @@ static const char usage[] =
 	"  -r, --rollout MIN[-MAX] rollout window, e.g. 20s-40s or 500ms-2s\n"
 	"  -n, --step N            target version to detail (default: the newest)\n"
 	"  -t, --title TEXT        page heading\n"
+	"  -q, --quiet             nothing on stderr but errors\n"
+	"  -v, --verbose           also every input the page is made from\n"
 	"  -h, --help\n";
 
 /* "10gbit", "2.5g", "400mbit/s", "1e9": bit/s. */
@@ -2095,6 +2097,7 @@ int report_main(int argc, char **argv)
 		{"events", required_argument, 0, 'e'}, {"link", required_argument, 0, 'L'},
 		{"rollout", required_argument, 0, 'r'}, {"step", required_argument, 0, 'n'},
 		{"title", required_argument, 0, 't'}, {"force", no_argument, 0, 'f'},
+		{"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	report_input in;
 	memset(&in, 0, sizeof(in));
@@ -2102,12 +2105,12 @@ int report_main(int argc, char **argv)
 	const char **ev = calloc((size_t)argc + 1, sizeof(char *));
 	double links[64];
 	size_t n_ev = 0, n_links = 0;
-	int c, rc = 2;
+	int c, rc = 2, verbosity = 1;
 	if (!ev) {
 		fputs("bfpatch report: out of memory\n", stderr);
 		return 1;
 	}
-	while ((c = getopt_long(argc, argv, "o:T:B:G:e:L:r:n:t:fh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:T:B:G:e:L:r:n:t:fqvh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'f': in.replace = 1; break;
@@ -2150,6 +2153,8 @@ int report_main(int argc, char **argv)
 			break;
 		}
 		case 't': in.title = optarg; break;
+		case 'q': verbosity = 0; break;
+		case 'v': verbosity = 2; break;
 		case 'h': fputs(usage, stdout); rc = 0; goto out;
 		default: fputs(usage, stderr); goto out;
 		}
@@ -2187,6 +2192,22 @@ checked:
 		rc = 1;
 		goto out;
 	}
+	if (verbosity > 1) {
+		for (size_t i = 0; i < in.n_patches; i++)
+			fprintf(stderr, "bfpatch report: patch %s\n", in.patches[i]);
+		for (size_t i = 0; i < n_ev; i++)
+			fprintf(stderr, "bfpatch report: event log %s\n", ev[i]);
+		if (in.trajectory)
+			fprintf(stderr, "bfpatch report: trajectory %s\n", in.trajectory);
+		if (in.base)
+			fprintf(stderr, "bfpatch report: base %s\n", in.base);
+		if (in.target)
+			fprintf(stderr, "bfpatch report: target %s\n", in.target);
+	}
+	if (verbosity)
+		fprintf(stderr, "bfpatch report: wrote %s (%zu patch%s, %zu event log%s)\n",
+			out_is_stdout(out) ? "standard output" : out, in.n_patches,
+			in.n_patches == 1 ? "" : "es", n_ev, n_ev == 1 ? "" : "s");
 	rc = 0;
 out:
 	free(ev);
