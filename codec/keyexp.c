@@ -8,6 +8,7 @@
  */
 #include "keyexp.h"
 #include "rans.h"
+#include "kxlog2.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KX_X86 1
@@ -90,9 +91,10 @@ static inline uint8_t raw_of(uint16_t v)
 /* A symbol as the encoder puts it (bfp_rans_sym's fields, one word
  * each): the state sheds a byte from xmax on and another from xmax2 on,
  * then becomes x + bias + cmpl * ((x * rcp) >> sh), which is
- * floor(x / f) * M + x mod f + c. */
+ * floor(x / f) * M + x mod f + c. Padded to 32 bytes: one shift of the
+ * exponent finds it. */
 typedef struct kx_esym {
-	uint32_t xmax, xmax2, rcp, sh, bias, cmpl;
+	uint32_t xmax, xmax2, rcp, sh, bias, cmpl, pad_[2];
 } kx_esym;
 
 /* The cost of an exponent: its escape bits from bit 40 on, its rANS
@@ -102,13 +104,17 @@ typedef struct kx_esym {
 #define KX_EBITS(c) ((c) >> 40)
 #define KX_R256(c) ((c) & ((1ull << 40) - 1))
 
-/* A table fitted to some values and what each exponent costs with it. */
+/* A table fitted to some values and what each exponent costs with it.
+ * Only the exponents present in those values (pe) are filled in: the
+ * values the plan codes are among them. */
 typedef struct kx_plan {
 	kx_table k;
 	unsigned tbits;        /* the table's bits */
-	kx_esym sym[BFP_KEYEXP_SYMS];
-	uint64_t cost[256];    /* each exponent's (KX_COST) */
+	unsigned np;           /* exponents present */
+	uint8_t pe[256];       /* them, from the largest down */
 	uint32_t cnt[256];     /* the exponents of the values planned from */
+	uint64_t cost[256];    /* each exponent's (KX_COST) */
+	kx_esym sym[256];      /* each exponent's symbol */
 } kx_plan;
 
 /* Bytes of the first k values with plan pl whose escapes take ebits and
@@ -122,11 +128,12 @@ static uint64_t kx_bytes(const kx_plan *pl, uint64_t k, uint64_t ebits, uint64_t
 	       4 * BFP_KEYEXP_STATES;
 }
 
-/* cnt[e]: how many of w[0..n) have exponent e. Four histograms, so
- * that runs of one exponent do not wait on one counter. */
+/* cnt[e]: how many of w[0..n) (n <= 8192) have exponent e. Four 16-bit
+ * histograms, so that runs of one exponent do not wait on one counter
+ * and clearing and summing them is short. */
 static void count_exps(const uint16_t *w, uint32_t n, uint32_t *cnt)
 {
-	uint32_t h[4][256];
+	uint16_t h[4][256];
 	BFP_MEMSET(h, 0, sizeof(h));
 	uint32_t i = 0;
 	for (; i + 4 <= n; i += 4) {
@@ -138,56 +145,65 @@ static void count_exps(const uint16_t *w, uint32_t n, uint32_t *cnt)
 	for (; i < n; i++)
 		h[0][exp_of(w[i])]++;
 	for (unsigned e = 0; e < 256; e++)
-		cnt[e] = h[0][e] + h[1][e] + h[2][e] + h[3][e];
+		cnt[e] = (uint32_t)h[0][e] + h[1][e] + h[2][e] + h[3][e];
 }
 
-/* Fit a table to words[0..n) (n >= 1). 0 when none can be made. */
+/* Fit a table to words[0..n) (1 <= n <= 8192). 0 when none can be made. */
 static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 {
 	uint32_t *cnt = pl->cnt;
+	uint8_t *pe = pl->pe;
 	unsigned lc[256];
+	uint32_t cum[256]; /* cum[e]: the values of exponent e or below */
 	count_exps(w, n, cnt);
-	unsigned etop = 255, pe[256], np = 0;
+	unsigned etop = 255, np = 0;
 	while (!cnt[etop])
 		etop--;
 	for (unsigned e = etop + 1; e-- > 0;)
 		if (cnt[e]) {
-			pe[np++] = e;
-			lc[e] = bfp_log2_fp8(cnt[e]);
+			pe[np++] = (uint8_t)e;
+			lc[e] = bfp_kx_log2(cnt[e]);
 		}
+	pl->np = np;
+	uint32_t run = 0;
+	for (unsigned e = 0; e <= etop; e++) {
+		run += cnt[e];
+		cum[e] = run;
+	}
 	/* the number of symbols: estimated entropy of the symbols with
 	 * their counts, escape bits and about 3 table bits a symbol, for
-	 * each tail that starts at an exponent present */
-	const uint64_t ln = bfp_log2_fp8(n);
+	 * each tail that starts at an exponent present. The escape bits of
+	 * a tail from t, the sum over its values of eg0_bits(t - e) =
+	 * 1 + 2 floor(log2(t - e + 1)), are cum[t] and twice cum[t + 1 - 2^j]
+	 * for each j >= 1 that leaves it >= 0. */
+	const uint64_t ln = bfp_kx_log2(n);
 	uint64_t best = UINT64_MAX, win = 0;
 	unsigned ns = 1;
 	for (unsigned j = 0; j < np; j++) {
-		const unsigned m = etop - pe[j] + 1; /* symbols when pe[j] starts the tail */
+		const unsigned t = pe[j], m = etop - t + 1; /* symbols when t starts the tail */
 		if (m > BFP_KEYEXP_SYMS)
 			break;
-		uint64_t ct = 0, esc = 0;
-		for (unsigned t = j; t < np; t++) {
-			ct += cnt[pe[t]];
-			esc += (uint64_t)cnt[pe[t]] * bfp_eg0_bits(pe[j] - pe[t]);
+		const uint64_t ct = cum[t];
+		uint64_t esc = 0;
+		if (t) { /* exponent 0 alone: no escapes */
+			esc = ct;
+			for (unsigned b = 2; b <= t + 1; b *= 2)
+				esc += 2 * (uint64_t)cum[t + 1 - b];
 		}
-		if (pe[j] == 0) /* exponent 0 alone: no escapes */
-			esc = 0;
-		const uint64_t est = win + ct * (ln - bfp_log2_fp8((uint32_t)ct)) + 256 * esc +
+		const uint64_t est = win + ct * (ln - bfp_kx_log2((uint32_t)ct)) + 256 * esc +
 				     256 * (13 + bfp_eg0_bits(m - 1) + 3 * (m - 1));
 		if (est < best) {
 			best = est;
 			ns = m;
 		}
-		win += (uint64_t)cnt[pe[j]] * (ln - lc[pe[j]]);
+		win += (uint64_t)cnt[t] * (ln - lc[t]);
 	}
 	/* the weights from the counts (FORMAT.md 3.6's scale) */
 	uint32_t sc[BFP_KEYEXP_SYMS], cmax = 0;
 	const unsigned tmax = etop - (ns - 1);
 	for (unsigned s = 0; s + 1 < ns; s++)
 		sc[s] = cnt[etop - s];
-	sc[ns - 1] = 0;
-	for (unsigned e = 0; e <= tmax; e++)
-		sc[ns - 1] += cnt[e];
+	sc[ns - 1] = cum[tmax];
 	for (unsigned s = 0; s < ns; s++)
 		cmax = sc[s] > cmax ? sc[s] : cmax;
 	const unsigned q1 = bfp_tab_q(cmax, 1), q0 = q1 >= 3 ? q1 - 3 : 0;
@@ -206,24 +222,33 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 	if (!bfp_tab_freqs(&pl->k.t, f))
 		return 0;
 	pl->tbits = table_bits(&pl->k);
-	unsigned cum = 0;
+	/* each symbol as the encoder puts it, and its cost, for the
+	 * exponents present: one symbol each above the tail, the tail's
+	 * last */
+	kx_esym ys[BFP_KEYEXP_SYMS];
+	unsigned rcs[BFP_KEYEXP_SYMS], at = 0;
 	for (unsigned s = 0; s < ns; s++) {
-		const uint64_t put = bfp_rans_sym(f[s], cum);
-		const unsigned rc = BFP_RANS_BITS * 256 - bfp_log2_fp8(f[s]);
+		const uint64_t put = bfp_rans_sym(f[s], at);
 		const uint64_t xmax = (uint64_t)f[s] << (23 - BFP_RANS_BITS + 8);
-		kx_esym *y = &pl->sym[s];
+		kx_esym *y = &ys[s];
+		rcs[s] = BFP_RANS_BITS * 256 - bfp_kx_log2(f[s]);
 		y->xmax = (uint32_t)xmax;
 		y->xmax2 = xmax << 8 > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)(xmax << 8);
 		y->rcp = (uint32_t)put;
 		y->sh = 32 + (unsigned)(put >> 56);
 		y->bias = (uint32_t)(put >> 32) & 0xFFFu;
 		y->cmpl = (uint32_t)(put >> 44) & 0xFFFu;
-		if (s + 1 < ns)
-			pl->cost[etop - s] = KX_COST(0, rc);
-		else
-			for (unsigned e = 0; e <= tmax; e++)
-				pl->cost[e] = KX_COST(tmax ? bfp_eg0_bits(tmax - e) : 0, rc);
-		cum += f[s];
+		at += f[s];
+	}
+	for (unsigned j = 0; j < np; j++) {
+		const unsigned e = pe[j];
+		if (e > tmax) {
+			pl->cost[e] = KX_COST(0, rcs[etop - e]);
+			pl->sym[e] = ys[etop - e];
+		} else {
+			pl->cost[e] = KX_COST(tmax ? bfp_eg0_bits(tmax - e) : 0, rcs[ns - 1]);
+			pl->sym[e] = ys[ns - 1];
+		}
 	}
 	return 1;
 }
@@ -236,8 +261,7 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 static inline __attribute__((always_inline)) void kx_put(uint32_t *x, uint8_t **out,
 							 const kx_plan *pl, uint16_t w)
 {
-	const unsigned d = pl->k.etop - exp_of(w), ns1 = pl->k.t.ns - 1u;
-	const kx_esym *y = &pl->sym[d < ns1 ? d : ns1];
+	const kx_esym *y = &pl->sym[exp_of(w)];
 	uint32_t v = *x;
 	const unsigned nb = (unsigned)(v >= y->xmax) + (unsigned)(v >= y->xmax2);
 	const uint16_t lo = (uint16_t)v;
@@ -356,30 +380,17 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 	return nraw + bs + rb + 4 * BFP_KEYEXP_STATES;
 }
 
-/* The longest prefix of w[0..n) that fits budget with pl (kx_bytes).
- * kx_bytes grows with the prefix, so whole blocks of 16 that fit are
- * passed with one check. */
-static uint32_t kx_prefix(const kx_plan *pl, const uint16_t *w, uint32_t n, size_t budget)
+/* The longest prefix of w[0..n) that fits budget with pl (kx_bytes),
+ * where c is the sum of the costs of all n values. kx_bytes grows with
+ * the prefix, so this is the largest i whose prefix fits; the costs of
+ * w[i..n) are taken off c from the end, since a first guess of n
+ * overshoots by a few percent. */
+static uint32_t kx_prefix(const kx_plan *pl, const uint16_t *w, uint32_t n, uint64_t c,
+			  size_t budget)
 {
-	uint64_t c = 0;
-	uint32_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		uint64_t b0 = 0, b1 = 0;
-		for (unsigned j = 0; j < 16; j += 2) {
-			b0 += pl->cost[exp_of(w[i + j])];
-			b1 += pl->cost[exp_of(w[i + j + 1])];
-		}
-		const uint64_t t = c + b0 + b1;
-		if (kx_bytes(pl, i + 16, KX_EBITS(t), KX_R256(t)) > budget)
-			break;
-		c = t;
-	}
-	for (; i < n; i++) {
-		const uint64_t t = c + pl->cost[exp_of(w[i])];
-		if (kx_bytes(pl, i + 1, KX_EBITS(t), KX_R256(t)) > budget)
-			break;
-		c = t;
-	}
+	uint32_t i = n;
+	while (i > 0 && kx_bytes(pl, i, KX_EBITS(c), KX_R256(c)) > budget)
+		c -= pl->cost[exp_of(w[--i])];
 	return i;
 }
 
@@ -401,8 +412,8 @@ uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uin
 		if (!kx_plan_make(&pl, w, (uint32_t)n))
 			return 0;
 		uint64_t c = 0;
-		for (unsigned e = 0; e < 256; e++)
-			c += (uint64_t)pl.cnt[e] * pl.cost[e];
+		for (unsigned j = 0; j < pl.np; j++)
+			c += (uint64_t)pl.cnt[pl.pe[j]] * pl.cost[pl.pe[j]];
 		const uint64_t bytes = kx_bytes(&pl, n, KX_EBITS(c), KX_R256(c));
 		if (bytes <= budget) {
 			k = (uint32_t)n;
@@ -412,7 +423,7 @@ uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uin
 			n = n < nmax ? n : nmax;
 			continue;
 		}
-		k = kx_prefix(&pl, w, (uint32_t)n, budget);
+		k = kx_prefix(&pl, w, (uint32_t)n, c, budget);
 		break;
 	}
 	/* the sizes are bounds: shrink in the rare case they were not */

@@ -6,6 +6,7 @@
 #include "bfp_test.h"
 #include "../codec/internal.h" /* bit reader and writer (test_bit_codes_*) */
 #include "../codec/rans.h"     /* table symbols (test_table_symbols_invert) */
+#include "../codec/kxlog2.h"   /* the keyframe-exp logarithms (test_kx_log2_*) */
 #include "../codec/classes.h"  /* the gather's estimate (test_gather_estimate) */
 
 #define MODEL 0x1122334455667788ull
@@ -828,6 +829,16 @@ static void test_table_symbols_invert(void **state)
 			assert_int_equal(prev, nsym - 1);
 		}
 	}
+}
+
+/* The keyframe-exp encoder's table of logarithms gives what
+ * bfp_log2_fp8 gives, for every value it is asked about (1..8192): the
+ * tables it fits, and so its frames, are those of the loop. */
+static void test_kx_log2_matches_the_loop(void **state)
+{
+	(void)state;
+	for (uint32_t v = 1; v <= 8192; v++)
+		assert_int_equal(bfp_kx_log2(v), bfp_log2_fp8(v));
 }
 
 /* The rANS encoder's step without a division (bfp_rans_sym and
@@ -2324,6 +2335,7 @@ int main(void)
 	const struct CMUnitTest roundtrips[] = {
 		cmocka_unit_test(test_rl_deltas_round_trip_at_every_frame_size),
 		cmocka_unit_test(test_special_values_and_huge_jumps_round_trip),
+		cmocka_unit_test(test_kx_log2_matches_the_loop),
 		cmocka_unit_test(test_key_exp_round_trips_at_every_frame_size),
 		cmocka_unit_test(test_key_exp_paths_agree),
 		cmocka_unit_test(test_key_exp_edges_round_trip),
