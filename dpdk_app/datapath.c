@@ -111,9 +111,10 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	 * only to those that asked for one (fanout.c) */
 	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
 	relay_fanout(r, m, model, version, key, sum, st);
-	/* the cache holds its own reference, released on eviction; a copy
-	 * it holds (the same target hash bytes, kept in its entry so that
-	 * the cached frame is not read) is not stored again */
+	/* the cache takes this reference, released on eviction (the outputs
+	 * hold their own); a copy it holds (the same target hash bytes, kept
+	 * in its entry so that the cached frame is not read) is not stored
+	 * again */
 	uint64_t cm = cache_model(model, key), tag;
 	memcpy(&tag, f + 48, 8);
 	const rp_cache_entry *e = rp_cache_find(&r->cache, cm, version, index);
@@ -123,14 +124,11 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	}
 	if (e)
 		cache_check_remade(r, cm, version, f, l4_len, st);
-	rte_mbuf_refcnt_update(m, 1);
-	int put = rp_cache_put_tagged(&r->cache, cm, version, index, l4_len, tag, m,
-				      relay_mbuf_drop, NULL);
-	if (put == 1)
+	if (rp_cache_put_tagged(&r->cache, cm, version, index, l4_len, tag, m, relay_mbuf_drop,
+				NULL) == 1)
 		st->c[C_CACHE_STORED]++;
 	else
-		rte_mbuf_refcnt_update(m, -1);
-	rte_pktmbuf_free(m);
+		rte_pktmbuf_free(m); /* not kept */
 }
 
 /* Classify on the receiving lcore; drops are counted and freed there, so
