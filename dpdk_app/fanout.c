@@ -114,13 +114,17 @@ static void lane_frame(relay *r, lane *l, const lane_job *j)
 	 * subscriber's JOIN with version NONE must not send the whole model
 	 * to every other); to those that asked (NONE), relays, static
 	 * subscribers and those behind it */
+	/* the first output on lane 0 may take the frame's headroom for its
+	 * headers (output.c): one writer, since lane 0 alone runs FRAMEs on
+	 * the main lcore, each frame once, and a RESEND never takes it */
+	int head = l->idx == 0;
 	for (uint64_t u = l->used_mask; u; u &= u - 1) {
 		sub *s = &r->subs[__builtin_ctzll(u)];
 		const sub_out *o = &s->out;
 		if ((o->model_id == 0 || o->model_id == j->model) &&
 		    (!j->key || o->is_static || o->join_version >= RP_VERSION_NONE ||
 		     o->join_version < j->version))
-			relay_emit(r, l, s, j->f, j->sum, j->run);
+			head &= !relay_emit_head(r, l, s, j->f, j->sum, j->run, head);
 	}
 }
 
@@ -138,6 +142,7 @@ static void lane_sync(relay *r, lane *l, const lane_job *j)
 	if (j->flags & SYNC_BUCKET)
 		rp_bucket_init(&s->bucket, j->rate, j->burst, rte_get_tsc_cycles());
 	s->out = j->v;
+	relay_out_template(r, s);
 	if (j->v.used)
 		l->used_mask |= bit;
 	else

@@ -21,6 +21,17 @@
  * cache holds the frame; above it the clone wins by a growing margin. One
  * method keeps one payload shared by fan-out, cache and repairs, with
  * zero payload copies.
+ *
+ * One output of each frame needs no header mbuf: as ipv4_multicast sends
+ * its last output in the input mbuf itself, the first output the main
+ * lcore makes of a received frame is a clone that reaches back into the
+ * frame's headroom, where the frame's own headers arrived, and carries the
+ * subscriber's headers there (at fan-out 1, every output). The relay
+ * cannot send the input mbuf itself, as the example does, since the
+ * repair cache keeps it as received; nothing else writes that headroom
+ * (NACK answers and other lanes' outputs take header mbufs), and the
+ * payload is written by no output. Headers come from a per-subscriber
+ * template: a 42-byte copy and two checksum updates.
  */
 #include <string.h>
 
@@ -139,11 +150,72 @@ static void reseal(const sub_out *o, uint64_t run, struct rte_mbuf *f, uint8_t *
 	       sum_part(t, RP_AUTH_LEN, odd);
 }
 
+static inline void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+/* The one's-complement sum of the n (even) bytes at p, as 16-bit words
+ * in network order. */
+static uint32_t words_sum(const uint8_t *p, unsigned n)
+{
+	uint32_t x = 0;
+	for (unsigned i = 0; i < n; i += 2)
+		x += (uint32_t)(p[i] << 8 | p[i + 1]);
+	return x;
+}
+
+void relay_out_template(relay *r, sub *s)
+{
+	const sub_out *o = &s->out;
+	const uint32_t src = r->cf.ip[o->eth_port];
+	/* rp_build_udp's headers with every per-output field 0 */
+	rp_build_udp(s->hdr, o->mac, r->mac[o->eth_port].addr_bytes, src, o->ip, r->cf.data_port,
+		     o->data_port, 0, 0, 0);
+	for (unsigned k = 0; k < 2; k++) {
+		put16(s->hdr + RP_ETH_LEN + 2 + 2 * k, 0);     /* total length, id */
+		put16(s->hdr + RP_ETH_LEN + RP_IP_LEN + 4 + 2 * k, 0); /* length, checksum */
+	}
+	put16(s->hdr + RP_ETH_LEN + 10, 0);                    /* IPv4 checksum */
+	s->ip_sum = words_sum(s->hdr + RP_ETH_LEN, RP_IP_LEN);
+	/* the UDP header's fixed words and the pseudo-header's (RFC 768) but
+	 * its length */
+	s->udp_sum = words_sum(s->hdr + RP_ETH_LEN + RP_IP_LEN, RP_UDP_LEN) + (src >> 16) +
+		     (src & 0xFFFF) + (o->ip >> 16) + (o->ip & 0xFFFF) + 17u;
+	s->peer = (uint8_t)rp_auth_is_peer(&r->auth, o->key);
+}
+
+/* s's headers at h for a payload of len bytes whose sum is payload_sum:
+ * the bytes rp_build_udp() writes, from s's template (the checksums are
+ * those sums with the per-output fields added: the same value, RFC 1071). */
+static inline void hdr_put(uint8_t *h, const sub *s, uint16_t len, uint32_t payload_sum,
+			   uint16_t ip_id)
+{
+	const uint16_t ulen = (uint16_t)(RP_UDP_LEN + len), tot = (uint16_t)(RP_IP_LEN + ulen);
+	memcpy(h, s->hdr, RP_HDRS);
+	uint32_t x = s->ip_sum + tot + ip_id;
+	x = (x & 0xFFFF) + (x >> 16);
+	x = (x & 0xFFFF) + (x >> 16);
+	uint64_t y = (uint64_t)s->udp_sum + 2u * ulen + payload_sum;
+	y = (y & 0xFFFFFFFF) + (y >> 32);
+	y = (y & 0xFFFF) + (y >> 16);
+	y = (y & 0xFFFF) + (y >> 16);
+	y = (y & 0xFFFF) + (y >> 16);
+	const uint16_t ck = (uint16_t)~y;
+	put16(h + RP_ETH_LEN + 2, tot);
+	put16(h + RP_ETH_LEN + 4, ip_id);
+	put16(h + RP_ETH_LEN + 10, (uint16_t)~x);
+	put16(h + RP_ETH_LEN + RP_IP_LEN + 4, ulen);
+	put16(h + RP_ETH_LEN + RP_IP_LEN + 6, ck ? ck : 0xFFFF); /* RFC 768: 0 is sent as all ones */
+}
+
 /* A payload copy per output: the method not taken, kept for
  * bench_relay.sh (--copy-fanout). */
-static struct rte_mbuf *output_copy(relay *r, lane *l, const sub_out *o, struct rte_mbuf *f,
+static struct rte_mbuf *output_copy(relay *r, lane *l, const sub *s, struct rte_mbuf *f,
 				    uint32_t payload_sum, uint64_t run)
 {
+	const sub_out *o = &s->out;
 	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[o->eth_port]);
 	uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
 	uint8_t *p = m ? (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RP_HDRS + fl)) : NULL;
@@ -152,27 +224,50 @@ static struct rte_mbuf *output_copy(relay *r, lane *l, const sub_out *o, struct 
 		return NULL;
 	}
 	memcpy(p + RP_HDRS, rte_pktmbuf_mtod(f, const void *), fl);
-	if (rp_auth_is_peer(&r->auth, o->key))
+	if (s->peer)
 		reseal(o, run, f, p + RP_HDRS + fl - RP_AUTH_LEN, &payload_sum);
-	rp_build_udp(p, o->mac, r->mac[o->eth_port].addr_bytes, r->cf.ip[o->eth_port], o->ip,
-		     r->cf.data_port, o->data_port, fl, payload_sum, l->ip_id++);
+	hdr_put(p, s, fl, payload_sum, l->ip_id++);
 	offload_csum(r, m, o->eth_port);
 	return m;
 }
 
-/* The fan-out method: a header mbuf for s chained to a clone of f; per
- * hop, the clone stops before the upstream's trailer and a third mbuf
- * holds s's own. */
-static struct rte_mbuf *output_clone(relay *r, lane *l, const sub_out *o, struct rte_mbuf *f,
-				     uint32_t payload_sum, uint64_t run)
+/* An indirect mbuf over f's data (rte_pktmbuf_clone, inline for the
+ * single segment every received frame has). */
+static struct rte_mbuf *payload_ref(relay *r, struct rte_mbuf *f)
 {
-	struct rte_mbuf *h = rte_pktmbuf_alloc(r->hdr_pool);
-	struct rte_mbuf *c = h ? rte_pktmbuf_clone(f, r->clone_pool) : NULL;
+	if (f->nb_segs != 1)
+		return rte_pktmbuf_clone(f, r->clone_pool);
+	struct rte_mbuf *c = rte_pktmbuf_alloc(r->clone_pool);
+	if (c)
+		rte_pktmbuf_attach(c, f);
+	return c;
+}
+
+/* The fan-out method: a header mbuf for s chained to a clone of f; with
+ * head (one output of the frame), the clone itself reaches back into f's
+ * headroom, where the frame's own headers came in, for s's headers, as
+ * ipv4_multicast sends its last output in the input mbuf: no header mbuf,
+ * one segment less. The payload is never written: the cache and the other
+ * outputs share it. Per hop, the clone stops before the upstream's trailer
+ * and another mbuf holds s's own. */
+static struct rte_mbuf *output_clone(relay *r, lane *l, const sub *s, struct rte_mbuf *f,
+				     uint32_t payload_sum, uint64_t run, int head)
+{
+	const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
+	struct rte_mbuf *h = NULL, *c;
+	head = head && RTE_MBUF_DIRECT(f) && f->nb_segs == 1 &&
+	       rte_pktmbuf_headroom(f) >= RP_HDRS;
+	if (!head) {
+		h = rte_pktmbuf_alloc(r->hdr_pool);
+		if (!h)
+			return NULL;
+	}
+	c = payload_ref(r, f);
 	if (!c) {
 		rte_pktmbuf_free(h);
 		return NULL;
 	}
-	if (rp_auth_is_peer(&r->auth, o->key)) {
+	if (s->peer) {
 		struct rte_mbuf *t = rte_pktmbuf_alloc(r->hdr_pool);
 		uint8_t *tp = t ? (uint8_t *)rte_pktmbuf_append(t, RP_AUTH_LEN) : NULL;
 		if (!tp || rte_pktmbuf_trim(c, RP_AUTH_LEN) != 0 || rte_pktmbuf_chain(c, t) != 0) {
@@ -181,36 +276,47 @@ static struct rte_mbuf *output_clone(relay *r, lane *l, const sub_out *o, struct
 			rte_pktmbuf_free(h);
 			return NULL;
 		}
-		reseal(o, run, f, tp, &payload_sum);
+		reseal(&s->out, run, f, tp, &payload_sum);
 	}
-	uint8_t *p = (uint8_t *)rte_pktmbuf_append(h, RP_HDRS);
-	rp_build_udp(p, o->mac, r->mac[o->eth_port].addr_bytes, r->cf.ip[o->eth_port], o->ip,
-		     r->cf.data_port, o->data_port, (uint16_t)rte_pktmbuf_pkt_len(f), payload_sum,
-		     l->ip_id++);
-	if (rte_pktmbuf_chain(h, c) != 0) {
-		rte_pktmbuf_free(h);
-		rte_pktmbuf_free(c);
-		return NULL;
+	uint8_t *p;
+	if (head) {
+		h = c;
+		p = (uint8_t *)rte_pktmbuf_prepend(h, RP_HDRS); /* the headroom is there */
+	} else {
+		p = (uint8_t *)rte_pktmbuf_append(h, RP_HDRS);
+		if (rte_pktmbuf_chain(h, c) != 0) {
+			rte_pktmbuf_free(h);
+			rte_pktmbuf_free(c);
+			return NULL;
+		}
 	}
-	offload_csum(r, h, o->eth_port);
+	hdr_put(p, s, fl, payload_sum, l->ip_id++);
+	offload_csum(r, h, s->out.eth_port);
 	return h;
+}
+
+int relay_emit_head(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		    uint64_t run, int head)
+{
+	if (!s->out.has_mac) {
+		l->st->c[C_NO_MAC]++;
+		return 0;
+	}
+	struct rte_mbuf *out = r->cf.copy_fanout ? output_copy(r, l, s, f, payload_sum, run)
+						 : output_clone(r, l, s, f, payload_sum, run, head);
+	if (!out) {
+		l->st->c[C_NO_MBUF]++;
+		s->drops++;
+		return head;
+	}
+	deliver(r, l, s, out);
+	return head;
 }
 
 void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		uint64_t run)
 {
-	if (!s->out.has_mac) {
-		l->st->c[C_NO_MAC]++;
-		return;
-	}
-	struct rte_mbuf *out = r->cf.copy_fanout ? output_copy(r, l, &s->out, f, payload_sum, run)
-						 : output_clone(r, l, &s->out, f, payload_sum, run);
-	if (!out) {
-		l->st->c[C_NO_MBUF]++;
-		s->drops++;
-		return;
-	}
-	deliver(r, l, s, out);
+	relay_emit_head(r, l, s, f, payload_sum, run, 0);
 }
 
 /* The repair cache's release callback: its reference to a frame. */

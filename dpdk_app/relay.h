@@ -136,6 +136,13 @@ typedef struct sub {
 	unsigned lane;                /* its owner: subs[i] is lanes[i % n_lanes]'s */
 	/* ---- the output half: its owner lane's alone (fanout.c, output.c) ---- */
 	sub_out out __rte_cache_aligned;
+	/* its outputs' Ethernet/IPv4/UDP headers but for the fields that
+	 * change per output (lengths, IPv4 id, checksums), and the partial
+	 * sums of the fields that do not, so that an output's headers are a
+	 * copy and two checksum updates (output.c); made from out on SYNC */
+	uint8_t hdr[RP_HDRS];
+	uint8_t peer;                 /* out.key is a peer key: signed per hop */
+	uint32_t ip_sum, udp_sum;
 	rp_bucket bucket;
 	struct rte_ring *q;
 	struct rte_mbuf *held;        /* dequeued, waiting for tokens */
@@ -316,6 +323,14 @@ void relay_lane_send(lane *l, uint16_t port, struct rte_mbuf *m);
  * owner lane l; per hop, signed under s's key bound to run. */
 void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		uint64_t run);
+/* relay_emit, where the output may also take f's headroom for its headers
+ * (no header mbuf: one mbuf less per output) when head is set: for one
+ * output of a frame at most, on lane 0 only (fanout.c); 1 if it did. */
+int relay_emit_head(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		    uint64_t run, int head);
+/* s's header template (hdr, ip_sum, udp_sum, peer) from s->out, on its
+ * owner lane. */
+void relay_out_template(relay *r, sub *s);
 void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata);
 
 /* ---- datapath.c: RX, classify, a frame's fan-out, pacing, lcore loops ---- */

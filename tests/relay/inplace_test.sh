@@ -1,0 +1,50 @@
+#!/bin/sh
+# inplace_test.sh BFPATCH RELAY [perhop]: fan-out 1, where the relay makes
+# a frame's one output in the frame's own headroom (dpdk_app/output.c):
+# a patch goes through bfpatch-relay on net_pcap to one static subscriber
+# A; then B JOINs and NACKs every frame, answered from the repair cache.
+# A must get every frame as it came and B every frame from the cache,
+# byte-identical with valid checksums (tests/relay/inplace.py): an output
+# written over the cached frame (its headers, a trailer) would spoil B's.
+# With perhop the frames are signed, A and B have keys of their own
+# (--peer-keys) and each output must be signed again under its
+# subscriber's key and no other.
+set -u
+BFP=$1
+RELAY=$2
+MODE=${3:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T" /var/run/dpdk/bfpip$$' EXIT
+fail() { echo "FAIL: $*"; [ -f "$T/relay.log" ] && cat "$T/relay.log"; exit 1; }
+
+"$BFP" synth -o "$T/traj" -p 400k -n 1 -S 4 2>/dev/null || fail synth
+"$BFP" diff -q "$T/traj/step-0000.safetensors" "$T/traj/step-0001.safetensors" -o "$T/p" || fail diff
+newkey() { (umask 077; echo "$1 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$2"); }
+if [ "$MODE" = perhop ]; then
+	newkey 3 "$T/key"
+	newkey 11 "$T/ka"
+	newkey 12 "$T/kb"
+	(umask 077; cat "$T/ka" "$T/kb" > "$T/peers")
+	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 --key "$T/key" || fail pcap
+	python3 "$HERE/inplace.py" gen "$T/frames.pcap" "$T/in.pcap" "$T/kb" || fail gen
+	KA="--key $T/key --peer-keys $T/peers" SA=,key=11 CK="A=$T/ka B=$T/kb"
+else
+	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
+	python3 "$HERE/inplace.py" gen "$T/frames.pcap" "$T/in.pcap" || fail gen
+	KA=--insecure SA="" CK=""
+fi
+nframes=$("$BFP" info --json "$T/p" | python3 -c 'import json, sys; print(json.load(sys.stdin)["frames"])')
+# shellcheck disable=SC2086 # KA is a list of options
+"$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfpip$$ -l 0 --log-level=lib.eal:error \
+	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" -- \
+	--ip 0:198.18.0.1 --run-time 1.5 $KA \
+	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11$SA > "$T/relay.log" 2>&1 ||
+	fail "relay exited with an error"
+counter() { awk -v k="$1" '$1 == k {print $2}' "$T/relay.log"; }
+[ "$(counter joins)" = 1 ] || fail "B's JOIN was not taken"
+[ "$(counter cache_hits)" = "$nframes" ] ||
+	fail "cache_hits $(counter cache_hits), B NACKed all $nframes frames"
+# shellcheck disable=SC2086 # CK is a list of arguments
+python3 "$HERE/inplace.py" check "$T/frames.pcap" "$T/out.pcap" $CK || fail "outputs"
+echo "ok - fan-out 1 in the frame's headroom${MODE:+ ($MODE)}: $nframes frames to A, and to B from the cache"
