@@ -42,6 +42,11 @@ const char shim_usage_text[] =
 	"                          default the next version's frames are decoded\n"
 	"                          and verified as they arrive, 6 bytes per\n"
 	"                          changed weight, so the commit only writes)\n"
+	"      --changes N         keep the change lists of the last N versions in\n"
+	"                          PATH.changes/ (default 4; 0: none): per commit,\n"
+	"                          the positions and new values of what changed,\n"
+	"                          for actors that apply versions into their own\n"
+	"                          tensors (WeightBuffer.apply_changes)\n"
 	"  -A, --key FILE          accept only frames and HEARTBEATs signed with this\n"
 	"                          key; sign JOINs and NACKs (repeatable: two keys\n"
 	"                          during a rollover, the first signs; make one with\n"
@@ -83,7 +88,7 @@ static const struct option long_opts[] = {
 	{"crash-after", required_argument, 0, 'K'}, {"dma", required_argument, 0, 'M'},
 	{"port", required_argument, 0, 'P'}, {"eal", required_argument, 0, 'G'},
 	{"key", required_argument, 0, 'A'}, {"no-prepare", no_argument, 0, 'R'},
-	{"insecure", no_argument, 0, 'S'},
+	{"insecure", no_argument, 0, 'S'}, {"changes", required_argument, 0, 'C'},
 	{"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'v'},
 	{0, 0, 0, 0}};
 
@@ -187,6 +192,7 @@ static void conf_defaults(shim_config *cf)
 	cf->max_stage = 1ull << 30;
 	cf->threads = cpu_count() < 8 ? cpu_count() : 8;
 	cf->name = "shim";
+	cf->changes = 4;
 }
 
 /* One option of getopt_long's (c, with arg): 0; 1 after --help; -1
@@ -215,6 +221,7 @@ static int parse_one(shim_config *cf, int c, const char *arg)
 	case 'G': cf->eal_args = arg; return 0;
 	case 'A': opt_key(cf, arg); return 0;
 	case 'S': cf->insecure = 1; return 0;
+	case 'C': return opt_u32(c, arg, 0, 1000, &cf->changes);
 	case 'h':
 		fputs(shim_usage_text, stdout);
 		return 1;

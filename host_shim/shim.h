@@ -14,6 +14,7 @@
 
 #include "auth.h"
 #include "bfpatch.h"
+#include "changes.h"
 #include "events.h"
 #include "patch.h"
 #include "proto.h"
@@ -53,6 +54,7 @@ typedef struct shim_config {
 	double exit_after;          /* --exit-after (tests; 0: until a signal) */
 	uint32_t drop_every;        /* --drop-every (tests) */
 	uint32_t crash_after;       /* --crash-after (tests) */
+	uint32_t changes;           /* --changes N: change lists kept (0: none) */
 } shim_config;
 
 /* ---- state ---- */
@@ -139,6 +141,7 @@ typedef struct shim {
 	uint32_t nack_rounds;   /* since the last frame of the wanted version */
 	int want_key;           /* JOIN with RP_VERSION_NONE */
 	shim_inplace ip;
+	shim_changes chg;       /* --changes: the commits' change lists */
 	uint8_t told_encoding[32]; /* bit e: "encoding e unknown" was logged */
 
 	/* ---- the network side and the run loop (net.c, main.c) ---- */

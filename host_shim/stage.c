@@ -86,6 +86,8 @@ void stage_init(shim *s)
 {
 	s->nack_backoff_ms = s->cf.nack_ms;
 	s->no_prep = s->cf.no_prep;
+	if (changes_init(&s->chg, s->cf.buffer ? s->cf.changes : 0, s->cf.buffer))
+		fprintf(stderr, "bfpatch-shim: out of memory: no change lists are written\n");
 }
 
 /* The version a JOIN says the shim holds: the committed one, or the
@@ -438,6 +440,24 @@ static int commit(shim *s, slot *sl)
 	wbuf_begin(&s->w, sl->target, key ? WBUF_F_KEY : 0);
 	apply_ctl ctl = {.threads = s->cf.threads, .resume = resume, .undo_note = wbuf_undo_note,
 			 .undo_done = wbuf_undo_done, .undo = &s->undo};
+	/* --changes: the journal's hooks see every delta frame's positions
+	 * before its values are written; the recorder keeps them and calls
+	 * the journal's in turn */
+	const int rec = !key && s->chg.keep && !changes_ready(&s->chg, s->w.fd, base) &&
+			!changes_begin(&s->chg, (const uint8_t *const *)sl->frames, sl->flen,
+				       sl->count, s->w.params);
+	if (rec) {
+		for (uint32_t i = 0; !resume && i < sl->count; i++)
+			if (sl->preps[i])
+				changes_take(&s->chg, i, sl->preps[i]->fc.pos, sl->preps[i]->fc.val,
+					     sl->preps[i]->fc.n);
+		s->chg.undo_note = ctl.undo_note;
+		s->chg.undo_done = ctl.undo_done;
+		s->chg.undo = ctl.undo;
+		ctl.undo_note = changes_undo_note;
+		ctl.undo_done = changes_undo_done;
+		ctl.undo = &s->chg;
+	}
 	apply_result res;
 	int crash = s->cf.crash_after && s->commits + 1 >= s->cf.crash_after;
 #ifdef BFP_SHIM_DPDK
@@ -469,9 +489,14 @@ static int commit(shim *s, slot *sl)
 		o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
 		shim_dma_result dr;
 		const shim_dma_journal jn = shim_dma_journal_of(&s->dlog);
+		const shim_dma_journal jc = {.note = changes_dma_note, .retire = changes_dma_retire,
+					     .arg = &s->chg};
+		s->chg.dma_note = s->dlog.map ? jn.note : NULL;
+		s->chg.dma_retire = s->dlog.map ? jn.retire : NULL;
+		s->chg.dma_arg = jn.arg;
 		failed = shim_dma_apply(s->dma, s->dma_dec, &o, (const uint8_t *const *)sl->frames,
 					sl->flen, sl->count, s->w.params, s->w.h->n_params,
-					s->dlog.map ? &jn : NULL, &dr, err, sizeof(err));
+					rec ? &jc : s->dlog.map ? &jn : NULL, &dr, err, sizeof(err));
 		if (!failed) {
 			backend = "dma";
 			memset(&res, 0, sizeof(res));
@@ -497,6 +522,7 @@ static int commit(shim *s, slot *sl)
 	if (s->dlog.map) /* records a failed DMA pass left: at target or redone now */
 		wbuf_dlog_rollback(&s->dlog, 1);
 	if (failed) {
+		changes_end(&s->chg);
 		/* that frame wrote nothing, others did: the buffer is no version */
 		wbuf_invalid(&s->w);
 		s->resyncs++;
@@ -508,9 +534,20 @@ static int commit(shim *s, slot *sl)
 		stage_join(s);
 		return 0;
 	}
+	/* the change list is in place before the version that names it */
+	char chg[80] = "";
+	const uint64_t chg_before = s->chg.changes;
+	const double chg_t0 = now_s();
+	if (key && s->chg.keep && !changes_ready(&s->chg, s->w.fd, base))
+		changes_key(&s->chg, s->w.h->model_id, s->w.h->n_params, base, sl->target);
+	else if (rec && !changes_write(&s->chg, s->w.h->model_id, s->w.h->n_params, base,
+				       sl->target))
+		snprintf(chg, sizeof(chg), ", change list of %" PRIu64 " weights in %.1f ms",
+			 s->chg.changes - chg_before, (now_s() - chg_t0) * 1e3);
 	events_emit(&s->ev, "apply_end", "\"version\":%u,\"verified_bytes\":%" PRIu64
 		    ",\"backend\":\"%s\"", sl->target, res.verified_bytes, backend);
 	wbuf_end(&s->w);
+	changes_prune(&s->chg, sl->target);
 	double ms = (now_s() - t0) * 1e3;
 	s->commits++;
 	s->key_commits += key;
@@ -528,9 +565,9 @@ static int commit(shim *s, slot *sl)
 		snprintf(how, sizeof(how), ", %u of the frames decoded and verified while staged",
 			 prepped);
 	printf("bfpatch-shim: committed version %u -> %u%s: %u frames, %" PRIu64 " bytes, %" PRIu64
-	       " bytes verified, %.1f ms (%s)%s\n", base, sl->target,
+	       " bytes verified, %.1f ms (%s)%s%s\n", base, sl->target,
 	       key ? " (keyframe resync)" : "", sl->count, sl->bytes, res.verified_bytes, ms,
-	       backend, how);
+	       backend, how, chg);
 	fflush(stdout);
 	committed_to(s, sl->target); /* sl among them */
 	return 0;
@@ -836,8 +873,11 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 		return 0;
 	}
 	uint32_t base = shim_version(s), target = ip->target;
+	if (s->chg.keep && !changes_ready(&s->chg, s->w.fd, base))
+		changes_key(&s->chg, s->w.h->model_id, s->w.h->n_params, base, target);
 	wbuf_begin(&s->w, target, WBUF_F_KEY);
 	wbuf_end(&s->w);
+	changes_prune(&s->chg, target);
 	double ms = (now_s() - ip->t0) * 1e3;
 	s->commits++;
 	s->key_commits++;
@@ -1036,4 +1076,5 @@ void stage_fini(shim *s)
 	s->dec = NULL;
 	free(s->zws);
 	s->zws = NULL;
+	changes_fini(&s->chg);
 }
