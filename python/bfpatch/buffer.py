@@ -16,6 +16,11 @@ process with SIGSEGV rather than corrupt the version.
 
 Timeouts: wait_version(), safe_point() and consistent() raise TimeoutError
 when their timeout passes, never return a stale version silently.
+
+Change lists (bfpatch-shim --changes, changes.py): changes(),
+changes_since() and apply_changes() give what each version changed, so
+an engine that holds its own copy of the weights applies a version with
+one scatter per tensor.
 """
 import json
 import mmap
@@ -23,9 +28,11 @@ import os
 import struct
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, TypeVar
 
+from . import changes as _chg
 from . import dtypes as _dt
+from .changes import ChangeList, ChangesUnavailable
 
 MAGIC = b"BFPWBUF1"
 # wbuf_hdr: magic, layout, hdr_size, n_params, model_id, st_offset, st_len,
@@ -284,6 +291,105 @@ class WeightBuffer:
         for name in self.tensors:
             yield name, self.tensor(name, torch=torch, writable=writable)
 
+    def _settled(self, fn: Callable[[], T], have: Optional[int]) -> T:
+        """fn() between two commits (the sequence counter even and the
+        same before and after), again if a commit overlapped it, also when
+        it raised ChangesUnavailable then (a list it read was replaced).
+        Raises ChangesUnavailable while the buffer holds no valid version."""
+        end = time.monotonic() + 30
+        while True:
+            s0 = self.seq
+            if s0 % 2:
+                if self.state == RESYNC:
+                    raise ChangesUnavailable(
+                        "%s holds no valid version: a keyframe resync is in progress, and "
+                        "no change list leads across it; reload the tensors once it is "
+                        "committed" % self.path, have, self.version)
+                if time.monotonic() > end:
+                    raise self._timeout("a commit did not end", 30)
+                time.sleep(0.001)
+                continue
+            try:
+                r = fn()
+            except ChangesUnavailable:
+                if self.seq != s0:
+                    continue
+                raise
+            if self.seq == s0:
+                return r
+
+    def changes(self, version: int, torch: bool = True) -> ChangeList:
+        """What the commit of `version` changed (bfpatch-shim --changes):
+        a ChangeList, tensor name -> (indices, values), with .base, the
+        version it was committed from, and .version. indices are flat
+        element indices into the tensor (int64), values its new values in
+        the tensor's dtype: torch tensors, or numpy arrays with
+        torch=False. Values of 16-bit and 1-byte tensors come from the
+        list; those of wider dtypes (F32, I64, ...) are read from the
+        buffer's committed version, so for a `version` older than that
+        they are the committed version's values (a whole chain applied in
+        order, apply_changes(), ends exactly at the committed version).
+        Raises ChangesUnavailable when no valid list of `version` is kept
+        (none written, no longer kept, a keyframe commit, a damaged file:
+        the message says which)."""
+        def read() -> ChangeList:
+            raw = _chg.read_list(self, version, None, version)
+            if raw.flags:
+                raise ChangesUnavailable(
+                    "version %d was committed %s: it has no change list; reload the tensors"
+                    % (version, "by a keyframe resync" if raw.flags & _chg.F_KEY else
+                       "after its shim restarted mid-commit"), None, version)
+            return _chg.per_tensor(self, raw, torch)
+        return self._settled(read, None)
+
+    def changes_since(self, version: int, torch: bool = True) -> List[ChangeList]:
+        """The change lists that lead from `version` (the one the caller
+        holds) to the committed version, in order (empty when `version` is
+        the committed one); each as changes() gives it. Raises
+        ChangesUnavailable, with .have (= version) and .want (the
+        committed version), when they do not all exist: the shim runs
+        without --changes, the history it keeps (--changes N) is too
+        short, a keyframe resync or a commit finished after a restart
+        broke the chain, or a list is damaged. Then reload the tensors.
+        Raises ValueError for a version newer than the committed one."""
+        def read() -> List[ChangeList]:
+            want = self.version
+            if version > want:
+                raise ValueError("%s: version %d is newer than the committed %d"
+                                 % (self.path, version, want))
+            return [_chg.per_tensor(self, r, torch) for r in _chg.chain(self, version, want)]
+        return self._settled(read, version)
+
+    def apply_changes(self, tensors: Mapping[str, Any], since: int, strict: bool = True) -> int:
+        """Bring tensors, the caller's copy of the weights at version
+        `since` (torch tensors on any device, or numpy arrays; contiguous,
+        each of its buffer tensor's shape and element size), to the
+        committed version: every list of changes_since(since) in order,
+        one index_copy_ (numpy: one indexed store) per tensor and list,
+        indices and values moved to the tensor's device. Bits are copied,
+        never converted: a tensor's dtype must be the buffer's (or an
+        integer type of its width). Returns the version reached.
+        Everything is checked before any tensor is touched: raises
+        ChangesUnavailable (the chain is incomplete: reload), KeyError for
+        a tensor the lists change that is not given (strict=False skips
+        it; names the buffer has no lists for are ignored), ValueError for
+        a tensor of another size, dtype or layout."""
+        chain = self.changes_since(since, torch=False)
+        names = [n for n in self.tensors if any(n in cl for cl in chain)]
+        missing = [n for n in names if n not in tensors]
+        if missing and strict:
+            raise KeyError("apply_changes: no tensor given for %s, which the change lists "
+                           "from version %d change (strict=False skips them)"
+                           % (", ".join(missing), since))
+        for n in names:
+            if n in tensors:
+                _check_target(n, tensors[n], self.tensors[n])
+        for cl in chain:
+            for n, (idx, val) in cl.items():
+                if n in tensors:
+                    _scatter(tensors[n], idx, val, self.tensors[n][0])
+        return chain[-1].version if chain else since
+
     def _unmap(self) -> None:
         for m in {id(x): x for x in (self._mm, self._ro) if x is not None}.values():
             m.close()
@@ -319,3 +425,45 @@ def _view(mm: Any, off: int, nbytes: int, st: str, shape: Tuple[int, ...], torch
     import numpy as np
     dt = _dt.numpy_dtype(st)
     return np.frombuffer(mm, dtype=dt, count=nbytes // dt.itemsize, offset=off).reshape(shape)
+
+
+def _is_torch(t: Any) -> bool:
+    return type(t).__module__.split(".")[0] == "torch"
+
+
+def _check_target(name: str, t: Any, info: TensorInfo) -> None:
+    """ValueError unless t can take tensor name's values bit for bit:
+    contiguous, writable, as many elements, the buffer's dtype or an
+    integer type of its width."""
+    st, shape, _, _ = info
+    count = 1
+    for d in shape:
+        count *= d
+    size = _dt.itemsize(st)
+    if _is_torch(t):
+        import torch as _t
+        n, ok = t.numel(), t.is_contiguous()
+        esize = t.element_size()
+        same = t.dtype == _dt.torch_dtype(st) or \
+            (not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != _t.bool)
+    else:
+        n, ok = t.size, t.flags.c_contiguous and t.flags.writeable
+        esize = t.dtype.itemsize
+        same = t.dtype == _dt.numpy_dtype(st) or t.dtype.kind in "iu"
+    if n != count or esize != size or not same or not ok:
+        raise ValueError("apply_changes: tensor %s (%s, %d elements%s) cannot take the buffer's "
+                         "%s values of %d elements" % (
+                             name, t.dtype, n, "" if ok else ", not contiguous and writable",
+                             st, count))
+
+
+def _scatter(t: Any, idx: Any, val: Any, st: str) -> None:
+    """t.flat[idx] = val, bits unchanged, on t's device."""
+    if _is_torch(t):
+        import torch as _t
+        v = _chg._torch_of(val, st)
+        if v.dtype != t.dtype:
+            v = v.view(t.dtype)
+        t.view(-1).index_copy_(0, _t.from_numpy(idx).to(t.device), v.to(t.device))
+    else:
+        t.reshape(-1)[idx] = val.view(t.dtype)
