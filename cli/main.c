@@ -65,10 +65,14 @@ static int print_command_json(const char *cmd, const patch *p, const char *out, 
 
 static const char diff_usage[] =
 	"usage: bfpatch diff OLD NEW -o PATCH [options]\n"
-	"Encode the change from OLD to NEW (safetensors or raw BF16 files with the\n"
-	"same tensor layout) as a patch of datagram-sized frames (docs/FORMAT.md;\n"
-	"the sparse frames of each tensor chunk share one model, 3.6). OLD or NEW\n"
-	"may be - (standard input, read into memory).\n"
+	"Encode the change from OLD to NEW (safetensors or raw BF16 files, or sharded\n"
+	"checkpoints: a directory with model.safetensors.index.json and its shards,\n"
+	"or that index; the same tensor layout) as a patch of datagram-sized frames\n"
+	"(docs/FORMAT.md; the sparse frames of each tensor chunk share one model,\n"
+	"3.6). Where NEW's safetensors header (its __metadata__, say) or shard index\n"
+	"differs from OLD's, the patch file carries NEW's (FORMAT.md 4.1), so apply\n"
+	"reproduces NEW byte for byte. OLD or NEW may be - (standard input, read\n"
+	"into memory).\n"
 	"  -o, --output PATCH      patch file to write (atomically; not OLD or NEW;\n"
 	"                          -: standard output, not a terminal)\n"
 	"  -f, --force             replace PATCH if it exists (else refused)\n"
@@ -207,6 +211,10 @@ static const char apply_usage[] =
 	"Apply PATCH to BASE and write the result to OUT (atomically). Every frame\n"
 	"is checked (CRC, model, base version, range) and every range's target\n"
 	"hash verified before OUT is written; on any error OUT is not created.\n"
+	"The safetensors headers (and shard index) PATCH carries replace BASE's.\n"
+	"A sharded BASE (a directory with model.safetensors.index.json, or that\n"
+	"index) gives a directory OUT: every shard and the index, each written to\n"
+	"a temporary in OUT and renamed once all are written.\n"
 	"An existing OUT is replaced only with --force, or when it is BASE (the\n"
 	"in-place update: replaced once the new version is verified and\n"
 	"written); never PATCH. BASE or PATCH may be - (standard input).\n"
@@ -252,6 +260,23 @@ static int cmd_apply(int argc, char **argv)
 	int rc = check_io("apply", out, base, NULL, argv[optind + 1], "patch");
 	if (rc || (rc = out_check("apply", out, force, 1, strcmp(base, "-") ? base : NULL)))
 		return rc;
+	/* a sharded BASE: OUT is a directory, BASE's own for the in-place update */
+	char base_dir[PATH_MAX];
+	const int sharded = model_path_sharded(base);
+	struct stat osb;
+	snprintf(base_dir, sizeof(base_dir), "%s", base);
+	if (sharded && stat(base, &osb) == 0 && !S_ISDIR(osb.st_mode)) { /* the index */
+		char *slash = strrchr(base_dir, '/');
+		snprintf(slash ? slash : base_dir, sizeof(base_dir) - (size_t)(slash ? slash - base_dir : 0),
+			 "%s", slash ? "" : ".");
+	}
+	if (sharded && out_is_stdout(out))
+		return usage_error("apply", apply_usage, "a sharded BASE gives a directory, which "
+				   "standard output cannot hold");
+	if (sharded && !force && stat(out, &osb) == 0 && !same_file(out, base_dir)) {
+		fprintf(stderr, "bfpatch apply: %s exists: give --force to replace its files\n", out);
+		return 1;
+	}
 	char err[ERRLEN] = "";
 	model m;
 	patch p;
@@ -272,8 +297,12 @@ static int cmd_apply(int argc, char **argv)
 	double t0 = now_s();
 	rc = patch_apply(&p, m.params, m.n_params, m.model_id, (int)th,
 			 !quiet && m.n_params > (64u << 20), err, sizeof(err));
+	if (rc == 0) /* the headers PATCH carries, checked before anything is written */
+		rc = patch_apply_records(&p, &m, err, sizeof(err));
 	double t1 = now_s();
-	if (rc == 0) { /* what model_save writes */
+	if (rc == 0 && m.n_files) {
+		rc = model_save_dir(&m, out, force, base_dir, err, sizeof(err));
+	} else if (rc == 0) { /* what model_save writes */
 		const void *bufs[2] = {m.header, m.params};
 		size_t lens[2] = {m.header_len, (size_t)m.data_bytes};
 		const int st = m.safetensors;
@@ -296,9 +325,10 @@ static int cmd_apply(int argc, char **argv)
 static const char info_usage[] =
 	"usage: bfpatch info PATCH [--json]\n"
 	"Print what a patch carries: parameters, changed parameters, frames per\n"
-	"encoding, bytes, bits per changed parameter, ratio to dense BF16, and\n"
-	"the sparse frames' bits per change by base-exponent class. PATCH may be\n"
-	"- (standard input).\n"
+	"encoding, bytes, bits per changed parameter, ratio to dense BF16, the\n"
+	"sparse frames' bits per change by base-exponent class, and the\n"
+	"safetensors headers (and shard index) the file carries for NEW, with\n"
+	"their lengths (FORMAT.md 4.1). PATCH may be - (standard input).\n"
 	"  --json   one JSON object on stdout\n"
 	"  -h, --help\n";
 
@@ -313,6 +343,8 @@ typedef struct patch_summary {
 	uint64_t cls[BFP_CLASSES][4];
 	uint64_t sparse, with_model; /* sparse frames; those carrying a model */
 	size_t frames, bytes;
+	const patch_record *rec;     /* its header records (FORMAT.md 4.1) */
+	size_t n_rec;
 	double bpc, ratio;
 } patch_summary;
 
@@ -355,6 +387,8 @@ static int summarize(const patch *p, const char *name, patch_summary *S, char *e
 		S->sparse += bfp_encoding_is_sparse(e) ? S->by_enc[e] : 0;
 	S->frames = p->n;
 	S->bytes = p->len;
+	S->rec = p->rec;
+	S->n_rec = p->n_rec;
 	S->bpc = S->changed ? (double)p->len * 8 / (double)S->changed : 0;
 	S->ratio = p->len ? (double)S->params * 2 / (double)p->len : 0;
 	return 0;
@@ -400,6 +434,19 @@ static json_t *summary_json(const patch_summary *S)
 		json_array_append_new(ca, x);
 	}
 	json_object_set_new(o, "sparse_classes", ca);
+	/* the safetensors headers (and shard index) the patch file carries */
+	json_t *hr = json_array();
+	for (size_t i = 0; i < S->n_rec; i++) {
+		json_t *x = json_object();
+		json_object_set_new(x, "kind", json_string(S->rec[i].kind == PATCH_REC_HEADER
+								   ? "safetensors_header"
+								   : "shard_index"));
+		json_object_set_new(x, "file", json_integer(S->rec[i].file));
+		json_object_set_new(x, "files", json_integer(S->rec[i].files));
+		json_object_set_new(x, "bytes", json_integer((json_int_t)S->rec[i].len));
+		json_array_append_new(hr, x);
+	}
+	json_object_set_new(o, "header_records", hr);
 	return o;
 }
 
@@ -452,11 +499,15 @@ static int cmd_info(int argc, char **argv)
 	if (patch_read(argv[optind], &p, err, sizeof(err)))
 		return die("info", err);
 	const int bad = summarize(&p, argv[optind], &S, err, sizeof(err));
-	patch_free(&p);
-	if (bad)
+	if (bad) {
+		patch_free(&p);
 		return die("info", err);
-	if (json)
-		return print_json(summary_json(&S)) ? die("info", "out of memory") : 0;
+	}
+	if (json) {
+		const int jrc = print_json(summary_json(&S));
+		patch_free(&p);
+		return jrc ? die("info", "out of memory") : 0;
+	}
 	printf("model id          %016llx\n", (unsigned long long)S.h0.model_id);
 	printf("versions          %u -> %u\n", S.h0.base_version, S.h0.target_version);
 	printf("parameters        %llu\n", (unsigned long long)S.params);
@@ -476,6 +527,15 @@ static int cmd_info(int argc, char **argv)
 	       (unsigned long long)(S.pos_bits / 8), (unsigned long long)(S.val_bits / 8));
 	printf("bits per changed  %.3f\n", S.bpc);
 	printf("ratio to dense    %.1fx\n", S.ratio);
+	if (!S.n_rec)
+		printf("headers           none carried (the base's stay)\n");
+	for (size_t i = 0; i < S.n_rec; i++) {
+		if (S.rec[i].kind == PATCH_REC_HEADER)
+			printf("%-18ssafetensors header of file %u of %u, %zu bytes\n",
+			       i ? "" : "headers", S.rec[i].file, S.rec[i].files, S.rec[i].len);
+		else
+			printf("%-18sshard index, %zu bytes\n", i ? "" : "headers", S.rec[i].len);
+	}
 	if (S.sparse)
 		printf("sparse frames by base-exponent class (FORMAT.md 3.3): bits per change,\n"
 		       "and bytes of the class's counts and headers in all frames:\n"
@@ -487,6 +547,7 @@ static int cmd_info(int argc, char **argv)
 			       (double)S.cls[k][2] / (double)S.cls[k][0],
 			       (double)S.cls[k][3] / (double)S.cls[k][0],
 			       (unsigned long long)(S.cls[k][1] / 8));
+	patch_free(&p);
 	return 0;
 }
 
@@ -755,7 +816,7 @@ static int cmd_pcap(int argc, char **argv)
 		return die("pcap", err);
 	/* pcap: global header, then per packet a 16-byte record header */
 	const size_t tl = auth.n_keys ? RP_AUTH_LEN : 0; /* the trailer */
-	size_t total = 24 + p.n * (16 + RP_HDRS + tl) + p.len;
+	size_t total = 24 + p.n * (16 + RP_HDRS + tl) + p.off[p.n]; /* frames only */
 	uint8_t *buf = malloc(total), *w = buf;
 	if (!buf) {
 		patch_free(&p);

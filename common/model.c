@@ -1,7 +1,8 @@
 /*
- * model.c: safetensors and raw BF16 model files. The safetensors header is
- * validated against everything the format forbids (duplicate keys, holes,
- * overlaps, sizes not matching shapes, trailing bytes) before any data is
+ * model.c: safetensors, sharded safetensors and raw BF16 model files. The
+ * safetensors header is validated against everything the format forbids
+ * (duplicate keys, holes, overlaps, sizes not matching shapes, trailing
+ * bytes), and a shard index against its shards, before any data is
  * trusted. Files are written through a temporary and a rename.
  */
 #define _GNU_SOURCE
@@ -108,6 +109,13 @@ void model_free(model *m)
 {
 	if (!m)
 		return;
+	for (size_t k = 0; m->files && k < m->n_files; k++) {
+		free(m->files[k].name);
+		free(m->files[k].header);
+	}
+	free(m->files);
+	free(m->index);
+	free(m->index_name);
 	free(m->header);
 	if (m->map)
 		munmap(m->map, m->map_len);
@@ -463,6 +471,398 @@ static int read_st_header(model *m, int fd, const char *path, uint64_t size, cha
 	return 0;
 }
 
+/* ---- sharded checkpoints (FORMAT.md 1) ---- */
+
+int model_path_sharded(const char *path)
+{
+	static const char suf[] = ".index.json";
+	const size_t a = strlen(path), b = sizeof(suf) - 1;
+	struct stat sb;
+	if (a >= b && strcmp(path + a - b, suf) == 0)
+		return 1;
+	return strcmp(path, "-") && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+size_t model_n_files(const model *m)
+{
+	return m->n_files ? m->n_files : m->safetensors ? 1 : 0;
+}
+
+const uint8_t *model_file_header(const model *m, size_t k, size_t *len)
+{
+	if (m->n_files) {
+		*len = k < m->n_files ? m->files[k].header_len : 0;
+		return k < m->n_files ? m->files[k].header : NULL;
+	}
+	*len = k == 0 ? m->header_len : 0;
+	return k == 0 ? m->header : NULL;
+}
+
+/* The whole of a small file (an index) into a new buffer. */
+static int read_small(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen)
+{
+	struct stat sb;
+	int fd = open_regular(path, &sb, err, errlen);
+	if (fd < 0)
+		return -1;
+	if ((uint64_t)sb.st_size > ST_HEADER_MAX) {
+		close(fd);
+		return set_err(err, errlen, "%s: larger than %u bytes", path, ST_HEADER_MAX);
+	}
+	*len = (size_t)sb.st_size;
+	*out = malloc(*len + 1);
+	if (!*out || read_full(fd, *out, *len, 0)) {
+		close(fd);
+		free(*out);
+		*out = NULL;
+		return set_err(err, errlen, "%s: cannot read it", path);
+	}
+	close(fd);
+	return 0;
+}
+
+/* An index's JSON: an object whose weight_map maps tensor names to file
+ * names (strings); any other member ("metadata") is kept as it is. */
+static json_t *index_parse(const uint8_t *b, size_t len, char *err, size_t errlen)
+{
+	json_error_t je;
+	json_t *root = json_loadb((const char *)b, len, JSON_REJECT_DUPLICATES, &je);
+	if (!root) {
+		set_err(err, errlen, "index JSON: %s (line %d)", je.text, je.line);
+		return NULL;
+	}
+	json_t *wm = json_object_get(root, "weight_map");
+	const char *k;
+	json_t *v;
+	if (!json_is_object(root) || !json_is_object(wm) || json_object_size(wm) == 0) {
+		set_err(err, errlen, "index: no weight_map object naming the tensors' files");
+		json_decref(root);
+		return NULL;
+	}
+	json_object_foreach(wm, k, v) {
+		const char *f = json_string_value(v);
+		/* a file of the index's own directory, not a path anywhere */
+		if (!f || !*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, "..")) {
+			set_err(err, errlen, "index: weight_map entry '%s' is not a file name in the "
+				"index's directory", k);
+			json_decref(root);
+			return NULL;
+		}
+	}
+	return root;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The safetensors header of one file holding the whole parameter space
+ * (the shards' data sections concatenated): the tensors in offset order,
+ * no metadata, padded with spaces to 8 bytes as safetensors pads. It is
+ * what a weight buffer made from a sharded checkpoint carries. */
+static int single_header(model *m)
+{
+	json_t *o = json_object();
+	for (size_t i = 0; o && i < m->n_tensors; i++) {
+		const bfp_tensor *t = &m->tensors[i];
+		json_t *e = json_object(), *sh = json_array(), *off = json_array();
+		const char *dt = "";
+		for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
+			if (dtypes[d].dt == t->dtype)
+				dt = dtypes[d].name;
+		for (uint32_t d = 0; d < t->ndim; d++)
+			json_array_append_new(sh, json_integer((json_int_t)t->shape[d]));
+		json_array_append_new(off, json_integer((json_int_t)t->byte_begin));
+		json_array_append_new(off, json_integer((json_int_t)t->byte_end));
+		json_object_set_new(e, "dtype", json_string(dt));
+		json_object_set_new(e, "shape", sh);
+		json_object_set_new(e, "data_offsets", off);
+		json_object_set_new(o, m->names[i], e);
+	}
+	char *j = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(o);
+	if (!j)
+		return -1;
+	const size_t n = strlen(j), padded = (n + 7) / 8 * 8;
+	m->header = malloc(8 + padded);
+	if (m->header) {
+		for (int i = 0; i < 8; i++)
+			m->header[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+		memcpy(m->header + 8, j, n);
+		memset(m->header + 8 + n, ' ', padded - n);
+		m->header_len = 8 + padded;
+	}
+	free(j);
+	return m->header ? 0 : -1;
+}
+
+
+static int cmp_file(const void *a, const void *b)
+{
+	return strcmp(((const model_file *)a)->name, ((const model_file *)b)->name);
+}
+
+/* Whether shard sh (a model of its own) holds a tensor named name. */
+static int holds_tensor(const model *sh, const char *name)
+{
+	for (size_t i = 0; i < sh->n_tensors; i++)
+		if (!strcmp(sh->names[i], name))
+			return 1;
+	return 0;
+}
+
+/* The shards' headers, checked against the index root: every file it
+ * names is there, each tensor of file k is mapped to file k, and every
+ * mapped tensor is in the file it is mapped to. sh[k] gets file k's
+ * tensors, fds[k] the open file. */
+static int shards_open(model *m, const char *dir, json_t *root, model *sh, int *fds, char *err,
+		       size_t errlen)
+{
+	json_t *wm = json_object_get(root, "weight_map"), *v;
+	const char *key;
+	size_t tensors = 0;
+	uint64_t at = 0;
+	for (size_t k = 0; k < m->n_files; k++) {
+		model_file *f = &m->files[k];
+		char fp[PATH_MAX];
+		struct stat sb;
+		if ((size_t)snprintf(fp, sizeof(fp), "%s/%s", dir, f->name) >= sizeof(fp))
+			return set_err(err, errlen, "%s/%s: path too long", dir, f->name);
+		if (stat(fp, &sb) != 0 && errno == ENOENT)
+			return set_err(err, errlen, "the index names %s, which is missing", fp);
+		if ((fds[k] = open_regular(fp, &sb, err, errlen)) < 0 ||
+		    read_st_header(&sh[k], fds[k], fp, (uint64_t)sb.st_size, err, errlen))
+			return -1;
+		f->header = sh[k].header;
+		f->header_len = sh[k].header_len;
+		sh[k].header = NULL;
+		f->data_begin = at;
+		f->data_bytes = sh[k].data_bytes;
+		f->layout_id = sh[k].model_id;
+		at += f->data_bytes;
+		for (size_t i = 0; i < sh[k].n_tensors; i++) {
+			const char *to = json_string_value(json_object_get(wm, sh[k].names[i]));
+			if (!to)
+				return set_err(err, errlen, "tensor '%s' of %s is not in the index's "
+					       "weight_map", sh[k].names[i], fp);
+			if (strcmp(to, f->name))
+				return set_err(err, errlen, "tensor '%s' is in %s, but the index maps "
+					       "it to %s", sh[k].names[i], fp, to);
+		}
+		tensors += sh[k].n_tensors;
+	}
+	if (tensors == json_object_size(wm))
+		return 0;
+	json_object_foreach(wm, key, v) {
+		model_file probe = {.name = (char *)json_string_value(v)};
+		model_file *f = bsearch(&probe, m->files, m->n_files, sizeof(model_file), cmp_file);
+		if (f && !holds_tensor(&sh[f - m->files], key))
+			return set_err(err, errlen, "the index maps tensor '%s' to %s/%s, which does "
+				       "not hold it", key, dir, f->name);
+	}
+	return set_err(err, errlen, "the index and its shards disagree");
+}
+
+/* model_open for a sharded checkpoint (FORMAT.md 1): the shards' data
+ * sections concatenated in the order of their names, read into one
+ * array (into buf when it fits, as model_load_into). */
+static int load_sharded(model *m, const char *path, void *buf, size_t cap, char *err,
+			size_t errlen)
+{
+	char dir[PATH_MAX], ipath[PATH_MAX];
+	struct stat sb;
+	memset(m, 0, sizeof(*m));
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		snprintf(dir, sizeof(dir), "%s", path);
+		if ((size_t)snprintf(ipath, sizeof(ipath), "%s/%s", path, MODEL_INDEX_NAME) >=
+		    sizeof(ipath))
+			return set_err(err, errlen, "%s: path too long", path);
+	} else {
+		snprintf(ipath, sizeof(ipath), "%s", path);
+		snprintf(dir, sizeof(dir), "%s", path);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = 0;
+		else
+			snprintf(dir, sizeof(dir), ".");
+	}
+	uint8_t *ix = NULL;
+	size_t ixlen = 0;
+	char e2[512];
+	if (read_small(ipath, &ix, &ixlen, err, errlen))
+		return -1;
+	json_t *root = index_parse(ix, ixlen, e2, sizeof(e2));
+	if (!root) {
+		free(ix);
+		return set_err(err, errlen, "%s: %s", ipath, e2);
+	}
+	m->index = ix;
+	m->index_len = ixlen;
+	const char *slash = strrchr(ipath, '/');
+	m->index_name = strdup(slash ? slash + 1 : ipath);
+	/* the files, each once, sorted by name */
+	json_t *wm = json_object_get(root, "weight_map"), *fset = json_object(), *v;
+	const char *key;
+	json_object_foreach(wm, key, v)
+		json_object_set_new(fset, json_string_value(v), json_null());
+	const size_t nf = json_object_size(fset);
+	m->files = calloc(nf ? nf : 1, sizeof(model_file));
+	model *sh = calloc(nf ? nf : 1, sizeof(model));
+	int *fds = malloc((nf ? nf : 1) * sizeof(int));
+	int rc = !m->files || !sh || !fds || !m->index_name ? set_err(err, errlen, "out of memory")
+							    : 0;
+	for (size_t k = 0; k < nf && fds; k++)
+		fds[k] = -1;
+	if (!rc) {
+		json_object_foreach(fset, key, v) {
+			if (!(m->files[m->n_files].name = strdup(key))) {
+				rc = set_err(err, errlen, "out of memory");
+				break;
+			}
+			m->n_files++;
+		}
+	}
+	json_decref(fset);
+	if (!rc) {
+		qsort(m->files, m->n_files, sizeof(model_file), cmp_file);
+		rc = shards_open(m, dir, root, sh, fds, err, errlen);
+	}
+	json_decref(root);
+	/* the tensors of all shards, at their offsets in the concatenation */
+	size_t total = 0;
+	for (size_t k = 0; !rc && k < nf; k++)
+		total += sh[k].n_tensors;
+	if (!rc && (!(m->tensors = calloc(total ? total : 1, sizeof(bfp_tensor))) ||
+		    !(m->names = calloc(total ? total : 1, sizeof(char *)))))
+		rc = set_err(err, errlen, "out of memory");
+	for (size_t k = 0; !rc && k < nf; k++) {
+		for (size_t i = 0; i < sh[k].n_tensors; i++) {
+			bfp_tensor *t = &m->tensors[m->n_tensors];
+			*t = sh[k].tensors[i];
+			t->byte_begin += m->files[k].data_begin;
+			t->byte_end += m->files[k].data_begin;
+			m->names[m->n_tensors++] = sh[k].names[i];
+			sh[k].names[i] = NULL;
+		}
+	}
+	for (size_t k = 0; sh && k < nf; k++)
+		model_free(&sh[k]);
+	free(sh);
+	if (!rc) {
+		m->data_bytes = nf ? m->files[nf - 1].data_begin + m->files[nf - 1].data_bytes : 0;
+		bfp_manifest mf;
+		model_manifest(m, &mf);
+		if (bfp_manifest_check(&mf) != BFP_OK)
+			rc = set_err(err, errlen, "%s: the shards' tensors do not tile their data", path);
+		m->n_params = bfp_manifest_params(&mf);
+		m->model_id = bfp_manifest_id(&mf);
+		m->safetensors = 1;
+		if (!rc && single_header(m))
+			rc = set_err(err, errlen, "out of memory");
+	}
+	if (!rc) {
+		const size_t need = (size_t)m->n_params * 2;
+		m->params = buf && cap >= need ? buf : alloc_aligned(need);
+		if (!m->params)
+			rc = set_err(err, errlen, "%s: out of memory for %llu parameters", path,
+				     (unsigned long long)m->n_params);
+		else if (m->n_params)
+			m->params[m->n_params - 1] = 0; /* an odd section's padding byte */
+	}
+	for (size_t k = 0; !rc && k < nf; k++) {
+		const model_file *f = &m->files[k];
+		if (read_full(fds[k], (uint8_t *)m->params + f->data_begin, (size_t)f->data_bytes,
+			      f->header_len))
+			rc = set_err(err, errlen, "%s/%s: read error", dir, f->name);
+	}
+	for (size_t k = 0; fds && k < nf; k++)
+		if (fds[k] >= 0)
+			close(fds[k]);
+	free(fds);
+	if (rc) {
+		if (m->params == buf) /* still the caller's */
+			m->params = NULL;
+		model_free(m);
+	}
+	return rc;
+}
+
+int model_set_header(model *m, size_t k, const uint8_t *json, size_t len, char *err,
+		     size_t errlen)
+{
+	const size_t files = model_n_files(m);
+	if (k >= files)
+		return files ? set_err(err, errlen, "a header for file %zu, the base has %zu "
+				       "safetensors file(s)", k, files)
+			     : set_err(err, errlen, "a safetensors header for a raw BF16 base");
+	const uint64_t bytes = m->n_files ? m->files[k].data_bytes : m->data_bytes;
+	const uint64_t id = m->n_files ? m->files[k].layout_id : m->model_id;
+	const char *name = m->n_files ? m->files[k].name : "the base";
+	if (len < 2 || len > ST_HEADER_MAX)
+		return set_err(err, errlen, "the header for %s: length %zu out of range", name, len);
+	uint8_t *h = malloc(8 + len);
+	if (!h)
+		return set_err(err, errlen, "out of memory");
+	for (int i = 0; i < 8; i++)
+		h[i] = (uint8_t)((uint64_t)len >> (8 * i));
+	memcpy(h + 8, json, len);
+	model t;
+	char e2[256];
+	if (model_parse_safetensors(&t, h, 8 + len, 8 + len + bytes, e2, sizeof(e2))) {
+		free(h);
+		return set_err(err, errlen, "the header for %s: %s", name, e2);
+	}
+	const int same = t.model_id == id && t.data_bytes == bytes;
+	model_free(&t);
+	if (!same) {
+		free(h);
+		return set_err(err, errlen, "the header for %s has another tensor layout than the "
+			       "base's", name);
+	}
+	if (m->n_files) {
+		free(m->files[k].header);
+		m->files[k].header = h;
+		m->files[k].header_len = 8 + len;
+	} else {
+		if (m->map) { /* the parameters stay where the mapping has them */
+			free(h);
+			return set_err(err, errlen, "a mapped model's header cannot be replaced");
+		}
+		free(m->header);
+		m->header = h;
+		m->header_len = 8 + len;
+	}
+	return 0;
+}
+
+int model_set_index(model *m, const uint8_t *json, size_t len, char *err, size_t errlen)
+{
+	if (!m->n_files)
+		return set_err(err, errlen, "a shard index for a base that is not a sharded "
+			       "checkpoint");
+	char e2[256];
+	json_t *nw = index_parse(json, len, e2, sizeof(e2));
+	if (!nw)
+		return set_err(err, errlen, "the index: %s", e2);
+	json_t *old = index_parse(m->index, m->index_len, e2, sizeof(e2));
+	const int same = old && json_equal(json_object_get(old, "weight_map"),
+					   json_object_get(nw, "weight_map"));
+	json_decref(old);
+	json_decref(nw);
+	if (!same)
+		return set_err(err, errlen, "the index maps the tensors to other files than the "
+			       "base's");
+	uint8_t *c = malloc(len ? len : 1);
+	if (!c)
+		return set_err(err, errlen, "out of memory");
+	memcpy(c, json, len);
+	free(m->index);
+	m->index = c;
+	m->index_len = len;
+	return 0;
+}
+
 /* model_load, model_map and model_load_into: map (map) or read the data
  * section, into buf when it is given and fits. */
 static int model_open(model *m, const char *path, int map, void *buf, size_t cap, char *err,
@@ -470,6 +870,8 @@ static int model_open(model *m, const char *path, int map, void *buf, size_t cap
 {
 	struct stat sb;
 	memset(m, 0, sizeof(*m));
+	if (model_path_sharded(path)) /* read, not mapped: one array of several files */
+		return load_sharded(m, path, buf, cap, err, errlen);
 	int fd = open_input(path, &sb, err, errlen);
 	if (fd < 0)
 		return -1;
@@ -901,21 +1303,172 @@ int write_file_new(const char *path, const void *const *bufs, const size_t *lens
 	return write_atomic(path, bufs, lens, nbufs, 1, err, errlen);
 }
 
-/* Whether n is step-N.safetensors as written with %04u (*v = N). */
-static int step_name(const char *n, uint32_t *v)
+/* One file of model_save_dir: a temporary beside dir/name, written,
+ * synced and given the mode a plain create would give (or the mode of
+ * the file it will replace); *tmp its name, *slot its signal-cleanup
+ * listing. */
+static int dir_temp(const char *dir, const char *name, const void *const *bufs,
+		    const size_t *lens, size_t nbufs, char **tmp, int *slot, char *err,
+		    size_t errlen)
 {
+	char path[PATH_MAX];
+	struct stat old;
+	*tmp = NULL;
+	*slot = -1;
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) ||
+	    (strlen(name) + 11 <= NAME_MAX ? asprintf(tmp, "%s.tmp.XXXXXX", path)
+					   : asprintf(tmp, "%s/.bfpatch.tmp.XXXXXX", dir)) < 0) {
+		*tmp = NULL;
+		return set_err(err, errlen, "%s/%s: path too long", dir, name);
+	}
+	sigset_t fatal, was;
+	sigemptyset(&fatal);
+	sigaddset(&fatal, SIGINT);
+	sigaddset(&fatal, SIGTERM);
+	sigaddset(&fatal, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &fatal, &was);
+	int fd = mkstemp(*tmp);
+	const int mk_errno = errno;
+	if (fd >= 0)
+		*slot = tmp_list(*tmp);
+	pthread_sigmask(SIG_SETMASK, &was, NULL);
+	if (fd < 0) {
+		free(*tmp);
+		*tmp = NULL;
+		return set_err(err, errlen, "%s: cannot create temporary file: %s", path,
+			       strerror(mk_errno));
+	}
+	mode_t mode;
+	if (stat(path, &old) == 0 && S_ISREG(old.st_mode)) {
+		mode = old.st_mode & 07777;
+	} else {
+		mode_t um = umask(0);
+		umask(um);
+		mode = 0666 & ~um;
+	}
+	int rc = write_all(fd, bufs, lens, nbufs, path, err, errlen);
+	if (!rc && fsync(fd) != 0)
+		rc = set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+	if (!rc && fchmod(fd, mode) != 0)
+		rc = set_err(err, errlen, "%s: chmod failed: %s", path, strerror(errno));
+	if (close(fd) != 0 && !rc)
+		rc = set_err(err, errlen, "%s: close failed: %s", path, strerror(errno));
+	return rc;
+}
+
+int model_save_dir(const model *m, const char *dir, int force, const char *in_place, char *err,
+		   size_t errlen)
+{
+	struct stat sb;
+	int created = 0, rc = 0;
+	if (!m->n_files || !m->index)
+		return set_err(err, errlen, "%s: not a sharded checkpoint to write", dir);
+	if (stat(dir, &sb) == 0) {
+		if (!S_ISDIR(sb.st_mode))
+			return set_err(err, errlen, "%s exists and is not a directory", dir);
+		if (!force && !(in_place && same_file(dir, in_place)))
+			return set_err(err, errlen, "%s exists: give --force to replace its files",
+				       dir);
+	} else if (mkdir(dir, 0777) != 0) {
+		return set_err(err, errlen, "%s: cannot create the directory: %s", dir,
+			       strerror(errno));
+	} else {
+		created = 1;
+	}
+	const size_t n = m->n_files + 1; /* the shards, then the index */
+	char **tmp = calloc(n, sizeof(char *));
+	int *slot = malloc(n * sizeof(int));
+	if (!tmp || !slot)
+		rc = set_err(err, errlen, "out of memory");
+	for (size_t k = 0; slot && k < n; k++)
+		slot[k] = -1;
+	for (size_t k = 0; !rc && k < n; k++) {
+		if (k < m->n_files) {
+			const model_file *f = &m->files[k];
+			const void *bufs[2] = {f->header, (const uint8_t *)m->params + f->data_begin};
+			const size_t lens[2] = {f->header_len, (size_t)f->data_bytes};
+			rc = dir_temp(dir, f->name, bufs, lens, 2, &tmp[k], &slot[k], err, errlen);
+		} else {
+			const void *bufs[1] = {m->index};
+			const size_t lens[1] = {m->index_len};
+			rc = dir_temp(dir, m->index_name ? m->index_name : MODEL_INDEX_NAME, bufs, lens,
+				      1, &tmp[k], &slot[k], err, errlen);
+		}
+	}
+	/* all written: now each in place, the index last */
+	for (size_t k = 0; !rc && k < n; k++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", dir,
+			 k < m->n_files ? m->files[k].name
+					: m->index_name ? m->index_name : MODEL_INDEX_NAME);
+		if (rename(tmp[k], path) != 0)
+			rc = set_err(err, errlen, "%s: rename failed: %s", path, strerror(errno));
+		else {
+			tmp_unlist(slot[k]);
+			free(tmp[k]);
+			tmp[k] = NULL;
+		}
+	}
+	for (size_t k = 0; tmp && k < n; k++) {
+		if (tmp[k]) {
+			unlink(tmp[k]);
+			tmp_unlist(slot[k]);
+			free(tmp[k]);
+		}
+	}
+	free(tmp);
+	free(slot);
+	if (rc && created)
+		rmdir(dir); /* only if nothing of ours got in */
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		(void)fsync(dfd);
+		close(dfd);
+	}
+	return rc;
+}
+
+/* Whether n is step-N.safetensors, or (dir: a directory) step-N, as
+ * written with %04u (*v = N). */
+static int step_name(const char *n, int dir, uint32_t *v)
+{
+	static const char suf[] = ".safetensors";
+	const char *sx = dir ? "" : suf;
 	size_t len = strlen(n), digits = 0;
 	if (strncmp(n, "step-", 5) != 0)
 		return 0;
 	while (n[5 + digits] >= '0' && n[5 + digits] <= '9')
 		digits++;
-	if (digits < 4 || digits > 9 || strcmp(n + 5 + digits, ".safetensors") != 0 ||
-	    len != 5 + digits + strlen(".safetensors"))
+	if (digits < 4 || digits > 9 || strcmp(n + 5 + digits, sx) != 0 ||
+	    len != 5 + digits + strlen(sx))
 		return 0;
 	*v = (uint32_t)strtoul(n + 5, NULL, 10);
 	char canon[32]; /* only the name the publisher reads: step-%04u */
-	snprintf(canon, sizeof(canon), "step-%04u.safetensors", *v);
+	snprintf(canon, sizeof(canon), "step-%04u%s", *v, sx);
 	return strcmp(canon, n) == 0;
+}
+
+/* A directory entry of steps_scan and steps_last: a step file, or a
+ * sharded step's directory. */
+static int step_entry(DIR *d, const struct dirent *e, uint32_t *v)
+{
+	if (step_name(e->d_name, 0, v))
+		return 1;
+	if (!step_name(e->d_name, 1, v))
+		return 0;
+	struct stat sb;
+	return fstatat(dirfd(d), e->d_name, &sb, 0) == 0 && S_ISDIR(sb.st_mode);
+}
+
+void step_path(char *out, size_t outlen, const char *dir, uint32_t n)
+{
+	struct stat sb;
+	snprintf(out, outlen, "%s/step-%04u.safetensors", dir, n);
+	if (stat(out, &sb) == 0 || errno != ENOENT)
+		return;
+	snprintf(out, outlen, "%s/step-%04u", dir, n);
+	if (stat(out, &sb) != 0 || !S_ISDIR(sb.st_mode))
+		snprintf(out, outlen, "%s/step-%04u.safetensors", dir, n);
 }
 
 unsigned steps_last(const char *dir, uint32_t from, uint32_t to, uint32_t *out, unsigned max)
@@ -925,7 +1478,12 @@ unsigned steps_last(const char *dir, uint32_t from, uint32_t to, uint32_t *out, 
 	unsigned n = 0;
 	uint32_t v;
 	while (d && max && (e = readdir(d))) {
-		if (!step_name(e->d_name, &v) || v < from || v >= to)
+		if (!step_entry(d, e, &v) || v < from || v >= to)
+			continue;
+		unsigned j = 0; /* a step both as a file and a directory: once */
+		while (j < n && out[j] != v)
+			j++;
+		if (j < n)
 			continue;
 		/* out[] ascending, the max highest kept */
 		unsigned i;
@@ -952,7 +1510,7 @@ int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi)
 	int found = 0;
 	while (d && (e = readdir(d))) {
 		uint32_t v;
-		if (!step_name(e->d_name, &v) || v < from)
+		if (!step_entry(d, e, &v) || v < from)
 			continue;
 		if (!found || v < *lo)
 			*lo = v;

@@ -1,7 +1,9 @@
 /*
  * model.h: model files for the command-line tool: safetensors (header
- * parsed and validated with jansson) or raw flat BF16, loaded into one
- * aligned array of 16-bit parameter words, and written back atomically.
+ * parsed and validated with jansson), Hugging Face sharded safetensors
+ * checkpoints (an index and its shards, FORMAT.md 1) or raw flat BF16,
+ * loaded into one aligned array of 16-bit parameter words, and written
+ * back atomically.
  */
 #ifndef BFP_MODEL_H
 #define BFP_MODEL_H
@@ -13,9 +15,25 @@
 
 struct stat;
 
+/* One shard of a sharded checkpoint (FORMAT.md 1). */
+typedef struct model_file {
+	char *name;            /* its file name, as the index gives it */
+	uint8_t *header;       /* its safetensors header: 8-byte length + JSON */
+	size_t header_len;
+	uint64_t data_begin;   /* its data section's first byte in the
+				* parameter space (the sections concatenated) */
+	uint64_t data_bytes;
+	uint64_t layout_id;    /* the model id of the file alone (FORMAT.md 2.2) */
+} model_file;
+
+/* The index file of a sharded checkpoint directory. */
+#define MODEL_INDEX_NAME "model.safetensors.index.json"
+
 typedef struct model {
 	int safetensors;       /* 0: raw flat BF16 */
-	uint8_t *header;       /* safetensors: 8-byte length + JSON, verbatim */
+	uint8_t *header;       /* safetensors: 8-byte length + JSON, verbatim;
+				* sharded: the header of the one file that
+				* holds the same data (model_single_header) */
 	size_t header_len;
 	uint16_t *params;      /* data section as words; odd tail zero-padded;
 				* read-only when mapped (model_map) */
@@ -27,6 +45,12 @@ typedef struct model {
 	uint64_t model_id;
 	void *map;             /* model_map: the file's mapping, else NULL */
 	size_t map_len;
+	model_file *files;     /* sharded: the shards in parameter-space
+				* order (names sorted); else NULL */
+	size_t n_files;
+	uint8_t *index;        /* sharded: the index file, verbatim */
+	size_t index_len;
+	char *index_name;      /* sharded: the index file's name */
 } model;
 
 /* Parse a safetensors header (the 8-byte length and JSON). file_size is
@@ -35,10 +59,14 @@ typedef struct model {
 int model_parse_safetensors(model *m, const uint8_t *hdr, size_t hdr_len,
 			    uint64_t file_size, char *err, size_t errlen);
 
-/* Load path: safetensors if the name ends in .safetensors, or if the
+/* Load path: a sharded checkpoint if it is a directory (holding
+ * MODEL_INDEX_NAME) or its name ends in .index.json (the index in its
+ * directory); safetensors if the name ends in .safetensors, or if the
  * file parses as one whatever its name; else raw flat BF16 (even size,
  * not empty). "-" is standard input (open_input), here and in
- * model_load_into and model_map. */
+ * model_load_into and model_map. A sharded checkpoint's index is checked
+ * against its shards: every file it names is there, every tensor it maps
+ * is in that file, every tensor of a shard is mapped to it. */
 int model_load(model *m, const char *path, char *err, size_t errlen);
 
 /* model_load into buf (cap bytes from alloc_aligned) when the data
@@ -65,12 +93,38 @@ int open_regular(const char *path, struct stat *sb, char *err, size_t errlen);
 int open_input(const char *path, struct stat *sb, char *err, size_t errlen);
 /* The name ends in .safetensors. */
 int model_named_safetensors(const char *path);
-/* The lowest and highest N >= from of the DIR/step-N.safetensors files (N
- * of at least 4 digits, as written with %04u). 0 if there is none. */
+/* path is a sharded checkpoint for model_load: a directory, or a name
+ * ending in .index.json. */
+int model_path_sharded(const char *path);
+/* The safetensors files of m (1 for one file, the shards, 0 raw) and
+ * the header of file k (8-byte length + JSON). */
+size_t model_n_files(const model *m);
+const uint8_t *model_file_header(const model *m, size_t k, size_t *len);
+/* Put json (the header JSON without its 8-byte length) in place of file
+ * k's safetensors header: it must give file k the same tensor layout
+ * (FORMAT.md 4.1). 0, or -1 with m unchanged. */
+int model_set_header(model *m, size_t k, const uint8_t *json, size_t len, char *err,
+		     size_t errlen);
+/* Put json in place of a sharded m's index: it must map the same tensors
+ * to the same files. 0, or -1 with m unchanged. */
+int model_set_index(model *m, const uint8_t *json, size_t len, char *err, size_t errlen);
+/* Write sharded m into dir (created if missing; an existing one only
+ * with force, or when it is in_place): every shard and the index, each to
+ * a temporary in dir, renamed only once all are written; on error
+ * nothing is left (a dir created here is removed). */
+int model_save_dir(const model *m, const char *dir, int force, const char *in_place, char *err,
+		   size_t errlen);
+/* The lowest and highest N >= from of the steps in DIR: files
+ * step-N.safetensors and sharded checkpoints step-N/ (N of at least 4
+ * digits, as written with %04u). 0 if there is none. */
 int steps_scan(const char *dir, uint32_t from, uint32_t *lo, uint32_t *hi);
-/* The highest (at most max) N in [from, to) of those files, ascending in
+/* The highest (at most max) N in [from, to) of those steps, ascending in
  * out; their count. */
 unsigned steps_last(const char *dir, uint32_t from, uint32_t to, uint32_t *out, unsigned max);
+/* The path of step n in dir: DIR/step-%04u.safetensors, or where that is
+ * not there and the directory DIR/step-%04u/ is, that (a sharded
+ * checkpoint). out holds the file's name when neither is there. */
+void step_path(char *out, size_t outlen, const char *dir, uint32_t n);
 /* a and b exist and are the same file (through links too) */
 int same_file(const char *a, const char *b);
 /* For the tools: when the output path out is the input in (NULL: none),

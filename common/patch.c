@@ -1,7 +1,8 @@
 /*
  * patch.c: multi-threaded patch encode and apply over the codec. Work is
  * split into fixed chunks (tensor boundaries and PATCH_CHUNK) so output
- * bytes are the same for any thread count; frames are indexed at the end.
+ * bytes are the same for any thread count; frames are indexed at the end,
+ * and the header records a patch file carries (FORMAT.md 4.1) follow.
  */
 #define _GNU_SOURCE
 #include "patch.h"
@@ -46,6 +47,7 @@ void patch_free(patch *p)
 {
 	free(p->buf);
 	free(p->off);
+	free(p->rec);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -475,6 +477,92 @@ frame_changes frame_changes_keep(const bfp_decoder *d, const bfp_frame_header *h
 	return (frame_changes){h->range_begin, n, h->range_len, pos, val};
 }
 
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Room for one more record index entry. */
+static int rec_reserve(patch *p)
+{
+	patch_record *r = realloc(p->rec, (p->n_rec + 1) * sizeof(*r));
+	if (!r)
+		return -1;
+	p->rec = r;
+	return 0;
+}
+
+int patch_add_record(patch *p, uint32_t kind, uint32_t file, uint32_t files,
+		     const void *bytes, size_t len)
+{
+	bfp_frame_header h;
+	if (!p->n || bfp_frame_parse(p->buf, p->off[1], &h) != BFP_OK)
+		return -1;
+	const size_t total = PATCH_REC_FIXED + len + 4;
+	if (reserve(p, total) || rec_reserve(p))
+		return -1;
+	/* FORMAT.md 4.1, the record's fields */
+	uint8_t *r = p->buf + p->len;
+	memset(r, 0, PATCH_REC_FIXED);
+	put_le(r, PATCH_REC_MAGIC, 4);
+	r[4] = 1; /* record_version */
+	r[5] = (uint8_t)kind;
+	put_le(r + 8, h.model_id, 8);
+	put_le(r + 16, h.target_version, 4);
+	put_le(r + 20, file, 4);
+	put_le(r + 24, files, 4);
+	put_le(r + 32, len, 8);
+	memcpy(r + PATCH_REC_FIXED, bytes, len);
+	put_le(r + PATCH_REC_FIXED + len, bfp_crc32c(0, r, PATCH_REC_FIXED + len), 4);
+	p->rec[p->n_rec++] = (patch_record){kind, file, files, p->len + PATCH_REC_FIXED, len};
+	p->len += total;
+	return 0;
+}
+
+/* The records patch_encode adds: each file of nw whose header is not
+ * old's, then a sharded checkpoint's index if it is not old's. */
+static int add_records(const model *old, const model *nw, patch *out, char *err,
+		       size_t errlen)
+{
+	const size_t files = model_n_files(nw);
+	for (size_t k = 0; k < files; k++) {
+		size_t la, lb;
+		const uint8_t *a = model_file_header(old, k, &la), *b = model_file_header(nw, k, &lb);
+		if ((la == lb && !memcmp(a, b, la)) || lb < 8)
+			continue;
+		if (patch_add_record(out, PATCH_REC_HEADER, (uint32_t)k, (uint32_t)files, b + 8,
+				     lb - 8))
+			return set_err(err, errlen, "out of memory");
+	}
+	if (nw->n_files && (old->index_len != nw->index_len ||
+			    memcmp(old->index, nw->index, nw->index_len)) &&
+	    patch_add_record(out, PATCH_REC_INDEX, 0, (uint32_t)files, nw->index, nw->index_len))
+		return set_err(err, errlen, "out of memory");
+	return 0;
+}
+
+/* old and nw are split into the same files (FORMAT.md 1), so that a
+ * header record's file number means one file. */
+static int same_files(const model *old, const model *nw)
+{
+	if (old->n_files != nw->n_files || model_n_files(old) != model_n_files(nw))
+		return 0;
+	for (size_t k = 0; k < nw->n_files; k++)
+		if (strcmp(old->files[k].name, nw->files[k].name) ||
+		    old->files[k].data_bytes != nw->files[k].data_bytes)
+			return 0;
+	return 1;
+}
+
 int patch_encode(const model *old, const model *nw, const patch_opts *o,
 		 patch *out, char *err, size_t errlen)
 {
@@ -483,10 +571,9 @@ int patch_encode(const model *old, const model *nw, const patch_opts *o,
 	if (old->n_params != nw->n_params || old->model_id != nw->model_id)
 		return set_err(err, errlen, "the two models have different tensor layouts "
 			    "(names, dtypes, shapes or offsets differ)");
-	if (!o->any_header && (old->header_len != nw->header_len ||
-			       (old->header_len && memcmp(old->header, nw->header, old->header_len))))
-		return set_err(err, errlen, "the safetensors headers differ (metadata); "
-			    "format v1 carries tensor data only");
+	if (!same_files(old, nw))
+		return set_err(err, errlen, "the two checkpoints are split into different files "
+			       "(one file and shards, or other shard names or sizes)");
 	/* chunks follow tensor boundaries (in words; a tensor starting at an
 	 * odd byte shares its first word with the previous tensor) */
 	uint64_t at = 0;
@@ -506,7 +593,142 @@ int patch_encode(const model *old, const model *nw, const patch_opts *o,
 	int rc = encode_chunks(old->params, nw->params, nw->n_params, nw->model_id,
 			       o, ch, nc, out, err, errlen);
 	free(ch);
+	if (rc == 0 && add_records(old, nw, out, err, errlen)) {
+		patch_free(out);
+		return -1;
+	}
 	return rc;
+}
+
+/* The header records after the frames, from at to the end of p's bytes
+ * (FORMAT.md 4.1: what a reader must reject). */
+static int parse_records(patch *p, size_t at, const bfp_frame_header *first, char *err,
+			 size_t errlen)
+{
+	free(p->rec);
+	p->rec = NULL;
+	p->n_rec = 0;
+	while (at < p->len) {
+		const uint8_t *r = p->buf + at;
+		const size_t left = p->len - at, i = p->n_rec;
+		if (left < 4 || get_le(r, 4) != PATCH_REC_MAGIC)
+			return set_err(err, errlen, "byte %zu: after the last frame comes neither a "
+				       "frame of the patch nor a header record", at);
+		if (left < PATCH_REC_FIXED + 4)
+			return set_err(err, errlen, "header record %zu: truncated", i);
+		const uint64_t len = get_le(r + 32, 8);
+		if (len > left - PATCH_REC_FIXED - 4)
+			return set_err(err, errlen, "header record %zu: truncated (%llu bytes of "
+				       "contents, %zu there)", i, (unsigned long long)len,
+				       left - PATCH_REC_FIXED - 4);
+		if (get_le(r + PATCH_REC_FIXED + len, 4) !=
+		    bfp_crc32c(0, r, PATCH_REC_FIXED + (size_t)len))
+			return set_err(err, errlen, "header record %zu: CRC mismatch", i);
+		const uint32_t kind = r[5], file = (uint32_t)get_le(r + 20, 4),
+			       files = (uint32_t)get_le(r + 24, 4);
+		if (r[4] != 1)
+			return set_err(err, errlen, "header record %zu: record version %u, not 1", i,
+				       r[4]);
+		if (kind != PATCH_REC_HEADER && kind != PATCH_REC_INDEX)
+			return set_err(err, errlen, "header record %zu: unknown kind %u", i, kind);
+		if (get_le(r + 6, 2) || get_le(r + 28, 4))
+			return set_err(err, errlen, "header record %zu: reserved bits set", i);
+		if (get_le(r + 8, 8) != first->model_id ||
+		    get_le(r + 16, 4) != first->target_version)
+			return set_err(err, errlen, "header record %zu: of another model or version "
+				       "than the frames", i);
+		if (files == 0 || file >= files || (kind == PATCH_REC_INDEX && file != 0))
+			return set_err(err, errlen, "header record %zu: file %u of %u", i, file, files);
+		if (i && (files != p->rec[i - 1].files || kind < p->rec[i - 1].kind ||
+			  (kind == p->rec[i - 1].kind && file <= p->rec[i - 1].file)))
+			return set_err(err, errlen, "header record %zu: out of order or repeated", i);
+		if (kind == PATCH_REC_HEADER && (len < 2 || len > (100u << 20)))
+			return set_err(err, errlen, "header record %zu: a header of %llu bytes", i,
+				       (unsigned long long)len);
+		if (rec_reserve(p))
+			return set_err(err, errlen, "out of memory");
+		p->rec[p->n_rec++] = (patch_record){kind, file, files, at + PATCH_REC_FIXED,
+						    (size_t)len};
+		at += PATCH_REC_FIXED + (size_t)len + 4;
+	}
+	return 0;
+}
+
+static uint8_t *dup_bytes(const uint8_t *b, size_t n)
+{
+	uint8_t *c = malloc(n ? n : 1);
+	if (c && n)
+		memcpy(c, b, n);
+	return c;
+}
+
+/* The headers and index of t (a shallow copy of a model) as copies of
+ * their own, or (undo) freed again. */
+static int own_headers(model *t, int undo)
+{
+	const model_file *src = t->files;
+	if (undo) {
+		for (size_t k = 0; t->files && k < t->n_files; k++)
+			free(t->files[k].header);
+		free(t->files);
+		free(t->header);
+		free(t->index);
+		return 0;
+	}
+	t->files = NULL;
+	if (t->n_files && (t->files = calloc(t->n_files, sizeof(model_file))))
+		for (size_t k = 0; k < t->n_files; k++) {
+			t->files[k] = src[k]; /* the name stays the model's */
+			t->files[k].header = dup_bytes(src[k].header, src[k].header_len);
+		}
+	t->header = t->header ? dup_bytes(t->header, t->header_len) : NULL;
+	t->index = t->index ? dup_bytes(t->index, t->index_len) : NULL;
+	return 0;
+}
+
+int patch_apply_records(const patch *p, model *m, char *err, size_t errlen)
+{
+	if (!p->n_rec)
+		return 0;
+	if (p->rec[0].files != model_n_files(m))
+		return set_err(err, errlen, "the patch's header records are for a checkpoint of %u "
+			       "file(s); the base has %zu", p->rec[0].files, model_n_files(m));
+	/* every record put into a copy first: m changes only if all pass */
+	model t = *m;
+	own_headers(&t, 0);
+	int rc = (m->n_files && !t.files) || (m->header && !t.header) || (m->index && !t.index)
+			 ? set_err(err, errlen, "out of memory")
+			 : 0;
+	for (size_t k = 0; !rc && k < t.n_files; k++)
+		if (!t.files[k].header)
+			rc = set_err(err, errlen, "out of memory");
+	for (size_t i = 0; !rc && i < p->n_rec; i++) {
+		const patch_record *r = &p->rec[i];
+		rc = r->kind == PATCH_REC_HEADER
+			     ? model_set_header(&t, r->file, p->buf + r->off, r->len, err, errlen)
+			     : model_set_index(&t, p->buf + r->off, r->len, err, errlen);
+	}
+	if (rc) {
+		own_headers(&t, 1);
+		return -1;
+	}
+	/* m takes the new headers, t the base's, and frees them */
+	for (size_t k = 0; k < m->n_files; k++) {
+		uint8_t *h = m->files[k].header;
+		m->files[k].header = t.files[k].header;
+		m->files[k].header_len = t.files[k].header_len;
+		t.files[k].header = h;
+	}
+	uint8_t *h = m->header;
+	m->header = t.header;
+	m->header_len = t.header_len;
+	t.header = h;
+	h = m->index;
+	m->index = t.index;
+	m->index_len = t.index_len;
+	t.index = h;
+	own_headers(&t, 1); /* now the base's */
+	return 0;
 }
 
 int patch_parse(patch *p, char *err, size_t errlen)
@@ -519,7 +741,8 @@ int patch_parse(patch *p, char *err, size_t errlen)
 	/* (re)build the frame index over the bytes in p->buf */
 	memset(&first, 0, sizeof(first));
 	p->n = 0;
-	while (at < len) {
+	/* the frames, up to the count frame 0 gives; then header records */
+	while (at < len && (p->n == 0 || p->n < first.frame_count)) {
 		size_t fl;
 		bfp_status st = bfp_frame_length(buf + at, len - at, &fl);
 		if (st == BFP_OK)
@@ -565,7 +788,7 @@ int patch_parse(patch *p, char *err, size_t errlen)
 	if (p->n != first.frame_count)
 		return set_err(err, errlen, "patch is truncated: %zu of %u frames", p->n,
 			    first.frame_count);
-	return 0;
+	return parse_records(p, at, &first, err, errlen);
 }
 
 int patch_read(const char *path, patch *p, char *err, size_t errlen)

@@ -2,7 +2,8 @@
  * patch.h: whole patches for the tools: encode a model pair on several
  * threads into an ordered frame list, read and check a patch file, apply
  * a patch to a model on several threads. A patch file is its frames,
- * concatenated (docs/FORMAT.md section 4).
+ * concatenated, then the header records of the files whose safetensors
+ * header (or shard index) the target changes (docs/FORMAT.md section 4).
  */
 #ifndef BFP_PATCH_H
 #define BFP_PATCH_H
@@ -14,11 +15,25 @@
 #include "bfpatch.h"
 #include "model.h"
 
+/* Header record kinds (FORMAT.md 4.1) */
+enum { PATCH_REC_HEADER = 1, PATCH_REC_INDEX = 2 };
+#define PATCH_REC_MAGIC 0x48504642u /* "BFPH" in file order */
+#define PATCH_REC_FIXED 40u         /* bytes before a record's contents */
+
+/* One header record of a patch: its kind, the file it is for (of files,
+ * FORMAT.md 1), and where its contents lie in the patch's buf. */
+typedef struct patch_record {
+	uint32_t kind, file, files;
+	size_t off, len;
+} patch_record;
+
 typedef struct patch {
-	uint8_t *buf;
+	uint8_t *buf;    /* the patch file's bytes: frames, then records */
 	size_t len, cap;
-	size_t *off;     /* off[i] = start of frame i; off[n] = len */
+	size_t *off;     /* off[i] = start of frame i; off[n] = end of the frames */
 	size_t n, off_cap;
+	patch_record *rec; /* header records, in file order */
+	size_t n_rec;
 } patch;
 
 typedef struct patch_opts {
@@ -29,10 +44,6 @@ typedef struct patch_opts {
 	uint32_t sparse;      /* bfp_sparse_mode */
 	int threads;          /* 0 = all online CPUs */
 	int progress;         /* print progress to stderr (not with stream) */
-	int any_header;       /* safetensors headers may differ beyond the
-				 tensor layout (__metadata__, key order): the
-				 publisher sends tensor data; a patch file must
-				 reproduce the new file byte for byte */
 	/* Optional, for senders: called on the calling thread with each run
 	 * of frames whose index is known (every earlier chunk is encoded), in
 	 * index order and with frame_count 0 (FORMAT.md 2.5), while the
@@ -66,8 +77,23 @@ void patch_stages_print(FILE *f, const char *prefix, const patch_stages *st, dou
  * tensors, so the output does not depend on the thread count. */
 #define PATCH_CHUNK (1u << 24)
 
+/* Encode old -> nw (the same tensor layout, split into the same files).
+ * Where nw's safetensors header of a file, or its shard index, differs
+ * from old's, the patch ends with a header record holding nw's (FORMAT.md
+ * 4.1); frames streamed (o->stream) never carry them. */
 int patch_encode(const model *old, const model *nw, const patch_opts *o,
 		 patch *out, char *err, size_t errlen);
+
+/* Append a header record with these contents to p (whose frames give
+ * the model id and target version); 0, or -1 when out of memory. */
+int patch_add_record(patch *p, uint32_t kind, uint32_t file, uint32_t files,
+		     const void *bytes, size_t len);
+
+/* Check p's header records against the base m and put the target's
+ * headers (and index) into m, in place of the base's: each must be a
+ * header of the same file with the same tensor layout (FORMAT.md 4.1).
+ * Call before anything is written; on error m is unchanged. */
+int patch_apply_records(const patch *p, model *m, char *err, size_t errlen);
 
 /* Encode arrays directly (bench): frames cover [0, n) in PATCH_CHUNK units. */
 int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
@@ -75,7 +101,8 @@ int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
 			patch *out, char *err, size_t errlen);
 
 /* Split and check a patch image: every frame parses, all frames share
- * model, base and target version, indices are 0..n-1 with count n. */
+ * model, base and target version, indices are 0..n-1 with count n; the
+ * bytes after the last frame are header records (FORMAT.md 4.1). */
 int patch_parse(patch *p, char *err, size_t errlen);
 /* Read and patch_parse the file path ("-": standard input, open_input). */
 int patch_read(const char *path, patch *p, char *err, size_t errlen);

@@ -177,7 +177,7 @@ static int matches(const pub_history *h, const patch *p, uint32_t t, const model
 	if (t != ver) {
 		if (!h->ckpt) /* --buffer: only version ver is at hand */
 			goto stale;
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", h->ckpt, t);
+		step_path(path, sizeof(path), h->ckpt, t);
 		if (model_load(&m, path, err, sizeof(err)))
 			goto stale;
 		at = &m;
@@ -343,7 +343,7 @@ void history_make(pub_history *h, const model *cur, uint32_t ver, const patch_op
 	st[n] = ver;
 	char path[PATH_MAX], err[ERRLEN];
 	model mb, mt;
-	snprintf(path, sizeof(path), "%s/step-%04u.safetensors", h->ckpt, st[0]);
+	step_path(path, sizeof(path), h->ckpt, st[0]);
 	if (model_load(&mb, path, err, sizeof(err)))
 		return;
 	for (unsigned i = 0; i < n; i++) {
@@ -351,7 +351,7 @@ void history_make(pub_history *h, const model *cur, uint32_t ver, const patch_op
 		if (mb.model_id != cur->model_id)
 			break;
 		if (i + 1 < n) {
-			snprintf(path, sizeof(path), "%s/step-%04u.safetensors", h->ckpt, st[i + 1]);
+			step_path(path, sizeof(path), h->ckpt, st[i + 1]);
 			if (model_load(&mt, path, err, sizeof(err)))
 				break;
 			t = &mt;

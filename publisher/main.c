@@ -170,9 +170,7 @@ int publisher_open(publisher *P, const publish_config *cf)
 	P->nack_rate = cf->nack_rate;
 	history_init(&P->hist, cf->keep, cf->history, cf->buffer ? NULL : cf->dir);
 	P->gate_open = cf->wait_subs == 0;
-	/* actors hold tensor data: a new __metadata__ is no reason to stop */
 	P->po.frame_size = cf->frame_size;
-	P->po.any_header = 1;
 	if (cf->self_contained)
 		P->po.sparse = BFP_SPARSE_SELF_CONTAINED;
 	if (pub_open_keys(P))
@@ -283,11 +281,6 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 		source_free_model(&P->src, nw);
 		return 1;
 	}
-	if (cur->header_len != nw->header_len ||
-	    (cur->header_len && memcmp(cur->header, nw->header, cur->header_len)))
-		fprintf(stderr, "bfpatch publish: version %u: the safetensors header differs from "
-			"version %u's beyond the tensor layout (__metadata__); the tensor data is "
-			"published\n", nver, ver);
 	uint32_t old_base, old_ver; /* the oldest patch held goes */
 	const unsigned slot = history_evict(&P->hist, &old_base, &old_ver);
 	P->po.base_version = ver;

@@ -1,7 +1,8 @@
 /*
  * source.c: where the publisher's versions come from: checkpoints
- * DIR/step-NNNN.safetensors, each taken once whole (renamed in, or closed
- * by its writer), going on past steps that are missing or never load; or
+ * DIR/step-NNNN.safetensors or sharded DIR/step-NNNN/, each taken once
+ * whole (renamed in, or closed by its writer), going on past steps that
+ * are missing or never load; or
  * a weight buffer the trainer commits into (wbuf.h), followed when it is
  * replaced. A retired version's memory is reused for the next.
  */
@@ -27,6 +28,14 @@
  * them), the size check alone decides. */
 static int being_written(const char *path)
 {
+	char ix[PATH_MAX];
+	struct stat sb;
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		/* a sharded step: its index, which a trainer writes last
+		 * (a shard cut short fails its size check) */
+		snprintf(ix, sizeof(ix), "%s/%s", path, MODEL_INDEX_NAME);
+		path = ix;
+	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return 1;
@@ -114,7 +123,7 @@ int source_next(source *S, const model *cur, uint32_t ver, model *nw, uint32_t *
 			uint32_t c = ver + 1, lo, hi;
 			for (;;) {
 				struct stat sb;
-				snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, c);
+				step_path(path, sizeof(path), S->dir, c);
 				const int missing = stat(path, &sb) != 0 && errno == ENOENT;
 				const int f = fail_find(S, c);
 				const int stuck = f >= 0 && t - S->fail[f].first > 60;
@@ -138,7 +147,7 @@ int source_next(source *S, const model *cur, uint32_t ver, model *nw, uint32_t *
 			S->cand = c;
 		}
 		const uint32_t next = S->cand;
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", S->dir, next);
+		step_path(path, sizeof(path), S->dir, next);
 		struct stat sb;
 		if (stat(path, &sb) != 0 && errno == ENOENT)
 			return 0;
@@ -287,8 +296,8 @@ int source_open(source *S, const publish_config *cf, model *cur, uint32_t *ver_o
 	S->max_step = cf->steps == UINT32_MAX ? 0 : cf->steps;
 	uint32_t first = 0, last = 0;
 	if (!steps_scan(cf->dir, 0, &first, &last)) {
-		fprintf(stderr, "bfpatch publish: no checkpoint DIR/step-NNNN.safetensors in %s\n",
-			cf->dir);
+		fprintf(stderr, "bfpatch publish: no checkpoint DIR/step-NNNN.safetensors (or sharded "
+			"DIR/step-NNNN/) in %s\n", cf->dir);
 		return 1;
 	}
 	uint32_t ver = cf->resume ? last : first;
@@ -297,7 +306,7 @@ int source_open(source *S, const publish_config *cf, model *cur, uint32_t *ver_o
 	 * --resume starts at the latest step that does */
 	double said = 0;
 	for (;;) {
-		snprintf(path, sizeof(path), "%s/step-%04u.safetensors", cf->dir, ver);
+		step_path(path, sizeof(path), cf->dir, ver);
 		int busy = access(path, R_OK) == 0 && being_written(path);
 		if (!busy && model_load(cur, path, err, sizeof(err)) == 0)
 			break;
@@ -309,7 +318,7 @@ int source_open(source *S, const publish_config *cf, model *cur, uint32_t *ver_o
 			struct stat sb;
 			do {
 				ver--;
-				snprintf(path, sizeof(path), "%s/step-%04u.safetensors", cf->dir, ver);
+				step_path(path, sizeof(path), cf->dir, ver);
 			} while (ver > first && stat(path, &sb) != 0 && errno == ENOENT);
 			continue;
 		}

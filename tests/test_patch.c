@@ -4,7 +4,10 @@
  * while later chunks are still being encoded, they are the final patch's
  * frames but for the count, and they apply bit-exactly; the encoder's
  * change count matches an independent compare; frames applied from
- * changes prepared earlier are written and checked by range hash.
+ * changes prepared earlier are written and checked by range hash; the
+ * header records after a patch file's frames (FORMAT.md 4.1) read back
+ * as written, are refused when damaged, and replace a base's header only
+ * when they keep its tensor layout.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -240,6 +243,122 @@ static void test_file_refuses_streamed_frames(void **state)
 	patch_free(&p);
 }
 
+/* A one-tensor safetensors model of words words with metadata meta
+ * (NULL: none, and the tensor 2 x words/2): its header JSON in json
+ * (len), the model parsed from it. */
+static void st_model(model *m, uint64_t words, const char *meta, char *json, size_t *len)
+{
+	int n = meta ? snprintf(json, 512, "{\"__metadata__\":{\"step\":\"%s\"},", meta)
+		     : snprintf(json, 512, "{");
+	n += snprintf(json + n, 512 - (size_t)n, "\"w\":{\"dtype\":\"BF16\",\"shape\":[%s%llu],"
+		      "\"data_offsets\":[0,%llu]}}", meta ? "" : "2,",
+		      (unsigned long long)(meta ? words : words / 2), (unsigned long long)words * 2);
+	*len = (size_t)n;
+	uint8_t h[520];
+	for (int i = 0; i < 8; i++)
+		h[i] = (uint8_t)((uint64_t)n >> (8 * i));
+	memcpy(h + 8, json, (size_t)n);
+	char err[256];
+	if (model_parse_safetensors(m, h, 8 + (size_t)n, 8 + (size_t)n + words * 2, err,
+				    sizeof(err)))
+		fail_msg("%s", err);
+	m->header = malloc(8 + (size_t)n);
+	memcpy(m->header, h, 8 + (size_t)n);
+	m->header_len = 8 + (size_t)n;
+}
+
+/* A copy of p's bytes, parsed again as a file reader would. */
+static int reparse(const patch *p, size_t len, patch *q, char *err, size_t errlen)
+{
+	memset(q, 0, sizeof(*q));
+	q->buf = malloc(p->len);
+	memcpy(q->buf, p->buf, p->len);
+	q->len = len;
+	return patch_parse(q, err, errlen);
+}
+
+/* A header record written after the frames reads back with its kind,
+ * file and contents; one damaged (CRC, truncated, reserved bits, out of
+ * order) is refused; applied, it replaces the base's header only when the
+ * tensor layout stays, and a refused one leaves the base as it was. */
+static void test_header_records(void **state)
+{
+	(void)state;
+	enum { M = 20000 };
+	static uint16_t base[M], tgt[M];
+	uint64_t rs = 5;
+	for (size_t i = 0; i < M; i++)
+		base[i] = t_weight(&rs);
+	t_mutate(base, tgt, M, 300, &rs);
+	model mb, mn, mo;
+	char jb[512], jn[512], jo[512], err[256];
+	size_t lb, ln, lo;
+	st_model(&mb, M, "1", jb, &lb);
+	st_model(&mn, M, "2-and-longer", jn, &ln);
+	st_model(&mo, M, NULL, jo, &lo); /* another layout: the same bytes */
+	assert_int_equal(mb.model_id, mn.model_id);
+	patch_opts o = {.frame_size = 512, .base_version = 1, .target_version = 2, .threads = 1};
+	patch p, q;
+	assert_int_equal(patch_encode_arrays(base, tgt, M, mb.model_id, &o, &p, err, sizeof(err)), 0);
+	const size_t frames = p.len;
+	assert_int_equal(patch_add_record(&p, PATCH_REC_HEADER, 0, 1, jn, ln), 0);
+	assert_int_equal(p.len, frames + PATCH_REC_FIXED + ln + 4);
+	if (reparse(&p, p.len, &q, err, sizeof(err)))
+		fail_msg("%s", err);
+	assert_int_equal(q.n, p.n);
+	assert_int_equal(q.off[q.n], frames);
+	assert_int_equal(q.n_rec, 1);
+	assert_int_equal(q.rec[0].kind, PATCH_REC_HEADER);
+	assert_int_equal(q.rec[0].len, ln);
+	assert_memory_equal(q.buf + q.rec[0].off, jn, ln);
+	/* applied: the base takes the new header */
+	if (patch_apply_records(&q, &mb, err, sizeof(err)))
+		fail_msg("%s", err);
+	assert_int_equal(mb.header_len, 8 + ln);
+	assert_memory_equal(mb.header + 8, jn, ln);
+	patch_free(&q);
+	/* damaged: CRC, truncated, reserved bits */
+	p.buf[frames + PATCH_REC_FIXED + 3] ^= 1;
+	assert_int_not_equal(reparse(&p, p.len, &q, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "CRC"));
+	patch_free(&q);
+	p.buf[frames + PATCH_REC_FIXED + 3] ^= 1;
+	assert_int_not_equal(reparse(&p, p.len - 1, &q, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "truncated"));
+	patch_free(&q);
+	p.buf[frames + 28] = 1;
+	assert_int_not_equal(reparse(&p, p.len, &q, err, sizeof(err)), 0);
+	patch_free(&q);
+	p.buf[frames + 28] = 0;
+	/* the same record twice: out of order */
+	assert_int_equal(patch_add_record(&p, PATCH_REC_HEADER, 0, 1, jn, ln), 0);
+	assert_int_not_equal(reparse(&p, p.len, &q, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "out of order"));
+	patch_free(&q);
+	patch_free(&p);
+	/* a header of another layout is refused, the base left as it was */
+	assert_int_equal(patch_encode_arrays(base, tgt, M, mb.model_id, &o, &p, err, sizeof(err)), 0);
+	assert_int_equal(patch_add_record(&p, PATCH_REC_HEADER, 0, 1, jo, lo), 0);
+	if (reparse(&p, p.len, &q, err, sizeof(err)))
+		fail_msg("%s", err);
+	assert_int_not_equal(patch_apply_records(&q, &mb, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "layout"));
+	assert_memory_equal(mb.header + 8, jn, ln);
+	/* and a shard index for a base of one file */
+	patch_free(&q);
+	patch_free(&p);
+	assert_int_equal(patch_encode_arrays(base, tgt, M, mb.model_id, &o, &p, err, sizeof(err)), 0);
+	assert_int_equal(patch_add_record(&p, PATCH_REC_INDEX, 0, 1, "{}", 2), 0);
+	if (reparse(&p, p.len, &q, err, sizeof(err)))
+		fail_msg("%s", err);
+	assert_int_not_equal(patch_apply_records(&q, &mb, err, sizeof(err)), 0);
+	patch_free(&q);
+	patch_free(&p);
+	model_free(&mb);
+	model_free(&mn);
+	model_free(&mo);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -247,6 +366,7 @@ int main(void)
 		cmocka_unit_test(test_stream_three_threads),
 		cmocka_unit_test(test_apply_prepared_changes),
 		cmocka_unit_test(test_file_refuses_streamed_frames),
+		cmocka_unit_test(test_header_records),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

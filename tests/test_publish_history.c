@@ -94,7 +94,6 @@ static int setup(void **state)
 	}
 	f->po.frame_size = BFP_FRAME_SIZE_DEFAULT;
 	f->po.threads = 1;
-	f->po.any_header = 1;
 	*state = f;
 	return 0;
 }
