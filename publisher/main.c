@@ -20,7 +20,9 @@
  * then opens, runs and closes a publisher, as the relay's main() does;
  * the rest is by role: source.c (versions in), history.c (patches held),
  * subs.c (control messages, subscribers, catch-ups), nack.c (NACK
- * answers), send.c (frames out, paced).
+ * answers), send.c (frames out, paced); for sharded trainers lead.c
+ * (--ranks: a lead merges its ranks' frames), rank.c (--lead: a rank
+ * encodes the tensors it owns) and ranklink.c (the link between them).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -69,6 +71,10 @@ static void pub_print_stats(const publisher *P, uint32_t ver)
 		P->auth.ctl[RP_AUTH_BAD_TAG], P->auth.ctl[RP_AUTH_UNKNOWN_KEY],
 		P->auth.ctl[RP_AUTH_MISSING], P->auth.evicted, P->nack_limited, P->ctl_bad,
 		P->other_model, P->other_run, P->n_subs);
+	if (P->enc_versions)
+		fprintf(stderr, "bfpatch publish: encode per version: %.1f ms mean over %" PRIu64
+			" versions\n", P->enc_ms_sum / (double)P->enc_versions, P->enc_versions);
+	lead_print_stats((publisher *)P);
 }
 
 /* The publisher's side of a streamed encode (patch_opts.stream). */
@@ -127,8 +133,9 @@ static int pub_open_keys(publisher *P)
 		fprintf(stderr, "bfpatch publish: %s\n", perr);
 		return 1;
 	}
-	if (P->cf->n_keys || P->cf->peer_keys) {
-		/* this start's run: every frame and HEARTBEAT is bound to it,
+	if ((P->cf->n_keys || P->cf->peer_keys) && !P->cf->lead) {
+		/* (none for a rank: its link has sessions, PROTOCOL.md 5.2)
+		 * this start's run: every frame and HEARTBEAT is bound to it,
 		 * so nothing of another run or of before a restart (a rollback)
 		 * is taken for it (docs/SECURITY.md "Runs") */
 		char r[17];
@@ -184,12 +191,12 @@ int publisher_open(publisher *P, const publish_config *cf)
 			strerror(errno));
 		return 1;
 	}
-	if (pub_open_socket(P))
+	if (!cf->lead && pub_open_socket(P)) /* a rank has no subscribers */
 		return 1;
 	/* from here, before the first version loads (which, with --resume,
 	 * may make patches for a while): SIGUSR1 asks for the counters */
 	signal(SIGUSR1, on_usr1);
-	if (source_open(&P->src, cf, &P->cur, &P->ver))
+	if (cf->n_ranks ? lead_open(P) : source_open(&P->src, cf, &P->cur, &P->ver))
 		return 1;
 	P->model_id = P->cur.model_id;
 	history_load(&P->hist, P->cur.model_id, P->ver, &P->cur, cf->resume);
@@ -211,7 +218,7 @@ static void pub_say_start(publisher *P)
 {
 	const publish_config *cf = P->cf;
 	fprintf(stderr, "bfpatch publish: version %u from %s, %" PRIu64 " parameters%s\n", P->ver,
-		cf->buffer ? cf->buffer : cf->dir, P->cur.n_params,
+		cf->n_ranks ? "the ranks" : cf->buffer ? cf->buffer : cf->dir, P->cur.n_params,
 		cf->keyframes ? ", keyframes only" : "");
 	events_emit(&P->ev, "start", "\"params\":%" PRIu64 ",\"model_id\":\"%016" PRIx64
 		    "\",\"rate_bps\":%" PRIu64 ",\"frame_size\":%u,\"version\":%u", P->cur.n_params,
@@ -256,6 +263,8 @@ static int pub_next(publisher *P, double t, int catching_up, model *nw, uint32_t
 	if (!P->gate_open && cf->wait_subs)
 		fprintf(stderr, "bfpatch publish: %u subscriber(s) joined; publishing\n", P->n_subs);
 	P->gate_open = 1;
+	if (P->lead)
+		return 0; /* its versions come from the ranks (lead_step) */
 	char err[ERRLEN] = "";
 	int got = source_next(&P->src, &P->cur, P->ver, nw, nver, err, sizeof(err));
 	if (got < 0)
@@ -324,6 +333,8 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 		"subscriber(s)\n", ver, nver, 100.0 * (double)changed / (double)nw->n_params, p->n,
 		p->len, x >= 1 ? 1 : 2, x >= 1 ? x : 1 / x, x >= 1 ? "smaller" : "larger",
 		(sc.t_first - sc.t0) * 1e3, (sc.t_encoded - sc.t0) * 1e3, sent, P->n_subs);
+	P->enc_versions++;
+	P->enc_ms_sum += (sc.t_encoded - sc.t0) * 1e3;
 	history_put(&P->hist, slot, old_base, old_ver);
 	source_retire_model(&P->src, cur);
 	*cur = *nw;
@@ -335,6 +346,8 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 int publisher_run(publisher *P)
 {
 	int rc = 0;
+	if (P->cf->lead)
+		return rank_run(P);
 	pub_say_start(P);
 	while (!pub_quit) {
 		if (pub_dump_stats) {
@@ -354,7 +367,10 @@ int publisher_run(publisher *P)
 		const int got = pub_next(P, t, catching_up, &nw, &nver, &rc);
 		if (got < 0 || (got > 0 && (rc = pub_publish(P, &nw, nver)) != 0))
 			break;
-		if (!got) {
+		if (P->lead) {
+			if ((rc = lead_step(P, catching_up ? 0 : 20)) != 0)
+				break;
+		} else if (!got) {
 			struct pollfd pfd = {.fd = P->sock, .events = POLLIN};
 			poll(&pfd, 1, catching_up ? 0 : 20);
 		}
@@ -370,7 +386,7 @@ void publisher_close(publisher *P)
 {
 	history_free(&P->hist);
 	patch_free(&P->streamed);
-	source_close(&P->src, &P->cur);
+	lead_close(P); /* and the source: a lead's, or --dir's or --buffer's */
 	events_close(&P->ev);
 	rp_auth_free(&P->auth);
 	if (P->sock >= 0)

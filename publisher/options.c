@@ -15,6 +15,8 @@
 
 const char publish_usage[] =
 	"usage: bfpatch publish (--dir DIR | --buffer PATH) --listen ADDR:PORT [options]\n"
+	"       bfpatch publish --ranks N --rank-listen ADDR:PORT --init CKPT --listen ADDR:PORT\n"
+	"       bfpatch publish (--dir DIR | --buffer PATH) --lead ADDR:PORT --rank I\n"
 	"Publish each new version of a model as a patch from the previous one:\n"
 	"frames go over UDP to every subscriber that JOINed (relays or shims,\n"
 	"docs/PROTOCOL.md), paced to --rate; NACKs are answered from the last\n"
@@ -64,8 +66,42 @@ const char publish_usage[] =
 	"                            unauthenticated JOINs and NACKs from anyone who\n"
 	"                            can reach --listen and sends unsigned frames\n"
 	"  -E, --events FILE         append JSON-lines events (docs/EVENTS.md)\n"
-	"  -N, --name NAME           this publisher's name in the events (publish)\n"
+	"  -N, --name NAME           this publisher's name in the events (publish)\n";
+
+/* the rest of the usage: the sharded trainers' options (one string of
+ * all would pass the 4095 bytes C99 promises) */
+static const char usage_ranks[] =
+	"Sharded trainers (docs/INTEGRATION.md): N ranks each encode the tensors\n"
+	"they own and send the frames to one lead, which publishes each version\n"
+	"once all of it is there and verifies:\n"
+	"      --ranks N             be the lead of ranks 0..N-1 (no --dir/--buffer):\n"
+	"                            merge their frames of each version into one\n"
+	"                            patch, refused whole on a gap, an overlap or a\n"
+	"                            frame that does not verify\n"
+	"      --rank-listen ADDR:PORT  the lead's TCP port for its ranks\n"
+	"      --init CKPT           the lead's first version: the checkpoint the\n"
+	"                            ranks and the actors start from\n"
+	"      --init-version N      its version (default 0)\n"
+	"      --lead ADDR:PORT      be a rank: send this rank's frames to the lead\n"
+	"                            there (with --dir or --buffer, no --listen)\n"
+	"      --rank I              this rank's number, 0..N-1\n"
+	"      --owned FILE          the tensors this rank publishes, one name a\n"
+	"                            line (default: PATH.owned beside --buffer, as\n"
+	"                            bfpatch.Publisher(owned=...) writes it; else\n"
+	"                            all)\n"
 	"  -h, --help\n";
+
+void pub_print_usage(FILE *f)
+{
+	fputs(publish_usage, f);
+	fputs(usage_ranks, f);
+}
+
+/* options without a short form */
+enum {
+	OPT_RANKS = 1000, OPT_RANK_LISTEN, OPT_INIT, OPT_INIT_VERSION, OPT_LEAD, OPT_RANK,
+	OPT_OWNED,
+};
 
 static const struct option long_opts[] = {
 	{"dir", required_argument, 0, 'd'}, {"buffer", required_argument, 0, 'b'},
@@ -79,6 +115,12 @@ static const struct option long_opts[] = {
 	{"events", required_argument, 0, 'E'}, {"name", required_argument, 0, 'N'},
 	{"key", required_argument, 0, 'A'}, {"nack-rate", required_argument, 0, 'Q'},
 	{"insecure", no_argument, 0, 'I'}, {"peer-keys", required_argument, 0, 'W'},
+	{"ranks", required_argument, 0, OPT_RANKS},
+	{"rank-listen", required_argument, 0, OPT_RANK_LISTEN},
+	{"init", required_argument, 0, OPT_INIT},
+	{"init-version", required_argument, 0, OPT_INIT_VERSION},
+	{"lead", required_argument, 0, OPT_LEAD}, {"rank", required_argument, 0, OPT_RANK},
+	{"owned", required_argument, 0, OPT_OWNED},
 	{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
 /* A number in lo..hi for opt into *out: 0, or 2 after the message. */
@@ -139,8 +181,65 @@ static int parse_one(publish_config *cf, int c, const char *arg)
 	case 'A': opt_key(cf, arg); return 0;
 	case 'I': cf->insecure = 1; return 0;
 	case 'W': cf->peer_keys = arg; return 0;
-	default: fputs(publish_usage, stderr); return 2;
+	case OPT_RANKS: return opt_u32("--ranks", arg, 1, 256, &cf->n_ranks);
+	case OPT_RANK_LISTEN:
+		return rp_parse_hostport(arg, &cf->rank_ip, &cf->rank_port, NULL)
+			       ? bad_value("publish", "--rank-listen", arg) : 0;
+	case OPT_INIT: cf->init = arg; return 0;
+	case OPT_INIT_VERSION:
+		return opt_u32("--init-version", arg, 0, UINT32_MAX - 2, &cf->init_version);
+	case OPT_LEAD:
+		cf->lead = arg;
+		return rp_parse_hostport(arg, &cf->lead_ip, &cf->lead_port, NULL)
+			       ? bad_value("publish", "--lead", arg) : 0;
+	case OPT_RANK: cf->rank_given = 1; return opt_u32("--rank", arg, 0, 255, &cf->rank);
+	case OPT_OWNED: cf->owned = arg; return 0;
+	default: pub_print_usage(stderr); return 2;
 	}
+}
+
+/* A usage error: the message, then 2. */
+static int usage_error(const char *msg)
+{
+	fprintf(stderr, "bfpatch publish: %s\n", msg);
+	return 2;
+}
+
+/* A sharded trainer's lead (--ranks) or rank (--lead): what each needs
+ * and what it does not take. 0, or 2 after the message. */
+static int check_ranks(const publish_config *cf)
+{
+	if (cf->n_ranks && cf->lead)
+		return usage_error("--ranks (the lead) and --lead (a rank) are two processes");
+	if (cf->n_ranks) {
+		if (cf->dir || cf->buffer)
+			return usage_error("the lead (--ranks) takes its versions from its ranks and "
+					   "its first one from --init: no --dir or --buffer");
+		if (!cf->init || !cf->rank_port)
+			return usage_error("the lead (--ranks) needs --init CKPT and --rank-listen "
+					   "ADDR:PORT");
+		if (cf->resume || cf->keyframes)
+			return usage_error("--resume and --keyframes do not go with --ranks");
+		if (cf->rank_given || cf->owned)
+			return usage_error("--rank and --owned are a rank's (--lead)");
+		return 0;
+	}
+	if (cf->lead) {
+		if (!cf->rank_given)
+			return usage_error("a rank (--lead) needs --rank I");
+		if (cf->listen_port || cf->wait_subs || cf->history || cf->resume || cf->keyframes ||
+		    cf->peer_keys)
+			return usage_error("a rank (--lead) sends only to its lead: no --listen, "
+					   "--wait-subscribers, --history, --resume, --keyframes or "
+					   "--peer-keys");
+		if (cf->init || cf->rank_port)
+			return usage_error("--init and --rank-listen are the lead's (--ranks)");
+		return 0;
+	}
+	if (cf->init || cf->rank_port || cf->rank_given || cf->owned)
+		return usage_error("--init and --rank-listen go with --ranks (a lead), --rank and "
+				   "--owned with --lead (a rank)");
+	return 0;
 }
 
 /* What the options say together: one source, a control port, no
@@ -148,22 +247,33 @@ static int parse_one(publish_config *cf, int c, const char *arg)
  * a signed frame. */
 static int check_together(publish_config *cf)
 {
+	int rk = check_ranks(cf);
+	if (rk)
+		return rk;
 	if (cf->resume && cf->buffer) {
 		fprintf(stderr, "bfpatch publish: --resume goes with --dir (a --buffer has one "
 			"version, the one it holds)\n");
 		return 2;
 	}
-	if (!cf->dir == !cf->buffer || !cf->listen_port) {
+	if ((!cf->n_ranks && !cf->dir == !cf->buffer) || (!cf->lead && !cf->listen_port)) {
 		fprintf(stderr, "bfpatch publish: %s\n%s",
-			!cf->dir == !cf->buffer ? "give one of --dir and --buffer"
-						: "--listen is required",
-			publish_usage);
+			!cf->n_ranks && !cf->dir == !cf->buffer ? "give one of --dir and --buffer"
+								: "--listen is required",
+			"");
+		pub_print_usage(stderr);
 		return 2;
 	}
-	char reach[32];
-	const uint32_t ip = cf->listen_ip;
-	snprintf(reach, sizeof(reach), "%u.%u.%u.%u:%u", ip >> 24, ip >> 16 & 255, ip >> 8 & 255,
-		 ip & 255, cf->listen_port);
+	char reach[80];
+	const uint32_t ip = cf->listen_ip, rip = cf->rank_ip;
+	if (cf->lead)
+		snprintf(reach, sizeof(reach), "the lead it sends to, %s", cf->lead);
+	else if (cf->n_ranks)
+		snprintf(reach, sizeof(reach), "%u.%u.%u.%u:%u and TCP %u.%u.%u.%u:%u", ip >> 24,
+			 ip >> 16 & 255, ip >> 8 & 255, ip & 255, cf->listen_port, rip >> 24,
+			 rip >> 16 & 255, rip >> 8 & 255, rip & 255, cf->rank_port);
+	else
+		snprintf(reach, sizeof(reach), "%u.%u.%u.%u:%u", ip >> 24, ip >> 16 & 255,
+			 ip >> 8 & 255, ip & 255, cf->listen_port);
 	int rc = auth_mode_check("bfpatch publish", cf->n_keys + (cf->peer_keys != NULL),
 				 cf->insecure, reach);
 	if (rc)
@@ -191,7 +301,7 @@ int publish_parse_args(int argc, char **argv, publish_config *cf)
 	int c;
 	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:h", long_opts, NULL)) != -1) {
 		if (c == 'h') {
-			fputs(publish_usage, stdout);
+			pub_print_usage(stdout);
 			cf->help = 1;
 			return 0;
 		}
@@ -201,7 +311,8 @@ int publish_parse_args(int argc, char **argv, publish_config *cf)
 	}
 	if (optind != argc) {
 		fprintf(stderr, "bfpatch publish: unexpected argument '%s' (the checkpoints go "
-			"with --dir)\n%s", argv[optind], publish_usage);
+			"with --dir)\n", argv[optind]);
+		pub_print_usage(stderr);
 		return 2;
 	}
 	return check_together(cf);

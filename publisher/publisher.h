@@ -8,6 +8,7 @@
 
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
 
@@ -57,10 +58,26 @@ typedef struct publish_config {
 	const char *peer_keys;    /* --peer-keys: a key per subscriber, or NULL */
 	const char *events_path;  /* --events, or NULL */
 	const char *name;         /* --name */
+	/* sharded trainers (lead.c, rank.c; docs/PROTOCOL.md 5): a lead
+	 * merges the frames of --ranks N ranks into one patch a version */
+	uint32_t n_ranks;         /* --ranks N: this is the lead; 0: not */
+	uint32_t rank_ip;         /* --rank-listen ADDR:PORT (TCP), host order */
+	uint16_t rank_port;
+	const char *init;         /* --init CKPT: the lead's first version */
+	uint32_t init_version;    /* --init-version */
+	/* a rank: --lead HOST:PORT, --rank I, --owned FILE */
+	const char *lead;
+	uint32_t lead_ip;
+	uint16_t lead_port;
+	uint32_t rank;
+	int rank_given;
+	const char *owned;
 	int help;                 /* --help: the usage is printed, nothing to run */
 } publish_config;
 
 extern const char publish_usage[];
+/* The whole usage (publish_usage, then the sharded trainers' options). */
+void pub_print_usage(FILE *f);
 
 /* The options of `bfpatch publish` (argv[0] "publish") into cf, defaults
  * for the rest. 0, or the exit status of a usage error (2) after its
@@ -176,6 +193,10 @@ typedef struct publisher {
 	double done_at;         /* --steps reached: since when (0: not yet) */
 	double next_heartbeat;
 	int gate_open, gate_said; /* --wait-subscribers */
+	struct pub_lead *lead;  /* --ranks: the ranks and their versions */
+	/* every version encoded here (not a lead's): count and time */
+	uint64_t enc_versions;
+	double enc_ms_sum;
 } publisher;
 
 /* ---- history.c: the patches held, on disk too ---- */
@@ -314,6 +335,8 @@ void pub_sub_link(publisher *P, pub_sub *s, uint32_t rate_kbps, double t);
  * (pub_quit) cuts it short. */
 void pub_send_frames(publisher *P, uint8_t *const *fr, const size_t *lens, size_t n,
 		     pub_sub *const *to, unsigned n_to);
+/* Send every frame of p to every subscriber, paced. */
+void pub_send_all(publisher *P, const patch *p);
 /* Send frames [first, first + count) of p to s alone, paced. */
 void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count);
 /* Tell every subscriber the newest version (PROTOCOL.md 2.3). */
@@ -331,6 +354,95 @@ void pub_control(publisher *P);
 void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts *po);
 /* Send one slice of every catch-up in progress; whether any goes on. */
 int pub_catchup_send(publisher *P);
+
+/* ---- ranklink.c: the TCP link from a rank to its lead (PROTOCOL.md 5) ---- */
+
+#define RL_MAGIC 0x52504642u /* "BFPR" in file order */
+#define RL_HDR 16u
+#define RL_BODY_MAX (BFP_FRAME_SIZE_MAX + 256u)
+#define RL_MSG_MAX (RL_HDR + RL_BODY_MAX + RP_AUTH_LEN)
+#define RL_F_SIGNED 1u
+#define RL_DOWN (1ull << 63) /* sequence numbers of lead -> rank messages */
+enum { RL_HELLO = 1, RL_WELCOME = 2, RL_FRAME = 3, RL_END = 4, RL_RESULT = 5 };
+#define RL_HELLO_LEN 32u
+#define RL_WELCOME_LEN 40u
+#define RL_END_LEN 32u
+
+/* One end of a rank link: its socket, the key and session its messages
+ * are sealed under, the sequence numbers, and what was read so far. */
+typedef struct rl_conn {
+	int fd;                 /* -1: none */
+	const rp_key *key;      /* NULL: unsigned (--insecure) */
+	uint64_t session;       /* the lead's id for this connection */
+	uint64_t seq_out, seq_in;
+	size_t in_len;
+	uint8_t in[RL_MSG_MAX];
+} rl_conn;
+
+/* A message read: its type, body and the body's length. */
+typedef struct rl_msg {
+	unsigned type;
+	const uint8_t *body;
+	size_t len;
+	size_t total;           /* bytes it took of c->in */
+} rl_msg;
+
+/* Build a message of type with body[0, len) into out (RL_MSG_MAX bytes),
+ * sealed under c->key with the session and the next sequence number
+ * (HELLO: run 0 and the current time, as a control message); its length. */
+size_t rl_build(rl_conn *c, unsigned type, const void *body, size_t len, uint8_t *out);
+/* rl_build, then all of it written to c->fd (blocking: 0, or -1 and errno;
+ * nonblocking: MSG_DONTWAIT, -1 when the socket would block). */
+int rl_send(rl_conn *c, unsigned type, const void *body, size_t len, int nonblocking);
+/* Read what c->fd has (nonblocking): 1 if something came, 0 if nothing,
+ * -1 when the peer closed or the connection failed. */
+int rl_fill(rl_conn *c);
+/* The first whole message in c->in: 1 and *m (checked: magic, version,
+ * lengths; sealed under c->key, of its session, at the next sequence
+ * number, unless hello: that is verified by the caller), 0 if none is
+ * whole yet, -1 on a message refused (why says why). */
+int rl_next(rl_conn *c, rl_msg *m, int hello, const char **why);
+/* Take message m out of c->in. */
+void rl_consume(rl_conn *c, const rl_msg *m);
+/* Little-endian helpers. */
+void rl_put32(uint8_t *p, uint32_t v);
+void rl_put64(uint8_t *p, uint64_t v);
+uint32_t rl_get32(const uint8_t *p);
+uint64_t rl_get64(const uint8_t *p);
+
+/* ---- lead.c: a lead publisher merges its ranks' frames ---- */
+
+/* The lead's side, with --ranks: the model from --init, the listening
+ * socket. 0, or the exit status after a message. */
+int lead_open(publisher *P);
+/* Accept ranks, read their frames; when every rank's frames of the next
+ * version are there, check, verify, merge and publish it. Waits up to
+ * wait_ms for something to do. 0, or the exit status of an error. */
+int lead_step(publisher *P, int wait_ms);
+/* The ranks' counters, on stderr (exit, SIGUSR1) and in the events. */
+void lead_print_stats(publisher *P);
+void lead_close(publisher *P);
+
+/* ---- rank.c: a rank publisher encodes the tensors it owns ---- */
+
+/* A rank's whole run (--lead): connect, encode each version's owned
+ * ranges, send them to the lead. The exit status. */
+int rank_run(publisher *P);
+
+/* The parameter ranges of the owned tensors (names[0, n)) of m: each
+ * tensor's words [ceil(byte_begin / 2), ceil(byte_end / 2)), the
+ * ranges a whole-model encode gives it; in order, empty tensors left
+ * out. 0, or -1 with a message (a name the layout does not have). */
+typedef struct prange {
+	uint64_t begin, end;
+} prange;
+int rank_owned_ranges(const model *m, char *const *names, size_t n, prange **out,
+		      size_t *n_out, char *err, size_t errlen);
+/* Encode ranges r[0, n) of base -> target (each cut to PATCH_CHUNK) on
+ * all cores, as patch_encode would the whole model, into out: frames
+ * indexed 0..k-1 of k in range order. 0, or -1 with a message. */
+int rank_encode(const model *base, const model *target, const prange *r, size_t n,
+		const patch_opts *po, patch *out, char *err, size_t errlen);
 
 /* ---- main.c ---- */
 

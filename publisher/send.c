@@ -161,6 +161,14 @@ static void pub_ctl_send(publisher *P, const rp_ctl *c, const pub_sub *s)
 		sendto(P->sock, msg, n, 0, (const struct sockaddr *)&s->ctl, sizeof(s->ctl));
 }
 
+void pub_send_all(publisher *P, const patch *p)
+{
+	pub_sub *to[MAX_SUBS];
+	for (unsigned s = 0; s < P->n_subs; s++)
+		to[s] = &P->subs[s];
+	pub_send(P, p, 0, p->n, to, P->n_subs);
+}
+
 void pub_send_one(publisher *P, pub_sub *s, const patch *p, size_t first, size_t count)
 {
 	pub_sub *to[1] = {s};

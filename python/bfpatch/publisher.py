@@ -13,6 +13,18 @@ with the buffer's commit protocol. That protocol is not written here:
 it is libbfpatch_wbuf.so (include/bfpatch_wbuf.h), the C code the shim
 commits with, loaded through ctypes. Found through $BFPATCH_WBUF_LIB (its
 path), else the dynamic linker's search (where `meson install` put it).
+
+A rank of a sharded trainer (FSDP, ZeRO, tensor parallel) publishes only
+the tensors it holds:
+
+    pub = Publisher("/dev/shm/rank3", full_layout, owned=names_of_rank_3)
+    pub.publish(rank_3_tensors, version=step)
+
+The layout is still the whole model's (so frames carry the model's id);
+`owned` is written beside the buffer, PATH.owned, where
+`bfpatch publish --buffer PATH --lead HOST:PORT --rank 3` reads it and
+encodes those tensors alone; the lead publisher merges the ranks' frames
+(docs/INTEGRATION.md, "Sharded trainers").
 """
 import ctypes
 import json
@@ -145,7 +157,8 @@ def _describe(t: Any) -> str:
 class Publisher:
     """A trainer's weight buffer, held as its one writer."""
 
-    def __init__(self, path: str, layout: Optional[Layout] = None, version: int = 0) -> None:
+    def __init__(self, path: str, layout: Optional[Layout] = None, version: int = 0,
+                 owned: Optional[Iterable[str]] = None) -> None:
         """Open the weight buffer at path, creating it if there is none.
 
         layout is the model's: a safetensors file (its tensors and, for a
@@ -159,6 +172,14 @@ class Publisher:
         `version`. An existing buffer keeps its contents and version, and
         must hold this layout (LayoutError if not); layout None takes it
         as it is.
+
+        owned: the names of the tensors this process publishes, for one
+        rank of a sharded trainer (default None: every tensor). Each must
+        be in the layout (LayoutError if not); publish() then takes
+        exactly these. They are written, in layout order, one a line, to
+        PATH.owned (beside the buffer, replaced atomically), where
+        `bfpatch publish --buffer PATH --lead ...` reads them when it
+        starts; with owned None a PATH.owned left there is removed.
 
         The buffer is locked for this process until close(): a second
         writer, or a bfpatch-shim, is refused (OSError). Raises OSError
@@ -190,8 +211,51 @@ class Publisher:
                 raise LayoutError("%s holds another layout: %s" % (self.path, _diff(self.tensors, want)))
             # the data section, reached only through publish()
             self._data = (ctypes.c_ubyte * max(nb.value, 1)).from_address(dp)
+            self.owned: Optional[Tuple[str, ...]] = None
+            """the tensors publish() takes (None: all of the layout)"""
+            self._own(owned)
         except BaseException:
             self.close()
+            raise
+
+    def _own(self, owned: Optional[Iterable[str]]) -> None:
+        """Check the owned names and write PATH.owned (or remove it)."""
+        opath = self.path + ".owned"
+        if owned is None:
+            try:
+                os.unlink(opath)
+            except FileNotFoundError:
+                pass
+            return
+        if isinstance(owned, str):
+            raise TypeError("owned: an iterable of tensor names, not one string")
+        names = list(owned)
+        seen = set()
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError("owned: tensor names are strings, not %r" % (name,))
+            if name not in self.tensors:
+                raise LayoutError("owned tensor %r is not in the buffer's layout (%d tensors)"
+                                  % (name, len(self.tensors)))
+            if name in seen:
+                raise LayoutError("owned tensor %r given twice" % name)
+            if "\n" in name or "\r" in name or name.startswith("#") or not name:
+                raise LayoutError("owned tensor %r: a name PATH.owned cannot hold (one name "
+                                  "a line; '#' starts a comment)" % name)
+            seen.add(name)
+        if not names:
+            raise LayoutError("owned: no tensor (a rank publishes at least one)")
+        self.owned = tuple(n for n in self.tensors if n in seen)  # layout order
+        tmp = "%s.tmp.%d" % (opath, os.getpid())
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("".join(n + "\n" for n in self.owned))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, opath)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
             raise
 
     def _prepare(self, layout: Layout, bpath: bytes, version: int,
@@ -256,21 +320,33 @@ class Publisher:
 
         Everything is checked before anything is written: LayoutError for
         a name the layout does not have, a tensor missing, another shape
-        or dtype; ValueError for a version not newer. Returns version."""
+        or dtype; ValueError for a version not newer. Returns version.
+
+        With owned (a rank), named_tensors holds exactly the owned
+        tensors: LayoutError for one of the layout that is not owned, or
+        an owned one missing. The others keep their bytes in the buffer;
+        the rank's publisher does not read them."""
         h = self._handle()
         pairs = _pairs(named_tensors, "publish")
+        own = set(self.owned) if self.owned is not None else None
         for name, t in pairs:
             if name not in self.tensors:
                 raise LayoutError("tensor %r is not in the buffer's layout (%d tensors, e.g. %s)"
                                   % (name, len(self.tensors), ", ".join(
                                       repr(k) for k in list(self.tensors)[:3])))
+            if own is not None and name not in own:
+                raise LayoutError("tensor %r is not one this rank owns (%d owned, e.g. %s): "
+                                  "another rank publishes it" % (name, len(own), ", ".join(
+                                      repr(k) for k in self.owned[:3])))
             st, shape, _, _ = self.tensors[name]
             _check(name, t, st, shape)
-        missing = [n for n in self.tensors if n not in dict(pairs)]
+        given = dict(pairs)
+        want = self.owned if self.owned is not None else list(self.tensors)
+        missing = [n for n in want if n not in given]
         if missing:
-            raise LayoutError("%d of the layout's tensors not given: %s%s" % (
-                len(missing), ", ".join(repr(n) for n in missing[:5]),
-                ", ..." if len(missing) > 5 else ""))
+            raise LayoutError("%d of the %s tensors not given: %s%s" % (
+                len(missing), "owned" if self.owned is not None else "layout's",
+                ", ".join(repr(n) for n in missing[:5]), ", ..." if len(missing) > 5 else ""))
         err = ctypes.create_string_buffer(_ERRLEN)
         if self._lib.bfp_wbuf_begin(h, version, err, _ERRLEN):
             raise ValueError("%s: %s" % (self.path, err.value.decode(errors="replace")))

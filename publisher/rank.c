@@ -1,0 +1,546 @@
+/*
+ * rank.c: `bfpatch publish --lead HOST:PORT`, one rank of a sharded
+ * trainer. It encodes only the tensors it owns, on all cores of its own
+ * host, against its own previous version, and sends the frames to the
+ * lead publisher over an authenticated TCP link (docs/PROTOCOL.md 5);
+ * the lead checks, merges and publishes them. Encoding is the costly
+ * part, so N ranks encode a version in parallel.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bfpatch.h"
+#include "util.h"
+#include "publisher.h"
+
+int rank_owned_ranges(const model *m, char *const *names, size_t n, prange **out,
+		      size_t *n_out, char *err, size_t errlen)
+{
+	prange *r = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof(*r));
+	unsigned char *own = calloc(m->n_tensors ? m->n_tensors : 1, 1);
+	*out = NULL;
+	*n_out = 0;
+	if (!r || !own) {
+		free(r);
+		free(own);
+		return set_err(err, errlen, "out of memory");
+	}
+	for (size_t k = 0; k < n; k++) {
+		size_t i = 0;
+		for (; i < m->n_tensors; i++)
+			if (m->tensors[i].name_len == strlen(names[k]) &&
+			    !memcmp(m->tensors[i].name, names[k], m->tensors[i].name_len))
+				break;
+		if (i == m->n_tensors) {
+			free(r);
+			free(own);
+			return set_err(err, errlen, "owned tensor '%s' is not in the model's layout "
+				       "(%zu tensors)", names[k], m->n_tensors);
+		}
+		own[i] = 1;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		/* the words a whole-model encode gives tensor i (patch_encode:
+		 * a word two tensors share is the first one's) */
+		const uint64_t b = (m->tensors[i].byte_begin + 1) / 2, e = (m->tensors[i].byte_end + 1) / 2;
+		if (own[i] && e > b)
+			r[k++] = (prange){b, e};
+	}
+	free(own);
+	*out = r;
+	*n_out = k;
+	return 0;
+}
+
+/* ---- the owned ranges, encoded on all cores ---- */
+
+typedef struct renc_job {
+	const uint16_t *base, *target;
+	uint64_t n, model_id;
+	const patch_opts *po;
+	prange *chunks;
+	size_t n_chunks;
+	patch *parts;
+	atomic_size_t next;
+	atomic_int failed;
+	int status;
+} renc_job;
+
+static void *renc_worker(void *arg)
+{
+	renc_job *j = arg;
+	bfp_encoder *enc = malloc(sizeof(*enc));
+	uint8_t frame[BFP_FRAME_SIZE_MAX];
+	if (!enc) {
+		atomic_store(&j->failed, 1);
+		return NULL;
+	}
+	bfp_encode_opts eo;
+	memset(&eo, 0, sizeof(eo));
+	eo.frame_size = j->po->frame_size;
+	eo.model_id = j->model_id;
+	eo.base_version = j->po->base_version;
+	eo.target_version = j->po->target_version;
+	eo.flags = j->po->enc_flags;
+	eo.sparse = j->po->sparse;
+	eo.frame_count = 1; /* set at the end */
+	bfp_status st = bfp_encoder_init(enc, &eo, j->base, j->target, j->n, 0, 0);
+	if (st != BFP_OK) {
+		j->status = st;
+		atomic_store(&j->failed, 1);
+	}
+	for (;;) {
+		size_t c = atomic_fetch_add(&j->next, 1);
+		if (c >= j->n_chunks || atomic_load(&j->failed))
+			break;
+		st = bfp_encoder_reset(enc, j->base, j->target, j->n, j->chunks[c].begin,
+				       j->chunks[c].end, 0);
+		size_t len;
+		while (st == BFP_OK) {
+			st = bfp_encode_next(enc, frame, sizeof(frame), &len);
+			if (st == BFP_OK && patch_push(&j->parts[c], frame, len))
+				st = BFP_E_SPACE;
+		}
+		if (st != BFP_DONE) {
+			j->status = st;
+			atomic_store(&j->failed, 1);
+			break;
+		}
+	}
+	free(enc);
+	return NULL;
+}
+
+int rank_encode(const model *base, const model *target, const prange *r, size_t n,
+		const patch_opts *po, patch *out, char *err, size_t errlen)
+{
+	renc_job j;
+	memset(&j, 0, sizeof(j));
+	memset(out, 0, sizeof(*out));
+	size_t cap = 0;
+	for (size_t i = 0; i < n; i++) /* chunks as patch_encode cuts them */
+		cap += (size_t)((r[i].end - r[i].begin + PATCH_CHUNK - 1) / PATCH_CHUNK);
+	j.chunks = malloc((cap ? cap : 1) * sizeof(*j.chunks));
+	j.parts = calloc(cap ? cap : 1, sizeof(*j.parts));
+	if (!j.chunks || !j.parts) {
+		free(j.chunks);
+		free(j.parts);
+		return set_err(err, errlen, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++)
+		for (uint64_t b = r[i].begin; b < r[i].end; b += PATCH_CHUNK)
+			j.chunks[j.n_chunks++] = (prange){b, r[i].end - b > PATCH_CHUNK ? b + PATCH_CHUNK
+										: r[i].end};
+	j.base = base->params;
+	j.target = target->params;
+	j.n = target->n_params;
+	j.model_id = target->model_id;
+	j.po = po;
+	int nt = po->threads > 0 ? po->threads : cpu_count();
+	if ((size_t)nt > j.n_chunks)
+		nt = (int)(j.n_chunks ? j.n_chunks : 1);
+	pthread_t tid[256];
+	int started = 0;
+	for (int i = 0; i < nt && i < 256; i++)
+		if (pthread_create(&tid[started], NULL, renc_worker, &j) == 0)
+			started++;
+	if (!started)
+		renc_worker(&j);
+	for (int i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	int rc = 0;
+	size_t total = 0;
+	for (size_t c = 0; c < j.n_chunks; c++)
+		total += j.parts[c].n;
+	if (atomic_load(&j.failed))
+		rc = set_err(err, errlen, "encode failed: %s",
+			     j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");
+	else if (total > UINT32_MAX)
+		rc = set_err(err, errlen, "more than 2^32 frames");
+	for (size_t c = 0; c < j.n_chunks && !rc; c++)
+		for (size_t i = 0; i < j.parts[c].n && !rc; i++) {
+			uint8_t *f = j.parts[c].buf + j.parts[c].off[i];
+			size_t fl = j.parts[c].off[i + 1] - j.parts[c].off[i];
+			bfp_frame_set_index(f, fl, (uint32_t)out->n, (uint32_t)total);
+			if (patch_push(out, f, fl))
+				rc = set_err(err, errlen, "out of memory");
+		}
+	for (size_t c = 0; c < j.n_chunks; c++)
+		patch_free(&j.parts[c]);
+	free(j.parts);
+	free(j.chunks);
+	if (rc)
+		patch_free(out);
+	return rc;
+}
+
+/* ---- the rank's run ---- */
+
+typedef struct rank_state {
+	publisher *P;
+	rl_conn c;
+	char **names;           /* owned tensors (NULL: all) */
+	size_t n_names;
+	prange *r;
+	size_t n_r;
+	uint64_t owned_params;
+	uint64_t sent_versions, sent_frames, sent_bytes, committed, refused, connects;
+	uint32_t last_result;
+	double said_connect;
+} rank_state;
+
+/* The owned tensor names: --owned FILE, or PATH.owned beside a --buffer
+ * (bfpatch.Publisher(owned=...) writes it), one name a line ('#' lines
+ * and blank ones skipped); neither: every tensor. */
+static int rank_read_owned(rank_state *R, const char *path, int must)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		if (!must && errno == ENOENT)
+			return 0;
+		fprintf(stderr, "bfpatch publish: owned tensors %s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	size_t room = 0;
+	R->n_names = 0;
+	R->names = NULL;
+	while ((n = getline(&line, &cap, f)) >= 0) {
+		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = 0;
+		if (n == 0 || line[0] == '#')
+			continue;
+		if (R->n_names == room) {
+			room = room * 2 + 64;
+			char **nn = realloc(R->names, room * sizeof(*nn));
+			if (!nn)
+				break;
+			R->names = nn;
+		}
+		if (!(R->names[R->n_names] = strdup(line)))
+			break;
+		R->n_names++;
+	}
+	int bad = ferror(f) || n >= 0;
+	free(line);
+	fclose(f);
+	if (bad) {
+		fprintf(stderr, "bfpatch publish: owned tensors %s: read error\n", path);
+		return 1;
+	}
+	if (!R->names) /* a file with no name owns nothing: refused as a mistake */
+		fprintf(stderr, "bfpatch publish: %s names no tensor\n", path);
+	return R->names ? 0 : 1;
+}
+
+static void rank_close_conn(rank_state *R)
+{
+	if (R->c.fd >= 0)
+		close(R->c.fd);
+	R->c.fd = -1;
+	R->c.in_len = 0;
+}
+
+/* Connect and say HELLO; wait (up to 10 s) for the WELCOME. 0 when the
+ * link is up, 1 to try again later, -1 when the lead refused for good
+ * (another model). */
+static int rank_connect(rank_state *R)
+{
+	publisher *P = R->P;
+	const publish_config *cf = P->cf;
+	const double t = now_s();
+	rl_conn *c = &R->c;
+	memset(c, 0, sizeof(*c));
+	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	c->key = P->auth.n_keys ? &P->auth.keys[0] : NULL;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(cf->lead_port),
+				.sin_addr.s_addr = htonl(cf->lead_ip)};
+	if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		if (t - R->said_connect > 10) {
+			fprintf(stderr, "bfpatch publish: rank %u: cannot reach the lead at %s: %s; "
+				"trying again\n", cf->rank, cf->lead, strerror(errno));
+			R->said_connect = t;
+		}
+		rank_close_conn(R);
+		return 1;
+	}
+	int one = 1;
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	uint8_t hello[RL_HELLO_LEN], nonce[16];
+	if (getrandom(nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
+		memset(nonce, 0, sizeof(nonce));
+	rl_put32(hello, cf->rank);
+	rl_put32(hello + 4, P->ver);
+	rl_put64(hello + 8, P->cur.model_id);
+	memcpy(hello + 16, nonce, 16);
+	if (rl_send(c, RL_HELLO, hello, sizeof(hello), 0)) {
+		rank_close_conn(R);
+		return 1;
+	}
+	while (now_s() - t < 10 && !pub_quit) {
+		struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+		poll(&pfd, 1, 100);
+		int got = rl_fill(c);
+		rl_msg m = {0};
+		const char *why;
+		if (got < 0)
+			break;
+		int k = rl_next(c, &m, 1, &why);
+		if (k == 0)
+			continue;
+		if (k < 0 || m.type != RL_WELCOME || m.len < RL_WELCOME_LEN) {
+			if (m.type == RL_RESULT && m.len > 8) /* the lead says why it refused */
+				fprintf(stderr, "bfpatch publish: rank %u: the lead refused this rank: "
+					"%.*s\n", cf->rank, (int)(m.len - 8), (const char *)m.body + 8);
+			break;
+		}
+		/* its session seals it too: verified as every message after */
+		c->session = rl_get64(m.body + 16);
+		c->seq_in = RL_DOWN;
+		if (rl_next(c, &m, 0, &why) != 1 || memcmp(m.body + 24, nonce, 16) ||
+		    rl_get32(m.body) != cf->rank) {
+			fprintf(stderr, "bfpatch publish: rank %u: the lead's answer failed "
+				"authentication (%s): is its --key this rank's?\n", cf->rank,
+				*why ? why : "nonce or rank");
+			break;
+		}
+		const uint32_t lv = rl_get32(m.body + 4);
+		rl_consume(c, &m);
+		R->connects++;
+		fprintf(stderr, "bfpatch publish: rank %u: linked to the lead at %s (lead at "
+			"version %u, this rank at %u)\n", cf->rank, cf->lead, lv, P->ver);
+		if (lv != P->ver)
+			fprintf(stderr, "bfpatch publish: rank %u: the lead is at version %u, this "
+				"rank at %u: the lead refuses a version whose base is not its own; "
+				"start every rank from the lead's version\n", cf->rank, lv, P->ver);
+		events_emit(&P->ev, "rank_linked", "\"rank\":%u,\"lead_version\":%u,\"version\":%u",
+			    cf->rank, lv, P->ver);
+		return 0;
+	}
+	if (!pub_quit && now_s() - t >= 10)
+		fprintf(stderr, "bfpatch publish: rank %u: no answer from the lead at %s in 10 s\n",
+			cf->rank, cf->lead);
+	else if (!pub_quit)
+		fprintf(stderr, "bfpatch publish: rank %u: the lead at %s closed the link (it "
+			"refused this rank: key, rank number or model; its log says which)\n",
+			cf->rank, cf->lead);
+	rank_close_conn(R);
+	return 1;
+}
+
+/* What the lead said about the versions sent (RESULT), read as it comes. */
+static int rank_results(rank_state *R)
+{
+	const unsigned rank = R->P->cf->rank;
+	if (R->c.fd < 0)
+		return 0;
+	int got = rl_fill(&R->c);
+	rl_msg m;
+	const char *why;
+	int k;
+	while ((k = rl_next(&R->c, &m, 0, &why)) == 1) {
+		if (m.type == RL_RESULT && m.len >= 8) {
+			const uint32_t v = rl_get32(m.body), st = rl_get32(m.body + 4);
+			R->last_result = v;
+			if (st == 0) {
+				R->committed++;
+			} else {
+				R->refused++;
+				fprintf(stderr, "bfpatch publish: rank %u: the lead refused version %u: "
+					"%.*s\n", rank, v, (int)(m.len - 8), (const char *)m.body + 8);
+				events_emit(&R->P->ev, "rank_refused", "\"rank\":%u,\"version\":%u",
+					    rank, v);
+			}
+		}
+		rl_consume(&R->c, &m);
+	}
+	if (k < 0 || got < 0) {
+		fprintf(stderr, "bfpatch publish: rank %u: link to the lead %s%s\n", rank,
+			k < 0 ? "refused: " : "closed", k < 0 ? why : "");
+		rank_close_conn(R);
+		return -1;
+	}
+	return 0;
+}
+
+/* Encode version nver (nw) against the current one, owned ranges only,
+ * and send its frames and END to the lead. 0, or the exit status. */
+static int rank_publish(rank_state *R, model *nw, uint32_t nver)
+{
+	publisher *P = R->P;
+	const publish_config *cf = P->cf;
+	char err[ERRLEN] = "";
+	if (nw->model_id != P->cur.model_id || nw->n_params != P->cur.n_params) {
+		fprintf(stderr, "bfpatch publish: version %u has another tensor layout than version "
+			"%u; not published\n", nver, P->ver);
+		source_free_model(&P->src, nw);
+		return 1;
+	}
+	patch_opts po = P->po;
+	po.base_version = P->ver;
+	po.target_version = nver;
+	patch p;
+	const double t0 = now_s();
+	if (rank_encode(&P->cur, nw, R->r, R->n_r, &po, &p, err, sizeof(err))) {
+		source_free_model(&P->src, nw);
+		return die("publish", err);
+	}
+	const double t1 = now_s();
+	const double enc_ms = (t1 - t0) * 1e3;
+	for (size_t i = 0; i < p.n && R->c.fd >= 0; i++)
+		if (rl_send(&R->c, RL_FRAME, p.buf + p.off[i], p.off[i + 1] - p.off[i], 0))
+			rank_close_conn(R);
+	uint8_t end[RL_END_LEN];
+	rl_put32(end, P->ver);
+	rl_put32(end + 4, nver);
+	rl_put32(end + 8, (uint32_t)p.n);
+	rl_put32(end + 12, 0);
+	rl_put64(end + 16, p.len);
+	rl_put64(end + 24, (uint64_t)((t1 - t0) * 1e6));
+	if (R->c.fd >= 0 && rl_send(&R->c, RL_END, end, sizeof(end), 0))
+		rank_close_conn(R);
+	const int sent = R->c.fd >= 0;
+	if (sent) {
+		R->sent_versions++;
+		R->sent_frames += p.n;
+		R->sent_bytes += p.len;
+	}
+	P->enc_versions++;
+	P->enc_ms_sum += enc_ms;
+	fprintf(stderr, "bfpatch publish: rank %u: version %u -> %u: %zu tensors' %" PRIu64
+		" parameters encoded in %.1f ms, %zu frames, %zu bytes %s the lead\n", cf->rank,
+		P->ver, nver, R->n_r, R->owned_params, enc_ms, p.n, p.len,
+		sent ? "sent to" : "NOT sent (link lost) to");
+	events_emit(&P->ev, "rank_sent", "\"rank\":%u,\"base\":%u,\"version\":%u,\"frames\":%zu,"
+		    "\"bytes\":%zu,\"encode_ms\":%.3f,\"sent\":%s", cf->rank, P->ver, nver, p.n,
+		    p.len, enc_ms, sent ? "true" : "false");
+	patch_free(&p);
+	/* this rank goes on from nver either way: ranks never skip a
+	 * version, so all of them share the base (PROTOCOL.md 5.3) */
+	source_retire_model(&P->src, &P->cur);
+	P->cur = *nw;
+	P->ver = nver;
+	return 0;
+}
+
+static void rank_print_stats(const rank_state *R)
+{
+	const publisher *P = R->P;
+	fprintf(stderr, "bfpatch publish: rank %u at version %u: %" PRIu64 " versions sent to the "
+		"lead (%" PRIu64 " frames, %" PRIu64 " bytes), %" PRIu64 " committed, %" PRIu64
+		" refused, %" PRIu64 " links; %zu tensors, %" PRIu64 " of %" PRIu64
+		" parameters owned; encode per version: %.1f ms mean over %" PRIu64 "\n",
+		P->cf->rank, P->ver, R->sent_versions, R->sent_frames, R->sent_bytes, R->committed,
+		R->refused, R->connects, R->n_r, R->owned_params, P->cur.n_params,
+		P->enc_versions ? P->enc_ms_sum / (double)P->enc_versions : 0.0, P->enc_versions);
+	events_emit((events *)&P->ev, "stats", "\"rank\":%u,\"version\":%u,\"versions\":%" PRIu64
+		    ",\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"committed\":%" PRIu64
+		    ",\"refused\":%" PRIu64 ",\"encode_ms_mean\":%.3f", P->cf->rank, P->ver,
+		    R->sent_versions, R->sent_frames, R->sent_bytes, R->committed, R->refused,
+		    P->enc_versions ? P->enc_ms_sum / (double)P->enc_versions : 0.0);
+}
+
+int rank_run(publisher *P)
+{
+	const publish_config *cf = P->cf;
+	rank_state R;
+	memset(&R, 0, sizeof(R));
+	R.P = P;
+	R.c.fd = -1;
+	int rc = 0;
+	char err[ERRLEN];
+	if (cf->owned) {
+		rc = rank_read_owned(&R, cf->owned, 1);
+	} else if (cf->buffer) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s.owned", cf->buffer);
+		rc = rank_read_owned(&R, path, 0);
+	}
+	if (!rc && R.names) {
+		if (rank_owned_ranges(&P->cur, R.names, R.n_names, &R.r, &R.n_r, err, sizeof(err)))
+			rc = die("publish", err);
+	} else if (!rc) { /* every tensor: the whole model, as one publisher */
+		R.r = malloc(sizeof(*R.r));
+		R.n_r = R.r ? 1 : 0;
+		if (R.r)
+			R.r[0] = (prange){0, P->cur.n_params};
+		else
+			rc = die("publish", "out of memory");
+	}
+	for (size_t i = 0; i < R.n_r; i++)
+		R.owned_params += R.r[i].end - R.r[i].begin;
+	if (!rc)
+		fprintf(stderr, "bfpatch publish: rank %u of the lead at %s: version %u from %s, "
+			"%" PRIu64 " of %" PRIu64 " parameters owned (%zu tensors%s)\n", cf->rank,
+			cf->lead, P->ver, cf->buffer ? cf->buffer : cf->dir, R.owned_params,
+			P->cur.n_params, R.names ? R.n_names : P->cur.n_tensors,
+			R.names ? "" : ": all");
+	double linger_from = 0;
+	while (!rc && !pub_quit) {
+		if (pub_dump_stats) {
+			pub_dump_stats = 0;
+			rank_print_stats(&R);
+		}
+		if (R.c.fd < 0) {
+			/* no version is taken while the link is down: the rank
+			 * goes on from the version it sent last */
+			if (rank_connect(&R) > 0) {
+				for (int i = 0; i < 10 && !pub_quit; i++)
+					usleep(100000);
+			}
+			continue;
+		}
+		if (rank_results(&R) < 0)
+			continue;
+		if (P->ver >= cf->steps || P->src.steps_done) {
+			/* --steps: the last version sent; the lead's answer to it,
+			 * for --linger at most */
+			if (!linger_from)
+				linger_from = now_s();
+			if (R.last_result >= P->ver || now_s() - linger_from >= cf->linger_s)
+				break;
+			struct pollfd pfd = {.fd = R.c.fd, .events = POLLIN};
+			poll(&pfd, 1, 20);
+			continue;
+		}
+		model nw;
+		uint32_t nver = 0;
+		int got = source_next(&P->src, &P->cur, P->ver, &nw, &nver, err, sizeof(err));
+		if (got < 0) {
+			rc = die("publish", err);
+		} else if (got > 0) {
+			if (nver > P->ver + 1)
+				fprintf(stderr, "bfpatch publish: rank %u: version %u follows %u here: "
+					"versions %u-%u were never taken (a trainer that commits again "
+					"before this rank took a version, or a missing step file); the "
+					"lead refuses this rank's versions unless every rank skipped the "
+					"same\n", cf->rank, nver, P->ver, P->ver + 1, nver - 1);
+			rc = rank_publish(&R, &nw, nver);
+		} else {
+			struct pollfd pfd = {.fd = R.c.fd, .events = POLLIN};
+			poll(&pfd, 1, 20);
+		}
+	}
+	rank_print_stats(&R);
+	rank_close_conn(&R);
+	for (size_t i = 0; i < R.n_names; i++)
+		free(R.names[i]);
+	free(R.names);
+	free(R.r);
+	return rc;
+}
