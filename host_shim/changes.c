@@ -21,8 +21,29 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the lists are little-endian");
 
-/* CRC-32 of zlib (reflected 0xEDB88320), eight bytes a step: Python checks
- * it with zlib.crc32, which every Python has. */
+/* CRC-32 of zlib (reflected 0xEDB88320): Python checks it with
+ * zlib.crc32, which every Python has. zlib's own where the build has it
+ * (about twice as fast), else eight bytes a step from tables. */
+#ifdef BFP_HAVE_ZLIB
+#include <zlib.h>
+
+static void crc_init(uint32_t t[8][256])
+{
+	(void)t;
+}
+
+static uint32_t crc_update(const uint32_t t[8][256], uint32_t crc, const uint8_t *p, size_t n)
+{
+	(void)t;
+	while (n) {
+		const uInt k = n > (1u << 30) ? 1u << 30 : (uInt)n;
+		crc = (uint32_t)crc32(crc, p, k);
+		p += k;
+		n -= k;
+	}
+	return crc;
+}
+#else
 static void crc_init(uint32_t t[8][256])
 {
 	for (uint32_t i = 0; i < 256; i++) {
@@ -51,6 +72,7 @@ static uint32_t crc_update(const uint32_t t[8][256], uint32_t crc, const uint8_t
 		crc = t[0][(crc ^ *p++) & 255] ^ (crc >> 8);
 	return ~crc;
 }
+#endif
 
 int changes_init(shim_changes *c, unsigned keep, const char *buffer)
 {
