@@ -498,6 +498,17 @@ const uint8_t *model_file_header(const model *m, size_t k, size_t *len)
 	return k == 0 ? m->header : NULL;
 }
 
+int model_same_files(const model *a, const model *b)
+{
+	if (a->n_files != b->n_files || model_n_files(a) != model_n_files(b))
+		return 0;
+	for (size_t k = 0; k < a->n_files; k++)
+		if (strcmp(a->files[k].name, b->files[k].name) ||
+		    a->files[k].data_bytes != b->files[k].data_bytes)
+			return 0;
+	return 1;
+}
+
 /* The whole of a small file (an index) into a new buffer. */
 static int read_small(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen)
 {

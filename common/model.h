@@ -99,6 +99,9 @@ int model_path_sharded(const char *path);
 /* The safetensors files of m (1 for one file, the shards, 0 raw) and
  * the header of file k (8-byte length + JSON). */
 size_t model_n_files(const model *m);
+/* a and b are split into the same safetensors files (one each, or shards
+ * of the same names and data sizes), so that file k means one file. */
+int model_same_files(const model *a, const model *b);
 const uint8_t *model_file_header(const model *m, size_t k, size_t *len);
 /* Put json (the header JSON without its 8-byte length) in place of file
  * k's safetensors header: it must give file k the same tensor layout

@@ -550,19 +550,6 @@ static int add_records(const model *old, const model *nw, patch *out, char *err,
 	return 0;
 }
 
-/* old and nw are split into the same files (FORMAT.md 1), so that a
- * header record's file number means one file. */
-static int same_files(const model *old, const model *nw)
-{
-	if (old->n_files != nw->n_files || model_n_files(old) != model_n_files(nw))
-		return 0;
-	for (size_t k = 0; k < nw->n_files; k++)
-		if (strcmp(old->files[k].name, nw->files[k].name) ||
-		    old->files[k].data_bytes != nw->files[k].data_bytes)
-			return 0;
-	return 1;
-}
-
 int patch_encode(const model *old, const model *nw, const patch_opts *o,
 		 patch *out, char *err, size_t errlen)
 {
@@ -571,7 +558,7 @@ int patch_encode(const model *old, const model *nw, const patch_opts *o,
 	if (old->n_params != nw->n_params || old->model_id != nw->model_id)
 		return set_err(err, errlen, "the two models have different tensor layouts "
 			    "(names, dtypes, shapes or offsets differ)");
-	if (!same_files(old, nw))
+	if (!model_same_files(old, nw))
 		return set_err(err, errlen, "the two checkpoints are split into different files "
 			       "(one file and shards, or other shard names or sizes)");
 	/* chunks follow tensor boundaries (in words; a tensor starting at an

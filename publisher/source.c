@@ -163,10 +163,13 @@ int source_next(source *S, const model *cur, uint32_t ver, model *nw, uint32_t *
 			return 0;
 		else /* a file still being written fails its size check: tried again */
 			lrc = model_load_into(nw, path, S->spare, S->spare_cap, err, errlen);
-		if (!lrc && (nw->model_id != cur->model_id || nw->n_params != cur->n_params)) {
-			/* whole, but of another model: it never loads as this one */
+		if (!lrc && (nw->model_id != cur->model_id || nw->n_params != cur->n_params ||
+			     !model_same_files(nw, cur))) {
+			/* whole, but of another model, or split into other files
+			 * (one file and shards): it never loads as this one */
 			set_err(err, errlen, "%s has another tensor layout than version %u "
-				"(another model); not published", path, ver);
+				"(another model, or split into other files); not published", path,
+				ver);
 			if (nw->params == S->spare) /* read into the spare: it stays */
 				nw->params = NULL;
 			model_free(nw);

@@ -45,4 +45,14 @@ for s in 1 2 3; do
 		cmp -s "$f" "$T/at/$(basename "$f")" || fail "step $s: $(basename "$f") differs"
 	done
 done
+# a step written as one file after sharded ones: the same parameter
+# space, but its patch could not rebuild the files, so it is not published
+# (and the publisher goes on)
+cp "$T/traj/step-0003.safetensors" "$T/pub/step-0004.safetensors"
+"$BFP" publish $AUTH --dir "$T/pub" --listen 127.0.0.1:$port --steps 4 \
+	> "$T/publish4.log" 2>&1 &
+PUB=$!
+wait_line "split into other files); not published" "$T/publish4.log" ||
+	fail "a one-file step after sharded ones was not refused"
+kill -0 $PUB || fail "the publisher ended on a one-file step after sharded ones"
 echo "ok - sharded steps: --init as from one file, published bit-exactly, kept patches exact"
