@@ -248,6 +248,35 @@ static int rank_read_owned(rank_state *R, const char *path, int must)
 	return R->names ? 0 : 1;
 }
 
+/* --buffer: PATH.taken holds the version this rank took last (written
+ * beside the buffer, renamed in), so that a trainer commits the next
+ * only once this one is taken (bfpatch.Publisher(owned=...) waits for
+ * it): ranks never skip a version. Removed at exit (v UINT32_MAX). */
+static void rank_mark_taken(const rank_state *R, uint32_t v)
+{
+	const char *buf = R->P->cf->buffer;
+	char path[4096], tmp[4200];
+	if (!buf)
+		return;
+	snprintf(path, sizeof(path), "%s.taken", buf);
+	if (v == UINT32_MAX) {
+		(void)unlink(path);
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	FILE *f = fopen(tmp, "w");
+	int ok = f && fprintf(f, "%u\n", v) > 0;
+	if (f)
+		ok = fclose(f) == 0 && ok;
+	if (!ok || rename(tmp, path)) {
+		static int said;
+		if (!said++)
+			fprintf(stderr, "bfpatch publish: rank: cannot write %s: %s\n", path,
+				strerror(errno));
+		(void)unlink(tmp);
+	}
+}
+
 static void rank_close_conn(rank_state *R)
 {
 	if (R->c.fd >= 0)
@@ -491,6 +520,8 @@ int rank_run(publisher *P)
 			P->cur.n_params, R.names ? R.n_names : P->cur.n_tensors,
 			R.names ? "" : ": all");
 	double linger_from = 0;
+	if (!rc)
+		rank_mark_taken(&R, P->ver);
 	while (!rc && !pub_quit) {
 		if (pub_dump_stats) {
 			pub_dump_stats = 0;
@@ -524,6 +555,7 @@ int rank_run(publisher *P)
 		if (got < 0) {
 			rc = die("publish", err);
 		} else if (got > 0) {
+			rank_mark_taken(&R, nver); /* the trainer may go on */
 			if (nver > P->ver + 1)
 				fprintf(stderr, "bfpatch publish: rank %u: version %u follows %u here: "
 					"versions %u-%u were never taken (a trainer that commits again "
@@ -537,6 +569,7 @@ int rank_run(publisher *P)
 		}
 	}
 	rank_print_stats(&R);
+	rank_mark_taken(&R, UINT32_MAX);
 	rank_close_conn(&R);
 	for (size_t i = 0; i < R.n_names; i++)
 		free(R.names[i]);

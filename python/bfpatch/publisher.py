@@ -309,7 +309,7 @@ class Publisher:
             raise ValueError("%s: publisher closed" % self.path)
         return self._w
 
-    def publish(self, named_tensors: NamedTensors, version: int) -> int:
+    def publish(self, named_tensors: NamedTensors, version: int, timeout: float = 60.0) -> int:
         """Copy every tensor of the layout into the buffer and commit them
         as `version` (newer than the buffer's), atomically: readers see
         the version whole or not at all. named_tensors is a mapping or
@@ -325,7 +325,13 @@ class Publisher:
         With owned (a rank), named_tensors holds exactly the owned
         tensors: LayoutError for one of the layout that is not owned, or
         an owned one missing. The others keep their bytes in the buffer;
-        the rank's publisher does not read them."""
+        the rank's publisher does not read them. A rank never skips a
+        version (the lead refuses one whose base is not the version before
+        it): while the rank's publisher runs (it keeps the version it took
+        last in PATH.taken), publish() first waits until it has taken the
+        version committed before, and raises TimeoutError, writing
+        nothing, if that takes longer than timeout seconds. At a step
+        every few seconds it has long taken it."""
         h = self._handle()
         pairs = _pairs(named_tensors, "publish")
         own = set(self.owned) if self.owned is not None else None
@@ -347,6 +353,8 @@ class Publisher:
             raise LayoutError("%d of the %s tensors not given: %s%s" % (
                 len(missing), "owned" if self.owned is not None else "layout's",
                 ", ".join(repr(n) for n in missing[:5]), ", ..." if len(missing) > 5 else ""))
+        if self.owned is not None:
+            self._wait_taken(timeout)
         err = ctypes.create_string_buffer(_ERRLEN)
         if self._lib.bfp_wbuf_begin(h, version, err, _ERRLEN):
             raise ValueError("%s: %s" % (self.path, err.value.decode(errors="replace")))
@@ -356,6 +364,26 @@ class Publisher:
         if self._lib.bfp_wbuf_commit(h, err, _ERRLEN):
             raise RuntimeError("%s: %s" % (self.path, err.value.decode(errors="replace")))
         return version
+
+    def _wait_taken(self, timeout: float) -> None:
+        """A rank's publisher that runs has taken the committed version."""
+        import time
+        have = self.version
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                with open(self.path + ".taken", "rb") as f:
+                    taken = int(f.read().split()[0])
+            except (FileNotFoundError, ValueError, IndexError):
+                return  # no rank publisher runs (or none has yet): nothing to wait for
+            if taken >= have:
+                return
+            if time.monotonic() >= end:
+                raise TimeoutError("%s: its publisher (bfpatch publish --buffer --lead) took "
+                                   "version %d last, not yet version %d, in %gs; the next "
+                                   "version would skip it, which the lead refuses"
+                                   % (self.path, taken, have, timeout))
+            time.sleep(0.001)
 
     def save_safetensors(self, path: str) -> None:
         """Write the version last committed as a safetensors file at path

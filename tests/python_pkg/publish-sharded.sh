@@ -5,10 +5,13 @@
 # each rank's `bfpatch publish --buffer --lead --rank I` encodes its own
 # tensors (the owned set read from PATH.owned) and sends the frames to a
 # lead (`bfpatch publish --ranks 2`), which merges them for a keyed shim.
-# After each of 3 versions the actor's buffer holds the whole model's
-# bytes (sha256 of the data section, read from the file here). publish()
-# takes exactly the owned tensors: one that is not owned, or an owned one
-# missing, is refused before anything is written.
+# After each of 4 versions the actor's buffer holds the whole model's
+# bytes (sha256 of the data section, read from the file here); versions 3
+# and 4 are published back to back, and still every rank takes both (a
+# rank's publish() waits until its publisher took the version before:
+# ranks never skip one). publish() takes exactly the owned tensors: one
+# that is not owned, or an owned one missing, is refused before anything
+# is written.
 set -u
 . "$(dirname "$0")/lib.sh"
 export BFPATCH_WBUF_LIB="$BUILD/publisher/libbfpatch_wbuf.so"
@@ -80,16 +83,16 @@ PYEOF
 	--listen 127.0.0.1:$((port + 1)) --exit-after 90 > "$T/shim.log" 2>&1 &
 PIDS="$!"
 "$BFP" publish $K --ranks 2 --rank-listen 127.0.0.1:$((port + 2)) \
-	--init "$T/step-0000.safetensors" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 3 \
+	--init "$T/step-0000.safetensors" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 4 \
 	--linger 2 > "$T/lead.log" 2>&1 &
 PUB=$!
 for r in 0 1; do
 	"$BFP" publish $K --buffer "$SHM.r$r" --lead 127.0.0.1:$((port + 2)) --rank $r \
-		--steps 3 > "$T/rank$r.log" 2>&1 &
+		--steps 4 > "$T/rank$r.log" 2>&1 &
 	PIDS="$PIDS $!"
 done
-# 3. three versions, each rank committing its own tensors; each checked on
-# the actor before the next (a rank takes every version: PROTOCOL.md 5.3)
+# 3. four versions, each rank committing its own tensors; 1 and 2 each
+# checked on the actor before the next, 3 and 4 back to back
 $PY - "$T" "$SHM" <<'PYEOF' || fail "publishing from two ranks"
 import sys, time
 sys.path.insert(0, sys.argv[1])
@@ -109,10 +112,12 @@ for what, src in [("a tensor rank 1 owns", {**{n: t[n] for n in OWNED[0]},
     except bfpatch.LayoutError as x:
         print("ok - refused, %s: %s" % (what, x))
 assert buffer_file(SHM + ".r0") == before, "a refused publish changed the buffer"
-for v in (1, 2, 3):
+for v in (1, 2, 3, 4):
     t = step(t, v)
     for r in (1, 0):
         pubs[r].publish({n: t[n] for n in OWNED[r]}, v)
+    if v == 3:
+        continue  # 4 at once
     want = data_sha(t)
     end = time.monotonic() + 60
     while buffer_file(SHM + ".a")[0] < v and time.monotonic() < end:
@@ -126,9 +131,12 @@ for p in pubs:
 PYEOF
 wait $PUB || fail "the lead exited with an error"
 PUB=""
-for v in 1 2 3; do
+for v in 1 2 3 4; do
+	grep -q "version $((v - 1)) -> $v from 2 ranks" "$T/lead.log" || fail "no version $v merged"
+done
+for v in 1 2; do
 	grep -q "committed version $((v - 1)) -> $v" "$T/shim.log" || fail "no commit of version $v"
 done
 grep -q "owned (3 tensors)" "$T/rank0.log" || fail "rank 0 did not take PATH.owned"
 grep "from 2 ranks" "$T/lead.log"
-echo "ok - 3 versions from 2 Python ranks (Publisher(owned=...)), bit-exact on the actor"
+echo "ok - 4 versions from 2 Python ranks (Publisher(owned=...)), bit-exact on the actor"
