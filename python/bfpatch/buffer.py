@@ -464,6 +464,7 @@ def _scatter(t: Any, idx: Any, val: Any, st: str) -> None:
         v = _chg._torch_of(val, st)
         if v.dtype != t.dtype:
             v = v.view(t.dtype)
-        t.view(-1).index_copy_(0, _t.from_numpy(idx).to(t.device), v.to(t.device))
+        with _t.no_grad():  # an engine's parameters may require grad
+            t.view(-1).index_copy_(0, _t.from_numpy(idx).to(t.device), v.to(t.device))
     else:
         t.reshape(-1)[idx] = val.view(t.dtype)

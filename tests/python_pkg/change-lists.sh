@@ -182,6 +182,7 @@ if torch is not None:
         a = step_t(since)
         tt = {n: torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) if x.dtype == np.uint16
               else torch.from_numpy(x) for n, x in a.items()}
+        tt["scale"].requires_grad_(True)  # a parameter as a model holds it
         assert buf.apply_changes(tt, since) == 5
         for name in want:
             assert a[name].tobytes() == want[name].tobytes(), (since, name)
