@@ -504,6 +504,8 @@ int changes_write(shim_changes *c, uint64_t model_id, uint64_t n_params, uint32_
 	}
 	int rc = write_list(c, flags, model_id, n_params, base, target, c->f,
 			    flags ? 0 : c->n_frames);
+	if (!rc && flags)
+		rc = 1;
 	if (flags && !c->lost)
 		fprintf(stderr, "bfpatch-shim: version %u was finished after a restart: its change "
 			"list says its changes are not known (actors reload)\n", target);

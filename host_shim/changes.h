@@ -91,7 +91,8 @@ void changes_dma_retire(void *c);
 /* The commit's frames are all at the target, verified: write base ->
  * target's list, or, when a frame's changes were not seen (a commit
  * finished after a restart), a record saying they are not known. Then
- * free the recording. 0, or -1 after a message (no list then). */
+ * free the recording. 0 (a list), 1 (that record), or -1 after a message
+ * (neither). */
 int changes_write(shim_changes *c, uint64_t model_id, uint64_t n_params, uint32_t base,
 		  uint32_t target);
 /* Forget the recording (a failed commit). */

@@ -544,6 +544,8 @@ static int commit(shim *s, slot *sl)
 				       sl->target))
 		snprintf(chg, sizeof(chg), ", change list of %" PRIu64 " weights in %.1f ms",
 			 s->chg.changes - chg_before, (now_s() - chg_t0) * 1e3);
+	else if (rec)
+		snprintf(chg, sizeof(chg), ", no change list");
 	events_emit(&s->ev, "apply_end", "\"version\":%u,\"verified_bytes\":%" PRIu64
 		    ",\"backend\":\"%s\"", sl->target, res.verified_bytes, backend);
 	wbuf_end(&s->w);

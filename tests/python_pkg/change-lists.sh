@@ -9,8 +9,9 @@
 # the next checkpoint's bytes exactly, from 1, 2, 3 and 4 versions
 # behind, into numpy arrays and into torch tensors; a version whose list
 # is no longer kept, a damaged list (a flipped value, a file cut short,
-# another model's header) and a keyframe resync raise ChangesUnavailable
-# and touch no tensor; a missing tensor raises KeyError first.
+# another model's header), a keyframe resync and a commit finished by a
+# restarted shim raise ChangesUnavailable and touch no tensor; a missing
+# tensor raises KeyError first.
 set -u
 . "$(dirname "$0")/lib.sh"
 cat > "$T/model.py" <<'PYEOF'
@@ -85,7 +86,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from model import *
 t = version0()
-for v in range(8):
+for v in range(9):
     write("%s/src/step-%04d.safetensors" % (sys.argv[1], v), t)
     t = step(t, v + 1)
 PYEOF
@@ -105,7 +106,8 @@ cp "$T/src/step-0000.safetensors" "$T/traj/"
 PIDS="$!"
 "$SHIM" $K --buffer "$SHM" --init "$T/src/step-0000.safetensors" --upstream 127.0.0.1:$port \
 	--listen 127.0.0.1:$((port + 1)) > "$T/shim.log" 2>&1 &
-PIDS="$PIDS $!"
+SHIMPID=$!
+PIDS="$PIDS $SHIMPID"
 # and, where the build has DPDK, a shim that commits through dmadev
 dma=
 if "$SHIM" --help | grep -q -- "--dma DEV"; then
@@ -283,6 +285,37 @@ assert buf.apply_changes(a, 6) == 7
 assert all(a[n].tobytes() == b.tobytes()
            for n, b in read("%s/src/step-0007.safetensors" % T).items())
 print("ok - after it the chain starts again: version 6 + list 7 = version 7")
+PYEOF
+
+# 4. a commit finished by a restarted shim: its changes are not known
+kill "$SHIMPID"
+wait "$SHIMPID" 2>/dev/null
+"$SHIM" $K --buffer "$SHM" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 1)) \
+	--crash-after 1 > "$T/crash.log" 2>&1 &
+SHIMPID=$!
+publish 8
+wait "$SHIMPID" 2>/dev/null
+grep -q "killing myself in the middle of the commit to version 8" "$T/crash.log" ||
+	fail "the shim did not stop in the middle of commit 8"
+"$SHIM" $K --buffer "$SHM" --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 1)) \
+	>> "$T/shim.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_line "committed version 7 -> 8: .*before a crash, no change list" "$T/shim.log" 300 ||
+	fail "the commit to version 8 was not finished"
+$PY - "$T" "$SHM" <<'PYEOF' || fail "after a commit finished by a restarted shim"
+import sys
+sys.path.insert(0, sys.argv[1])
+from model import *
+import bfpatch
+T, SHM = sys.argv[1:3]
+buf = bfpatch.WeightBuffer(SHM)
+a = read("%s/src/step-0007.safetensors" % T)
+try:
+    buf.apply_changes(a, 7)
+    raise SystemExit("a commit finished after a restart was applied from its list")
+except bfpatch.ChangesUnavailable as x:
+    assert "restarted" in str(x) and (x.have, x.want) == (7, 8), x
+    print("ok - a commit finished by a restarted shim: ChangesUnavailable (%s)" % x)
 PYEOF
 stop_pids
 echo "ok - change lists: numpy and torch copies follow the shim's versions bit for bit"
