@@ -63,7 +63,11 @@ static int open_lock(shim *s)
 /* --init: create the buffer from the checkpoint, unless it exists (a
  * restart with the same command line: the buffer, not the checkpoint,
  * holds the actor's weights now); then *init_model is the checkpoint's
- * model, which the buffer must hold. */
+ * model, which the buffer must hold. The checkpoint is what model_load
+ * reads: a safetensors or raw BF16 file, or a sharded checkpoint (its
+ * directory or index), whose buffer holds the shards' data concatenated
+ * under the header of the one file with the same tensors (FORMAT.md 1),
+ * as the buffer made from that file does. */
 static int init_buffer(shim *s, uint64_t *init_model, char *err, size_t errlen)
 {
 	model m;
