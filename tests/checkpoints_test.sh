@@ -164,6 +164,31 @@ expect_fail "sharded: a damaged index record writes no OUTDIR" "$T/x6" \
 	"$BFP" apply -q "$T/sh1" "$T/q12-crc" -o "$T/x6"
 check "sharded: no temporaries left in a refused OUTDIR" \
 	"! ls '$T/out2' | grep -q tmp && ! ls '$T/keep1' | grep -q tmp"
+# shards of odd data lengths: the second begins at an odd byte of the
+# parameter space (FORMAT.md 1)
+python3 - "$T" <<'PY'
+import json, os, random, struct, sys
+def st(path, tensors):
+    h, off, data = {}, 0, b""
+    for name, dt, shape, b in tensors:
+        h[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        data += b
+    j = json.dumps(h).encode()
+    j += b" " * (-len(j) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(j)) + j + data)
+for d, seed in (("odd0", 1), ("odd1", 2)):
+    d = os.path.join(sys.argv[1], d)
+    os.makedirs(d)
+    r = random.Random(seed)
+    rb = lambda n: bytes(r.randrange(256) for _ in range(n))
+    st(d + "/a.safetensors", [("u", "U8", [3], rb(3))])
+    st(d + "/b.safetensors", [("w", "BF16", [300], rb(600)), ("v", "U8", [5], rb(5))])
+    json.dump({"weight_map": {"u": "a.safetensors", "w": "b.safetensors", "v": "b.safetensors"}},
+              open(d + "/model.safetensors.index.json", "w"))
+PY
+"$BFP" diff -q "$T/odd0" "$T/odd1" -o "$T/qodd" && "$BFP" apply -q "$T/odd0" "$T/qodd" -o "$T/oodd"
+check "sharded: shards of odd lengths round trip byte for byte" "same_dir '$T/oodd' '$T/odd1'"
 # indexes that disagree with their shards
 cp -r "$T/sh0" "$T/bad1"
 rm "$T/bad1/model-00002-of-00003.safetensors"
