@@ -83,6 +83,11 @@ static const char diff_usage[] =
 	"  -z, --zstd              keyframe-coded ranges (all of a --keyframe patch;\n"
 	"                          a re-initialised tensor in a patch) may use zstd\n"
 	"                          byte planes when smaller\n"
+	"      --key-encoding E    keyframe-coded frames in exp (format 1.1's\n"
+	"                          encoding 7, raw where smaller: the default with\n"
+	"                          --keyframe), raw (1.0's encoding 3: the default\n"
+	"                          otherwise, so a patch stays readable by 1.0\n"
+	"                          receivers) or zstd (1.0's 3 and 4, as --zstd)\n"
 	"      --self-contained    sparse frames that each decode alone (3.5), not\n"
 	"                          sharing a model per tensor chunk: 2-5% more bytes\n"
 	"  -j, --threads N         encoder threads (default: all CPUs)\n"
@@ -101,6 +106,7 @@ static int cmd_diff(int argc, char **argv)
 		{"base-version", required_argument, 0, 'b'},
 		{"target-version", required_argument, 0, 't'},
 		{"keyframe", no_argument, 0, 'k'}, {"zstd", no_argument, 0, 'z'},
+		{"key-encoding", required_argument, 0, 'Y'},
 		{"self-contained", no_argument, 0, 'C'},
 		{"threads", required_argument, 0, 'j'}, {"stages", no_argument, 0, 'S'},
 		{"quiet", no_argument, 0, 'q'}, {"force", no_argument, 0, 'f'},
@@ -110,6 +116,7 @@ static int cmd_diff(int argc, char **argv)
 	patch_stages stages = {0};
 	int have_target = 0, quiet = 0, force = 0, json = 0, c;
 	uint32_t th = 0;
+	const char *key_enc = NULL; /* --key-encoding */
 	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qfh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
@@ -129,6 +136,7 @@ static int cmd_diff(int argc, char **argv)
 			break;
 		case 'k': po.enc_flags |= BFP_ENC_F_KEYFRAME; break;
 		case 'C': po.sparse = BFP_SPARSE_SELF_CONTAINED; break;
+		case 'Y': key_enc = optarg; break;
 		case 'z':
 			if (!bfp_zstd_workspace_size())
 				return die("diff", "--zstd: this build has no zstd support");
@@ -156,6 +164,16 @@ static int cmd_diff(int argc, char **argv)
 		return rc;
 	if (!have_target)
 		po.target_version = po.base_version + 1;
+	/* keyframe-coded frames (FORMAT.md 3.8-3.10): encoding 7 for
+	 * keyframe patches unless asked otherwise */
+	if (!key_enc)
+		key_enc = po.enc_flags & BFP_ENC_F_KEYFRAME ? "exp" : "raw";
+	if (!strcmp(key_enc, "exp"))
+		po.enc_flags |= BFP_ENC_F_KEY_EXP;
+	else if (!strcmp(key_enc, "zstd") && bfp_zstd_workspace_size())
+		po.enc_flags |= BFP_ENC_F_ZSTD;
+	else if (strcmp(key_enc, "raw"))
+		return bad_value("diff", "--key-encoding", key_enc);
 	if (po.enc_flags & BFP_ENC_F_KEYFRAME)
 		po.base_version = 0;
 	else if (po.target_version <= po.base_version)
@@ -422,6 +440,7 @@ static json_t *summary_json(const patch_summary *S)
 	json_object_set_new(fe, "keyframe", json_integer((json_int_t)S->by_enc[BFP_ENC_KEY_RAW]));
 	json_object_set_new(fe, "keyframe_zstd",
 			    json_integer((json_int_t)S->by_enc[BFP_ENC_KEY_ZSTD]));
+	json_object_set_new(fe, "keyframe_exp", json_integer((json_int_t)S->by_enc[BFP_ENC_KEY_EXP]));
 	json_object_set_new(o, "frames_by_encoding", fe);
 	json_t *ca = json_array();
 	for (unsigned k = 0; k < BFP_CLASSES; k++) {
@@ -514,10 +533,12 @@ static int cmd_info(int argc, char **argv)
 	printf("changed           %llu (%.3f%%)\n", (unsigned long long)S.changed,
 	       S.params ? 100.0 * (double)S.changed / (double)S.params : 0.0);
 	printf("keyframe params   %llu\n", (unsigned long long)S.key_params);
-	printf("frames            %zu (sparse %llu, dense %llu, keyframe %llu, keyframe-zstd %llu)\n",
+	printf("frames            %zu (sparse %llu, dense %llu, keyframe %llu, keyframe-zstd %llu, "
+	       "keyframe-exp %llu)\n",
 	       S.frames, (unsigned long long)S.sparse, (unsigned long long)S.by_enc[BFP_ENC_DENSE],
 	       (unsigned long long)S.by_enc[BFP_ENC_KEY_RAW],
-	       (unsigned long long)S.by_enc[BFP_ENC_KEY_ZSTD]);
+	       (unsigned long long)S.by_enc[BFP_ENC_KEY_ZSTD],
+	       (unsigned long long)S.by_enc[BFP_ENC_KEY_EXP]);
 	if (S.with_model)
 		printf("                  %llu sparse frames carry the model of the frames "
 		       "after them (FORMAT.md 3.6)\n",

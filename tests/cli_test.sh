@@ -50,8 +50,18 @@ check "diff --stages writes the same patch" "cmp -s '$T/p01' '$T/p01s'"
 check "diff --stages prints each stage's share, and ticks a change" \
 	"grep -q '^bfpatch diff: stages: gather [0-9.]*%, batch .*, hash [0-9.]*%; rest' '$T/stages.txt' &&
 	 { [ \"\$(uname -m)\" != x86_64 ] || grep -q '^bfpatch diff: stages: ticks a change: .*cut [0-9.]* a sized one, write [0-9.]* a written one; [0-9.]* a written change in all' '$T/stages.txt'; }"
-"$BFP" diff -q -k "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
+"$BFP" diff -q -k --key-encoding raw "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
 check "keyframe patch restores NEW from any base" "cmp -s '$T/ok.safetensors' '$S1'"
+# keyframes default to encoding 7 (FORMAT.md 3.10); --key-encoding raw
+# keeps to format 1.0's encoding 3
+"$BFP" diff -q -k "$S0" "$S1" -o "$T/key7" && "$BFP" apply -q "$S2" "$T/key7" -o "$T/ok7.safetensors"
+check "keyframe patch by default: encoding 7, restores NEW, smaller than raw keyframes" \
+	"cmp -s '$T/ok7.safetensors' '$S1' && [ \$(wc -c < '$T/key7') -lt \$(wc -c < '$T/key') ] &&
+	 '$BFP' info --json '$T/key7' | grep -q '\"keyframe_exp\": [1-9]'"
+check "--key-encoding raw: keyframes of encoding 3 only" \
+	"'$BFP' info --json '$T/key' | grep -q '\"keyframe_exp\": 0' && '$BFP' info --json '$T/key' | grep -q '\"keyframe_zstd\": 0'"
+check "--key-encoding refuses what it does not know, and writes nothing" \
+	"! '$BFP' diff -q -k --key-encoding lz4 '$S0' '$S1' -o '$T/keybad' 2>/dev/null && [ ! -e '$T/keybad' ]"
 # by default the sparse frames of each tensor chunk share one model
 # (encodings 5 and 6, FORMAT.md 3.6; at 400-byte frames, so that this
 # small model's largest tensors have enough changes for one): apply
@@ -84,7 +94,7 @@ while at < len(d):
 sys.exit(0 if 1 in e and not {5, 6} & set(e) else 1)
 \""
 
-"$BFP" diff -q -k -z "$S0" "$S1" -o "$T/keyz" && "$BFP" apply -q "$S2" "$T/keyz" -o "$T/okz.safetensors"
+"$BFP" diff -q -k --key-encoding zstd "$S0" "$S1" -o "$T/keyz" && "$BFP" apply -q "$S2" "$T/keyz" -o "$T/okz.safetensors"
 check "zstd keyframe patch restores NEW and is smaller than raw keyframes" \
 	"cmp -s '$T/okz.safetensors' '$S1' && [ \$(wc -c < '$T/keyz') -lt \$(wc -c < '$T/key') ] && '$BFP' info --json '$T/keyz' | grep -q '\"keyframe_zstd\": [1-9]'"
 
