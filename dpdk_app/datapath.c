@@ -15,6 +15,7 @@
 #include <rte_ethdev.h>
 #include <rte_ip.h>
 #include <rte_lcore.h>
+#include <rte_prefetch.h>
 #include <rte_udp.h>
 
 #include "bfpatch.h"
@@ -129,6 +130,24 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		st->c[C_CACHE_STORED]++;
 	else
 		rte_pktmbuf_free(m); /* not kept */
+}
+
+/* The cached frames that n frames stored next would evict (oldest first)
+ * once the cache is full, loaded ahead of their release: a relay in
+ * steady state evicts about one frame per frame it stores, and an old
+ * frame's mbuf is cold. */
+static void cache_prefetch_evictees(const relay *r, unsigned n)
+{
+	const rp_cache *c = &r->cache;
+	if (c->len + n <= c->cap && c->bytes + (uint64_t)n * r->cf.mbuf_size <= c->budget)
+		return; /* room for n more: nothing evicted */
+	for (unsigned i = 0; i < n && i < c->len; i++) {
+		const struct rte_mbuf *f = c->ring[(c->head + i) & (c->cap - 1)].obj;
+		if (f) {
+			rte_prefetch0(f);
+			rte_prefetch0((const char *)f + RTE_CACHE_LINE_SIZE);
+		}
+	}
 }
 
 /* Classify on the receiving lcore; drops are counted and freed there, so
@@ -273,6 +292,7 @@ static void rx_queue_poll(relay *r, unsigned q, lcore_stats *st, int direct)
 			if (relay_rx_classify(r, pkts[i], st))
 				pkts[keep++] = pkts[i];
 		if (direct) {
+			cache_prefetch_evictees(r, keep);
 			for (uint16_t i = 0; i < keep; i++)
 				relay_core_packet(r, pkts[i], st);
 			continue;
@@ -317,6 +337,7 @@ void relay_core_main(relay *r)
 		} else {
 			struct rte_mbuf *pkts[BURST];
 			unsigned n = rte_ring_dequeue_burst(r->inbound, (void **)pkts, BURST, NULL);
+			cache_prefetch_evictees(r, n);
 			for (unsigned i = 0; i < n; i++)
 				relay_core_packet(r, pkts[i], st);
 		}
