@@ -37,7 +37,7 @@ fi
 nframes=$("$BFP" info --json "$T/p" | python3 -c 'import json, sys; print(json.load(sys.stdin)["frames"])')
 # shellcheck disable=SC2086 # KA is a list of options
 "$RELAY" --no-huge -m 1024 --no-pci --file-prefix bfpip$$ -l 0 --log-level=lib.eal:error \
-	--vdev=net_pcap0,rx_pcap="$T/in.pcap",tx_pcap="$T/out.pcap" -- \
+	--vdev="net_pcap0,rx_pcap=$T/in.pcap,tx_pcap=$T/out.pcap" -- \
 	--ip 0:198.18.0.1 --run-time 1.5 $KA \
 	--subscriber 198.18.0.11:7500,mac=02:00:00:00:00:11$SA > "$T/relay.log" 2>&1 ||
 	fail "relay exited with an error"
