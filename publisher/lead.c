@@ -13,6 +13,8 @@
 #include <inttypes.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +58,6 @@ typedef struct pub_lead {
 	pub_rank *r;               /* --ranks of them */
 	unsigned n;
 	model layout;              /* --init's model, less its parameters */
-	uint16_t *spare;           /* a retired version's parameters */
 	uint64_t versions, refused, links_refused;
 	double enc_ms_sum, merge_ms_sum;
 } pub_lead;
@@ -191,7 +192,6 @@ void lead_close(publisher *P)
 		close(L->lfd);
 	free(P->cur.params);
 	P->cur.params = NULL;
-	free(L->spare);
 	model_free(&L->layout);
 	free(L->r);
 	free(L);
@@ -501,6 +501,158 @@ static int lead_tiles(const publisher *P, const lframe *fr, size_t n, char *why,
 	return 1;
 }
 
+/* ---- verification: every frame against the lead's version ---- */
+
+typedef struct verify_job {
+	const publisher *P;
+	const uint8_t *const *fp;
+	const uint32_t *fl;
+	size_t n;
+	atomic_size_t next;
+	atomic_int failed;
+	size_t bad;
+	int status;
+	pthread_mutex_t mu;
+} verify_job;
+
+static void verify_fail(verify_job *j, size_t i, int st)
+{
+	pthread_mutex_lock(&j->mu);
+	if (!atomic_load(&j->failed) || i < j->bad) {
+		j->bad = i;
+		j->status = st;
+	}
+	atomic_store(&j->failed, 1);
+	pthread_mutex_unlock(&j->mu);
+}
+
+/* Delta frames, checked as bfp_decode_verify checks them (CRC, model,
+ * base version, payload, target hash) against the lead's weights, which
+ * nothing writes meanwhile. */
+static void *verify_worker(void *arg)
+{
+	verify_job *j = arg;
+	bfp_decoder *dec = malloc(sizeof(*dec));
+	if (!dec || bfp_decoder_init(dec, 0) != BFP_OK) {
+		free(dec);
+		verify_fail(j, 0, 1);
+		return NULL;
+	}
+	bfp_apply_opts ao;
+	memset(&ao, 0, sizeof(ao));
+	ao.model_id = j->P->model_id;
+	ao.base_version = j->P->ver;
+	for (;;) {
+		const size_t i = atomic_fetch_add(&j->next, 1);
+		if (i >= j->n || atomic_load(&j->failed))
+			break;
+		if (bfp_encoding_is_key(j->fp[i][5]))
+			continue; /* absolute values: lead_verify applies them with an undo */
+		bfp_frame_header h;
+		bfp_status st = bfp_decoder_model_for(dec, j->fp[i], j->fl[i], j->fp, j->fl, j->n);
+		if (st == BFP_OK)
+			st = bfp_decode_verify(dec, &ao, j->fp[i], j->fl[i], j->P->cur.params,
+					       j->P->cur.n_params, &h);
+		if (st != BFP_OK) {
+			verify_fail(j, i, st);
+			break;
+		}
+	}
+	free(dec);
+	return NULL;
+}
+
+/* Verify the frames fp[0, n) of the next version against the lead's
+ * weights before any is applied: the delta frames on all cores, read
+ * only; then the keyframe-coded ones (dense ranges of the patch, whose
+ * check needs their values decoded) applied one by one, each checked
+ * before it writes, and all of them put back if one fails. 0, or its
+ * bfp_status (1: out of memory) and the frame in *bad. The weights are
+ * as they were unless 0 is returned. */
+static int lead_verify(publisher *P, const uint8_t *const *fp, const uint32_t *fl, size_t n,
+		       size_t *bad)
+{
+	verify_job j;
+	memset(&j, 0, sizeof(j));
+	j.P = P;
+	j.fp = fp;
+	j.fl = fl;
+	j.n = n;
+	pthread_mutex_init(&j.mu, NULL);
+	int nt = cpu_count();
+	nt = nt > 64 ? 64 : nt;
+	pthread_t tid[64];
+	int started = 0;
+	for (int i = 0; i < nt; i++)
+		if (pthread_create(&tid[started], NULL, verify_worker, &j) == 0)
+			started++;
+	if (!started)
+		verify_worker(&j);
+	for (int i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	pthread_mutex_destroy(&j.mu);
+	if (atomic_load(&j.failed)) {
+		*bad = j.bad;
+		return j.status;
+	}
+	/* the keyframe-coded frames: their ranges kept first */
+	size_t words = 0, nk = 0;
+	for (size_t i = 0; i < n; i++)
+		if (bfp_encoding_is_key(fp[i][5])) {
+			words += rl_get32(fp[i] + 40); /* range_len, FORMAT.md 2.1 */
+			nk++;
+		}
+	if (!nk)
+		return 0;
+	uint16_t *keep = malloc(words * 2 + 2);
+	bfp_decoder *dec = malloc(sizeof(*dec));
+	bfp_apply_opts ao;
+	memset(&ao, 0, sizeof(ao));
+	ao.model_id = P->model_id;
+	ao.base_version = P->ver;
+	ao.zstd_workspace_size = bfp_zstd_workspace_size();
+	void *ws = ao.zstd_workspace_size ? malloc(ao.zstd_workspace_size) : NULL;
+	int rc = 0;
+	if (!keep || !dec || (ao.zstd_workspace_size && !ws) || bfp_decoder_init(dec, 0) != BFP_OK)
+		rc = 1, *bad = 0;
+	ao.zstd_workspace = ws;
+	size_t at = 0, done = 0;
+	for (size_t i = 0; !rc && i < n; i++) {
+		if (!bfp_encoding_is_key(fp[i][5]))
+			continue;
+		bfp_frame_header h;
+		bfp_status st = bfp_frame_parse(fp[i], fl[i], &h);
+		if (st == BFP_OK && h.range_begin + h.range_len <= P->cur.n_params) {
+			memcpy(keep + at, P->cur.params + h.range_begin, (size_t)h.range_len * 2);
+			st = bfp_decode_apply(dec, &ao, fp[i], fl[i], P->cur.params, P->cur.n_params, &h);
+		} else if (st == BFP_OK) {
+			st = BFP_E_RANGE;
+		}
+		if (st != BFP_OK) {
+			rc = st;
+			*bad = i;
+			break;
+		}
+		at += h.range_len;
+		done = i + 1;
+	}
+	if (rc) { /* put back every range applied */
+		at = 0;
+		for (size_t i = 0; i < done; i++) {
+			if (!bfp_encoding_is_key(fp[i][5]))
+				continue;
+			bfp_frame_header h;
+			bfp_frame_parse(fp[i], fl[i], &h);
+			memcpy(P->cur.params + h.range_begin, keep + at, (size_t)h.range_len * 2);
+			at += h.range_len;
+		}
+	}
+	free(ws);
+	free(dec);
+	free(keep);
+	return rc;
+}
+
 /* All ranks' oldest versions, of version t: tile, verify, merge, publish.
  * 0, or the exit status of an error. */
 static int lead_merge(publisher *P, uint32_t t)
@@ -537,42 +689,45 @@ static int lead_merge(publisher *P, uint32_t t)
 		qsort(fr, n, sizeof(*fr), lframe_cmp);
 		ok = lead_tiles(P, fr, n, why, sizeof(why));
 	}
-	/* every frame verified against the lead's copy before any is
-	 * applied to it: applied into a copy, which becomes the version only
-	 * if all of them verify */
-	uint16_t *nw = NULL;
-	const size_t bytes = (size_t)P->cur.n_params * 2 + 64;
+	/* one patch, in range order */
 	patch merged;
 	memset(&merged, 0, sizeof(merged));
-	for (size_t j = 0; ok && j < n; j++) /* in range order, one patch */
+	for (size_t j = 0; ok && j < n; j++)
 		if (patch_push(&merged, fr[j].f, fr[j].len) ||
 		    bfp_frame_set_index(merged.buf + merged.off[j], fr[j].len, (uint32_t)j,
 					(uint32_t)n) != BFP_OK)
 			ok = 0, snprintf(why, sizeof(why), "out of memory");
-	if (ok) {
-		nw = L->spare ? L->spare : alloc_aligned(bytes);
-		L->spare = NULL;
-		if (!nw)
-			ok = 0, snprintf(why, sizeof(why), "out of memory");
+	for (size_t j = 0; ok && j < n; j++) {
+		fp[j] = merged.buf + merged.off[j];
+		fl[j] = fr[j].len;
 	}
 	if (ok) {
-		memcpy(nw, P->cur.params, (size_t)P->cur.n_params * 2);
-		for (size_t j = 0; j < n; j++) {
-			fp[j] = merged.buf + merged.off[j];
-			fl[j] = fr[j].len;
+		size_t bad = 0;
+		int st = lead_verify(P, fp, fl, n, &bad);
+		if (st) {
+			char names[256];
+			tensor_names(&P->cur, fr[bad].begin, fr[bad].end, names, sizeof(names));
+			snprintf(why, sizeof(why), "rank %u's frame of %s does not verify against the "
+				 "lead's version %u: %s", fr[bad].rank, names, P->ver,
+				 st == 1 ? "out of memory" : bfp_status_str((bfp_status)st));
+			ok = 0;
 		}
+	}
+	if (ok) {
+		/* every frame verified: applied in place (a failure now would be
+		 * the lead's memory changing under it) */
 		apply_ctl ctl = {.threads = 0};
 		apply_result res = {0};
 		char err[ERRLEN];
-		if (patch_apply_frames(fp, fl, n, nw, P->cur.n_params, P->model_id, P->ver, &ctl,
-				       &res, err, sizeof(err))) {
-			char names[256];
-			const lframe *b = &fr[res.bad_frame < n ? res.bad_frame : 0];
-			tensor_names(&P->cur, b->begin, b->end, names, sizeof(names));
-			snprintf(why, sizeof(why), "rank %u's frame of %s does not verify against the "
-				 "lead's version %u: %s", b->rank, names, P->ver,
-				 res.status ? bfp_status_str((bfp_status)res.status) : "out of memory");
-			ok = 0;
+		if (patch_apply_frames(fp, fl, n, P->cur.params, P->cur.n_params, P->model_id, P->ver,
+				       &ctl, &res, err, sizeof(err))) {
+			fprintf(stderr, "bfpatch publish: version %u verified but did not apply (%s): "
+				"the lead's copy is no version now; stopping\n", t, err);
+			patch_free(&merged);
+			free(fr);
+			free(fp);
+			free(fl);
+			return 1;
 		}
 	}
 	const double t1 = now_s();
@@ -585,8 +740,6 @@ static int lead_merge(publisher *P, uint32_t t)
 			rank_result(&L->r[i], t, 1, why);
 			rank_pop(&L->r[i]);
 		}
-		if (nw)
-			L->spare = nw;
 		patch_free(&merged);
 		free(fr);
 		free(fp);
@@ -613,12 +766,10 @@ static int lead_merge(publisher *P, uint32_t t)
 			    "\"subscribers\":%u", t, p->n, p->len, P->n_subs);
 	const double x = (double)P->cur.n_params * 2 / (double)(p->len ? p->len : 1);
 	fprintf(stderr, "bfpatch publish: version %u -> %u from %u ranks: %zu frames, %zu bytes "
-		"(%.1fx smaller than dense); ranks' encode %.1f ms (slowest), tiled and verified "
-		"in %.1f ms, sent in %.1f ms, %u subscriber(s)\n", P->ver, t, L->n, p->n, p->len, x,
+		"(%.1fx smaller than dense); ranks' encode %.1f ms (slowest), tiled, verified "
+		"and applied in %.1f ms, sent in %.1f ms, %u subscriber(s)\n", P->ver, t, L->n, p->n, p->len, x,
 		enc_ms, (t1 - t0) * 1e3, (t2 - t1) * 1e3, P->n_subs);
 	history_put(&P->hist, slot, old_base, old_ver);
-	L->spare = P->cur.params;
-	P->cur.params = nw;
 	P->ver = t;
 	P->published_at = now_s();
 	L->versions++;

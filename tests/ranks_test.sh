@@ -10,6 +10,10 @@
 #              refused with that tensor named, nothing is sent, the shims
 #              stay at version 0
 #   gap        a tensor no rank owns: the same, with that tensor named
+#   wrong-base rank 1's weights are not the lead's version 0 (another
+#              trajectory of the same layout): its frames fail to verify
+#              against the lead's copy, version 1 is refused naming the
+#              rank and a tensor, the shims stay at version 0
 #   wrong-key  a rank with another key, and one without a key, are
 #              refused at their HELLO; the version never completes
 set -u
@@ -105,17 +109,29 @@ bit-exact)
 	grep "from 2 ranks\|encode per version" "$T/lead.log" "$T/rank0.log" | sed 's/^/  /'
 	echo "ok - 3 versions from 2 ranks, merged by the lead, bit-exact on 2 shims"
 	;;
-overlap | gap)
+overlap | gap | wrong-base)
 	rank 0 $K
-	rank 1 $K
+	if [ "$SCEN" = wrong-base ]; then
+		"$BFP" synth -q -o "$T/other" -p 600k -n 1 -S 9 || fail "synth"
+		mkdir "$T/ckpt1"
+		cp "$T/other/step-0000.safetensors" "$T/ckpt1/"
+		"$BFP" publish --dir "$T/ckpt1" --lead 127.0.0.1:$((port + 1)) --rank 1 \
+			--owned "$T/own1" --steps 3 --linger 5 $K > "$T/rank1.log" 2>&1 &
+		PIDS="$PIDS $!"
+		cp "$T/other/step-0001.safetensors" "$T/ckpt1/"
+	else
+		rank 1 $K
+	fi
 	step 1
-	if [ "$SCEN" = overlap ]; then
+	if [ "$SCEN" = wrong-base ]; then
+		want="version 1 refused, nothing sent: rank 1's frame of .* does not verify against the lead's version 0"
+	elif [ "$SCEN" = overlap ]; then
 		want="version 1 refused, nothing sent: ranks 0 and 1 both published $tensor0"
 	else
 		want="version 1 refused, nothing sent: no rank published $tensor1"
 	fi
 	wait_line "version 1 refused" "$T/lead.log" 300 || fail "version 1 was not refused"
-	grep -qF "$want" "$T/lead.log" || fail "the refusal does not say: $want"
+	grep -q "$want" "$T/lead.log" || fail "the refusal does not say: $want"
 	grep -q '"ev":"version_refused"' "$T/events.jsonl" || fail "no version_refused event"
 	wait_line "refused version 1" "$T/rank1.log" 50 || fail "rank 1 was not told"
 	sleep 2

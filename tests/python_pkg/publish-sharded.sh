@@ -11,7 +11,8 @@
 # rank's publish() waits until its publisher took the version before:
 # ranks never skip one). publish() takes exactly the owned tensors: one
 # that is not owned, or an owned one missing, is refused before anything
-# is written.
+# is written. One tensor is new throughout each version, so the lead's
+# patches hold keyframe-coded frames too.
 set -u
 . "$(dirname "$0")/lib.sh"
 export BFPATCH_WBUF_LIB="$BUILD/publisher/libbfpatch_wbuf.so"
@@ -25,7 +26,8 @@ import hashlib, struct
 import numpy as np
 SHAPES = [("embed.weight", (384, 256)), ("layers.0.attn.weight", (256, 256)),
           ("layers.0.mlp.weight", (512, 256)), ("layers.1.attn.weight", (256, 256)),
-          ("layers.1.mlp.weight", (512, 256)), ("norm.weight", (256,))]
+          ("layers.1.mlp.weight", (512, 256)), ("norm.weight", (256,)),
+          ("rescale", (4096,))]  # all of it new each version: keyframe-coded frames
 OWNED = [[n for i, (n, _) in enumerate(SHAPES) if i % 2 == r] for r in (0, 1)]
 
 
@@ -39,6 +41,9 @@ def step(t, v):
     rng = np.random.default_rng(200 + v)
     out = {}
     for n, a in t.items():
+        if n == "rescale":
+            out[n] = rng.integers(0, 0x7F00, a.size, dtype=np.uint16)
+            continue
         a = a.copy()
         flat = a.reshape(-1)
         idx = rng.choice(flat.size, flat.size // 50, replace=False)
@@ -84,7 +89,7 @@ PYEOF
 PIDS="$!"
 "$BFP" publish $K --ranks 2 --rank-listen 127.0.0.1:$((port + 2)) \
 	--init "$T/step-0000.safetensors" --listen 127.0.0.1:$port --wait-subscribers 1 --steps 4 \
-	--linger 2 > "$T/lead.log" 2>&1 &
+	--linger 2 --history "$T" > "$T/lead.log" 2>&1 &
 PUB=$!
 for r in 0 1; do
 	"$BFP" publish $K --buffer "$SHM.r$r" --lead 127.0.0.1:$((port + 2)) --rank $r \
@@ -137,6 +142,10 @@ done
 for v in 1 2; do
 	grep -q "committed version $((v - 1)) -> $v" "$T/shim.log" || fail "no commit of version $v"
 done
-grep -q "owned (3 tensors)" "$T/rank0.log" || fail "rank 0 did not take PATH.owned"
+grep -q "owned (4 tensors)" "$T/rank0.log" || fail "rank 0 did not take PATH.owned"
 grep "from 2 ranks" "$T/lead.log"
+# the lead's patch holds keyframe-coded frames too (the rescale tensor):
+# those are checked by applying them with an undo (PROTOCOL.md 5.3)
+"$BFP" info "$T/v00000003-v00000004.bfp" > "$T/info.txt" 2>&1 || fail "bfpatch info"
+grep -q "frames .*keyframe [1-9]" "$T/info.txt" || fail "no keyframe-coded frame: $(cat "$T/info.txt")"
 echo "ok - 4 versions from 2 Python ranks (Publisher(owned=...)), bit-exact on the actor"
