@@ -41,6 +41,8 @@ typedef struct patch_opts {
 	uint32_t base_version;
 	uint32_t target_version;
 	uint32_t enc_flags;   /* BFP_ENC_F_* */
+	uint32_t key_flags;   /* added to enc_flags for keyframe streams
+				 (the publisher's history_keyframes) */
 	uint32_t sparse;      /* bfp_sparse_mode */
 	int threads;          /* 0 = all online CPUs */
 	int progress;         /* print progress to stderr (not with stream) */

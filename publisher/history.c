@@ -148,7 +148,7 @@ int history_keyframes(const model *cur, uint32_t ver, const patch_opts *po, patc
 		      char *err, size_t errlen)
 {
 	patch_opts ko = *po;
-	ko.enc_flags |= BFP_ENC_F_KEYFRAME;
+	ko.enc_flags |= BFP_ENC_F_KEYFRAME | po->key_flags;
 	ko.base_version = 0;
 	ko.target_version = ver;
 	return patch_encode(cur, cur, &ko, out, err, errlen);

@@ -178,6 +178,7 @@ int publisher_open(publisher *P, const publish_config *cf)
 	history_init(&P->hist, cf->keep, cf->history, cf->buffer ? NULL : cf->dir);
 	P->gate_open = cf->wait_subs == 0;
 	P->po.frame_size = cf->frame_size;
+	P->po.key_flags = cf->key_flags;
 	if (cf->self_contained)
 		P->po.sparse = BFP_SPARSE_SELF_CONTAINED;
 	if (pub_open_keys(P))

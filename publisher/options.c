@@ -44,6 +44,8 @@ const char publish_usage[] =
 	"                            takes the patches kept there back)\n"
 	"  -K, --keyframes           send every version as a keyframe stream (the\n"
 	"                            dense baseline through the same pipeline)\n"
+	"      --key-encoding E      keyframe streams in exp (default: format 1.1's\n"
+	"                            7), raw or zstd (1.0's 3, or 3 and 4)\n"
 	"      --self-contained      sparse frames that each decode alone\n"
 	"                            (docs/FORMAT.md 3.5), not sharing a model per\n"
 	"                            tensor chunk: 2-5% more bytes\n"
@@ -104,6 +106,7 @@ enum {
 };
 
 static const struct option long_opts[] = {
+	{"key-encoding", required_argument, 0, 'Y'},
 	{"dir", required_argument, 0, 'd'}, {"buffer", required_argument, 0, 'b'},
 	{"listen", required_argument, 0, 'l'}, {"rate", required_argument, 0, 'r'},
 	{"frame-size", required_argument, 0, 's'}, {"keep", required_argument, 0, 'k'},
@@ -171,6 +174,16 @@ static int parse_one(publish_config *cf, int c, const char *arg)
 	case 'Q': return opt_u32("--nack-rate", arg, 0, 1000000000, &cf->nack_rate);
 	case 'H': cf->history = arg; return 0;
 	case 'K': cf->keyframes = 1; return 0;
+	case 'Y': /* --key-encoding: FORMAT.md 3.8-3.10 */
+		if (!strcmp(arg, "exp"))
+			cf->key_flags = BFP_ENC_F_KEY_EXP;
+		else if (!strcmp(arg, "raw"))
+			cf->key_flags = 0;
+		else if (!strcmp(arg, "zstd") && bfp_zstd_workspace_size())
+			cf->key_flags = BFP_ENC_F_ZSTD;
+		else
+			return bad_value("publish", "--key-encoding", arg);
+		return 0;
 	case 'R': cf->resume = 1; return 0;
 	case 'C': cf->self_contained = 1; return 0;
 	case 'w': return opt_u32("--wait-subscribers", arg, 0, MAX_SUBS, &cf->wait_subs);
@@ -297,6 +310,7 @@ int publish_parse_args(int argc, char **argv, publish_config *cf)
 	cf->nack_rate = 65536;
 	cf->steps = UINT32_MAX;
 	cf->linger_s = 5;
+	cf->key_flags = BFP_ENC_F_KEY_EXP;
 	cf->name = "publish";
 	int c;
 	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:h", long_opts, NULL)) != -1) {

@@ -47,6 +47,7 @@ typedef struct publish_config {
 	int resume;               /* --resume (with --dir only) */
 	int keyframes;            /* --keyframes */
 	int self_contained;       /* --self-contained */
+	uint32_t key_flags;       /* --key-encoding: BFP_ENC_F_* of keyframe streams */
 	uint32_t wait_subs;       /* --wait-subscribers */
 	uint32_t steps;           /* --steps; UINT32_MAX: none given */
 	uint32_t linger_s;        /* --linger */

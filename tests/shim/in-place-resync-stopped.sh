@@ -15,7 +15,7 @@ make_buffer ip2 "$T/traj/step-0003.safetensors" 0 2 # version 0, RESYNC
 "$BFP" diff -q -k --target-version 1 "$T/traj/step-0000.safetensors" \
 	"$T/traj/step-0001.safetensors" -o "$T/k1" || fail "keyframes of version 1"
 start_shim ip2 --upstream 127.0.0.1:1 --listen 127.0.0.1:$((port + 21)) \
-	--max-stage 4194304 --exit-after 30
+	--max-stage 2621440 --exit-after 30 # k2 (1.6 MB) above half, k1 fits
 python3 - "$T/k2" "$T/k1" $((port + 21)) "$HERE" <<'PY' || fail "sending keyframe streams"
 import socket, struct, sys, time
 sys.path[:0] = [sys.argv[4], sys.argv[4] + "/relay"]

@@ -1,6 +1,6 @@
 #!/bin/sh
 # keyframes-in-place-after-patches.sh BFPATCH SHIM (set-up in lib.sh):
-# a keyframe stream larger than --max-stage (2.3 MB, 2 MiB) reaches a shim whose
+# a keyframe stream larger than --max-stage (1.6 MB, 1.25 MiB) reaches a shim whose
 # buffer holds a version (READY, at 0; the publisher resumed at 2 with no
 # patch), or one restarted in the middle of a commit whose patch nobody
 # holds any more (COMMITTING 0 -> 1): staged, it could never complete;
@@ -17,9 +17,9 @@ import struct, sys
 with open(sys.argv[1], 'r+b') as f:
     f.seek(72); f.write(struct.pack('<I', 1))  # ... to 1" "$SHM.kc"
 start_shim kr --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 22)) \
-	--max-stage 2097152 --nack-ms 50 --exit-after 60
+	--max-stage 1310720 --nack-ms 50 --exit-after 60
 start_shim kc --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 23)) \
-	--max-stage 2097152 --nack-ms 50 --exit-after 60
+	--max-stage 1310720 --nack-ms 50 --exit-after 60
 "$BFP" publish $AUTH --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish23.log" 2>&1 &
 PIDS="$PIDS $!"
 for sn in kr kc; do

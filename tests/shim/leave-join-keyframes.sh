@@ -2,14 +2,16 @@
 # leave-join-keyframes.sh BFPATCH SHIM (set-up in lib.sh):
 # a subscriber that LEAVEs and JOINs again for keyframes right after its
 # keyframe stream gets the next one only once 3 s have passed since the
-# first, as if it had stayed (each stream is the whole model)
+# first, as if it had stayed (each stream is the whole model); with
+# --key-encoding raw the streams keep to format 1.0's encoding 3
 set -u
 AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
 traj
 steps_dir kbu 0
 
-"$BFP" publish $AUTH --dir "$T/kbu" --listen 127.0.0.1:$port > "$T/publish39.log" 2>&1 &
+"$BFP" publish $AUTH --dir "$T/kbu" --listen 127.0.0.1:$port --key-encoding raw \
+	> "$T/publish39.log" 2>&1 &
 PUB=$!
 python3 - $port "$HERE" <<'PY' || fail "LEAVE and JOIN again for another keyframe stream"
 import socket, struct, sys, time
@@ -27,6 +29,7 @@ def stream(until):
         except socket.timeout:
             continue
         if d[:4] == b"BFPT":
+            assert d[5] == 3, "--key-encoding raw: a keyframe frame of encoding %d" % d[5]
             n, last = n + 1, time.monotonic()
     return n, last
 time.sleep(0.3)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # resync-larger-than-stage.sh BFPATCH SHIM (set-up in lib.sh):
-# a keyframe resync larger than half of --max-stage (a 2M-parameter model,
-# 4.4 MB of keyframes, --max-stage 4 MiB; a 7B model at the default 1 GiB):
+# a keyframe resync larger than half of --max-stage (a 1.1M-parameter model,
+# 1.6 MB of keyframes (encoding 7), --max-stage 2.5 MiB; a 7B model at the
+# default 1 GiB):
 # written into the buffer as it arrives, a lost frame NACKed, verified
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -10,7 +11,7 @@ make_buffer ip "$T/traj/step-0003.safetensors" 0 2 # version 0, RESYNC
 steps_dir at2 0 1 2
 
 start_shim ip --upstream 127.0.0.1:$port --listen 127.0.0.1:$((port + 18)) \
-	--max-stage 4194304 --drop-every 100 --nack-ms 50 --exit-after 30
+	--max-stage 2621440 --drop-every 100 --nack-ms 50 --exit-after 30
 "$BFP" publish $AUTH --dir "$T/at2" --resume --listen 127.0.0.1:$port > "$T/publish17.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_line "committed version 0 -> 2 (keyframe resync, written in place)" "$T/shimip.log" 200 ||
