@@ -60,6 +60,8 @@ static int check_io(const char *cmd, const char *out, const char *a, const char 
 }
 
 static int print_command_json(const char *cmd, const patch *p, const char *out, double secs);
+static void print_verbose(const char *cmd, const patch *p);
+static void print_frames(FILE *f, const patch *p);
 
 /* ---- diff ---- */
 
@@ -94,6 +96,8 @@ static const char diff_usage[] =
 	"      --stages            print where the encoders' time went (their\n"
 	"                          stage counters, summed over the threads)\n"
 	"  -q, --quiet             no progress or summary on stderr\n"
+	"  -v, --verbose           the summary, then the frames by encoding and the\n"
+	"                          headers the patch carries\n"
 	"      --json              the summary as one JSON object on stdout: what\n"
 	"                          bfpatch info --json says of PATCH, with output\n"
 	"                          and seconds (not with -o -)\n"
@@ -109,15 +113,16 @@ static int cmd_diff(int argc, char **argv)
 		{"key-encoding", required_argument, 0, 'Y'},
 		{"self-contained", no_argument, 0, 'C'},
 		{"threads", required_argument, 0, 'j'}, {"stages", no_argument, 0, 'S'},
-		{"quiet", no_argument, 0, 'q'}, {"force", no_argument, 0, 'f'},
-		{"json", no_argument, 0, 'J'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
+		{"force", no_argument, 0, 'f'}, {"json", no_argument, 0, 'J'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
 	patch_opts po = {.frame_size = BFP_FRAME_SIZE_DEFAULT};
 	patch_stages stages = {0};
-	int have_target = 0, quiet = 0, force = 0, json = 0, c;
+	int have_target = 0, quiet = 0, verbose = 0, force = 0, json = 0, c;
 	uint32_t th = 0;
 	const char *key_enc = NULL; /* --key-encoding */
-	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qfh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:s:b:t:kzj:qvfh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'f': force = 1; break;
@@ -147,7 +152,8 @@ static int cmd_diff(int argc, char **argv)
 				return bad_value("diff", "--threads", optarg);
 			break;
 		case 'S': po.stages = &stages; break;
-		case 'q': quiet = 1; break;
+		case 'q': quiet = 1, verbose = 0; break;
+		case 'v': verbose = 1, quiet = 0; break;
 		case 'J': json = 1; break;
 		case 'h': fputs(diff_usage, stdout); return 0;
 		default: fputs(diff_usage, stderr); return 2;
@@ -212,6 +218,8 @@ static int cmd_diff(int argc, char **argv)
 			"(%.1fx smaller than dense BF16), encoded in %.3f s\n",
 			(unsigned long long)b.n_params, p.n, p.len,
 			p.len ? (double)b.n_params * 2 / (double)p.len : 0.0, t1 - t0);
+	if (rc == 0 && verbose)
+		print_verbose("diff", &p);
 	if (rc == 0 && po.stages) /* the rate from the wall time on one thread only */
 		patch_stages_print(stderr, "bfpatch diff: stages: ", &stages,
 				   po.threads == 1 ? t1 - t0 : 0);
@@ -240,6 +248,8 @@ static const char apply_usage[] =
 	"  -f, --force        replace OUT if it exists (else refused)\n"
 	"  -j, --threads N    decoder threads (default: all CPUs)\n"
 	"  -q, --quiet        no progress or summary on stderr\n"
+	"  -v, --verbose      the summary, then the frames by encoding and the\n"
+	"                     headers the patch carries\n"
 	"      --json         the summary as one JSON object on stdout: what\n"
 	"                     bfpatch info --json says of PATCH, with output and\n"
 	"                     seconds (not with -o -)\n"
@@ -249,12 +259,13 @@ static int cmd_apply(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{"output", required_argument, 0, 'o'}, {"threads", required_argument, 0, 'j'},
-		{"quiet", no_argument, 0, 'q'}, {"force", no_argument, 0, 'f'},
-		{"json", no_argument, 0, 'J'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
+		{"force", no_argument, 0, 'f'}, {"json", no_argument, 0, 'J'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *out = NULL;
-	int quiet = 0, force = 0, json = 0, c;
+	int quiet = 0, verbose = 0, force = 0, json = 0, c;
 	uint32_t th = 0;
-	while ((c = getopt_long(argc, argv, "o:j:qfh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:j:qvfh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'o': out = optarg; break;
 		case 'f': force = 1; break;
@@ -262,7 +273,8 @@ static int cmd_apply(int argc, char **argv)
 			if (parse_u32(optarg, 1, 256, &th))
 				return bad_value("apply", "--threads", optarg);
 			break;
-		case 'q': quiet = 1; break;
+		case 'q': quiet = 1, verbose = 0; break;
+		case 'v': verbose = 1, quiet = 0; break;
 		case 'J': json = 1; break;
 		case 'h': fputs(apply_usage, stdout); return 0;
 		default: fputs(apply_usage, stderr); return 2;
@@ -333,6 +345,8 @@ static int cmd_apply(int argc, char **argv)
 	else if (rc == 0 && !quiet)
 		fprintf(stderr, "bfpatch apply: %zu frames applied and verified in %.3f s, wrote %s\n",
 			p.n, t1 - t0, out_name(out));
+	if (rc == 0 && verbose)
+		print_verbose("apply", &p);
 	patch_free(&p);
 	model_free(&m);
 	return rc ? die("apply", err) : jrc;
@@ -347,7 +361,11 @@ static const char info_usage[] =
 	"sparse frames' bits per change by base-exponent class, and the\n"
 	"safetensors headers (and shard index) the file carries for NEW, with\n"
 	"their lengths (FORMAT.md 4.1). PATCH may be - (standard input).\n"
-	"  --json   one JSON object on stdout\n"
+	"      --json     one JSON object on stdout\n"
+	"  -q, --quiet    print nothing: check PATCH only (exit status 0: every\n"
+	"                 frame and record is well formed, FORMAT.md 2.4 and 4)\n"
+	"  -v, --verbose  the summary, then a line per frame: index, encoding,\n"
+	"                 parameter range, bytes, changes\n"
 	"  -h, --help\n";
 
 /* What `bfpatch info` says of a patch, and diff --json and apply --json
@@ -501,11 +519,14 @@ static int print_command_json(const char *cmd, const patch *p, const char *out, 
 static int cmd_info(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{"json", no_argument, 0, 'J'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	int json = 0, c;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		{"json", no_argument, 0, 'J'}, {"quiet", no_argument, 0, 'q'},
+		{"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	int json = 0, verbosity = 1, c;
+	while ((c = getopt_long(argc, argv, "qvh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'J': json = 1; break;
+		case 'q': verbosity = 0; break;
+		case 'v': verbosity = 2; break;
 		case 'h': fputs(info_usage, stdout); return 0;
 		default: fputs(info_usage, stderr); return 2;
 		}
@@ -521,6 +542,10 @@ static int cmd_info(int argc, char **argv)
 	if (bad) {
 		patch_free(&p);
 		return die("info", err);
+	}
+	if (!verbosity) {
+		patch_free(&p);
+		return 0;
 	}
 	if (json) {
 		const int jrc = print_json(summary_json(&S));
@@ -568,8 +593,56 @@ static int cmd_info(int argc, char **argv)
 			       (double)S.cls[k][2] / (double)S.cls[k][0],
 			       (double)S.cls[k][3] / (double)S.cls[k][0],
 			       (unsigned long long)(S.cls[k][1] / 8));
+	if (verbosity > 1)
+		print_frames(stdout, &p);
 	patch_free(&p);
 	return 0;
+}
+
+/* -v: a line per frame of p: what bfpatch info -v adds to the summary. */
+static void print_frames(FILE *f, const patch *p)
+{
+	static const char *const enc[] = {"?", "sparse", "dense", "keyframe", "keyframe-zstd",
+					  "sparse+model", "sparse/model", "keyframe-exp"};
+	bfp_decoder *dec = malloc(sizeof(*dec));
+	if (!dec)
+		return;
+	bfp_decoder_init(dec, 0);
+	fprintf(f, "%8s %-14s %14s %10s %6s %8s\n", "frame", "encoding", "first param",
+		"params", "bytes", "changes");
+	for (size_t i = 0; i < p->n; i++) {
+		bfp_frame_stats st;
+		if (bfp_frame_stats_get(dec, p->buf + p->off[i], p->off[i + 1] - p->off[i], &st) !=
+		    BFP_OK)
+			break; /* summarize() checked every frame */
+		bfp_frame_header h;
+		bfp_frame_parse(p->buf + p->off[i], p->off[i + 1] - p->off[i], &h);
+		fprintf(f, "%8zu %-14s %14llu %10u %6zu %8u\n", i,
+			st.encoding < 8 ? enc[st.encoding] : "?",
+			(unsigned long long)h.range_begin, h.range_len, p->off[i + 1] - p->off[i],
+			st.n_changes);
+	}
+	free(dec);
+}
+
+/* diff -v, apply -v: the frames by encoding and the headers p carries. */
+static void print_verbose(const char *cmd, const patch *p)
+{
+	char err[ERRLEN];
+	patch_summary S;
+	if (summarize(p, "patch", &S, err, sizeof(err))) {
+		fprintf(stderr, "bfpatch %s: %s\n", cmd, err);
+		return;
+	}
+	fprintf(stderr, "bfpatch %s: frames: sparse %llu (%llu carry a model), dense %llu, "
+		"keyframe %llu, keyframe-zstd %llu, keyframe-exp %llu; %llu of %llu parameters "
+		"changed, %.3f bits each\n", cmd, (unsigned long long)S.sparse,
+		(unsigned long long)S.with_model, (unsigned long long)S.by_enc[BFP_ENC_DENSE],
+		(unsigned long long)S.by_enc[BFP_ENC_KEY_RAW],
+		(unsigned long long)S.by_enc[BFP_ENC_KEY_ZSTD],
+		(unsigned long long)S.by_enc[BFP_ENC_KEY_EXP], (unsigned long long)S.changed,
+		(unsigned long long)S.params, S.bpc);
+	fprintf(stderr, "bfpatch %s: headers carried: %zu (FORMAT.md 4.1)\n", cmd, S.n_rec);
 }
 
 /* ---- synth ---- */
