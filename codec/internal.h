@@ -79,11 +79,12 @@ typedef struct bfp_enc {
 } bfp_enc;
 
 /* A keyframe-exp decoder's scratch (keyexp.c): a table's slot map, with
- * eight slots of padding for the vector stores that fill it, and a mark
- * for each value with an escape (2 bits, 16 values a word). */
+ * eight slots of padding for the vector stores that fill it, and the
+ * indices of the values with an escape (with room for the seven that
+ * the vector path stores past the last). */
 typedef struct bfp_kx_scratch {
 	uint32_t slot[2048 + 8];
-	uint32_t mk[8192 / 16];
+	uint16_t esc[8192 + 8];
 } bfp_kx_scratch;
 
 /* What a decoder holds (bfp_decoder's storage). */

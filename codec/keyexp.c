@@ -443,9 +443,9 @@ uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uin
  * Three passes over a frame's values: the rANS symbols, the four states
  * in registers (the pass that bounds the speed: each state waits for the
  * bytes the one before it took); each value from its symbol and raw byte,
- * marking the values whose symbol is the last; the escapes of those, in
- * order. The data decides no branch but those of the escapes, one or two
- * a group of 16 values that has any. */
+ * listing the values whose symbol is the last; the escapes of those, in
+ * order. The data decides no branch: the list is appended to without
+ * one, and the escapes' loop runs as many times as it has entries. */
 
 
 /* The slot map of table (f, ns) into slots (BFP_KEYEXP_SLOTS words). */
@@ -460,29 +460,10 @@ static void slots_build(uint32_t *slots, const uint16_t *f, unsigned ns)
 	}
 }
 
-/* One symbol of pass 1 from state x (packed slots, FORMAT.md 3.10): its
- * slot's word, and x renormalised from the top two bytes of *u, the
- * bytes below the next one to read; *u moves past those it took, and
- * *c counts their bits. y (at
- * least 2^12) takes 0, 1 or 2 bytes, by its bit length: sh is 16 less 8
- * for each, and (y << 16 | the two bytes) >> sh the new state. */
-static inline __attribute__((always_inline)) uint32_t kx_sym(uint32_t *x, uint64_t *u,
-							     unsigned *c, const uint32_t *slots)
-{
-	const uint32_t v = *x, e = slots[v & (BFP_RANS_M - 1)];
-	const uint32_t y = (e >> 20) * (v >> BFP_RANS_BITS) + ((e >> 8) & 0x7FFu);
-	const unsigned sh = (unsigned)(24 - __builtin_clz(y)) & 0x18u;
-	*x = (uint32_t)((((uint64_t)y << 16) | (*u >> 48)) >> sh);
-	*u <<= 16 - sh;
-	*c += 16 - sh;
-	return e;
-}
-
 /* Pass 1 for values [0, nraw) in steps of four while at least 8 bytes
- * are left to read: their symbols into the low bytes of w. The four
- * states take their bytes from one 8-byte load (they take at most 8), so
- * a state waits for the count of bytes the one before it took, not for
- * a load from where they end. Returns the first value not decoded. */
+ * are left to read: their symbols into the low bytes of w. Each state
+ * reads its bytes where the one before it stopped. Returns the first
+ * value not decoded. */
 #define KX_SYMS_FAST(name, attr)                                                               \
 	attr static uint32_t name(uint32_t *xs, const uint8_t *pl, size_t *pp,                 \
 				  const uint32_t *slots, uint32_t nraw, uint16_t *w)           \
@@ -509,22 +490,21 @@ KX_SYMS_FAST(syms_fast, )
 KX_SYMS_FAST(syms_fast_bmi2, __attribute__((target("bmi2,lzcnt"))))
 #endif
 
-/* Pass 2 for values [i, n) (i a multiple of 16): exponent etop - s and the
- * raw byte (0 for the carried values, whose raw bytes come last), and in
- * mk[i / 16] on, bits 2j and 2j + 1 for value j of each 16 whose symbol
- * is tail. */
+/* Pass 2 for values [i, n): exponent etop - s and the raw byte (0 for
+ * the carried values, whose raw bytes come last), and the index of each
+ * value whose symbol is tail appended to esc from *nesc on (stored
+ * either way, counted only then: no branch on the data). */
 static void values(uint16_t *w, const uint8_t *pl, uint32_t i, uint32_t n, uint32_t nraw,
-		   unsigned etop, unsigned tail, uint32_t *mk)
+		   unsigned etop, unsigned tail, uint16_t *esc, uint32_t *nesc)
 {
-	for (; i < n; i += 16) {
-		uint32_t m = 0;
-		for (uint32_t j = i; j < i + 16 && j < n; j++) {
-			const unsigned s = w[j] & 0xFFu, b = j < nraw ? pl[j] : 0;
-			w[j] = (uint16_t)(((etop - s) << 7) | (b & 0x7Fu) | ((b & 0x80u) << 8));
-			m |= (uint32_t)(s == tail) * 3u << (2 * (j - i));
-		}
-		mk[i / 16] = m;
+	uint32_t c = *nesc;
+	for (; i < n; i++) {
+		const unsigned s = w[i] & 0xFFu, b = i < nraw ? pl[i] : 0;
+		w[i] = (uint16_t)(((etop - s) << 7) | (b & 0x7Fu) | ((b & 0x80u) << 8));
+		esc[c] = (uint16_t)i;
+		c += s == tail;
 	}
+	*nesc = c;
 }
 
 #ifdef KX_X86
@@ -547,15 +527,89 @@ __attribute__((target("avx2"))) static void slots_build_avx2(uint32_t *slots, co
 	}
 }
 
-/* values(), sixteen raw values a step; returns where it stopped. */
-__attribute__((target("avx2"))) static uint32_t values_avx2(uint16_t *w, const uint8_t *pl,
-							     uint32_t nraw, unsigned etop,
-							     unsigned tail, uint32_t *mk)
+/* kx_sel[b]: the bits set in b, as eight byte offsets 0..7 (the first
+ * in the low byte), for appending the values marked in a byte of a mask
+ * without a branch. */
+static const uint64_t kx_sel[256] = {
+	0x0000000000000000ull, 0x0000000000000000ull, 0x0000000000000001ull, 0x0000000000000100ull,
+	0x0000000000000002ull, 0x0000000000000200ull, 0x0000000000000201ull, 0x0000000000020100ull,
+	0x0000000000000003ull, 0x0000000000000300ull, 0x0000000000000301ull, 0x0000000000030100ull,
+	0x0000000000000302ull, 0x0000000000030200ull, 0x0000000000030201ull, 0x0000000003020100ull,
+	0x0000000000000004ull, 0x0000000000000400ull, 0x0000000000000401ull, 0x0000000000040100ull,
+	0x0000000000000402ull, 0x0000000000040200ull, 0x0000000000040201ull, 0x0000000004020100ull,
+	0x0000000000000403ull, 0x0000000000040300ull, 0x0000000000040301ull, 0x0000000004030100ull,
+	0x0000000000040302ull, 0x0000000004030200ull, 0x0000000004030201ull, 0x0000000403020100ull,
+	0x0000000000000005ull, 0x0000000000000500ull, 0x0000000000000501ull, 0x0000000000050100ull,
+	0x0000000000000502ull, 0x0000000000050200ull, 0x0000000000050201ull, 0x0000000005020100ull,
+	0x0000000000000503ull, 0x0000000000050300ull, 0x0000000000050301ull, 0x0000000005030100ull,
+	0x0000000000050302ull, 0x0000000005030200ull, 0x0000000005030201ull, 0x0000000503020100ull,
+	0x0000000000000504ull, 0x0000000000050400ull, 0x0000000000050401ull, 0x0000000005040100ull,
+	0x0000000000050402ull, 0x0000000005040200ull, 0x0000000005040201ull, 0x0000000504020100ull,
+	0x0000000000050403ull, 0x0000000005040300ull, 0x0000000005040301ull, 0x0000000504030100ull,
+	0x0000000005040302ull, 0x0000000504030200ull, 0x0000000504030201ull, 0x0000050403020100ull,
+	0x0000000000000006ull, 0x0000000000000600ull, 0x0000000000000601ull, 0x0000000000060100ull,
+	0x0000000000000602ull, 0x0000000000060200ull, 0x0000000000060201ull, 0x0000000006020100ull,
+	0x0000000000000603ull, 0x0000000000060300ull, 0x0000000000060301ull, 0x0000000006030100ull,
+	0x0000000000060302ull, 0x0000000006030200ull, 0x0000000006030201ull, 0x0000000603020100ull,
+	0x0000000000000604ull, 0x0000000000060400ull, 0x0000000000060401ull, 0x0000000006040100ull,
+	0x0000000000060402ull, 0x0000000006040200ull, 0x0000000006040201ull, 0x0000000604020100ull,
+	0x0000000000060403ull, 0x0000000006040300ull, 0x0000000006040301ull, 0x0000000604030100ull,
+	0x0000000006040302ull, 0x0000000604030200ull, 0x0000000604030201ull, 0x0000060403020100ull,
+	0x0000000000000605ull, 0x0000000000060500ull, 0x0000000000060501ull, 0x0000000006050100ull,
+	0x0000000000060502ull, 0x0000000006050200ull, 0x0000000006050201ull, 0x0000000605020100ull,
+	0x0000000000060503ull, 0x0000000006050300ull, 0x0000000006050301ull, 0x0000000605030100ull,
+	0x0000000006050302ull, 0x0000000605030200ull, 0x0000000605030201ull, 0x0000060503020100ull,
+	0x0000000000060504ull, 0x0000000006050400ull, 0x0000000006050401ull, 0x0000000605040100ull,
+	0x0000000006050402ull, 0x0000000605040200ull, 0x0000000605040201ull, 0x0000060504020100ull,
+	0x0000000006050403ull, 0x0000000605040300ull, 0x0000000605040301ull, 0x0000060504030100ull,
+	0x0000000605040302ull, 0x0000060504030200ull, 0x0000060504030201ull, 0x0006050403020100ull,
+	0x0000000000000007ull, 0x0000000000000700ull, 0x0000000000000701ull, 0x0000000000070100ull,
+	0x0000000000000702ull, 0x0000000000070200ull, 0x0000000000070201ull, 0x0000000007020100ull,
+	0x0000000000000703ull, 0x0000000000070300ull, 0x0000000000070301ull, 0x0000000007030100ull,
+	0x0000000000070302ull, 0x0000000007030200ull, 0x0000000007030201ull, 0x0000000703020100ull,
+	0x0000000000000704ull, 0x0000000000070400ull, 0x0000000000070401ull, 0x0000000007040100ull,
+	0x0000000000070402ull, 0x0000000007040200ull, 0x0000000007040201ull, 0x0000000704020100ull,
+	0x0000000000070403ull, 0x0000000007040300ull, 0x0000000007040301ull, 0x0000000704030100ull,
+	0x0000000007040302ull, 0x0000000704030200ull, 0x0000000704030201ull, 0x0000070403020100ull,
+	0x0000000000000705ull, 0x0000000000070500ull, 0x0000000000070501ull, 0x0000000007050100ull,
+	0x0000000000070502ull, 0x0000000007050200ull, 0x0000000007050201ull, 0x0000000705020100ull,
+	0x0000000000070503ull, 0x0000000007050300ull, 0x0000000007050301ull, 0x0000000705030100ull,
+	0x0000000007050302ull, 0x0000000705030200ull, 0x0000000705030201ull, 0x0000070503020100ull,
+	0x0000000000070504ull, 0x0000000007050400ull, 0x0000000007050401ull, 0x0000000705040100ull,
+	0x0000000007050402ull, 0x0000000705040200ull, 0x0000000705040201ull, 0x0000070504020100ull,
+	0x0000000007050403ull, 0x0000000705040300ull, 0x0000000705040301ull, 0x0000070504030100ull,
+	0x0000000705040302ull, 0x0000070504030200ull, 0x0000070504030201ull, 0x0007050403020100ull,
+	0x0000000000000706ull, 0x0000000000070600ull, 0x0000000000070601ull, 0x0000000007060100ull,
+	0x0000000000070602ull, 0x0000000007060200ull, 0x0000000007060201ull, 0x0000000706020100ull,
+	0x0000000000070603ull, 0x0000000007060300ull, 0x0000000007060301ull, 0x0000000706030100ull,
+	0x0000000007060302ull, 0x0000000706030200ull, 0x0000000706030201ull, 0x0000070603020100ull,
+	0x0000000000070604ull, 0x0000000007060400ull, 0x0000000007060401ull, 0x0000000706040100ull,
+	0x0000000007060402ull, 0x0000000706040200ull, 0x0000000706040201ull, 0x0000070604020100ull,
+	0x0000000007060403ull, 0x0000000706040300ull, 0x0000000706040301ull, 0x0000070604030100ull,
+	0x0000000706040302ull, 0x0000070604030200ull, 0x0000070604030201ull, 0x0007060403020100ull,
+	0x0000000000070605ull, 0x0000000007060500ull, 0x0000000007060501ull, 0x0000000706050100ull,
+	0x0000000007060502ull, 0x0000000706050200ull, 0x0000000706050201ull, 0x0000070605020100ull,
+	0x0000000007060503ull, 0x0000000706050300ull, 0x0000000706050301ull, 0x0000070605030100ull,
+	0x0000000706050302ull, 0x0000070605030200ull, 0x0000070605030201ull, 0x0007060503020100ull,
+	0x0000000007060504ull, 0x0000000706050400ull, 0x0000000706050401ull, 0x0000070605040100ull,
+	0x0000000706050402ull, 0x0000070605040200ull, 0x0000070605040201ull, 0x0007060504020100ull,
+	0x0000000706050403ull, 0x0000070605040300ull, 0x0000070605040301ull, 0x0007060504030100ull,
+	0x0000070605040302ull, 0x0007060504030200ull, 0x0007060504030201ull, 0x0706050403020100ull,
+};
+
+/* values(), sixteen raw values a step; returns where it stopped. The
+ * escapes of each 16 are appended eight at a time: their offsets from
+ * kx_sel, widened and added to the first value's index, one store of
+ * eight indices (esc has room for the seven past the last), the count
+ * moved by those marked. */
+__attribute__((target("avx2,popcnt"))) static uint32_t
+values_avx2(uint16_t *w, const uint8_t *pl, uint32_t nraw, unsigned etop, unsigned tail,
+	    uint16_t *esc, uint32_t *nesc)
 {
 	const __m256i top = _mm256_set1_epi16((short)etop), m7 = _mm256_set1_epi16(0x7F);
 	const __m256i m80 = _mm256_set1_epi16((short)0x8000), m8 = _mm256_set1_epi16(0xFF);
 	const __m256i tl = _mm256_set1_epi16((short)tail);
-	uint32_t i = 0;
+	uint32_t i = 0, c = *nesc;
 	for (; i + 16 <= nraw; i += 16) {
 		const __m256i s = _mm256_and_si256(
 			_mm256_loadu_si256((const __m256i *)(const void *)(w + i)), m8);
@@ -566,8 +620,19 @@ __attribute__((target("avx2"))) static uint32_t values_avx2(uint16_t *w, const u
 			_mm256_or_si256(e, _mm256_and_si256(b, m7)),
 			_mm256_and_si256(_mm256_slli_epi16(b, 8), m80));
 		_mm256_storeu_si256((__m256i *)(void *)(w + i), v);
-		mk[i / 16] = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi16(s, tl));
+		const __m256i t = _mm256_cmpeq_epi16(s, tl);
+		const unsigned mk = (unsigned)_mm_movemask_epi8(_mm_packs_epi16(
+			_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)));
+		for (unsigned h = 0; h < 2; h++) {
+			const unsigned bt = (mk >> (8 * h)) & 0xFFu;
+			const __m128i at = _mm_add_epi16(
+				_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)kx_sel[bt])),
+				_mm_set1_epi16((short)(i + 8 * h)));
+			_mm_storeu_si128((__m128i *)(void *)(esc + c), at);
+			c += (uint32_t)__builtin_popcount(bt);
+		}
 	}
+	*nesc = c;
 	return i;
 }
 #endif
@@ -616,23 +681,22 @@ bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t
 		BFP_CHECK(!d.err, BFP_E_CORRUPT);
 		x[i & (BFP_KEYEXP_STATES - 1)] = d.x;
 	}
-	/* pass 2 */
+	/* pass 2, listing the values with escapes */
+	uint32_t nesc = 0;
 	i = 0;
 #ifdef KX_X86
 	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
-		i = values_avx2(w, pl, nraw, k.etop, tail, ks->mk);
+		i = values_avx2(w, pl, nraw, k.etop, tail, ks->esc, &nesc);
 #endif
-	values(w, pl, i, n, nraw, k.etop, tail, ks->mk);
+	values(w, pl, i, n, nraw, k.etop, tail, ks->esc, &nesc);
 	/* pass 3: the escapes, in value order; symbol ns - 1 gave them the
 	 * exponent tmax */
-	if (tmax)
-		for (uint32_t g = 0; g < (n + 15) / 16; g++)
-			for (uint32_t m = ks->mk[g]; m; m &= m - 1, m &= m - 1) {
-				uint16_t *v = w + 16 * g + ((unsigned)__builtin_ctz(m) >> 1);
-				const uint32_t e = bfp_get_eg0(&r);
-				BFP_CHECK(!r.err && e <= tmax, BFP_E_CORRUPT);
-				*v = (uint16_t)((*v & 0x807Fu) | ((tmax - e) << 7));
-			}
+	for (uint32_t j = 0; j < nesc; j++) {
+		uint16_t *v = w + ks->esc[j];
+		const uint32_t e = bfp_get_eg0(&r);
+		BFP_CHECK(!r.err && e <= tmax, BFP_E_CORRUPT);
+		*v = (uint16_t)((*v & 0x807Fu) | ((tmax - e) << 7));
+	}
 	/* the bit stream ends in its last byte with zero padding, and the
 	 * rANS bytes were exactly those after it */
 	const uint64_t bits = bfp_br_tell(&r);
