@@ -58,7 +58,7 @@ for R in 1 2; do
 	for p in $PIDS; do wait "$p" 2>/dev/null; done
 	PIDS=""
 	slow=$(sed -n 's/.*ranks. encode per version: \([0-9.]*\) ms mean.*/\1/p' "$T/lead$R.log")
-	ver=$(sed -n 's/.*tiling and verification \([0-9.]*\) ms mean.*/\1/p' "$T/lead$R.log")
+	ver=$(sed -n 's/.*tiling, verification and apply \([0-9.]*\) ms mean.*/\1/p' "$T/lead$R.log")
 	each=$(for i in $(seq 0 $((R - 1))); do
 		sed -n 's/.*encode per version: \([0-9.]*\) ms mean.*/\1/p' "$T/rank$R.$i.log"
 	done | tr '\n' ' ')

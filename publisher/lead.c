@@ -379,6 +379,17 @@ static int rank_msg(publisher *P, unsigned i, const rl_msg *m, char *why, size_t
 	if (nf == 0 || !v || v->done || v->base != base || v->target != target || v->frames.n != nf)
 		return snprintf(why, wl, "END of version %u -> %u does not match the frames sent",
 				base, target), -1;
+	/* versions follow one another: the first on the lead's, each next on
+	 * the one before (ranks never skip one, PROTOCOL.md 5.3) */
+	const uint32_t want = r->qn > 1 ? r->q[r->qn - 2].target : P->ver;
+	if (base != want && target <= want) {
+		/* sent again by a rank whose link broke after its END: held
+		 * already, or published (then it hears so again) */
+		ver_free(&r->q[--r->qn]);
+		if (target <= P->ver)
+			rank_result(r, target, 0, "committed");
+		return 0;
+	}
 	v->done = 1;
 	v->encode_us = rl_get64(m->body + 24);
 	r->versions++;
@@ -386,9 +397,6 @@ static int rank_msg(publisher *P, unsigned i, const rl_msg *m, char *why, size_t
 	events_emit(&P->ev, "rank_version", "\"rank\":%u,\"base\":%u,\"version\":%u,\"frames\":%u,"
 		    "\"bytes\":%zu,\"encode_ms\":%.3f", i, base, target, nf, v->frames.len,
 		    r->last_encode_ms);
-	/* versions follow one another: the first on the lead's, each next on
-	 * the one before (ranks never skip one, PROTOCOL.md 5.3) */
-	const uint32_t want = r->qn > 1 ? r->q[r->qn - 2].target : P->ver;
 	if (base != want) {
 		char w[200];
 		snprintf(w, sizeof(w), "its base is version %u, the lead's is %u%s", base, want,
@@ -853,7 +861,7 @@ void lead_print_stats(publisher *P)
 		return;
 	fprintf(stderr, "bfpatch publish: lead of %u ranks: %" PRIu64 " versions merged, %" PRIu64
 		" refused, %" PRIu64 " rank links refused; ranks' encode per version: %.1f ms mean "
-		"(the slowest rank's), tiling and verification %.1f ms mean\n", L->n, L->versions,
+		"(the slowest rank's), tiling, verification and apply %.1f ms mean\n", L->n, L->versions,
 		L->refused, L->links_refused,
 		L->versions ? L->enc_ms_sum / (double)L->versions : 0.0,
 		L->versions ? L->merge_ms_sum / (double)L->versions : 0.0);

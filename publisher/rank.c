@@ -200,6 +200,13 @@ typedef struct rank_state {
 	uint64_t sent_versions, sent_frames, sent_bytes, committed, refused, connects;
 	uint32_t last_result;
 	double said_connect;
+	/* the version encoded last, until it is sent: its frames, weights,
+	 * number and encode time */
+	int pending;
+	patch p;
+	model nw;
+	uint32_t nver;
+	double enc_ms;
 } rank_state;
 
 /* The owned tensor names: --owned FILE, or PATH.owned beside a --buffer
@@ -334,8 +341,9 @@ static int rank_connect(rank_state *R)
 			continue;
 		if (k < 0 || m.type != RL_WELCOME || m.len < RL_WELCOME_LEN) {
 			if (m.type == RL_RESULT && m.len > 8) /* the lead says why it refused */
-				fprintf(stderr, "bfpatch publish: rank %u: the lead refused this rank: "
-					"%.*s\n", cf->rank, (int)(m.len - 8), (const char *)m.body + 8);
+				fprintf(stderr, "bfpatch publish: rank %u: the lead refused this rank "
+					"(its answer, unsigned): %.*s\n", cf->rank, (int)(m.len - 8),
+					(const char *)m.body + 8);
 			break;
 		}
 		/* its session seals it too: verified as every message after */
@@ -407,12 +415,50 @@ static int rank_results(rank_state *R)
 	return 0;
 }
 
-/* Encode version nver (nw) against the current one, owned ranges only,
- * and send its frames and END to the lead. 0, or the exit status. */
+/* Send the version encoded last (R->p, R->nw): its frames and END. On
+ * success the rank is at that version; with the link lost it stays at
+ * its base and sends the version again once linked again. */
+static void rank_send(rank_state *R)
+{
+	publisher *P = R->P;
+	const patch *p = &R->p;
+	for (size_t i = 0; i < p->n && R->c.fd >= 0; i++)
+		if (rl_send(&R->c, RL_FRAME, p->buf + p->off[i], p->off[i + 1] - p->off[i], 0))
+			rank_close_conn(R);
+	uint8_t end[RL_END_LEN];
+	rl_put32(end, P->ver);
+	rl_put32(end + 4, R->nver);
+	rl_put32(end + 8, (uint32_t)p->n);
+	rl_put32(end + 12, 0);
+	rl_put64(end + 16, p->len);
+	rl_put64(end + 24, (uint64_t)(R->enc_ms * 1e3));
+	if (R->c.fd >= 0 && rl_send(&R->c, RL_END, end, sizeof(end), 0))
+		rank_close_conn(R);
+	const int sent = R->c.fd >= 0;
+	fprintf(stderr, "bfpatch publish: rank %u: version %u -> %u: %zu tensors' %" PRIu64
+		" parameters encoded in %.1f ms, %zu frames, %zu bytes %s\n", P->cf->rank, P->ver,
+		R->nver, R->n_r, R->owned_params, R->enc_ms, p->n, p->len,
+		sent ? "sent to the lead" : "not sent (link lost): sent again once linked");
+	events_emit(&P->ev, "rank_sent", "\"rank\":%u,\"base\":%u,\"version\":%u,\"frames\":%zu,"
+		    "\"bytes\":%zu,\"encode_ms\":%.3f,\"sent\":%s", P->cf->rank, P->ver, R->nver,
+		    p->n, p->len, R->enc_ms, sent ? "true" : "false");
+	if (!sent)
+		return;
+	R->sent_versions++;
+	R->sent_frames += p->n;
+	R->sent_bytes += p->len;
+	patch_free(&R->p);
+	R->pending = 0;
+	source_retire_model(&P->src, &P->cur);
+	P->cur = R->nw;
+	P->ver = R->nver;
+}
+
+/* Encode version nver (nw, taken over) against the current one, owned
+ * ranges only, and send it. 0, or the exit status. */
 static int rank_publish(rank_state *R, model *nw, uint32_t nver)
 {
 	publisher *P = R->P;
-	const publish_config *cf = P->cf;
 	char err[ERRLEN] = "";
 	if (nw->model_id != P->cur.model_id || nw->n_params != P->cur.n_params) {
 		fprintf(stderr, "bfpatch publish: version %u has another tensor layout than version "
@@ -423,47 +469,20 @@ static int rank_publish(rank_state *R, model *nw, uint32_t nver)
 	patch_opts po = P->po;
 	po.base_version = P->ver;
 	po.target_version = nver;
-	patch p;
 	const double t0 = now_s();
-	if (rank_encode(&P->cur, nw, R->r, R->n_r, &po, &p, err, sizeof(err))) {
+	if (rank_encode(&P->cur, nw, R->r, R->n_r, &po, &R->p, err, sizeof(err))) {
 		source_free_model(&P->src, nw);
 		return die("publish", err);
 	}
-	const double t1 = now_s();
-	const double enc_ms = (t1 - t0) * 1e3;
-	for (size_t i = 0; i < p.n && R->c.fd >= 0; i++)
-		if (rl_send(&R->c, RL_FRAME, p.buf + p.off[i], p.off[i + 1] - p.off[i], 0))
-			rank_close_conn(R);
-	uint8_t end[RL_END_LEN];
-	rl_put32(end, P->ver);
-	rl_put32(end + 4, nver);
-	rl_put32(end + 8, (uint32_t)p.n);
-	rl_put32(end + 12, 0);
-	rl_put64(end + 16, p.len);
-	rl_put64(end + 24, (uint64_t)((t1 - t0) * 1e6));
-	if (R->c.fd >= 0 && rl_send(&R->c, RL_END, end, sizeof(end), 0))
-		rank_close_conn(R);
-	const int sent = R->c.fd >= 0;
-	if (sent) {
-		R->sent_versions++;
-		R->sent_frames += p.n;
-		R->sent_bytes += p.len;
-	}
+	R->enc_ms = (now_s() - t0) * 1e3;
 	P->enc_versions++;
-	P->enc_ms_sum += enc_ms;
-	fprintf(stderr, "bfpatch publish: rank %u: version %u -> %u: %zu tensors' %" PRIu64
-		" parameters encoded in %.1f ms, %zu frames, %zu bytes %s the lead\n", cf->rank,
-		P->ver, nver, R->n_r, R->owned_params, enc_ms, p.n, p.len,
-		sent ? "sent to" : "NOT sent (link lost) to");
-	events_emit(&P->ev, "rank_sent", "\"rank\":%u,\"base\":%u,\"version\":%u,\"frames\":%zu,"
-		    "\"bytes\":%zu,\"encode_ms\":%.3f,\"sent\":%s", cf->rank, P->ver, nver, p.n,
-		    p.len, enc_ms, sent ? "true" : "false");
-	patch_free(&p);
-	/* this rank goes on from nver either way: ranks never skip a
-	 * version, so all of them share the base (PROTOCOL.md 5.3) */
-	source_retire_model(&P->src, &P->cur);
-	P->cur = *nw;
-	P->ver = nver;
+	P->enc_ms_sum += R->enc_ms;
+	R->nw = *nw;
+	R->nver = nver;
+	R->pending = 1;
+	/* ranks never skip a version, so all of them share the base
+	 * (PROTOCOL.md 5.3): this one is sent before the next is taken */
+	rank_send(R);
 	return 0;
 }
 
@@ -538,6 +557,10 @@ int rank_run(publisher *P)
 		}
 		if (rank_results(&R) < 0)
 			continue;
+		if (R.pending) { /* linked again: the version the link lost */
+			rank_send(&R);
+			continue;
+		}
 		if (P->ver >= cf->steps || P->src.steps_done) {
 			/* --steps: the last version sent; the lead's answer to it,
 			 * for --linger at most */
@@ -570,6 +593,10 @@ int rank_run(publisher *P)
 	}
 	rank_print_stats(&R);
 	rank_mark_taken(&R, UINT32_MAX);
+	if (R.pending) {
+		patch_free(&R.p);
+		source_free_model(&P->src, &R.nw);
+	}
 	rank_close_conn(&R);
 	for (size_t i = 0; i < R.n_names; i++)
 		free(R.names[i]);

@@ -14,6 +14,9 @@
 #              trajectory of the same layout): its frames fail to verify
 #              against the lead's copy, version 1 is refused naming the
 #              rank and a tensor, the shims stay at version 0
+#   link-lost  rank 1's link breaks in the middle of version 1 (a proxy,
+#              tests/tcp_cut_proxy.py, cuts it); the rank links again and
+#              sends version 1 again; every version still bit-exact
 #   wrong-key  a rank with another key, and one without a key, are
 #              refused at their HELLO; the version never completes
 set -u
@@ -85,9 +88,18 @@ step() {
 	mv "$T/ckpt/.s$1.tmp" "$T/ckpt/step-000$1.safetensors"
 }
 case $SCEN in
-bit-exact)
+bit-exact | link-lost)
 	rank 0 $K
-	rank 1 $K
+	if [ "$SCEN" = link-lost ]; then
+		python3 "$(dirname "$0")/tcp_cut_proxy.py" $((port + 2)) $((port + 1)) 2500 &
+		PIDS="$PIDS $!"
+		sleep 0.5
+		"$BFP" publish --dir "$T/ckpt" --lead 127.0.0.1:$((port + 2)) --rank 1 \
+			--owned "$T/own1" --steps 3 --linger 5 $K > "$T/rank1.log" 2>&1 &
+		PIDS="$PIDS $!"
+	else
+		rank 1 $K
+	fi
 	for v in 1 2 3; do
 		step $v
 		want=$(data "$T/traj/step-000$v.safetensors")
@@ -107,6 +119,12 @@ bit-exact)
 	grep -q "rank 1: .*3 versions received" "$T/lead.log" || fail "rank 1's counters"
 	grep -q '"ev":"rank_stats"' "$T/events.jsonl" || fail "no rank_stats event"
 	grep "from 2 ranks\|encode per version" "$T/lead.log" "$T/rank0.log" | sed 's/^/  /'
+	if [ "$SCEN" = link-lost ]; then
+		grep -q "version 0 -> 1: .*not sent (link lost)" "$T/rank1.log" ||
+			fail "rank 1's link was not lost in version 1"
+		grep -q "rank 1 linked .* at version 0" "$T/lead.log" || fail "rank 1 did not link again"
+		grep "link lost\|unlinked" "$T/rank1.log" "$T/lead.log" | sed 's/^/  /'
+	fi
 	echo "ok - 3 versions from 2 ranks, merged by the lead, bit-exact on 2 shims"
 	;;
 overlap | gap | wrong-base)
