@@ -10,7 +10,8 @@
 # bit for bit and its output on fixed inputs equals the trainer's, both
 # compared with what the trainer wrote to files of its own (torch.save),
 # not with the buffer; a control instance that skips one version's list
-# must fail those checks.
+# must fail those checks. Run with one trainer rank, then with two, each
+# publishing its half of the tensors (by name) through a lead publisher.
 # Set-up as tests/python_pkg/lib.sh; skipped (77) without python3-torch.
 set -u
 . "$(dirname "$0")/../python_pkg/lib.sh"
@@ -74,8 +75,19 @@ scenario() {
 	done
 	grep -q "committed version [0-9]* -> $N" "$T/$name-shim.log" ||
 		fail "$name: the shim did not commit version $N"
+	if [ "$ranks" -gt 1 ]; then
+		# each rank encoded only its part, and the parts make the model
+		owned=$(cat "$T/$name"-rank*.log | sed -n 's/.*: version 0 from .*, \([0-9]*\) of \([0-9]*\) parameters owned.*/\1 \2/p')
+		echo "$owned" | awk -v r=$ranks '{ s += $1; if ($1 >= $2) bad = 1; m = $2; k++ }
+			END { exit !(k == r && s == m && !bad) }' ||
+			fail "$name: the ranks did not each publish a part of the model: $owned"
+		grep -q "version $((N - 1)) -> $N from $ranks ranks" "$T/$name-lead.log" ||
+			fail "$name: the lead did not merge version $N from $ranks ranks"
+		echo "$name: ok - parameters owned by the ranks (of the model's):" $owned
+	fi
 	port=$((port + 3))
 }
 
 scenario one-rank 1
-echo "ok - a torch actor on CPU scattered every version's change lists into its own model: bit-exact with the trainer's BF16 parameters and outputs"
+scenario two-ranks 2
+echo "ok - a torch actor on CPU scattered every version's change lists into its own model: bit-exact with the trainer's BF16 parameters and outputs, from one trainer rank and from two"
