@@ -591,7 +591,8 @@ int rank_run(publisher *P)
 			poll(&pfd, 1, 20);
 		}
 	}
-	rank_print_stats(&R);
+	if (R.r) /* it ran (not refused at the start) */
+		rank_print_stats(&R);
 	rank_mark_taken(&R, UINT32_MAX);
 	if (R.pending) {
 		patch_free(&R.p);

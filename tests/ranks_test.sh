@@ -19,6 +19,8 @@
 #              sends version 1 again; every version still bit-exact
 #   wrong-key  a rank with another key, and one without a key, are
 #              refused at their HELLO; the version never completes
+#   usage      options that do not go together, and an owned tensor the
+#              model does not have: a message and a non-zero exit
 set -u
 SCEN=$1
 BFP=$2
@@ -88,6 +90,30 @@ step() {
 	mv "$T/ckpt/.s$1.tmp" "$T/ckpt/step-000$1.safetensors"
 }
 case $SCEN in
+usage)
+	stop_pids
+	L="--rank-listen 127.0.0.1:$((port + 1))"
+	I="--init $T/ckpt/step-0000.safetensors"
+	expect_fail "a lead without --init" "" "$BFP" publish $K --ranks 2 $L --listen 127.0.0.1:$port
+	expect_fail "a lead with --dir" "" "$BFP" publish $K --ranks 2 $L $I --dir "$T/ckpt" \
+		--listen 127.0.0.1:$port
+	expect_fail "a rank without --rank" "" "$BFP" publish $K --dir "$T/ckpt" \
+		--lead 127.0.0.1:$((port + 1))
+	expect_fail "a rank with --listen" "" "$BFP" publish $K --dir "$T/ckpt" \
+		--lead 127.0.0.1:$((port + 1)) --rank 0 --listen 127.0.0.1:$port
+	expect_fail "--owned without --lead" "" "$BFP" publish $K --dir "$T/ckpt" \
+		--listen 127.0.0.1:$port --owned "$T/own0"
+	expect_fail "--ranks 0" "" "$BFP" publish $K --ranks 0 $L $I --listen 127.0.0.1:$port
+	expect_fail "a lead without --key or --insecure" "" "$BFP" publish --ranks 2 $L $I \
+		--listen 127.0.0.1:$port
+	echo "no.such.tensor" > "$T/bad"
+	expect_fail "an owned tensor the model does not have" "" "$BFP" publish $K \
+		--dir "$T/ckpt" --lead 127.0.0.1:$((port + 1)) --rank 0 --owned "$T/bad"
+	grep -q "no.such.tensor" "$T/stderr" || bad "the message names the tensor"
+	expect_fail "an owned file that is not there" "" "$BFP" publish $K \
+		--dir "$T/ckpt" --lead 127.0.0.1:$((port + 1)) --rank 0 --owned "$T/none"
+	[ "$fails" = 0 ] || fail "$fails usage checks"
+	;;
 bit-exact | link-lost)
 	rank 0 $K
 	if [ "$SCEN" = link-lost ]; then
