@@ -292,7 +292,8 @@ static void note(shim_changes *c, uint64_t begin, const uint32_t *pos, uint32_t 
 		c->lost = 1;
 		return;
 	}
-	memcpy(p, pos, (size_t)n * sizeof(*p));
+	if (n)
+		memcpy(p, pos, (size_t)n * sizeof(*p));
 	free(f->own);
 	f->own = p;
 	f->pos = p;

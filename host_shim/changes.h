@@ -49,7 +49,7 @@ typedef struct shim_changes {
 	chg_frame *f;           /* in range order */
 	uint32_t *at;           /* frame index -> its record in f */
 	uint32_t n_frames;
-	int lost;               /* a record could not be kept (memory): no list */
+	_Atomic int lost;       /* a record could not be kept (memory; set by apply threads) */
 	/* the hooks chained behind the recorder's */
 	void (*undo_note)(void *, unsigned, uint64_t, const uint32_t *, uint32_t);
 	void (*undo_done)(void *, unsigned);
