@@ -51,6 +51,30 @@ int rank_owned_ranges(const model *m, char *const *names, size_t n, prange **out
 		}
 		own[i] = 1;
 	}
+	/* a 16-bit word two tensors share (a boundary at an odd byte) goes
+	 * with the first tensor, and its rank must hold both tensors' bytes
+	 * of it: one rank owns both, or neither */
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const bfp_tensor *t = &m->tensors[i];
+		if (!own[i] || t->byte_end == t->byte_begin)
+			continue;
+		for (size_t j = 0; j < m->n_tensors; j++) {
+			const bfp_tensor *u = &m->tensors[j];
+			const int before = t->byte_begin % 2 && u->byte_begin < t->byte_begin &&
+					   u->byte_end >= t->byte_begin && u->byte_end > u->byte_begin;
+			const int after = t->byte_end % 2 && u->byte_begin <= t->byte_end &&
+					  u->byte_end > t->byte_end;
+			if (own[j] || j == i || !(before || after))
+				continue;
+			set_err(err, errlen, "tensors '%.*s' and '%.*s' share a 16-bit word (a "
+				"boundary at byte %" PRIu64 "): one rank must own both, and this "
+				"one owns only the first", (int)t->name_len, t->name,
+				(int)u->name_len, u->name, before ? t->byte_begin : t->byte_end);
+			free(r);
+			free(own);
+			return -1;
+		}
+	}
 	size_t k = 0;
 	for (size_t i = 0; i < m->n_tensors; i++) {
 		/* the words a whole-model encode gives tensor i (patch_encode:

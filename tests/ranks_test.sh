@@ -19,8 +19,10 @@
 #              sends version 1 again; every version still bit-exact
 #   wrong-key  a rank with another key, and one without a key, are
 #              refused at their HELLO; the version never completes
-#   usage      options that do not go together, and an owned tensor the
-#              model does not have: a message and a non-zero exit
+#   usage      options that do not go together, an owned tensor the model
+#              does not have, an owned tensor that shares a 16-bit word
+#              with one the rank does not own: a message and a non-zero
+#              exit
 set -u
 SCEN=$1
 BFP=$2
@@ -112,6 +114,18 @@ usage)
 	grep -q "no.such.tensor" "$T/stderr" || bad "the message names the tensor"
 	expect_fail "an owned file that is not there" "" "$BFP" publish $K \
 		--dir "$T/ckpt" --lead 127.0.0.1:$((port + 1)) --rank 0 --owned "$T/none"
+	# tensors of 3 and 5 bytes share a 16-bit word: one rank owns both or neither
+	mkdir "$T/odd"
+	python3 -c 'import json, struct, sys
+h = json.dumps({"a": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},
+                "b": {"dtype": "U8", "shape": [5], "data_offsets": [3, 8]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(range(8)))' \
+		"$T/odd/step-0000.safetensors" || fail "writing the odd checkpoint"
+	echo a > "$T/own-a"
+	expect_fail "a word shared with a tensor another rank owns" "" "$BFP" publish $K \
+		--dir "$T/odd" --lead 127.0.0.1:$((port + 1)) --rank 0 --owned "$T/own-a"
+	grep -q "share a 16-bit word" "$T/stderr" || bad "the message says why"
 	[ "$fails" = 0 ] || fail "$fails usage checks"
 	;;
 bit-exact | link-lost)

@@ -245,6 +245,13 @@ class Publisher:
             seen.add(name)
         if not names:
             raise LayoutError("owned: no tensor (a rank publishes at least one)")
+        # a 16-bit word two tensors share (a boundary at an odd byte) is
+        # published by one rank, which needs both tensors' bytes of it
+        spans = sorted((b, e, n) for n, (_, _, b, e) in self.tensors.items() if e > b)
+        for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+            if e0 % 2 and (n0 in seen) != (n1 in seen):
+                raise LayoutError("tensors %r and %r share a 16-bit word (a boundary at byte "
+                                  "%d): one rank owns both or neither" % (n0, n1, e0))
         self.owned = tuple(n for n in self.tensors if n in seen)  # layout order
         tmp = "%s.tmp.%d" % (opath, os.getpid())
         try:

@@ -12,7 +12,9 @@
 # ranks never skip one). publish() takes exactly the owned tensors: one
 # that is not owned, or an owned one missing, is refused before anything
 # is written. One tensor is new throughout each version, so the lead's
-# patches hold keyframe-coded frames too.
+# patches hold keyframe-coded frames too, and a 7-byte tensor of one rank
+# shares its last 16-bit word with the next tensor, another rank's (the
+# word goes with the first, as in a whole-model patch).
 set -u
 . "$(dirname "$0")/lib.sh"
 export BFPATCH_WBUF_LIB="$BUILD/publisher/libbfpatch_wbuf.so"
@@ -27,14 +29,20 @@ import numpy as np
 SHAPES = [("embed.weight", (384, 256)), ("layers.0.attn.weight", (256, 256)),
           ("layers.0.mlp.weight", (512, 256)), ("layers.1.attn.weight", (256, 256)),
           ("layers.1.mlp.weight", (512, 256)), ("norm.weight", (256,)),
-          ("rescale", (4096,))]  # all of it new each version: keyframe-coded frames
-OWNED = [[n for i, (n, _) in enumerate(SHAPES) if i % 2 == r] for r in (0, 1)]
+          ("mask", (7,)),        # U8, 7 bytes: its last word is shared with the next
+          ("rescale", (4096,))]  # BF16 at an odd offset, new throughout each version
+# rank 1: the attention weights and the norm; rank 0 the rest, mask and
+# rescale together (they share a word)
+OWNED = [[n for i, (n, _) in enumerate(SHAPES) if i not in (1, 3, 5)],
+         [n for i, (n, _) in enumerate(SHAPES) if i in (1, 3, 5)]]
 
 
 def version0():
     rng = np.random.default_rng(5)
-    return {n: (((rng.standard_normal(s) * 0.02).astype(np.float32)).view(np.uint32) >> 16)
-            .astype(np.uint16) for n, s in SHAPES}
+    t = {n: (((rng.standard_normal(s) * 0.02).astype(np.float32)).view(np.uint32) >> 16)
+         .astype(np.uint16) for n, s in SHAPES}
+    t["mask"] = rng.integers(0, 256, 7, dtype=np.uint8)
+    return t
 
 
 def step(t, v):
@@ -43,6 +51,9 @@ def step(t, v):
     for n, a in t.items():
         if n == "rescale":
             out[n] = rng.integers(0, 0x7F00, a.size, dtype=np.uint16)
+            continue
+        if n == "mask":
+            out[n] = (a + np.uint8(v)).astype(np.uint8)
             continue
         a = a.copy()
         flat = a.reshape(-1)
@@ -81,7 +92,13 @@ try:
     raise AssertionError("an owned name not in the layout was taken")
 except bfpatch.LayoutError as x:
     print("ok - refused, an owned tensor not in the layout: %s" % x)
-print("ok - two rank buffers of the whole layout, each owning %d tensors" % len(OWNED[0]))
+try:
+    bfpatch.Publisher(SHM + ".r0", t, owned=["embed.weight", "mask"])
+    raise AssertionError("a word shared with a tensor of another rank was taken")
+except bfpatch.LayoutError as x:
+    print("ok - refused, a word shared with another rank's tensor: %s" % x)
+print("ok - two rank buffers of the whole layout, owning %d and %d tensors"
+      % (len(OWNED[0]), len(OWNED[1])))
 PYEOF
 # 2. a keyed shim, the lead, and one rank publisher per buffer
 "$SHIM" $K --buffer "$SHM.a" --init "$T/step-0000.safetensors" --upstream 127.0.0.1:$port \
@@ -142,7 +159,7 @@ done
 for v in 1 2; do
 	grep -q "committed version $((v - 1)) -> $v" "$T/shim.log" || fail "no commit of version $v"
 done
-grep -q "owned (4 tensors)" "$T/rank0.log" || fail "rank 0 did not take PATH.owned"
+grep -q "owned (5 tensors)" "$T/rank0.log" || fail "rank 0 did not take PATH.owned"
 grep "from 2 ranks" "$T/lead.log"
 # the lead's patch holds keyframe-coded frames too (the rescale tensor):
 # those are checked by applying them with an undo (PROTOCOL.md 5.3)
