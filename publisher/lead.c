@@ -62,6 +62,17 @@ typedef struct pub_lead {
 	double enc_ms_sum, merge_ms_sum;
 } pub_lead;
 
+/* text into an event's JSON string: quotes, backslashes and control
+ * characters (a tensor name may hold any) become '?' */
+static const char *ev_text(const char *in, char *out, size_t n)
+{
+	size_t k = 0;
+	for (; in[k] && k + 1 < n; k++)
+		out[k] = in[k] == '"' || in[k] == '\\' || (unsigned char)in[k] < 32 ? '?' : in[k];
+	out[k] = 0;
+	return out;
+}
+
 static void ver_free(rank_ver *v)
 {
 	patch_free(&v->frames);
@@ -118,8 +129,9 @@ static void rank_refuse_at(publisher *P, unsigned i, unsigned k, const char *why
 	const uint32_t v = r->q[k].target;
 	fprintf(stderr, "bfpatch publish: rank %u's version %u -> %u refused: %s\n", i,
 		r->q[k].base, v, why);
+	char ew[512];
 	events_emit(&P->ev, "rank_refused", "\"rank\":%u,\"base\":%u,\"version\":%u,\"why\":\"%s\"",
-		    i, r->q[k].base, v, why);
+		    i, r->q[k].base, v, ev_text(why, ew, sizeof(ew)));
 	r->refused++;
 	rank_result(r, v, 1, why);
 	rank_drop(r, k);
@@ -147,8 +159,10 @@ int lead_open(publisher *P)
 		return die("publish", "out of memory");
 	for (unsigned i = 0; i < L->n; i++)
 		L->r[i].c.fd = -1;
-	if (model_load(&L->layout, cf->init, err, sizeof(err)))
+	if (model_load(&L->layout, cf->init, err, sizeof(err))) {
+		memset(&L->layout, 0, sizeof(L->layout)); /* nothing of it is freed later */
 		return die("publish", err);
+	}
 	P->cur = L->layout; /* shares the layout; owns the parameters */
 	L->layout.params = NULL;
 	P->ver = cf->init_version;
@@ -238,8 +252,9 @@ static void pend_refuse(publisher *P, unsigned k, const char *why, int tell)
 	if (L->links_refused++ < 20)
 		fprintf(stderr, "bfpatch publish: rank link from %s refused: %s\n", L->pend[k].peer,
 			why);
+	char ew[512];
 	events_emit(&P->ev, "rank_link_refused", "\"peer\":\"%s\",\"why\":\"%s\"", L->pend[k].peer,
-		    why);
+		    ev_text(why, ew, sizeof(ew)));
 	if (tell) {
 		uint8_t b[8 + 200];
 		size_t n = strlen(why) < 200 ? strlen(why) : 200;
@@ -741,7 +756,9 @@ static int lead_merge(publisher *P, uint32_t t)
 	const double t1 = now_s();
 	if (!ok) {
 		fprintf(stderr, "bfpatch publish: version %u refused, nothing sent: %s\n", t, why);
-		events_emit(&P->ev, "version_refused", "\"version\":%u,\"why\":\"%s\"", t, why);
+		char ew[512];
+		events_emit(&P->ev, "version_refused", "\"version\":%u,\"why\":\"%s\"", t,
+			    ev_text(why, ew, sizeof(ew)));
 		L->refused++;
 		for (unsigned i = 0; i < L->n; i++) {
 			L->r[i].refused++;
