@@ -783,6 +783,7 @@ static int lead_merge(publisher *P, uint32_t t)
 	events_emit(&P->ev, "encode_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
 		    "\"params\":%" PRIu64 ",\"ranks\":%u,\"encode_ms\":%.3f,\"merge_ms\":%.3f", t,
 		    p->n, p->len, P->cur.n_params, L->n, enc_ms, (t1 - t0) * 1e3);
+	events_emit(&P->ev, "first_frame", "\"version\":%u", t);
 	pub_send_all(P, p);
 	const double t2 = now_s();
 	history_hold(&P->hist, slot, P->ver, t);
