@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "bfpatch.h"
@@ -184,6 +186,14 @@ int changes_ready(shim_changes *c, int fd, uint32_t version)
 {
 	if (!c->keep || c->ready)
 		return c->ready ? 0 : -1;
+	struct statfs fs;
+	if (!fstatfs(fd, &fs) && fs.f_type == HUGETLBFS_MAGIC) {
+		/* its files take no write(2), and come in huge pages */
+		fprintf(stderr, "bfpatch-shim: the buffer is on hugetlbfs: no change lists are "
+			"kept (--changes needs a buffer on tmpfs or a disk)\n");
+		c->keep = 0;
+		return -1;
+	}
 	struct stat st;
 	if (fstat(fd, &st) || (mkdir(c->dir, 0755) && errno != EEXIST)) {
 		fprintf(stderr, "bfpatch-shim: --changes: %s: %s; no change lists are written\n",

@@ -114,7 +114,8 @@ def read_list(buf: Any, version: int, have: Optional[int], want: int) -> _Raw:
             raise ChangesUnavailable("%s: %s" % (path, x.strerror), have, want) from None
         if not os.path.isdir(directory(buf.path)):
             why = ("no change lists beside the buffer (%s): its bfpatch-shim runs with "
-                   "--changes 0, or is older than change lists" % directory(buf.path))
+                   "--changes 0, or keeps none for a buffer on hugetlbfs"
+                   % directory(buf.path))
         elif version == want:
             why = ("no change list of version %d in %s: it was committed by a shim "
                    "without --changes, or a keyframe resync removed it"
