@@ -200,6 +200,7 @@ static void cleanup(demo *d)
 		unlink(side);
 		snprintf(side, sizeof(side), "%s.lock", d->shm[i]); /* one shim a buffer */
 		unlink(side);
+		sh("rm -rf '%s.changes'", d->shm[i]); /* the change lists (--changes) */
 	}
 	if (d->keep[0] && d->dir[0]) {
 		sh("mkdir -p '%s' && cp -r '%s'/. '%s'/", d->keep, d->dir, d->keep);
