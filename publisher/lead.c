@@ -536,6 +536,13 @@ typedef struct verify_job {
 	size_t bad;
 	int status;
 	pthread_mutex_t mu;
+	/* each delta frame's verified changes: offsets from its range's
+	 * first parameter and new values (bfp_decoder_changes), kept until
+	 * every frame verified */
+	uint32_t **pos;
+	uint16_t **val;
+	uint32_t *nch;
+	uint64_t *begin;
 } verify_job;
 
 static void verify_fail(verify_job *j, size_t i, int st)
@@ -570,7 +577,7 @@ static void *verify_worker(void *arg)
 		if (i >= j->n || atomic_load(&j->failed))
 			break;
 		if (bfp_encoding_is_key(j->fp[i][5]))
-			continue; /* absolute values: lead_verify applies them with an undo */
+			continue; /* absolute values: lead_verify_apply applies them with an undo */
 		bfp_frame_header h;
 		bfp_status st = bfp_decoder_model_for(dec, j->fp[i], j->fl[i], j->fp, j->fl, j->n);
 		if (st == BFP_OK)
@@ -580,20 +587,36 @@ static void *verify_worker(void *arg)
 			verify_fail(j, i, st);
 			break;
 		}
+		const uint32_t *pos;
+		const uint16_t *val;
+		const uint32_t nc = bfp_decoder_changes(dec, &pos, &val);
+		j->begin[i] = h.range_begin;
+		j->nch[i] = nc;
+		if (!nc)
+			continue;
+		j->pos[i] = malloc((size_t)nc * sizeof(*pos));
+		j->val[i] = malloc((size_t)nc * sizeof(*val));
+		if (!j->pos[i] || !j->val[i]) {
+			verify_fail(j, i, 1);
+			break;
+		}
+		memcpy(j->pos[i], pos, (size_t)nc * sizeof(*pos));
+		memcpy(j->val[i], val, (size_t)nc * sizeof(*val));
 	}
 	free(dec);
 	return NULL;
 }
 
 /* Verify the frames fp[0, n) of the next version against the lead's
- * weights before any is applied: the delta frames on all cores, read
- * only; then the keyframe-coded ones (dense ranges of the patch, whose
- * check needs their values decoded) applied one by one, each checked
- * before it writes, and all of them put back if one fails. 0, or its
- * bfp_status (1: out of memory) and the frame in *bad. The weights are
- * as they were unless 0 is returned. */
-static int lead_verify(publisher *P, const uint8_t *const *fp, const uint32_t *fl, size_t n,
-		       size_t *bad)
+ * weights before any is applied, then apply them: the delta frames are
+ * verified on all cores, read only, their changes kept; the
+ * keyframe-coded ones (dense ranges of the patch, whose check needs their
+ * values decoded) are applied one by one, each checked before it
+ * writes, and all put back if one fails; only then are the kept changes
+ * written. 0: the weights are at the frames' version; else a bfp_status
+ * (1: out of memory), the frame in *bad, and the weights as they were. */
+static int lead_verify_apply(publisher *P, const uint8_t *const *fp, const uint32_t *fl,
+			     size_t n, size_t *bad)
 {
 	verify_job j;
 	memset(&j, 0, sizeof(j));
@@ -601,6 +624,16 @@ static int lead_verify(publisher *P, const uint8_t *const *fp, const uint32_t *f
 	j.fp = fp;
 	j.fl = fl;
 	j.n = n;
+	j.pos = calloc(n ? n : 1, sizeof(*j.pos));
+	j.val = calloc(n ? n : 1, sizeof(*j.val));
+	j.nch = calloc(n ? n : 1, sizeof(*j.nch));
+	j.begin = calloc(n ? n : 1, sizeof(*j.begin));
+	int rc = 0;
+	if (!j.pos || !j.val || !j.nch || !j.begin) {
+		rc = 1;
+		*bad = 0;
+		goto out;
+	}
 	pthread_mutex_init(&j.mu, NULL);
 	int nt = cpu_count();
 	nt = nt > 64 ? 64 : nt;
@@ -616,7 +649,8 @@ static int lead_verify(publisher *P, const uint8_t *const *fp, const uint32_t *f
 	pthread_mutex_destroy(&j.mu);
 	if (atomic_load(&j.failed)) {
 		*bad = j.bad;
-		return j.status;
+		rc = j.status;
+		goto out;
 	}
 	/* the keyframe-coded frames: their ranges kept first */
 	size_t words = 0, nk = 0;
@@ -625,54 +659,73 @@ static int lead_verify(publisher *P, const uint8_t *const *fp, const uint32_t *f
 			words += rl_get32(fp[i] + 40); /* range_len, FORMAT.md 2.1 */
 			nk++;
 		}
-	if (!nk)
-		return 0;
-	uint16_t *keep = malloc(words * 2 + 2);
-	bfp_decoder *dec = malloc(sizeof(*dec));
-	bfp_apply_opts ao;
-	memset(&ao, 0, sizeof(ao));
-	ao.model_id = P->model_id;
-	ao.base_version = P->ver;
-	ao.zstd_workspace_size = bfp_zstd_workspace_size();
-	void *ws = ao.zstd_workspace_size ? malloc(ao.zstd_workspace_size) : NULL;
-	int rc = 0;
-	if (!keep || !dec || (ao.zstd_workspace_size && !ws) || bfp_decoder_init(dec, 0) != BFP_OK)
-		rc = 1, *bad = 0;
-	ao.zstd_workspace = ws;
-	size_t at = 0, done = 0;
-	for (size_t i = 0; !rc && i < n; i++) {
-		if (!bfp_encoding_is_key(fp[i][5]))
-			continue;
-		bfp_frame_header h;
-		bfp_status st = bfp_frame_parse(fp[i], fl[i], &h);
-		if (st == BFP_OK && h.range_begin + h.range_len <= P->cur.n_params) {
-			memcpy(keep + at, P->cur.params + h.range_begin, (size_t)h.range_len * 2);
-			st = bfp_decode_apply(dec, &ao, fp[i], fl[i], P->cur.params, P->cur.n_params, &h);
-		} else if (st == BFP_OK) {
-			st = BFP_E_RANGE;
-		}
-		if (st != BFP_OK) {
-			rc = st;
-			*bad = i;
-			break;
-		}
-		at += h.range_len;
-		done = i + 1;
-	}
-	if (rc) { /* put back every range applied */
-		at = 0;
-		for (size_t i = 0; i < done; i++) {
+	if (nk) {
+		uint16_t *keep = malloc(words * 2 + 2);
+		bfp_decoder *dec = malloc(sizeof(*dec));
+		bfp_apply_opts ao;
+		memset(&ao, 0, sizeof(ao));
+		ao.model_id = P->model_id;
+		ao.base_version = P->ver;
+		ao.zstd_workspace_size = bfp_zstd_workspace_size();
+		void *ws = ao.zstd_workspace_size ? malloc(ao.zstd_workspace_size) : NULL;
+		if (!keep || !dec || (ao.zstd_workspace_size && !ws) ||
+		    bfp_decoder_init(dec, 0) != BFP_OK)
+			rc = 1, *bad = 0;
+		ao.zstd_workspace = ws;
+		size_t at = 0, done = 0;
+		for (size_t i = 0; !rc && i < n; i++) {
 			if (!bfp_encoding_is_key(fp[i][5]))
 				continue;
 			bfp_frame_header h;
-			bfp_frame_parse(fp[i], fl[i], &h);
-			memcpy(P->cur.params + h.range_begin, keep + at, (size_t)h.range_len * 2);
+			bfp_status st = bfp_frame_parse(fp[i], fl[i], &h);
+			if (st == BFP_OK && h.range_begin + h.range_len <= P->cur.n_params) {
+				memcpy(keep + at, P->cur.params + h.range_begin, (size_t)h.range_len * 2);
+				st = bfp_decode_apply(dec, &ao, fp[i], fl[i], P->cur.params,
+						      P->cur.n_params, &h);
+			} else if (st == BFP_OK) {
+				st = BFP_E_RANGE;
+			}
+			if (st != BFP_OK) {
+				rc = st;
+				*bad = i;
+				break;
+			}
 			at += h.range_len;
+			done = i + 1;
 		}
+		if (rc) { /* put back every range applied */
+			at = 0;
+			for (size_t i = 0; i < done; i++) {
+				if (!bfp_encoding_is_key(fp[i][5]))
+					continue;
+				bfp_frame_header h;
+				bfp_frame_parse(fp[i], fl[i], &h);
+				memcpy(P->cur.params + h.range_begin, keep + at, (size_t)h.range_len * 2);
+				at += h.range_len;
+			}
+		}
+		free(ws);
+		free(dec);
+		free(keep);
+		if (rc)
+			goto out;
 	}
-	free(ws);
-	free(dec);
-	free(keep);
+	/* every frame verified: the delta frames' changes written (each
+	 * verified against these same weights, which nothing wrote since) */
+	for (size_t i = 0; i < n; i++) {
+		uint16_t *w = P->cur.params + j.begin[i];
+		for (uint32_t k = 0; k < j.nch[i]; k++)
+			w[j.pos[i][k]] = j.val[i][k];
+	}
+out:
+	for (size_t i = 0; j.pos && i < n; i++)
+		free(j.pos[i]);
+	for (size_t i = 0; j.val && i < n; i++)
+		free(j.val[i]);
+	free(j.pos);
+	free(j.val);
+	free(j.nch);
+	free(j.begin);
 	return rc;
 }
 
@@ -726,7 +779,7 @@ static int lead_merge(publisher *P, uint32_t t)
 	}
 	if (ok) {
 		size_t bad = 0;
-		int st = lead_verify(P, fp, fl, n, &bad);
+		int st = lead_verify_apply(P, fp, fl, n, &bad);
 		if (st) {
 			char names[256];
 			tensor_names(&P->cur, fr[bad].begin, fr[bad].end, names, sizeof(names));
@@ -734,23 +787,6 @@ static int lead_merge(publisher *P, uint32_t t)
 				 "lead's version %u: %s", fr[bad].rank, names, P->ver,
 				 st == 1 ? "out of memory" : bfp_status_str((bfp_status)st));
 			ok = 0;
-		}
-	}
-	if (ok) {
-		/* every frame verified: applied in place (a failure now would be
-		 * the lead's memory changing under it) */
-		apply_ctl ctl = {.threads = 0};
-		apply_result res = {0};
-		char err[ERRLEN];
-		if (patch_apply_frames(fp, fl, n, P->cur.params, P->cur.n_params, P->model_id, P->ver,
-				       &ctl, &res, err, sizeof(err))) {
-			fprintf(stderr, "bfpatch publish: version %u verified but did not apply (%s): "
-				"the lead's copy is no version now; stopping\n", t, err);
-			patch_free(&merged);
-			free(fr);
-			free(fp);
-			free(fl);
-			return 1;
 		}
 	}
 	const double t1 = now_s();
