@@ -93,7 +93,8 @@ static void rank_pop(pub_rank *r)
 	rank_drop(r, 0);
 }
 
-/* Tell rank r what came of version v: committed (st 0) or refused, why. */
+/* Tell rank r what came of version v: committed (st 0), refused (1),
+ * or received whole (2), and why. */
 static void rank_result(pub_rank *r, uint32_t v, uint32_t st, const char *why)
 {
 	if (r->c.fd < 0)
@@ -401,8 +402,8 @@ static int rank_msg(publisher *P, unsigned i, const rl_msg *m, char *why, size_t
 		/* sent again by a rank whose link broke after its END: held
 		 * already, or published (then it hears so again) */
 		ver_free(&r->q[--r->qn]);
-		if (target <= P->ver)
-			rank_result(r, target, 0, "committed");
+		rank_result(r, target, target <= P->ver ? 0 : 2,
+			    target <= P->ver ? "committed" : "received");
 		return 0;
 	}
 	v->done = 1;
@@ -417,6 +418,8 @@ static int rank_msg(publisher *P, unsigned i, const rl_msg *m, char *why, size_t
 		snprintf(w, sizeof(w), "its base is version %u, the lead's is %u%s", base, want,
 			 r->qn > 1 ? " (after the versions it holds of this rank)" : "");
 		rank_refuse_at(P, i, r->qn - 1, w);
+	} else {
+		rank_result(r, target, 2, "received"); /* the rank may go on */
 	}
 	return 0;
 }

@@ -224,9 +224,11 @@ typedef struct rank_state {
 	uint64_t sent_versions, sent_frames, sent_bytes, committed, refused, connects;
 	uint32_t last_result;
 	double said_connect;
-	/* the version encoded last, until it is sent: its frames, weights,
-	 * number and encode time */
-	int pending;
+	/* the version encoded last, until the lead said it has it whole
+	 * (any RESULT of it): its frames, weights, number and encode time;
+	 * sent: on the current link, waiting for that answer */
+	int pending, sent;
+	double sent_at;
 	patch p;
 	model nw;
 	uint32_t nver;
@@ -314,6 +316,7 @@ static void rank_close_conn(rank_state *R)
 		close(R->c.fd);
 	R->c.fd = -1;
 	R->c.in_len = 0;
+	R->sent = 0; /* a version sent and not answered goes again */
 }
 
 /* Connect and say HELLO; wait (up to 10 s) for the WELCOME. 0 when the
@@ -404,6 +407,20 @@ static int rank_connect(rank_state *R)
 	return 1;
 }
 
+/* The lead has the version sent whole: the rank is at it. */
+static void rank_delivered(rank_state *R)
+{
+	publisher *P = R->P;
+	R->sent_versions++;
+	R->sent_frames += R->p.n;
+	R->sent_bytes += R->p.len;
+	patch_free(&R->p);
+	R->pending = R->sent = 0;
+	source_retire_model(&P->src, &P->cur);
+	P->cur = R->nw;
+	P->ver = R->nver;
+}
+
 /* What the lead said about the versions sent (RESULT), read as it comes. */
 static int rank_results(rank_state *R)
 {
@@ -417,8 +434,11 @@ static int rank_results(rank_state *R)
 	while ((k = rl_next(&R->c, &m, 0, &why)) == 1) {
 		if (m.type == RL_RESULT && m.len >= 8) {
 			const uint32_t v = rl_get32(m.body), st = rl_get32(m.body + 4);
-			R->last_result = v;
-			if (st == 0) {
+			if (R->pending && R->sent && v == R->nver)
+				rank_delivered(R);
+			if (st == 2) {
+				/* a receipt: the lead holds the version whole */
+			} else if ((R->last_result = v, st == 0)) {
 				R->committed++;
 			} else {
 				R->refused++;
@@ -439,9 +459,11 @@ static int rank_results(rank_state *R)
 	return 0;
 }
 
-/* Send the version encoded last (R->p, R->nw): its frames and END. On
- * success the rank is at that version; with the link lost it stays at
- * its base and sends the version again once linked again. */
+/* Send the version encoded last (R->p, R->nw): its frames and END. The
+ * rank is at that version once the lead answers it (rank_delivered);
+ * with the link lost before, it stays at its base and sends the version
+ * again once linked again (bytes a socket took may never have reached
+ * the lead). */
 static void rank_send(rank_state *R)
 {
 	publisher *P = R->P;
@@ -466,16 +488,8 @@ static void rank_send(rank_state *R)
 	events_emit(&P->ev, "rank_sent", "\"rank\":%u,\"base\":%u,\"version\":%u,\"frames\":%zu,"
 		    "\"bytes\":%zu,\"encode_ms\":%.3f,\"sent\":%s", P->cf->rank, P->ver, R->nver,
 		    p->n, p->len, R->enc_ms, sent ? "true" : "false");
-	if (!sent)
-		return;
-	R->sent_versions++;
-	R->sent_frames += p->n;
-	R->sent_bytes += p->len;
-	patch_free(&R->p);
-	R->pending = 0;
-	source_retire_model(&P->src, &P->cur);
-	P->cur = R->nw;
-	P->ver = R->nver;
+	R->sent = sent; /* the lead's receipt (a RESULT) delivers it */
+	R->sent_at = now_s();
 }
 
 /* Encode version nver (nw, taken over) against the current one, owned
@@ -581,8 +595,22 @@ int rank_run(publisher *P)
 		}
 		if (rank_results(&R) < 0)
 			continue;
-		if (R.pending) { /* linked again: the version the link lost */
+		if (R.pending && !R.sent) { /* linked again: the version the link lost */
 			rank_send(&R);
+			continue;
+		}
+		if (R.pending) { /* the lead's receipt of it, before the next */
+			if (now_s() - R.sent_at > 60) {
+				/* a lead busy for a minute, or a receipt lost: link
+				 * again and send it again (the lead drops a version it
+				 * has and says so) */
+				fprintf(stderr, "bfpatch publish: rank %u: no receipt of version %u from "
+					"the lead in 60 s; linking again\n", cf->rank, R.nver);
+				rank_close_conn(&R);
+				continue;
+			}
+			struct pollfd pfd = {.fd = R.c.fd, .events = POLLIN};
+			poll(&pfd, 1, 20);
 			continue;
 		}
 		if (P->ver >= cf->steps || P->src.steps_done) {

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -68,8 +69,15 @@ int rl_send(rl_conn *c, unsigned type, const void *body, size_t len, int nonbloc
 				 MSG_NOSIGNAL | (nonblocking ? MSG_DONTWAIT : 0));
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w < 0 && nonblocking && at > 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			continue; /* never half a message: finish what began */
+		if (w < 0 && nonblocking && at > 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			/* never half a message: finish what began, or give the
+			 * link up (a peer that reads nothing for a second) */
+			struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+			if (poll(&pfd, 1, 1000) > 0)
+				continue;
+			shutdown(c->fd, SHUT_RDWR); /* its reader sees the link end */
+			return -1;
+		}
 		if (w <= 0)
 			return -1;
 		at += (size_t)w;
