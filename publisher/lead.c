@@ -346,10 +346,13 @@ static void lead_hello(publisher *P, unsigned k)
 		ver);
 	events_emit(&P->ev, "rank_linked", "\"rank\":%u,\"peer\":\"%s\",\"version\":%u", rank,
 		    r->peer, ver);
-	if (ver != P->ver)
-		fprintf(stderr, "bfpatch publish: rank %u is at version %u, this lead at %u: its "
-			"versions are refused unless their base is %u (start every rank from the "
-			"lead's version)\n", rank, ver, P->ver, P->ver);
+	/* its next version goes on from the last one held of it, or from
+	 * the lead's */
+	const uint32_t next_base = r->qn ? r->q[r->qn - 1].target : P->ver;
+	if (ver != next_base)
+		fprintf(stderr, "bfpatch publish: rank %u is at version %u, this lead expects %u: "
+			"its versions are refused unless their base is %u (start every rank from "
+			"the lead's version)\n", rank, ver, next_base, next_base);
 	if (rl_send(&r->c, RL_WELCOME, b, sizeof(b), 0))
 		rank_unlink(P, rank, "cannot answer its HELLO");
 }
