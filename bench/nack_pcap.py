@@ -30,7 +30,9 @@ def main():
     fr = frames(sys.argv[1])
     model = struct.unpack_from("<Q", fr[0], 8)[0]
     target = struct.unpack_from("<I", fr[0], 20)[0]
-    key = 1 if fr[0][5] in (3, 4) else 0  # NACK KEY flag for keyframe streams
+    # the NACK KEY flag for a keyframe stream's frames: a keyframe
+    # encoding (not 1, 2, 5, 6: FORMAT.md) without the IN_PATCH flag
+    key = 1 if fr[0][5] not in (1, 2, 5, 6) and not fr[0][6] & 1 else 0
     pkts = [udp(bytes([198, 18, 0, 100]), 7399, 7400, f) for f in fr]
     pkts.append(udp(SUB, 7501, 7401, ctl(1, model, 0, data_port=7500)))
     for k in range(0, len(fr) - 8, 8):
