@@ -12,20 +12,23 @@
 # Then fan-out 16 on two fan-out lcores (--fanout-lcores 2) against one,
 # unkeyed and per hop.
 # Devices: port 0 replays a pcap of valid frames forever (net_pcap,
-# infinite_rx), port 1 is net_null (TX discards).
+# infinite_rx), port 1 is net_null (TX discards; no-rx=1: it receives
+# nothing, so testpmd forwards port 0's frames only, one way, and the
+# relay polls no packets but those).
 # Beside them, DPDK's ipv4_multicast example (dpdk-doc), built here with
 # pkg-config libdpdk, forwards the same packets readdressed to a multicast
 # group (mcast_pcap.py) to 1, 4 or 16 ports (port 0 as above, ports 1-15
 # net_null with no-rx=1), one lcore, clone or refcount fan-out as it
-# chooses; its TX is read from ethdev telemetry over SECONDS after a
-# second of warm-up. Its adaptations (sed): the group table (fan-out 1:
+# chooses. Its TX and testpmd's are read from ethdev telemetry over
+# SECONDS, once they send and after a second of warm-up (the relay counts
+# its own, over its --run-time). Its adaptations (sed): the group table (fan-out 1:
 # port 1, 4: ports 1-4, 16: ports 0-15), the mbuf data room the relay
 # gets, no MULTI_SEGS TX offload (these vdevs have none) and 17 RX queues
 # an lcore (it polls every port it sends on).
 set -eu
 B=${1:-build}
 SECS=${2:-4}
-BFP=$B/cli/bfpatch
+BFP=${BFP:-$B/cli/bfpatch} # the frames' maker: BFP=PATH to compare builds on the same frames
 RELAY=$B/dpdk_app/bfpatch-relay
 TESTPMD=$(command -v dpdk-testpmd || true)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -59,12 +62,29 @@ mcast_build() {
 		$(pkg-config --libs libdpdk) 2> "$T/mc.err"
 }
 # the TX packets of every port of the process with file prefix $1
-mcast_tx() {
+port_tx() {
 	for p in $(seq 0 15); do echo "/ethdev/stats,$p"; done |
 		dpdk-telemetry.py -f "$1" 2> /dev/null | python3 -c '
 import json, sys
 print(sum(v.get("opackets", 0) for l in sys.stdin if l.startswith("{")
           for v in json.loads(l).values() if isinstance(v, dict)))'
+}
+# the packets per second DPDK process $1 (file prefix $2) sends, read from
+# ethdev telemetry over SECS once it sends and a second of warm-up (EAL
+# start-up takes seconds on a loaded machine: not counted); then ends it
+port_rate() {
+	for _ in $(seq 100); do
+		[ "$(port_tx "$2")" -gt 0 ] 2> /dev/null && break
+		kill -0 "$1" 2> /dev/null || break
+		sleep 0.1
+	done
+	sleep 1
+	t1=$(date +%s.%N) a=$(port_tx "$2")
+	sleep "$SECS"
+	t2=$(date +%s.%N) b=$(port_tx "$2")
+	kill "$1" 2> /dev/null
+	wait "$1" 2> /dev/null || true
+	awk -v a="$a" -v b="$b" -v t1="$t1" -v t2="$t2" 'BEGIN {printf "%.0f", (b - a) / (t2 - t1)}'
 }
 # ipv4_multicast's outputs per second: MBUF-byte data room, PCAP, fan-out
 mcast_rate() {
@@ -72,14 +92,17 @@ mcast_rate() {
 	for i in $(seq 15); do V="$V --vdev=net_null$i,no-rx=1"; done
 	# shellcheck disable=SC2086 # EAL and V are lists of options
 	"$T/mc-$1" -l 0 $EAL --file-prefix bfpbench$$m $V -- -p FFFF -q 16 > "$T/mc.log" 2>&1 &
-	mp=$!
-	sleep 1
-	t1=$(date +%s.%N) a=$(mcast_tx bfpbench$$m)
-	sleep "$SECS"
-	t2=$(date +%s.%N) b=$(mcast_tx bfpbench$$m)
-	kill "$mp" 2> /dev/null
-	wait "$mp" 2> /dev/null || true
-	awk -v a="$a" -v b="$b" -v t1="$t1" -v t2="$t2" 'BEGIN {printf "%.0f", (b - a) / (t2 - t1)}'
+	port_rate $! bfpbench$$m
+}
+# testpmd's io forwarding, port 0 to port 1, in packets per second: MBUF,
+# PCAP (its forwarding lcore is lcore 1; --stats-period: no prompt)
+testpmd_rate() {
+	# shellcheck disable=SC2086 # EAL is a list of options
+	"$TESTPMD" -l 0-1 $EAL --file-prefix bfpbench$$tp \
+		--vdev=net_pcap0,rx_pcap="$2",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
+		--forward-mode=io --no-flush-rx --total-num-mbufs=8192 --mbuf-size="$1" \
+		--max-pkt-len=9600 --stats-period 1 > "$T/testpmd.log" 2>&1 &
+	port_rate $! bfpbench$$tp
 }
 
 echo "bfpatch bench_relay: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $SECS s per run"
@@ -89,18 +112,14 @@ printf '%-6s %-7s %11s %11s %13s %8s %10s %10s %9s %7s\n' bytes fanout "relay Mp
 	"testpmd Mpps" ratio "relay ns" "mcast ns" "relay/mc" copies
 for size in 1500 8000; do
 	# keyframes of the right size: Ethernet+IPv4+UDP (42) + frame = size
-	"$BFP" diff -q -k -s $((size - 42)) "$T/traj/step-0000.safetensors" \
+	# (raw values fill every frame to it)
+	"$BFP" diff -q -k --key-encoding raw -s $((size - 42)) "$T/traj/step-0000.safetensors" \
 		"$T/traj/step-0000.safetensors" -o "$T/key$size"
 	"$BFP" pcap "$T/key$size" -o "$T/in$size.pcap" --dst 198.18.0.1:7400 2> /dev/null
 	mbuf=$((size + 1024))
 	tp=""
-	if [ -n "$TESTPMD" ]; then
-		out=$( (sleep "$SECS"; echo) | "$TESTPMD" -l 0-1 $EAL --file-prefix bfpbench$$tp \
-			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
-			--forward-mode=io --no-flush-rx --total-num-mbufs=8192 --mbuf-size=$mbuf \
-			--max-pkt-len=9600 -a 2>&1 || true)
-		tx=$(printf '%s\n' "$out" | awk '/Accumulated forward statistics/ {f=1} f && /TX-packets:/ {print $NF; exit}')
-		[ -n "$tx" ] && tp=$(awk -v t="$tx" -v s="$SECS" 'BEGIN {printf "%.3f", t / s / 1e6}')
+	if [ -n "$TESTPMD" ] && command -v dpdk-telemetry.py > /dev/null; then
+		tp=$(testpmd_rate $mbuf "$T/in$size.pcap" | awk '{if ($1 > 0) printf "%.3f", $1 / 1e6}')
 	fi
 	mc=""
 	mcast_build $mbuf && mc=$mbuf
@@ -112,7 +131,7 @@ for size in 1500 8000; do
 		fi
 		subs=$(subscribers $fan)
 		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
-			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
+			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
 			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --insecure $subs > "$T/relay.log" 2>&1
 		fo=$(awk '$1 == "fanout_copies" {print $2}' "$T/relay.log")
 		txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
@@ -125,7 +144,30 @@ for size in 1500 8000; do
 				tp == "" ? "n/a" : sprintf("%.2fx", mpps / tp), rns,
 				mns == "" ? "n/a" : mns, mns == "" ? "n/a" : sprintf("%.2fx", rns / mns), fo }' |
 			tee "$T/rate-$size-$fan"
+		echo "$mns" > "$T/mns-$size-$fan"
 	done
+done
+
+# The rows above replay a pcap whose frames the repair cache keeps from
+# their first pass: every later copy is found there and not stored again.
+# A relay in service stores every frame and, its cache full, evicts the
+# oldest for it: that path at fan-out 1, with the cache held to 1 MiB so
+# that every frame replayed has left it before it comes round again.
+echo
+echo "fan-out 1, every frame stored (repair cache of 1 MiB, full: each frame evicts the oldest):"
+printf '%-6s %11s %10s %10s %9s %13s\n' bytes "relay Mpps" "relay ns" "mcast ns" "relay/mc" "cache_stored"
+subs=$(subscribers 1)
+for size in 1500 8000; do
+	"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
+		--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
+		--mbuf-size $((size + 1024)) --queue 256 --run-time "$SECS" --insecure --cache-bytes 1m \
+		$subs > "$T/relay.log" 2>&1
+	txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
+	cs=$(awk '$1 == "cache_stored" {print $2}' "$T/relay.log")
+	awk -v p="$txp" -v s="$SECS" -v b="$size" -v mns="$(cat "$T/mns-$size-1")" -v cs="$cs" 'BEGIN {
+		rns = p ? s * 1e9 / p : 0
+		printf "%-6d %11.3f %10.1f %10s %9s %13s\n", b, p / s / 1e6, rns,
+			mns == "" ? "n/a" : mns, mns == "" ? "n/a" : sprintf("%.2fx", rns / mns), cs }'
 done
 
 # a relay with --key checks every frame's tag (AES-GMAC, docs/SECURITY.md)
@@ -144,7 +186,7 @@ for i in $(seq 16); do
 done
 chmod 600 "$T/peers"
 for size in 1500 8000; do
-	"$BFP" diff -q -k -s $((size - 42 - 40)) "$T/traj/step-0000.safetensors" \
+	"$BFP" diff -q -k --key-encoding raw -s $((size - 42 - 40)) "$T/traj/step-0000.safetensors" \
 		"$T/traj/step-0000.safetensors" -o "$T/skey$size"
 	"$BFP" pcap "$T/skey$size" -o "$T/sin$size.pcap" --dst 198.18.0.1:7400 --key "$T/key" 2> /dev/null
 	mbuf=$((size + 1024))
@@ -160,7 +202,7 @@ for size in 1500 8000; do
 				if ($i != "--subscriber") $i = $i ",key=" (100 + ++n); printf "%s ", $i }}')
 		fi
 		"$RELAY" -l $lc $EAL --file-prefix bfpbench$$k \
-			--vdev=net_pcap0,rx_pcap="$T/sin$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
+			--vdev=net_pcap0,rx_pcap="$T/sin$size.pcap",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
 			--mbuf-size $mbuf --queue 256 --run-time "$SECS" $kargs $subs > "$T/relay.log" 2>&1
 		txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
 		da=$(awk '$1 == "drop_auth" {print $2}' "$T/relay.log")
@@ -192,7 +234,7 @@ fan_rate() { # SIZE MODE LCORES FANOUT_LCORES: outputs per second
 		kargs="--insecure" pc="$T/in$1.pcap"
 	fi
 	"$RELAY" -l "$3" $EAL --file-prefix bfpbench$$f \
-		--vdev=net_pcap0,rx_pcap="$pc",infinite_rx=1 --vdev=net_null0 -- \
+		--vdev=net_pcap0,rx_pcap="$pc",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
 		--mbuf-size $(($1 + 1024)) --queue 256 --run-time "$SECS" --fanout-lcores "$4" \
 		$kargs $subs > "$T/relay.log" 2>&1
 	awk -v s="$SECS" '/^  subscriber/ {p += $4} END {printf "%.0f", p / s}' "$T/relay.log"
@@ -235,7 +277,7 @@ for size in 1500 8000; do
 	res=""
 	for mode in "" --copy-fanout; do
 		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$c \
-			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0 -- \
+			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
 			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --insecure $mode $subs \
 			> "$T/relay.log" 2>&1
 		p=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
@@ -249,7 +291,7 @@ echo "(ns per output of the whole single-core relay loop: RX, checks, fan-out, p
 # over (no per-subscriber NACK budget: this measures the path itself)
 python3 "$HERE/nack_pcap.py" "$T/key1500" "$T/nack.pcap"
 "$RELAY" -l 0 $EAL --file-prefix bfpbench$$n \
-	--vdev=net_pcap0,rx_pcap="$T/nack.pcap",infinite_rx=1 --vdev=net_null0 -- \
+	--vdev=net_pcap0,rx_pcap="$T/nack.pcap",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
 	--queue 256 --nack-rate 0 --run-time "$SECS" --insecure > "$T/relay.log" 2>&1
 awk -v s="$SECS" '$1 == "cache_hits" {h = $2} $1 == "nacks" {n = $2}
 	END {printf "repair path: %.0f NACKs/s answered, %.3f M frames/s resent from the cache\n", n / s, h / s / 1e6}' "$T/relay.log"
