@@ -17,6 +17,8 @@
 #   link-lost  rank 1's link breaks in the middle of version 1 (a proxy,
 #              tests/tcp_cut_proxy.py, cuts it); the rank links again and
 #              sends version 1 again; every version still bit-exact
+#   peer-key   rank 1 signs with a key of its own, one of the lead's
+#              --peer-keys; every version bit-exact as in bit-exact
 #   wrong-key  a rank with another key, and one without a key, are
 #              refused at their HELLO; the version never completes
 #   usage      options that do not go together, an owned tensor the model
@@ -74,7 +76,13 @@ for a in 1 2; do
 		> "$T/shim$a.log" 2>&1 &
 	PIDS="$PIDS $!"
 done
-"$BFP" publish $K --ranks 2 --rank-listen 127.0.0.1:$((port + 1)) \
+PEERS=""
+if [ "$SCEN" = peer-key ]; then # rank 1's own key, in the lead's peer table
+	"$BFP" keygen "$T/rank1.key" --id 71 2>/dev/null || fail "keygen"
+	(umask 077; cat "$T/rank1.key" > "$T/peers")
+	PEERS="--peer-keys $T/peers"
+fi
+"$BFP" publish $K $PEERS --ranks 2 --rank-listen 127.0.0.1:$((port + 1)) \
 	--init "$T/ckpt/step-0000.safetensors" --listen 127.0.0.1:$port --wait-subscribers 2 \
 	--steps 3 --linger 1 --events "$T/events.jsonl" > "$T/lead.log" 2>&1 &
 PUB=$!
@@ -128,9 +136,11 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(range(8)))' 
 	grep -q "share a 16-bit word" "$T/stderr" || bad "the message says why"
 	[ "$fails" = 0 ] || fail "$fails usage checks"
 	;;
-bit-exact | link-lost)
+bit-exact | link-lost | peer-key)
 	rank 0 $K
-	if [ "$SCEN" = link-lost ]; then
+	if [ "$SCEN" = peer-key ]; then
+		rank 1 --key "$T/rank1.key"
+	elif [ "$SCEN" = link-lost ]; then
 		python3 "$(dirname "$0")/tcp_cut_proxy.py" $((port + 2)) $((port + 1)) 2500 &
 		PIDS="$PIDS $!"
 		sleep 0.5
