@@ -1,9 +1,11 @@
 /*
- * changes.c: the shim's change lists (changes.h). The positions come from
- * the hooks a commit already calls before it writes a delta frame's values
- * (the undo journal's, the DMA log's) or from the frame's preparation;
- * the values are the verified target words, so recording costs the commit
- * one sequential write of 6 bytes per changed weight and a CRC over it.
+ * changes.c: the shim's change lists (changes.h). A patch prepared whole
+ * while staged has its list written then, between bursts of frames, so
+ * its commit only renames the file. Otherwise the positions come from the
+ * hooks a commit already calls before it writes a delta frame's values
+ * (the undo journal's, the DMA log's) or from the frames' preparation, the
+ * values are the verified target words, and the commit writes 6 bytes per
+ * changed weight and a CRC over them.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +21,7 @@
 
 #include "bfpatch.h"
 #include "changes.h"
+#include "patch.h"
 #include "util.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the lists are little-endian");
@@ -95,6 +98,7 @@ int changes_init(shim_changes *c, unsigned keep, const char *buffer)
 void changes_fini(shim_changes *c)
 {
 	changes_end(c);
+	changes_prep_drop(c, NULL);
 	free(c->dir);
 	c->dir = NULL;
 }
@@ -350,7 +354,7 @@ typedef struct wr {
 	uint8_t *buf;
 	size_t used, cap;
 	uint32_t crc;
-	uint64_t total;
+	uint64_t total, n_changes;
 	const uint32_t (*tab)[256];
 } wr;
 
@@ -402,14 +406,14 @@ static void put_u64(uint8_t *p, uint64_t v)
 	memcpy(p, &v, 8);
 }
 
-/* The list file of target: header (CHG_HDR) and records, CRC last, into
- * a temporary renamed into place. 0, or -1 after a message. */
-static int write_list(shim_changes *c, uint32_t flags, uint64_t model_id, uint64_t n_params,
-		      uint32_t base, uint32_t target, const chg_frame *f, uint32_t nf)
+/* The list file of target, into its temporary: the header (CHG_HDR)
+ * first, with the CRC's field zero; 0, or -1 after a message. */
+static int list_open(shim_changes *c, wr *w, uint32_t flags, uint64_t model_id,
+		     uint64_t n_params, uint32_t base, uint32_t target, const chg_frame *f,
+		     uint32_t nf)
 {
-	char tmp[4096], path[4096];
+	char tmp[4096];
 	list_path(c, tmp, sizeof(tmp), target, 1);
-	list_path(c, path, sizeof(path), target, 0);
 	uint64_t n_changes = 0;
 	for (uint32_t i = 0; i < nf; i++)
 		n_changes += f[i].n;
@@ -425,76 +429,124 @@ static int write_list(shim_changes *c, uint32_t flags, uint64_t model_id, uint64
 	put_u32(h + 48, base);
 	put_u32(h + 52, target);
 	put_u32(h + 56, nf);
-	wr w = {.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), .cap = 1u << 20,
-		.tab = (const uint32_t (*)[256])c->crc_tab};
-	if (w.fd < 0 || !(w.buf = malloc(w.cap))) {
+	*w = (wr){.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644),
+		  .cap = 1u << 20, .tab = (const uint32_t (*)[256])c->crc_tab,
+		  .n_changes = n_changes};
+	if (w->fd < 0 || !(w->buf = malloc(w->cap))) {
 		fprintf(stderr, "bfpatch-shim: change list of version %u: %s: %s\n", target, tmp,
-			w.fd < 0 ? strerror(errno) : "out of memory");
-		if (w.fd >= 0) {
-			close(w.fd);
+			w->fd < 0 ? strerror(errno) : "out of memory");
+		if (w->fd >= 0) {
+			close(w->fd);
 			unlink(tmp);
 		}
+		c->failed++;
 		return -1;
 	}
 	/* the CRC sums the header up to its own field, then the records */
-	w.crc = crc_update(w.tab, 0, h, CHG_HDR - 4);
-	w.total = CHG_HDR;
-	if (write(w.fd, h, CHG_HDR) != (ssize_t)CHG_HDR)
-		w.failed = errno ? errno : EIO;
+	w->crc = crc_update(w->tab, 0, h, CHG_HDR - 4);
+	w->total = CHG_HDR;
+	if (write(w->fd, h, CHG_HDR) != (ssize_t)CHG_HDR)
+		w->failed = errno ? errno : EIO;
+	return 0;
+}
+
+/* Entries [from, to) of f into w. */
+static void list_entries(const shim_changes *c, wr *w, const chg_frame *f, uint32_t from,
+			 uint32_t to)
+{
 	static const uint8_t pad[8];
-	for (uint32_t i = 0; i < nf; i++) {
+	for (uint32_t i = from; i < to && !w->failed; i++) {
 		uint8_t r[CHG_REC];
 		memset(r, 0, sizeof(r));
 		put_u64(r, f[i].begin);
 		put_u32(r + 8, f[i].range_len);
 		put_u32(r + 12, f[i].n);
 		put_u32(r + 16, f[i].dense ? CHG_E_DENSE : 0);
-		wr_put(&w, r, sizeof(r));
+		wr_put(w, r, sizeof(r));
 		const uint16_t *at = c->params + f[i].begin;
 		if (f[i].dense) {
-			wr_put(&w, at, (size_t)f[i].n * 2);
+			wr_put(w, at, (size_t)f[i].n * 2);
 		} else {
-			wr_put(&w, f[i].pos, (size_t)f[i].n * 4);
+			wr_put(w, f[i].pos, (size_t)f[i].n * 4);
 			if (f[i].val) {
-				wr_put(&w, f[i].val, (size_t)f[i].n * 2);
+				wr_put(w, f[i].val, (size_t)f[i].n * 2);
 			} else {
 				/* the target's words, verified, at the noted positions */
 				for (uint32_t k = 0; k < f[i].n;) {
 					uint32_t m = f[i].n - k < 4096 ? f[i].n - k : 4096;
-					uint16_t *o = wr_room(&w, (size_t)m * 2);
+					uint16_t *o = wr_room(w, (size_t)m * 2);
 					for (uint32_t j = 0; j < m; j++)
 						o[j] = at[f[i].pos[k + j]];
 					k += m;
 				}
 			}
 		}
-		wr_put(&w, pad, (8 - (size_t)f[i].n * (f[i].dense ? 2 : 6) % 8) % 8);
+		wr_put(w, pad, (8 - (size_t)f[i].n * (f[i].dense ? 2 : 6) % 8) % 8);
 	}
-	wr_flush(&w);
+}
+
+/* The last bytes, the CRC, and the temporary synced and closed: 0, or
+ * -1 after a message (the temporary removed). */
+static int list_close(shim_changes *c, wr *w, uint32_t target)
+{
+	wr_flush(w);
 	uint8_t crc[4];
-	put_u32(crc, w.crc);
-	if (!w.failed && pwrite(w.fd, crc, 4, CHG_HDR - 4) != 4)
-		w.failed = errno ? errno : EIO;
+	put_u32(crc, w->crc);
+	if (!w->failed && pwrite(w->fd, crc, 4, CHG_HDR - 4) != 4)
+		w->failed = errno ? errno : EIO;
 	/* on the disk before the version that names it (wbuf_end syncs the
 	 * buffer the same way; on tmpfs this costs nothing) */
-	if (!w.failed && fdatasync(w.fd))
-		w.failed = errno;
-	if (close(w.fd) && !w.failed)
-		w.failed = errno;
-	free(w.buf);
-	if (!w.failed && rename(tmp, path))
-		w.failed = errno;
-	if (w.failed) {
+	if (!w->failed && fdatasync(w->fd))
+		w->failed = errno;
+	if (close(w->fd) && !w->failed)
+		w->failed = errno;
+	w->fd = -1;
+	free(w->buf);
+	w->buf = NULL;
+	if (w->failed) {
+		char tmp[4096];
+		list_path(c, tmp, sizeof(tmp), target, 1);
 		fprintf(stderr, "bfpatch-shim: change list of version %u not written: %s: %s\n",
-			target, tmp, strerror(w.failed));
+			target, tmp, strerror(w->failed));
+		unlink(tmp);
+		c->failed++;
+		return -1;
+	}
+	return 0;
+}
+
+/* The closed temporary of target renamed into place: 0, or -1 after a
+ * message (the temporary removed). */
+static int list_place(shim_changes *c, const wr *w, uint32_t target)
+{
+	char tmp[4096], path[4096];
+	list_path(c, tmp, sizeof(tmp), target, 1);
+	list_path(c, path, sizeof(path), target, 0);
+	if (rename(tmp, path)) {
+		fprintf(stderr, "bfpatch-shim: change list of version %u not written: %s: %s\n",
+			target, tmp, strerror(errno));
 		unlink(tmp);
 		c->failed++;
 		return -1;
 	}
 	c->lists++;
-	c->changes += n_changes;
-	c->bytes += w.total;
+	c->changes += w->n_changes;
+	c->bytes += w->total;
 	return 0;
+}
+
+/* The list file of target: header and records, CRC last, into a
+ * temporary renamed into place. 0, or -1 after a message. */
+static int write_list(shim_changes *c, uint32_t flags, uint64_t model_id, uint64_t n_params,
+		      uint32_t base, uint32_t target, const chg_frame *f, uint32_t nf)
+{
+	wr w;
+	if (list_open(c, &w, flags, model_id, n_params, base, target, f, nf))
+		return -1;
+	list_entries(c, &w, f, 0, nf);
+	if (list_close(c, &w, target))
+		return -1;
+	return list_place(c, &w, target);
 }
 
 int changes_write(shim_changes *c, uint64_t model_id, uint64_t n_params, uint32_t base,
@@ -525,6 +577,123 @@ int changes_write(shim_changes *c, uint64_t model_id, uint64_t n_params, uint32_
 	c->ms_total += ms;
 	if (ms > c->ms_max)
 		c->ms_max = ms;
+	return rc;
+}
+
+/* A list written while its patch was prepared: the frames' changes as
+ * stage_prepare_some() kept them, in range order, written a few entries a
+ * call between bursts of frames, synced, and renamed into place by that
+ * patch's commit. */
+struct chg_pre {
+	const void *owner;      /* the staged patch it is of */
+	uint32_t base, target;
+	chg_frame *f;
+	uint32_t nf, next;      /* entries; the next to write */
+	wr w;
+	int state;              /* PRE_WRITING, PRE_WRITTEN, PRE_FAILED */
+	double ms;              /* spent writing it */
+};
+
+enum { PRE_WRITING, PRE_WRITTEN, PRE_FAILED };
+
+void changes_prep_drop(shim_changes *c, const void *owner)
+{
+	struct chg_pre *p = c->pre;
+	if (!p || (owner && p->owner != owner))
+		return;
+	if (p->state != PRE_FAILED) {
+		/* written for a preparation that is gone: never placed */
+		char tmp[4096];
+		if (p->w.fd >= 0)
+			close(p->w.fd);
+		free(p->w.buf);
+		list_path(c, tmp, sizeof(tmp), p->target, 1);
+		unlink(tmp);
+	}
+	free(p->f);
+	free(p);
+	c->pre = NULL;
+}
+
+int changes_prep_has(const shim_changes *c, const void *owner)
+{
+	return c->pre && c->pre->owner == owner;
+}
+
+int changes_prep_start(shim_changes *c, const void *owner, uint64_t model_id,
+		       uint64_t n_params, uint32_t base, uint32_t target,
+		       const struct frame_changes *const *fc, uint32_t n)
+{
+	changes_prep_drop(c, NULL);
+	if (!c->keep || !c->ready)
+		return -1;
+	struct chg_pre *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -1;
+	p->owner = owner;
+	p->base = base;
+	p->target = target;
+	p->state = PRE_FAILED;
+	p->w.fd = -1;
+	c->pre = p; /* failed or not: this patch's commit writes it otherwise */
+	if (!(p->f = calloc(n ? n : 1, sizeof(*p->f))))
+		return -1;
+	for (uint32_t i = 0; i < n; i++) {
+		if (!fc[i])
+			return -1;
+		p->f[i] = (chg_frame){.begin = fc[i]->range_begin, .range_len = fc[i]->range_len,
+				      .n = fc[i]->n, .pos = fc[i]->pos, .val = fc[i]->val,
+				      .idx = i, .noted = 1};
+	}
+	p->nf = n;
+	qsort(p->f, n, sizeof(*p->f), by_begin);
+	const double t0 = now_s();
+	if (list_open(c, &p->w, 0, model_id, n_params, base, target, p->f, n))
+		return -1;
+	p->state = PRE_WRITING;
+	p->ms = (now_s() - t0) * 1e3;
+	return 0;
+}
+
+/* More of p's entries, until the deadline (now_s(); 0: none); then the
+ * CRC and the sync. */
+static int pre_write(shim_changes *c, struct chg_pre *p, double until)
+{
+	const double t0 = now_s();
+	while (p->state == PRE_WRITING && p->next < p->nf) {
+		/* a frame carries at most BFP_CHANGES_MAX changes: 16 entries
+		 * a look at the clock */
+		uint32_t to = p->nf - p->next < 16 ? p->nf : p->next + 16;
+		list_entries(c, &p->w, p->f, p->next, to);
+		p->next = to;
+		if (until && p->next < p->nf && now_s() > until)
+			break;
+	}
+	if (p->state == PRE_WRITING && p->next == p->nf)
+		p->state = list_close(c, &p->w, p->target) ? PRE_FAILED : PRE_WRITTEN;
+	p->ms += (now_s() - t0) * 1e3;
+	return p->state == PRE_WRITING;
+}
+
+int changes_prep_step(shim_changes *c, double until)
+{
+	return c->pre ? pre_write(c, c->pre, until) : 0;
+}
+
+int changes_prep_place(shim_changes *c, const void *owner, uint32_t base, uint32_t target,
+		       double *ms)
+{
+	struct chg_pre *p = c->pre;
+	if (!p || p->owner != owner || p->base != base || p->target != target)
+		return -1;
+	pre_write(c, p, 0); /* what the preparation had no time for */
+	int rc = -1;
+	if (p->state == PRE_WRITTEN) {
+		p->state = PRE_FAILED; /* renamed or removed: nothing to drop */
+		rc = list_place(c, &p->w, target);
+		*ms = p->ms;
+	}
+	changes_prep_drop(c, owner);
 	return rc;
 }
 

@@ -3,9 +3,12 @@
  * lists"): after each commit, the flat positions and new 16-bit words of
  * every weight that changed, one file per target version in
  * BUFFER.changes/, so an inference engine applies a version into its own
- * tensors with one scatter per tensor. A commit records each frame's
- * positions as the apply hooks see them; the file is written (temporary,
- * then rename) before the buffer's version flips to its target.
+ * tensors with one scatter per tensor. A patch whose every frame was
+ * prepared while staged has its list written then, into a temporary that
+ * its commit renames into place; otherwise the commit records each
+ * frame's positions as the apply hooks see them and writes the file
+ * (temporary, then rename). Either way it is in place before the buffer's
+ * version flips to its target.
  */
 #ifndef BFP_SHIM_CHANGES_H
 #define BFP_SHIM_CHANGES_H
@@ -57,6 +60,9 @@ typedef struct shim_changes {
 	int (*dma_note)(void *, uint64_t, const uint32_t *, uint32_t);
 	void (*dma_retire)(void *);
 	void *dma_arg;
+	/* the list written for the staged patch that commits next, while it
+	 * was prepared (changes.c; NULL: none) */
+	struct chg_pre *pre;
 	/* counters */
 	uint64_t lists, changes, bytes, failed;
 	double ms_total, ms_max;
@@ -101,6 +107,27 @@ void changes_end(shim_changes *c);
  * chain starts over, and every older list removed. */
 int changes_key(shim_changes *c, uint64_t model_id, uint64_t n_params, uint32_t base,
 		uint32_t target);
+/* The list of a patch (owner: its staging record, an identity only) whose
+ * n frames were all prepared, their changes fc[i] (valid until
+ * changes_prep_drop or changes_prep_place): entries in range order, into
+ * target's temporary, a few at a time by changes_prep_step(). Replaces
+ * any other; 0, or -1 (then that patch's commit writes its list itself). */
+struct frame_changes;
+int changes_prep_start(shim_changes *c, const void *owner, uint64_t model_id,
+		       uint64_t n_params, uint32_t base, uint32_t target,
+		       const struct frame_changes *const *fc, uint32_t n);
+/* Write more of it until now_s() passes until; 1 if some is left. */
+int changes_prep_step(shim_changes *c, double until);
+/* Whether owner has a list started (written, being written, or failed). */
+int changes_prep_has(const shim_changes *c, const void *owner);
+/* Its preparation is gone (prepared changes dropped, the patch dropped or
+ * committed otherwise): remove the list written for owner (NULL: any). */
+void changes_prep_drop(shim_changes *c, const void *owner);
+/* In owner's commit from base to target, its prepared frames written and
+ * verified: finish its list and rename it into place; *ms: the time spent
+ * writing it. 0, or -1 (none: the commit writes it). Forgets it. */
+int changes_prep_place(shim_changes *c, const void *owner, uint32_t base, uint32_t target,
+		       double *ms);
 /* After the version flipped to target: remove all but the newest keep
  * lists up to target. */
 void changes_prune(shim_changes *c, uint32_t target);

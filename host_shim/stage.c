@@ -21,8 +21,10 @@
  * (decodes and verifies each frame against the buffer, which stays at
  * its base until then) and keeps its changes, 6 bytes per changed weight
  * within at most half of the same budget, dropped when frames need the
- * room; that commit then only writes values. Frames not prepared by then
- * are decoded and verified at the commit.
+ * room; that commit then only writes values. Once every frame is
+ * prepared, its change list (--changes) is written too, so the commit
+ * only renames it into place. Frames not prepared by then are decoded and
+ * verified at the commit, which then writes the list itself.
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -122,6 +124,7 @@ void stage_join(shim *s)
 
 static void slot_free(shim *s, slot *sl)
 {
+	changes_prep_drop(&s->chg, sl);
 	for (uint32_t i = 0; sl->frames && i < sl->cap; i++) {
 		free(sl->frames[i]);
 		free(sl->preps[i]);
@@ -252,6 +255,7 @@ void stage_nack(shim *s)
 /* Free every prepared change, to make room for frames. */
 static void drop_preps(shim *s)
 {
+	changes_prep_drop(&s->chg, NULL); /* its commit decodes: no list of it stands */
 	for (unsigned k = 0; k < SLOTS; k++) {
 		slot *sl = &s->slots[k];
 		for (uint32_t i = 0; sl->preps && i < sl->cap; i++) {
@@ -288,12 +292,38 @@ int stage_zws(shim *s)
 	return !n || s->zws;
 }
 
+/* Once every frame of sl is prepared, its change list is known: write it
+ * (--changes; a few entries a call, until now_s() passes until), so that
+ * its commit only renames it into place. 1 if some is left to write. */
+static int prepare_list(shim *s, slot *sl, double until)
+{
+	if (!s->chg.keep || !sl->count || sl->prepped != sl->count)
+		return 0;
+	if (!changes_prep_has(&s->chg, sl)) {
+		if (changes_ready(&s->chg, s->w.fd, sl->base))
+			return 0;
+		const frame_changes **fc = malloc((size_t)sl->count * sizeof(*fc));
+		if (!fc)
+			return 0;
+		for (uint32_t i = 0; i < sl->count; i++)
+			fc[i] = sl->preps[i] ? &sl->preps[i]->fc : NULL;
+		int rc = changes_prep_start(&s->chg, sl, s->w.h->model_id, s->w.h->n_params,
+					    sl->base, sl->target,
+					    (const struct frame_changes *const *)fc, sl->count);
+		free(fc);
+		if (rc)
+			return 0; /* its commit writes it */
+	}
+	return changes_prep_step(&s->chg, until);
+}
+
 /* Prepare frames of the patch that commits next while the actor still
  * runs on the buffer's version: decode and verify each against the
  * buffer (it stays at the base until this patch commits), keeping the
- * changes, so the commit only writes values. Works for at most budget_s;
- * returns 1 if frames are left to prepare. A frame that fails is dropped
- * (its NACK brings it again; nothing was written). */
+ * changes, so the commit only writes values; once all are, write its
+ * change list. Works for at most budget_s; returns 1 if frames are left
+ * to prepare or the list to write. A frame that fails is dropped (its
+ * NACK brings it again; nothing was written). */
 int stage_prepare_some(shim *s, double budget_s)
 {
 	if (s->no_prep || shim_state(s) != WBUF_READY)
@@ -303,9 +333,11 @@ int stage_prepare_some(shim *s, double budget_s)
 	slot *sl = next_slot(s, 0);
 	/* refusals that keep coming mean the buffer itself no longer holds
 	 * the base: stop here, and let the commit find it out and resync */
-	if (!sl || sl->key || sl->base != shim_version(s) || sl->prepped == sl->have ||
-	    sl->refused >= PREP_REFUSALS)
+	if (!sl || sl->key || sl->base != shim_version(s) || sl->refused >= PREP_REFUSALS)
 		return 0;
+	double t0 = now_s();
+	if (sl->prepped == sl->have)
+		return prepare_list(s, sl, t0 + budget_s);
 	if (!main_decoder(s)) {
 		s->no_prep = 1;
 		return 0;
@@ -314,7 +346,6 @@ int stage_prepare_some(shim *s, double budget_s)
 	memset(&o, 0, sizeof(o));
 	o.model_id = s->w.h->model_id;
 	o.base_version = sl->base;
-	double t0 = now_s();
 	uint32_t done = 0;
 	for (uint32_t i = 0; i < sl->hi; i++) {
 		/* a keyframe-coded frame of the patch (FORMAT.md 2.1 IN_PATCH)
@@ -375,7 +406,7 @@ int stage_prepare_some(shim *s, double budget_s)
 		s->staged_bytes += bytes;
 		s->prepared++;
 	}
-	return 0;
+	return prepare_list(s, sl, t0 + budget_s);
 }
 
 /* Commit sl from its prepared frames: the apply threads write their
@@ -534,11 +565,22 @@ static int commit(shim *s, slot *sl)
 		stage_join(s);
 		return 0;
 	}
-	/* the change list is in place before the version that names it */
-	char chg[80] = "";
+	/* the change list is in place before the version that names it: the
+	 * one written while every frame was prepared, if this commit wrote
+	 * exactly those frames' changes; else written now */
+	char chg[128] = "";
 	const uint64_t chg_before = s->chg.changes;
 	const double chg_t0 = now_s();
-	if (key && s->chg.keep && !changes_ready(&s->chg, s->w.fd, base))
+	double pre_ms = 0;
+	const int placed = !key && prepped && prepped == sl->count &&
+			   !changes_prep_place(&s->chg, sl, base, sl->target, &pre_ms);
+	changes_prep_drop(&s->chg, NULL); /* one of frames this commit did not write */
+	if (placed) {
+		changes_end(&s->chg);
+		snprintf(chg, sizeof(chg), ", change list of %" PRIu64 " weights (written while "
+			 "staged in %.1f ms, placed in %.1f ms)", s->chg.changes - chg_before,
+			 pre_ms, (now_s() - chg_t0) * 1e3);
+	} else if (key && s->chg.keep && !changes_ready(&s->chg, s->w.fd, base))
 		changes_key(&s->chg, s->w.h->model_id, s->w.h->n_params, base, sl->target);
 	else if (rec && !changes_write(&s->chg, s->w.h->model_id, s->w.h->n_params, base,
 				       sl->target))

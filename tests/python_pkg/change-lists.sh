@@ -11,7 +11,11 @@
 # is no longer kept, a damaged list (a flipped value, a file cut short,
 # another model's header), a keyframe resync and a commit finished by a
 # restarted shim raise ChangesUnavailable and touch no tensor; a missing
-# tensor raises KeyError first.
+# tensor raises KeyError first. A third shim commits at the actor's safe
+# point, so every frame is prepared first and each list is written then,
+# before its commit: those lists equal the others; one written for a
+# preparation that is then dropped (the buffer changed under it: the
+# commit fails verification, a keyframe resync follows) is never placed.
 set -u
 . "$(dirname "$0")/lib.sh"
 cat > "$T/model.py" <<'PYEOF'
@@ -117,10 +121,40 @@ if "$SHIM" --help | grep -q -- "--dma DEV"; then
 		> "$T/dma.log" 2>&1 &
 	PIDS="$PIDS $!"
 fi
+# and one that commits at the actor's safe point, its lists written
+# while the patches wait for it
+SP=$SHM.sp
+"$SHIM" $K --buffer "$SP" --init "$T/src/step-0000.safetensors" --upstream 127.0.0.1:$port \
+	--listen 127.0.0.1:$((port + 3)) --commit safe-point > "$T/sp.log" 2>&1 &
+SPPID=$!
+PIDS="$PIDS $SPPID"
+# sp_tmp V: the temporary of version V's list in the safe-point shim's
+# directory, written while its patch was prepared: wait for it
+sp_tmp() {
+	f=$SP.changes/.$(printf %010d "$1").chg.tmp
+	for _ in $(seq 300); do [ -f "$f" ] && return 0; sleep 0.1; done
+	return 1
+}
+sp_allow() {
+	$PY -c "import bfpatch, sys; bfpatch.WeightBuffer(sys.argv[1]).safe_point(timeout=60)" \
+		"$SP" || fail "the safe point of version $1"
+}
 for v in 1 2 3 4 5; do
 	step $v
 	[ -z "$dma" ] || wait_line "committed version $((v - 1)) -> $v: .*(dma)" "$T/dma.log" 300 ||
 		fail "version $v was not committed through dmadev"
+	wait_line "version $v staged; waiting" "$T/sp.log" 300 ||
+		fail "version $v was not staged at the safe-point shim"
+	if [ $v = 3 ]; then # keyframe-coded frames: known once written, in the commit
+		sp_allow $v
+		wait_line "committed version 2 -> 3: .*change list of [0-9]* weights in" "$T/sp.log" \
+			300 || fail "version 3's list was not written in its commit"
+	else
+		sp_tmp $v || fail "version $v's list was not written while its patch was prepared"
+		sp_allow $v
+		wait_line "committed version $((v - 1)) -> $v: .*written while staged" "$T/sp.log" \
+			300 || fail "version $v's list, written while staged, was not placed"
+	fi
 done
 grep -q "change list of" "$T/shim.log" || fail "the shim wrote no change lists"
 
@@ -175,6 +209,16 @@ if len(sys.argv) > 3:  # the DMA commit's lists: the same changes
     assert dbuf.apply_changes(a, 2) == 5
     assert all(a[n].tobytes() == want[n].tobytes() for n in want)
     print("ok - a shim committing through dmadev writes the same lists")
+sbuf = bfpatch.WeightBuffer(SHM + ".sp")
+for v in (2, 3, 4, 5):  # written while staged (2, 4, 5) and in the commit (3)
+    c, d = buf.changes(v, torch=False), sbuf.changes(v, torch=False)
+    assert (c.base, c.version, sorted(c)) == (d.base, d.version, sorted(d)), v
+    for name in c:
+        assert all(x.tobytes() == y.tobytes() for x, y in zip(c[name], d[name])), (v, name)
+a = step_t(1)
+assert sbuf.apply_changes(a, 1) == 5
+assert all(a[n].tobytes() == want[n].tobytes() for n in want)
+print("ok - lists written while the patches were staged are the same lists")
 try:
     import torch
 except ImportError:
@@ -260,6 +304,42 @@ PYEOF
 publish 6
 wait_line "committed version .* -> 6 (keyframe resync" "$T/shim.log" 600 ||
 	fail "no keyframe resync to version 6"
+# the safe-point shim: version 6's list is written while its patch waits;
+# then the actor writes into a weight, and the commit fails verification
+wait_line "version 6 staged; waiting" "$T/sp.log" 300 ||
+	fail "version 6 was not staged at the safe-point shim"
+sp_tmp 6 || fail "version 6's list was not written while its patch was prepared"
+$PY - "$SP" <<'PYEOF' || fail "tampering"
+import bfpatch
+import sys
+buf = bfpatch.WeightBuffer(sys.argv[1])
+buf.tensor("embed.weight", writable=True).reshape(-1)[:64] ^= 0x40
+PYEOF
+sp_allow 6
+wait_line "committed version .* -> 6 (keyframe resync" "$T/sp.log" 600 ||
+	fail "no keyframe resync to version 6 at the safe-point shim"
+grep -q "commit 5 -> 6 failed verification" "$T/sp.log" ||
+	fail "the safe-point shim's commit to 6 did not fail verification"
+$PY - "$T" "$SP" <<'PYEOF' || fail "a list of a dropped preparation"
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from model import *
+import bfpatch
+T, SP = sys.argv[1:3]
+buf = bfpatch.WeightBuffer(SP)
+assert buf.version == 6, buf.version
+assert sorted(os.listdir(SP + ".changes")) == ["0000000006.chg"], os.listdir(SP + ".changes")
+assert bfpatch.changes.read_list(buf, 6, None, 6).flags & bfpatch.changes.F_KEY
+a = read("%s/src/step-0005.safetensors" % T)
+try:
+    buf.apply_changes(a, 5)
+    raise SystemExit("the list written while a dropped preparation waited was placed")
+except bfpatch.ChangesUnavailable as x:
+    assert "keyframe resync" in str(x) and (x.have, x.want) == (5, 6), x
+    print("ok - a list written for a preparation then dropped is removed, never placed (%s)"
+          % x)
+PYEOF
+kill "$SPPID"
 step 7
 $PY - "$T" "$SHM" <<'PYEOF' || fail "after a keyframe resync"
 import os, sys
