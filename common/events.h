@@ -8,6 +8,8 @@
 
 typedef struct events {
 	int fd;            /* -1: logging off, every call is a no-op */
+	int echo;          /* 1 + a descriptor each line also goes to (a
+			    * program's -v: stderr); 0: none */
 	char src[16];
 	char id[48];
 } events;
@@ -21,6 +23,10 @@ int events_open(events *e, const char *path, const char *src, const char *id);
  * "\"version\":%u", or NULL. Lines longer than 1 KiB are dropped. */
 void events_emit(events *e, const char *ev, const char *fields, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* Also write every line to fd (e.g. 2 for stderr), with or without a
+ * log file; events_open sets none. */
+void events_echo(events *e, int fd);
 
 void events_close(events *e);
 

@@ -252,7 +252,7 @@ static void remove_unheld(const pub_history *h)
 	if (d)
 		closedir(d);
 	if (removed)
-		fprintf(stderr, "bfpatch publish: history: removed %u patch file(s) not held (past "
+		pub_info("bfpatch publish: history: removed %u patch file(s) not held (past "
 			"--keep %u, another model's, or not of these checkpoints)\n", removed, h->keep);
 }
 
@@ -270,7 +270,7 @@ void history_load(pub_history *h, uint64_t model_id, uint32_t ver, const model *
 			char path[PATH_MAX];
 			snprintf(path, sizeof(path), "%s/%s", h->dir, e->d_name);
 			if (unlink(path) == 0)
-				fprintf(stderr, "bfpatch publish: history: removed %s, left by a "
+				pub_info("bfpatch publish: history: removed %s, left by a "
 					"publisher that stopped while writing it\n", e->d_name);
 			continue;
 		}
@@ -300,7 +300,7 @@ void history_load(pub_history *h, uint64_t model_id, uint32_t ver, const model *
 	if (d)
 		closedir(d);
 	for (unsigned i = 0; i < h->n; i++)
-		fprintf(stderr, "bfpatch publish: holds patch %u -> %u from %s\n", h->base[i],
+		pub_info("bfpatch publish: holds patch %u -> %u from %s\n", h->base[i],
 			h->ver[i], h->dir);
 	if (resume)
 		remove_unheld(h);
@@ -322,7 +322,7 @@ int history_add(pub_history *h, const model *mb, const model *mt, uint32_t b, ui
 	unsigned slot = history_evict(h, &old_base, &old_ver);
 	h->p[slot] = p;
 	history_hold(h, slot, b, t);
-	fprintf(stderr, "bfpatch publish: holds patch %u -> %u, made from the checkpoints\n", b, t);
+	pub_info("bfpatch publish: holds patch %u -> %u, made from the checkpoints\n", b, t);
 	history_put(h, slot, old_base, old_ver);
 	return 0;
 }

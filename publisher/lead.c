@@ -181,7 +181,7 @@ int lead_open(publisher *P)
 	}
 	char at[32];
 	pub_peer_str(&a, at, sizeof(at));
-	fprintf(stderr, "bfpatch publish: lead of %u ranks at TCP %s: version %u from %s, %" PRIu64
+	pub_info("bfpatch publish: lead of %u ranks at TCP %s: version %u from %s, %" PRIu64
 		" parameters, %zu tensors\n", L->n, at, P->ver, cf->init, P->cur.n_params,
 		P->cur.n_tensors);
 	return 0;
@@ -342,7 +342,7 @@ static void lead_hello(publisher *P, unsigned k)
 	rl_put64(b + 16, session);
 	memcpy(b + 24, nonce, 16);
 	r->links++;
-	fprintf(stderr, "bfpatch publish: rank %u linked from %s at version %u\n", rank, r->peer,
+	pub_info("bfpatch publish: rank %u linked from %s at version %u\n", rank, r->peer,
 		ver);
 	events_emit(&P->ev, "rank_linked", "\"rank\":%u,\"peer\":\"%s\",\"version\":%u", rank,
 		    r->peer, ver);
@@ -833,7 +833,7 @@ static int lead_merge(publisher *P, uint32_t t)
 		events_emit(&P->ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
 			    "\"subscribers\":%u", t, p->n, p->len, P->n_subs);
 	const double x = (double)P->cur.n_params * 2 / (double)(p->len ? p->len : 1);
-	fprintf(stderr, "bfpatch publish: version %u -> %u from %u ranks: %zu frames, %zu bytes "
+	pub_info("bfpatch publish: version %u -> %u from %u ranks: %zu frames, %zu bytes "
 		"(%.1fx smaller than dense); ranks' encode %.1f ms (slowest), tiled, verified "
 		"and applied in %.1f ms, sent in %.1f ms, %u subscriber(s)\n", P->ver, t, L->n, p->n, p->len, x,
 		enc_ms, (t1 - t0) * 1e3, (t2 - t1) * 1e3, P->n_subs);
@@ -919,7 +919,7 @@ void lead_print_stats(publisher *P)
 	pub_lead *L = P->lead;
 	if (!L)
 		return;
-	fprintf(stderr, "bfpatch publish: lead of %u ranks: %" PRIu64 " versions merged, %" PRIu64
+	pub_info("bfpatch publish: lead of %u ranks: %" PRIu64 " versions merged, %" PRIu64
 		" refused, %" PRIu64 " rank links refused; ranks' encode per version: %.1f ms mean "
 		"(the slowest rank's), tiling, verification and apply %.1f ms mean\n", L->n, L->versions,
 		L->refused, L->links_refused,
@@ -927,7 +927,7 @@ void lead_print_stats(publisher *P)
 		L->versions ? L->merge_ms_sum / (double)L->versions : 0.0);
 	for (unsigned i = 0; i < L->n; i++) {
 		const pub_rank *r = &L->r[i];
-		fprintf(stderr, "bfpatch publish:   rank %u: %s, %" PRIu64 " links, %" PRIu64
+		pub_info("bfpatch publish:   rank %u: %s, %" PRIu64 " links, %" PRIu64
 			" versions received, %" PRIu64 " frames, %" PRIu64 " bytes, %" PRIu64
 			" refused, last encode %.1f ms\n", i, r->c.fd >= 0 ? "linked" : "not linked",
 			r->links, r->versions, r->frames, r->bytes, r->refused, r->last_encode_ms);

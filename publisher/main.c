@@ -30,6 +30,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,17 @@
 #include "publisher.h"
 
 volatile sig_atomic_t pub_quit, pub_dump_stats;
+int pub_verbosity = 1;
+
+void pub_info(const char *fmt, ...)
+{
+	if (!pub_verbosity)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+}
 static void on_signal(int s)
 {
 	(void)s;
@@ -56,7 +68,7 @@ static void on_usr1(int s)
 /* The counters, on stderr: at exit and on SIGUSR1. */
 static void pub_print_stats(const publisher *P, uint32_t ver)
 {
-	fprintf(stderr, "bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
+	pub_info("bfpatch publish: at version %u; sent %" PRIu64 " frames (%" PRIu64
 		" bytes), %" PRIu64 " NACKs answered with %" PRIu64 " frames, %" PRIu64
 		" keyframe streams, %" PRIu64 " history write errors, %" PRIu64 " control messages "
 		"refused (authentication: %" PRIu64 " stale, %" PRIu64 " future, %" PRIu64
@@ -72,7 +84,7 @@ static void pub_print_stats(const publisher *P, uint32_t ver)
 		P->auth.ctl[RP_AUTH_MISSING], P->auth.evicted, P->nack_limited, P->ctl_bad,
 		P->other_model, P->other_run, P->n_subs);
 	if (P->enc_versions)
-		fprintf(stderr, "bfpatch publish: encode per version: %.1f ms mean over %" PRIu64
+		pub_info("bfpatch publish: encode per version: %.1f ms mean over %" PRIu64
 			" versions\n", P->enc_ms_sum / (double)P->enc_versions, P->enc_versions);
 	lead_print_stats((publisher *)P);
 }
@@ -141,7 +153,7 @@ static int pub_open_keys(publisher *P)
 		char r[17];
 		P->auth.run = rp_auth_new_run();
 		rp_auth_run_str(P->auth.run, r);
-		fprintf(stderr, "bfpatch publish: publisher run %s\n", r);
+		pub_info("bfpatch publish: publisher run %s\n", r);
 	}
 	return 0;
 }
@@ -192,6 +204,8 @@ int publisher_open(publisher *P, const publish_config *cf)
 			strerror(errno));
 		return 1;
 	}
+	if (cf->verbosity > 1)
+		events_echo(&P->ev, 2);
 	if (!cf->lead && pub_open_socket(P)) /* a rank has no subscribers */
 		return 1;
 	/* from here, before the first version loads (which, with --resume,
@@ -218,7 +232,7 @@ int publisher_open(publisher *P, const publish_config *cf)
 static void pub_say_start(publisher *P)
 {
 	const publish_config *cf = P->cf;
-	fprintf(stderr, "bfpatch publish: version %u from %s, %" PRIu64 " parameters%s\n", P->ver,
+	pub_info("bfpatch publish: version %u from %s, %" PRIu64 " parameters%s\n", P->ver,
 		cf->n_ranks ? "the ranks" : cf->buffer ? cf->buffer : cf->dir, P->cur.n_params,
 		cf->keyframes ? ", keyframes only" : "");
 	events_emit(&P->ev, "start", "\"params\":%" PRIu64 ",\"model_id\":\"%016" PRIx64
@@ -255,14 +269,14 @@ static int pub_next(publisher *P, double t, int catching_up, model *nw, uint32_t
 		/* --wait-subscribers: a gate at the start only (a subscriber
 		 * that goes later must not stop the others) */
 		if (!P->gate_said) {
-			fprintf(stderr, "bfpatch publish: waiting for %u subscriber(s) to JOIN before "
+			pub_info("bfpatch publish: waiting for %u subscriber(s) to JOIN before "
 				"publishing (--wait-subscribers)\n", cf->wait_subs);
 			P->gate_said = 1;
 		}
 		return 0;
 	}
 	if (!P->gate_open && cf->wait_subs)
-		fprintf(stderr, "bfpatch publish: %u subscriber(s) joined; publishing\n", P->n_subs);
+		pub_info("bfpatch publish: %u subscriber(s) joined; publishing\n", P->n_subs);
 	P->gate_open = 1;
 	if (P->lead)
 		return 0; /* its versions come from the ranks (lead_step) */
@@ -329,7 +343,7 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 		snprintf(sent, sizeof(sent), "sending cut short by a signal");
 	else
 		snprintf(sent, sizeof(sent), "sent in %.1f ms", (t2 - sc.t0) * 1e3);
-	fprintf(stderr, "bfpatch publish: version %u -> %u: %.3f%% changed, %zu frames, %zu bytes "
+	pub_info("bfpatch publish: version %u -> %u: %.3f%% changed, %zu frames, %zu bytes "
 		"(%.*fx %s than dense); first frame out after %.1f ms, encoded in %.1f ms, %s, %u "
 		"subscriber(s)\n", ver, nver, 100.0 * (double)changed / (double)nw->n_params, p->n,
 		p->len, x >= 1 ? 1 : 2, x >= 1 ? x : 1 / x, x >= 1 ? "smaller" : "larger",
@@ -401,6 +415,7 @@ int cmd_publish(int argc, char **argv)
 	int rc = publish_parse_args(argc, argv, &cf);
 	if (rc || cf.help)
 		return rc;
+	pub_verbosity = cf.verbosity;
 	publisher *P = calloc(1, sizeof(*P)); /* its rp_auth's replay memory: about 270 KB */
 	if (!P)
 		return die("publish", "out of memory");

@@ -68,7 +68,9 @@ const char publish_usage[] =
 	"                            unauthenticated JOINs and NACKs from anyone who\n"
 	"                            can reach --listen and sends unsigned frames\n"
 	"  -E, --events FILE         append JSON-lines events (docs/EVENTS.md)\n"
-	"  -N, --name NAME           this publisher's name in the events (publish)\n";
+	"  -N, --name NAME           this publisher's name in the events (publish)\n"
+	"  -q, --quiet               nothing on stderr but warnings and errors\n"
+	"  -v, --verbose             also every event (the lines --events writes)\n";
 
 /* the rest of the usage: the sharded trainers' options (one string of
  * all would pass the 4095 bytes C99 promises) */
@@ -124,6 +126,7 @@ static const struct option long_opts[] = {
 	{"init-version", required_argument, 0, OPT_INIT_VERSION},
 	{"lead", required_argument, 0, OPT_LEAD}, {"rank", required_argument, 0, OPT_RANK},
 	{"owned", required_argument, 0, OPT_OWNED},
+	{"quiet", no_argument, 0, 'q'}, {"verbose", no_argument, 0, 'v'},
 	{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 
 /* A number in lo..hi for opt into *out: 0, or 2 after the message. */
@@ -191,6 +194,8 @@ static int parse_one(publish_config *cf, int c, const char *arg)
 	case 'L': return opt_u32("--linger", arg, 0, 86400, &cf->linger_s);
 	case 'E': cf->events_path = arg; return 0;
 	case 'N': cf->name = arg; return 0;
+	case 'q': cf->verbosity = 0; return 0;
+	case 'v': cf->verbosity = 2; return 0;
 	case 'A': opt_key(cf, arg); return 0;
 	case 'I': cf->insecure = 1; return 0;
 	case 'W': cf->peer_keys = arg; return 0;
@@ -307,13 +312,14 @@ int publish_parse_args(int argc, char **argv, publish_config *cf)
 	cf->rate_bps = 1000000000ull;
 	cf->frame_size = BFP_FRAME_SIZE_DEFAULT;
 	cf->keep = 4;
+	cf->verbosity = 1;
 	cf->nack_rate = 65536;
 	cf->steps = UINT32_MAX;
 	cf->linger_s = 5;
 	cf->key_flags = BFP_ENC_F_KEY_EXP;
 	cf->name = "publish";
 	int c;
-	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:h", long_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:qvh", long_opts, NULL)) != -1) {
 		if (c == 'h') {
 			pub_print_usage(stdout);
 			cf->help = 1;

@@ -30,6 +30,12 @@ enum { SEND_BATCH = 32 };
 /* Set by the signal handlers (main.c), read by the loops that wait. */
 extern volatile sig_atomic_t pub_quit, pub_dump_stats;
 
+/* What the publisher says that is neither a warning nor an error (its
+ * progress, its summaries) goes through pub_info: to stderr unless -q.
+ * main sets pub_verbosity from the options once, before anything runs. */
+extern int pub_verbosity;
+void pub_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* ---- configuration (options.c) ---- */
 
 typedef struct publish_config {
@@ -74,6 +80,7 @@ typedef struct publish_config {
 	int rank_given;
 	const char *owned;
 	int help;                 /* --help: the usage is printed, nothing to run */
+	int verbosity;            /* 0 -q, 1, 2 -v */
 } publish_config;
 
 extern const char publish_usage[];

@@ -386,7 +386,7 @@ static int rank_connect(rank_state *R)
 		const uint32_t lv = rl_get32(m.body + 4);
 		rl_consume(c, &m);
 		R->connects++;
-		fprintf(stderr, "bfpatch publish: rank %u: linked to the lead at %s (lead at "
+		pub_info("bfpatch publish: rank %u: linked to the lead at %s (lead at "
 			"version %u, this rank at %u)\n", cf->rank, cf->lead, lv, P->ver);
 		if (lv != P->ver)
 			fprintf(stderr, "bfpatch publish: rank %u: the lead is at version %u, this "
@@ -481,7 +481,7 @@ static void rank_send(rank_state *R)
 	if (R->c.fd >= 0 && rl_send(&R->c, RL_END, end, sizeof(end), 0))
 		rank_close_conn(R);
 	const int sent = R->c.fd >= 0;
-	fprintf(stderr, "bfpatch publish: rank %u: version %u -> %u: %zu tensors' %" PRIu64
+	pub_info("bfpatch publish: rank %u: version %u -> %u: %zu tensors' %" PRIu64
 		" parameters encoded in %.1f ms, %zu frames, %zu bytes %s\n", P->cf->rank, P->ver,
 		R->nver, R->n_r, R->owned_params, R->enc_ms, p->n, p->len,
 		sent ? "sent to the lead" : "not sent (link lost): sent again once linked");
@@ -527,7 +527,7 @@ static int rank_publish(rank_state *R, model *nw, uint32_t nver)
 static void rank_print_stats(const rank_state *R)
 {
 	const publisher *P = R->P;
-	fprintf(stderr, "bfpatch publish: rank %u at version %u: %" PRIu64 " versions sent to the "
+	pub_info("bfpatch publish: rank %u at version %u: %" PRIu64 " versions sent to the "
 		"lead (%" PRIu64 " frames, %" PRIu64 " bytes), %" PRIu64 " committed, %" PRIu64
 		" refused, %" PRIu64 " links; %zu tensors, %" PRIu64 " of %" PRIu64
 		" parameters owned; encode per version: %.1f ms mean over %" PRIu64 "\n",
@@ -571,7 +571,7 @@ int rank_run(publisher *P)
 	for (size_t i = 0; i < R.n_r; i++)
 		R.owned_params += R.r[i].end - R.r[i].begin;
 	if (!rc)
-		fprintf(stderr, "bfpatch publish: rank %u of the lead at %s: version %u from %s, "
+		pub_info("bfpatch publish: rank %u of the lead at %s: version %u from %s, "
 			"%" PRIu64 " of %" PRIu64 " parameters owned (%zu tensors%s)\n", cf->rank,
 			cf->lead, P->ver, cf->buffer ? cf->buffer : cf->dir, R.owned_params,
 			P->cur.n_params, R.names ? R.n_names : P->cur.n_tensors,

@@ -67,7 +67,7 @@ static void source_follow_buffer(source *S, uint32_t ver)
 		return;
 	}
 	uint32_t v = atomic_load(&nw.h->version);
-	fprintf(stderr, "bfpatch publish: %s was replaced; following the new buffer (at version "
+	pub_info("bfpatch publish: %s was replaced; following the new buffer (at version "
 		"%u)\n", S->path, v);
 	if (v <= ver)
 		fprintf(stderr, "bfpatch publish: the new buffer is at version %u, not past version "
@@ -184,7 +184,7 @@ int source_next(source *S, const model *cur, uint32_t ver, model *nw, uint32_t *
 			if (f < 0) {
 				fail_note(S, next, t);
 			} else if (t - S->fail[f].said > 10) {
-				fprintf(stderr, "bfpatch publish: waiting for %s: %s\n", path, err);
+				pub_info("bfpatch publish: waiting for %s: %s\n", path, err);
 				S->fail[f].said = t;
 			}
 			return 0;
@@ -314,7 +314,7 @@ int source_open(source *S, const publish_config *cf, model *cur, uint32_t *ver_o
 		if (!busy && model_load(cur, path, err, sizeof(err)) == 0)
 			break;
 		if (cf->resume && ver > first) {
-			fprintf(stderr, "bfpatch publish: %s is not whole yet (%s); starting at the "
+			pub_info("bfpatch publish: %s is not whole yet (%s); starting at the "
 				"step before\n", path, busy ? "still being written" : err);
 			/* the step before that is there (a trainer that keeps
 			 * every k-th step leaves gaps) */
@@ -326,7 +326,7 @@ int source_open(source *S, const publish_config *cf, model *cur, uint32_t *ver_o
 			continue;
 		}
 		if (now_s() - said > 10) {
-			fprintf(stderr, "bfpatch publish: waiting for %s (%s)\n", path,
+			pub_info("bfpatch publish: waiting for %s (%s)\n", path,
 				busy ? "still being written" : err);
 			said = now_s();
 		}

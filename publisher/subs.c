@@ -137,10 +137,10 @@ static pub_sub *sub_join(publisher *P, const struct sockaddr_in *from, const rp_
 	char peer[64];
 	pub_peer_str(&s->data, peer, sizeof(peer));
 	if (c->version == RP_VERSION_NONE)
-		fprintf(stderr, "bfpatch publish: subscriber %s joined with no usable version\n",
+		pub_info("bfpatch publish: subscriber %s joined with no usable version\n",
 			peer);
 	else
-		fprintf(stderr, "bfpatch publish: subscriber %s joined at version %u\n", peer,
+		pub_info("bfpatch publish: subscriber %s joined at version %u\n", peer,
 			c->version);
 	events_emit(&P->ev, "subscriber", "\"peer\":\"%s\",\"version\":%u", peer, c->version);
 	return s;
@@ -191,7 +191,7 @@ void pub_control(publisher *P)
 		if (t - P->subs[i].last_seen > SUB_TIMEOUT_S) {
 			char peer[64];
 			pub_peer_str(&P->subs[i].data, peer, sizeof(peer));
-			fprintf(stderr, "bfpatch publish: subscriber %s silent for %.0f s, dropped\n",
+			pub_info("bfpatch publish: subscriber %s silent for %.0f s, dropped\n",
 				peer, SUB_TIMEOUT_S);
 			sub_drop(P, i--);
 		}
@@ -260,7 +260,7 @@ void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts 
 		char at_v[32] = "no usable version";
 		if (!none)
 			snprintf(at_v, sizeof(at_v), "version %u", s->version);
-		fprintf(stderr, "bfpatch publish: keyframe stream of version %u (%zu frames) to %s "
+		pub_info("bfpatch publish: keyframe stream of version %u (%zu frames) to %s "
 			"at %s\n", kv, P->hist.key.n, peer, at_v);
 		events_emit(&P->ev, "keyframe", "\"version\":%u,\"peer\":\"%s\",\"frames\":%zu,"
 			    "\"bytes\":%zu", kv, peer, P->hist.key.n, P->hist.key.len);
