@@ -16,6 +16,7 @@ too old or broken by a keyframe resync raises ChangesUnavailable, and the
 actor reloads the tensors instead.
 """
 import errno
+import mmap
 import os
 import struct
 import zlib
@@ -33,6 +34,7 @@ E_DENSE = 1      # every position of the range (a keyframe-coded frame)
 _HDR = struct.Struct("<8sIIQQQQIIII")
 # begin, range_len, n, flags, reserved
 _REC = struct.Struct("<QIIII")
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # map a list's pages in one call
 
 
 class ChangesUnavailable(LookupError):
@@ -81,15 +83,18 @@ class ChangeList(Mapping[str, Tuple[Any, Any]]):
 
 
 class _Raw:
-    """One list file, checked: flat word positions and their new words,
+    """One list file, checked: word positions (int64) and their new words,
     entry by entry (ranges in order; positions in no order inside one):
-    entry k's are pos[cum[k]:cum[k + 1]], inside [rb[k], re[k])."""
+    entry k's are pos[cum[k]:cum[k + 1]], inside [rb[k], re[k]). The
+    positions of the entries of a tensor t with fast[t] (_sort) are
+    relative to the tensor's first word, all others are absolute."""
 
     def __init__(self, flags: int, base: int, target: int, pos: Any, val: Any, rb: Any,
                  re: Any, cum: Any) -> None:
         self.flags, self.base, self.target, self.pos, self.val = flags, base, target, pos, val
         self.rb, self.re, self.cum = rb, re, cum
         self.dense = 0  # entries of every position of their range
+        self.fast: Any = None
 
 
 def directory(buffer_path: str) -> str:
@@ -103,12 +108,20 @@ def list_path(buffer_path: str, version: int) -> str:
 
 def read_list(buf: Any, version: int, have: Optional[int], want: int) -> _Raw:
     """The list file of `version` beside buf (a WeightBuffer), checked
-    whole; raises ChangesUnavailable when there is none or it is damaged."""
+    whole; raises ChangesUnavailable when there is none or it is damaged.
+    The file is mapped (lists are replaced by rename, never rewritten in
+    place), checked, and its positions and values copied out once: a
+    list's positions as int64 and its values, ready for index_copy_."""
     import numpy as np
     path = list_path(buf.path, version)
     try:
         with open(path, "rb") as f:
-            d = f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size < _HDR.size:
+                d: Any = f.read()
+            else:
+                d = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | _POPULATE,
+                              prot=mmap.PROT_READ)
     except OSError as x:
         if x.errno != errno.ENOENT:
             raise ChangesUnavailable("%s: %s" % (path, x.strerror), have, want) from None
@@ -124,7 +137,18 @@ def read_list(buf: Any, version: int, have: Optional[int], want: int) -> _Raw:
             why = ("history too short: the change list of version %d is no longer kept "
                    "(bfpatch-shim --changes N keeps the last N versions)" % version)
         raise ChangesUnavailable(why, have, want) from None
+    try:
+        return _parse(buf, version, have, want, path, d, np)
+    finally:
+        if isinstance(d, mmap.mmap):
+            try:
+                d.close()
+            except BufferError:  # a view of it still held by a traceback
+                pass
 
+
+def _parse(buf: Any, version: int, have: Optional[int], want: int, path: str, d: Any,
+           np: Any) -> _Raw:
     def bad(what: str) -> ChangesUnavailable:
         return ChangesUnavailable("damaged change list %s: %s; not applied" % (path, what),
                                   have, want)
@@ -135,7 +159,9 @@ def read_list(buf: Any, version: int, have: Optional[int], want: int) -> _Raw:
      crc) = _HDR.unpack_from(d, 0)
     if magic != MAGIC or layout != LAYOUT:
         raise bad("not a bfpatch change list (magic %r, layout %d)" % (magic, layout))
-    if zlib.crc32(memoryview(d)[_HDR.size:], zlib.crc32(memoryview(d)[:_HDR.size - 4])) != crc:
+    with memoryview(d) as m:
+        ok = zlib.crc32(m[_HDR.size:], zlib.crc32(m[:_HDR.size - 4])) == crc
+    if not ok:
         raise bad("CRC-32 mismatch")
     if model_id != buf.model_id or n_params != buf.n_params:
         raise bad("of model %016x with %d parameters, the buffer holds %016x with %d"
@@ -147,12 +173,16 @@ def read_list(buf: Any, version: int, have: Optional[int], want: int) -> _Raw:
         raise bad("version %d -> %d, flags %#x, named %d" % (base, target, flags, version))
     if flags and (n_ranges or n_changes or len(d) != _HDR.size):
         raise bad("a record without changes that holds some")
-    pos, val, rb, re = [], [], [], []
+    # the records: their fields and where their data lie (one unpack and
+    # a few comparisons each; the data are looked at whole below)
+    size = len(d)
+    rb, re, ns, ds, offs = [], [], [], [], []
+    unpack = _REC.unpack_from
     off, end, total, n_dense = _HDR.size, 0, 0, 0
     for _ in range(n_ranges):
-        if off + _REC.size > len(d):
+        if off + _REC.size > size:
             raise bad("cut short")
-        begin, rlen, n, eflags, resv = _REC.unpack_from(d, off)
+        begin, rlen, n, eflags, resv = unpack(d, off)
         off += _REC.size
         dense = eflags == E_DENSE
         if (eflags & ~E_DENSE) or resv or begin < end or begin + rlen > n_params or \
@@ -160,43 +190,120 @@ def read_list(buf: Any, version: int, have: Optional[int], want: int) -> _Raw:
             raise bad("range [%d, +%d) of %d changes (flags %#x) out of order or bounds"
                       % (begin, rlen, n, eflags))
         body = n * (2 if dense else 6)
-        if off + body > len(d):
+        if off + body > size:
             raise bad("cut short")
-        if dense:
-            n_dense += 1
-            pos.append(np.arange(begin, begin + n, dtype=np.uint64))
-        else:
-            o = np.frombuffer(d, dtype="<u4", count=n, offset=off)
-            if n and int(o.max()) >= rlen:
-                raise bad("a change past its range [%d, +%d)" % (begin, rlen))
-            pos.append(o.astype(np.uint64) + np.uint64(begin))
-            off += 4 * n
-        val.append(np.frombuffer(d, dtype="<u2", count=n, offset=off))
-        off += 2 * n + (-body % 8)
+        n_dense += dense
         end = begin + rlen
-        total += n
         rb.append(begin)
         re.append(end)
-    if off != len(d) or total != n_changes:
+        ns.append(n)
+        ds.append(dense)
+        offs.append(off)
+        off += body + (-body % 8)
+        total += n
+    if off != size or total != n_changes:
         raise bad("%d bytes and %d changes, its header says %d and %d"
-                  % (len(d), total, off, n_changes))
-    p = np.concatenate(pos) if pos else np.zeros(0, np.uint64)
-    v = np.concatenate(val) if val else np.zeros(0, np.uint16)
-    cum = np.zeros(len(pos) + 1, np.int64)
-    np.cumsum([len(x) for x in pos], out=cum[1:])
-    r = _Raw(flags, base, target, p, v, np.array(rb, np.uint64), np.array(re, np.uint64), cum)
+                  % (size, total, off, n_changes))
+    # off is a multiple of 8 (the header's 64 bytes, records padded to 8)
+    u4 = np.frombuffer(d, dtype="<u4", offset=_HDR.size)
+    u2 = np.frombuffer(d, dtype="<u2", offset=_HDR.size)
+    R = len(rb)
+    rb_a = np.array(rb, np.int64)
+    re_a = np.array(re, np.int64)
+    n_a = np.array(ns, np.int64)
+    sparse = np.flatnonzero((n_a > 0) & ~np.array(ds, bool))
+    if sparse.size:  # every offset below its range's length: one pass
+        o4 = (np.array(offs, np.int64)[sparse] - _HDR.size) // 4
+        cuts = np.empty(2 * sparse.size, np.int64)
+        cuts[0::2], cuts[1::2] = o4, o4 + n_a[sparse]
+        # (an offset array is always followed by its values: cuts < len)
+        top = np.maximum.reduceat(u4, cuts)[0::2]
+        over = np.flatnonzero(top >= (re_a - rb_a)[sparse])
+        if over.size:
+            k = int(sparse[over[0]])
+            raise bad("a change past its range [%d, +%d)" % (rb[k], re[k] - rb[k]))
+    fast, rel, t_of = _sort(buf, rb_a, re_a, np)
+    delta = rb_a.copy()
+    if rel.any():
+        delta[rel] -= _layout(buf, np)[1][t_of[rel]]
+    cum = np.zeros(R + 1, np.int64)
+    np.cumsum(n_a, out=cum[1:])
+    pos = np.empty(total, np.int64)
+    vals = []
+    ar = None
+    for k in range(R):
+        n = ns[k]
+        if not n:
+            continue
+        c, o, dl = int(cum[k]), (offs[k] - _HDR.size), int(delta[k])
+        if ds[k]:
+            if ar is None or len(ar) < n:
+                ar = np.arange(max(n, 1 << 16), dtype=np.int64)
+            np.add(ar[:n], dl, out=pos[c:c + n])
+            vals.append(u2[o // 2:o // 2 + n])
+        else:
+            np.add(u4[o // 4:o // 4 + n], dl, out=pos[c:c + n], dtype=np.int64)
+            vals.append(u2[(o + 4 * n) // 2:(o + 4 * n) // 2 + n])
+    val = np.concatenate(vals) if vals else np.zeros(0, np.uint16)
+    del vals, u4, u2
+    r = _Raw(flags, base, target, pos, val, rb_a, re_a, cum)
+    r.fast = fast
     r.dense = n_dense
     return r
 
 
+def _layout(buf: Any, np: Any) -> Tuple[List[str], Any, Any, Any, Any]:
+    """buf's tensors that hold bytes, in the order of their data: names,
+    then as arrays their first and end words (a tensor at bytes [b, e)
+    holds words b/2 to (e+1)/2), whether it is 16-bit at an even offset
+    (its elements are the words), and whether the tensors are disjoint
+    (else no list is read by tensor runs, see _sort). Kept on buf."""
+    got = getattr(buf, "_chg_layout", None)
+    if got is None:
+        ts = [(b, e, n, st) for n, (st, _, b, e) in buf.tensors.items() if e > b]
+        ts.sort()
+        wlo = np.array([b // 2 for b, _, _, _ in ts], np.int64)
+        whi = np.array([(e + 1) // 2 for _, e, _, _ in ts], np.int64)
+        w16 = np.array([_dt.itemsize(st) == 2 and b % 2 == 0 for b, _, _, st in ts], bool)
+        disjoint = all(ts[i][1] <= ts[i + 1][0] for i in range(len(ts) - 1))
+        got = ([n for _, _, n, _ in ts], wlo, whi, w16, disjoint)
+        buf._chg_layout = got
+    return got
+
+
+def _sort(buf: Any, rb: Any, re: Any, np: Any) -> Tuple[Any, Any, Any]:
+    """Which of buf's tensors (_layout) take a list's entries (ranges
+    [rb, re)) by runs: a 16-bit tensor at an even offset whose entries all
+    lie inside it, each meeting no other tensor; their entries' positions
+    are kept relative to the tensor, so its indices are one slice of the
+    list's. Returns fast (per tensor), rel (per entry: relative to
+    tensor t_of) and t_of."""
+    names, wlo, whi, w16, disjoint = _layout(buf, np)
+    T = len(names)
+    if not T or not len(rb) or not disjoint:
+        return np.zeros(T, bool), np.zeros(len(rb), bool), np.zeros(len(rb), np.int64)
+    lo = np.searchsorted(whi, rb, "right")   # the tensors an entry meets:
+    hi = np.searchsorted(wlo, re, "left")    # [lo, hi)
+    t_of = np.minimum(lo, T - 1)
+    simple = (hi - lo == 1) & w16[t_of] & (rb >= wlo[t_of]) & (re <= whi[t_of])
+    mark = np.zeros(T + 1, np.int64)
+    np.add.at(mark, lo[~simple], 1)
+    np.add.at(mark, np.minimum(hi[~simple], T), -1)
+    fast = w16 & (np.cumsum(mark[:T]) == 0)
+    return fast, simple & fast[t_of], t_of
+
+
 def _torch_of(a: Any, st: str) -> Any:
     """numpy array a (of dtypes.numpy_dtype(st)) as a torch tensor of
-    dtypes.torch_dtype(st), its bits unchanged."""
+    dtypes.torch_dtype(st), its bits unchanged; its memory where a is
+    contiguous and writable (as per_tensor's arrays are)."""
     import numpy as np
     import torch
     size = _dt.itemsize(st)
     raw = np.ascontiguousarray(a).view(np.uint8 if size == 1 else np.dtype("<i%d" % size))
-    return torch.from_numpy(raw.copy()).view(_dt.torch_dtype(st))
+    if not raw.flags.writeable:
+        raw = raw.copy()
+    return torch.from_numpy(raw).view(_dt.torch_dtype(st))
 
 
 def per_tensor(buf: Any, raw: _Raw, torch: bool) -> ChangeList:
@@ -204,51 +311,63 @@ def per_tensor(buf: Any, raw: _Raw, torch: bool) -> ChangeList:
     (at an even offset) and 1-byte ones take their new values from the
     list; wider ones (F32, I64, ...) read the changed elements' values
     from buf's committed version (the caller holds the sequence counter
-    still)."""
+    still). A tensor whose entries lie inside it (_sort) gets slices of
+    the list's arrays, no copy."""
     import numpy as np
     out: Dict[str, Tuple[Any, Any]] = {}
     pos, val = raw.pos, raw.val
-    for name, (st, shape, b, e) in buf.tensors.items():
-        # the entries whose ranges meet the tensor's words, then their
-        # positions inside it: each entry is looked at by the tensors it
-        # meets only
-        wlo, whi = b // 2, (e + 1) // 2
-        r0 = int(np.searchsorted(raw.re, wlo, "right"))
-        r1 = int(np.searchsorted(raw.rb, whi, "left"))
+    names, wlos, whis, _, _ = _layout(buf, np)
+    # the entries whose ranges meet each tensor's words: [r0, r1)
+    r0s = np.searchsorted(raw.re, wlos, "right").tolist()
+    r1s = np.searchsorted(raw.rb, whis, "left").tolist()
+    fast = raw.fast.tolist() if raw.fast is not None else [False] * len(names)
+    cum = raw.cum.tolist()
+    for t, name in enumerate(names):
+        r0, r1 = r0s[t], r1s[t]
         if r0 >= r1:
             continue
-        lo, hi = int(raw.cum[r0]), int(raw.cum[r1])
-        w = pos[lo:hi]
-        inside = (w >= wlo) & (w < whi)
-        if not inside.all():
-            w, v16 = w[inside], val[lo:hi][inside]
-        else:
-            v16 = val[lo:hi]
-        if not w.size:
+        lo, hi = cum[r0], cum[r1]
+        if lo == hi:
             continue
-        w = w.astype(np.int64)
-        size = _dt.itemsize(st)
-        ndt = _dt.numpy_dtype(st)
-        if size == 2 and b % 2 == 0:
-            idx = w - b // 2
-            vals = v16.view(ndt).copy()
-        elif size == 1:
-            idx = np.stack([2 * w - b, 2 * w + 1 - b], axis=1).reshape(-1)
-            vals = v16.view(np.uint8)
-            keep = (idx >= 0) & (idx < e - b)
-            idx, vals = idx[keep], vals[keep].view(ndt).copy()
+        st, _, b, e = buf.tensors[name]
+        if fast[t]:
+            idx, vals = pos[lo:hi], val[lo:hi].view(_dt.numpy_dtype(st))
         else:
-            byte = np.stack([2 * w - b, 2 * w + 1 - b], axis=1).reshape(-1)
-            byte = byte[(byte >= 0) & (byte < e - b)]
-            idx = np.unique(byte // size)
-            flat = buf.tensor(name).reshape(-1)
-            vals = flat[idx].copy()
+            idx, vals = _generic(buf, name, pos[lo:hi], val[lo:hi], int(wlos[t]),
+                                 int(whis[t]), np)
+            if idx is None:
+                continue
         if torch:
             import torch as _t
             out[name] = (_t.from_numpy(idx), _torch_of(vals, st))
         else:
             out[name] = (idx, vals)
     return ChangeList(raw.base, raw.target, out)
+
+
+def _generic(buf: Any, name: str, w: Any, v16: Any, wlo: int, whi: int,
+             np: Any) -> Tuple[Any, Any]:
+    """Absolute word positions w and their words v16, of entries that meet
+    tensor name (words [wlo, whi)), as its (indices, values); (None,
+    None) when none of them is inside it."""
+    st, _, b, e = buf.tensors[name]
+    inside = (w >= wlo) & (w < whi)
+    if not inside.all():
+        w, v16 = w[inside], v16[inside]
+    if not w.size:
+        return None, None
+    size = _dt.itemsize(st)
+    ndt = _dt.numpy_dtype(st)
+    if size == 2 and b % 2 == 0:
+        return w - b // 2, v16.view(ndt).copy()
+    if size == 1:
+        idx = np.stack([2 * w - b, 2 * w + 1 - b], axis=1).reshape(-1)
+        keep = (idx >= 0) & (idx < e - b)
+        return idx[keep], v16.view(np.uint8)[keep].view(ndt).copy()
+    byte = np.stack([2 * w - b, 2 * w + 1 - b], axis=1).reshape(-1)
+    byte = byte[(byte >= 0) & (byte < e - b)]
+    idx = np.unique(byte // size)
+    return idx, buf.tensor(name).reshape(-1)[idx].copy()
 
 
 def chain(buf: Any, since: int, want: int) -> List[_Raw]:
