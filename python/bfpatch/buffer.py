@@ -374,8 +374,29 @@ class WeightBuffer:
         a tensor the lists change that is not given (strict=False skips
         it; names the buffer has no lists for are ignored), ValueError for
         a tensor of another size, dtype or layout."""
-        chain = self.changes_since(since, torch=False)
-        names = [n for n in self.tensors if any(n in cl for cl in chain)]
+        def read() -> List[Tuple[Any, Optional[ChangeList]]]:
+            # every list checked; a list that changes only 16-bit tensors
+            # by runs (_chg._sort: a bf16 model's) stays mapped, its
+            # arrays built one list at a time below, into the same memory;
+            # others are read whole here (wider dtypes take the committed
+            # version's values)
+            want = self.version
+            if since > want:
+                raise ValueError("%s: version %d is newer than the committed %d"
+                                 % (self.path, since, want))
+            out: List[Tuple[Any, Optional[ChangeList]]] = []
+            for r in _chg.chain(self, since, want, build=False):
+                if r.fast_only:
+                    out.append((r, None))
+                else:
+                    r.build()
+                    out.append((r, _chg.per_tensor(self, r, False)))
+            return out
+        chain = self._settled(read, since)
+        changed = set()
+        for r, cl in chain:
+            changed.update(cl if cl is not None else _chg.changed(self, r))
+        names = [n for n in self.tensors if n in changed]
         missing = [n for n in names if n not in tensors]
         if missing and strict:
             raise KeyError("apply_changes: no tensor given for %s, which the change lists "
@@ -384,11 +405,19 @@ class WeightBuffer:
         for n in names:
             if n in tensors:
                 _check_target(n, tensors[n], self.tensors[n])
-        for cl in chain:
-            for n, (idx, val) in cl.items():
+        lazy = [int(r.cum[-1]) for r, cl in chain if cl is None]
+        pos = val = None
+        if lazy:
+            import numpy as np
+            pos, val = np.empty(max(lazy), np.int64), np.empty(max(lazy), np.uint16)
+        for r, cl in chain:
+            if cl is None:
+                r.build(pos, val)
+                cl = _chg.per_tensor(self, r, False)
+            for n, (idx, v) in cl.items():
                 if n in tensors:
-                    _scatter(tensors[n], idx, val, self.tensors[n][0])
-        return chain[-1].version if chain else since
+                    _scatter(tensors[n], idx, v, self.tensors[n][0])
+        return chain[-1][0].target if chain else since
 
     def _unmap(self) -> None:
         for m in {id(x): x for x in (self._mm, self._ro) if x is not None}.values():

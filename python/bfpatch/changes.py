@@ -89,12 +89,43 @@ class _Raw:
     positions of the entries of a tensor t with fast[t] (_sort) are
     relative to the tensor's first word, all others are absolute."""
 
-    def __init__(self, flags: int, base: int, target: int, pos: Any, val: Any, rb: Any,
-                 re: Any, cum: Any) -> None:
-        self.flags, self.base, self.target, self.pos, self.val = flags, base, target, pos, val
+    def __init__(self, flags: int, base: int, target: int, rb: Any, re: Any, cum: Any) -> None:
+        self.flags, self.base, self.target = flags, base, target
         self.rb, self.re, self.cum = rb, re, cum
+        self.pos: Any = None
+        self.val: Any = None
         self.dense = 0  # entries of every position of their range
         self.fast: Any = None
+        self.fast_only = True  # every entry that meets a tensor meets a fast one
+        self._src: Any = None  # (mapped file, data offsets, n, dense, delta)
+
+    def build(self, pos: Any = None, val: Any = None) -> None:
+        """pos and val from the checked file (into the given arrays, of at
+        least cum[-1] elements, else new ones); then unmaps it."""
+        import numpy as np
+        d, offs, ns, ds, delta = self._src
+        total = int(self.cum[-1])
+        pos = np.empty(total, np.int64) if pos is None else pos[:total]
+        val = np.empty(total, np.uint16) if val is None else val[:total]
+        u4 = np.frombuffer(d, dtype="<u4", offset=_HDR.size)
+        u2 = np.frombuffer(d, dtype="<u2", offset=_HDR.size)
+        cum = self.cum.tolist()
+        ar = None
+        for k, n in enumerate(ns):
+            if not n:
+                continue
+            c, o, dl = cum[k], offs[k] - _HDR.size, delta[k]
+            if ds[k]:
+                if ar is None or len(ar) < n:
+                    ar = np.arange(max(n, 1 << 16), dtype=np.int64)
+                np.add(ar[:n], dl, out=pos[c:c + n])
+                val[c:c + n] = u2[o // 2:o // 2 + n]
+            else:
+                np.add(u4[o // 4:o // 4 + n], dl, out=pos[c:c + n], dtype=np.int64)
+                val[c:c + n] = u2[(o + 4 * n) // 2:(o + 4 * n) // 2 + n]
+        del u4, u2
+        self.pos, self.val, self._src = pos, val, None
+        _unmap(d)
 
 
 def directory(buffer_path: str) -> str:
@@ -106,12 +137,15 @@ def list_path(buffer_path: str, version: int) -> str:
     return os.path.join(directory(buffer_path), "%010d.chg" % version)
 
 
-def read_list(buf: Any, version: int, have: Optional[int], want: int) -> _Raw:
+def read_list(buf: Any, version: int, have: Optional[int], want: int,
+              build: bool = True) -> _Raw:
     """The list file of `version` beside buf (a WeightBuffer), checked
     whole; raises ChangesUnavailable when there is none or it is damaged.
     The file is mapped (lists are replaced by rename, never rewritten in
     place), checked, and its positions and values copied out once: a
-    list's positions as int64 and its values, ready for index_copy_."""
+    list's positions as int64 and its values, ready for index_copy_
+    (build=False: once its build() is called, the file kept mapped till
+    then)."""
     import numpy as np
     path = list_path(buf.path, version)
     try:
@@ -137,14 +171,23 @@ def read_list(buf: Any, version: int, have: Optional[int], want: int) -> _Raw:
             why = ("history too short: the change list of version %d is no longer kept "
                    "(bfpatch-shim --changes N keeps the last N versions)" % version)
         raise ChangesUnavailable(why, have, want) from None
+    r = None
     try:
-        return _parse(buf, version, have, want, path, d, np)
+        r = _parse(buf, version, have, want, path, d, np)
+        if build:
+            r.build()
+        return r
     finally:
-        if isinstance(d, mmap.mmap):
-            try:
-                d.close()
-            except BufferError:  # a view of it still held by a traceback
-                pass
+        if r is None or r._src is None:
+            _unmap(d)
+
+
+def _unmap(d: Any) -> None:
+    if isinstance(d, mmap.mmap):
+        try:
+            d.close()
+        except BufferError:  # a view of it still held by a traceback
+            pass
 
 
 def _parse(buf: Any, version: int, have: Optional[int], want: int, path: str, d: Any,
@@ -206,7 +249,6 @@ def _parse(buf: Any, version: int, have: Optional[int], want: int, path: str, d:
                   % (size, total, off, n_changes))
     # off is a multiple of 8 (the header's 64 bytes, records padded to 8)
     u4 = np.frombuffer(d, dtype="<u4", offset=_HDR.size)
-    u2 = np.frombuffer(d, dtype="<u2", offset=_HDR.size)
     R = len(rb)
     rb_a = np.array(rb, np.int64)
     re_a = np.array(re, np.int64)
@@ -222,32 +264,17 @@ def _parse(buf: Any, version: int, have: Optional[int], want: int, path: str, d:
         if over.size:
             k = int(sparse[over[0]])
             raise bad("a change past its range [%d, +%d)" % (rb[k], re[k] - rb[k]))
-    fast, rel, t_of = _sort(buf, rb_a, re_a, np)
+    del u4
+    fast, rel, t_of, meets = _sort(buf, rb_a, re_a, np)
     delta = rb_a.copy()
     if rel.any():
         delta[rel] -= _layout(buf, np)[1][t_of[rel]]
     cum = np.zeros(R + 1, np.int64)
     np.cumsum(n_a, out=cum[1:])
-    pos = np.empty(total, np.int64)
-    vals = []
-    ar = None
-    for k in range(R):
-        n = ns[k]
-        if not n:
-            continue
-        c, o, dl = int(cum[k]), (offs[k] - _HDR.size), int(delta[k])
-        if ds[k]:
-            if ar is None or len(ar) < n:
-                ar = np.arange(max(n, 1 << 16), dtype=np.int64)
-            np.add(ar[:n], dl, out=pos[c:c + n])
-            vals.append(u2[o // 2:o // 2 + n])
-        else:
-            np.add(u4[o // 4:o // 4 + n], dl, out=pos[c:c + n], dtype=np.int64)
-            vals.append(u2[(o + 4 * n) // 2:(o + 4 * n) // 2 + n])
-    val = np.concatenate(vals) if vals else np.zeros(0, np.uint16)
-    del vals, u4, u2
-    r = _Raw(flags, base, target, pos, val, rb_a, re_a, cum)
+    r = _Raw(flags, base, target, rb_a, re_a, cum)
     r.fast = fast
+    r.fast_only = not bool((~rel & (n_a > 0) & meets).any())
+    r._src = (d, offs, ns, ds, delta.tolist())
     r.dense = n_dense
     return r
 
@@ -271,17 +298,18 @@ def _layout(buf: Any, np: Any) -> Tuple[List[str], Any, Any, Any, Any]:
     return got
 
 
-def _sort(buf: Any, rb: Any, re: Any, np: Any) -> Tuple[Any, Any, Any]:
+def _sort(buf: Any, rb: Any, re: Any, np: Any) -> Tuple[Any, Any, Any, Any]:
     """Which of buf's tensors (_layout) take a list's entries (ranges
     [rb, re)) by runs: a 16-bit tensor at an even offset whose entries all
     lie inside it, each meeting no other tensor; their entries' positions
     are kept relative to the tensor, so its indices are one slice of the
     list's. Returns fast (per tensor), rel (per entry: relative to
-    tensor t_of) and t_of."""
+    tensor t_of), t_of and meets (per entry: it meets a tensor)."""
     names, wlo, whi, w16, disjoint = _layout(buf, np)
     T = len(names)
     if not T or not len(rb) or not disjoint:
-        return np.zeros(T, bool), np.zeros(len(rb), bool), np.zeros(len(rb), np.int64)
+        return (np.zeros(T, bool), np.zeros(len(rb), bool), np.zeros(len(rb), np.int64),
+                np.ones(len(rb), bool))
     lo = np.searchsorted(whi, rb, "right")   # the tensors an entry meets:
     hi = np.searchsorted(wlo, re, "left")    # [lo, hi)
     t_of = np.minimum(lo, T - 1)
@@ -290,7 +318,7 @@ def _sort(buf: Any, rb: Any, re: Any, np: Any) -> Tuple[Any, Any, Any]:
     np.add.at(mark, lo[~simple], 1)
     np.add.at(mark, np.minimum(hi[~simple], T), -1)
     fast = w16 & (np.cumsum(mark[:T]) == 0)
-    return fast, simple & fast[t_of], t_of
+    return fast, simple & fast[t_of], t_of, hi > lo
 
 
 def _torch_of(a: Any, st: str) -> Any:
@@ -345,6 +373,16 @@ def per_tensor(buf: Any, raw: _Raw, torch: bool) -> ChangeList:
     return ChangeList(raw.base, raw.target, out)
 
 
+def changed(buf: Any, raw: _Raw) -> List[str]:
+    """The tensors raw (built or not, fast_only) changes: per_tensor's
+    names, without building it."""
+    import numpy as np
+    names, wlos, whis, _, _ = _layout(buf, np)
+    lo = raw.cum[np.searchsorted(raw.re, wlos, "right")]
+    hi = raw.cum[np.maximum(np.searchsorted(raw.rb, whis, "left"), 0)]
+    return [names[t] for t in np.flatnonzero(hi > lo).tolist()]
+
+
 def _generic(buf: Any, name: str, w: Any, v16: Any, wlo: int, whi: int,
              np: Any) -> Tuple[Any, Any]:
     """Absolute word positions w and their words v16, of entries that meet
@@ -370,13 +408,14 @@ def _generic(buf: Any, name: str, w: Any, v16: Any, wlo: int, whi: int,
     return idx, buf.tensor(name).reshape(-1)[idx].copy()
 
 
-def chain(buf: Any, since: int, want: int) -> List[_Raw]:
+def chain(buf: Any, since: int, want: int, build: bool = True) -> List[_Raw]:
     """The lists from version `since` to `want` (buf's committed
-    version), in order, checked; raises ChangesUnavailable."""
+    version), in order, checked; raises ChangesUnavailable. build=False:
+    read_list's."""
     out = []
     v = want
     while v > since:
-        r = read_list(buf, v, since, want)
+        r = read_list(buf, v, since, want, build)
         if r.flags & F_KEY:
             raise ChangesUnavailable(
                 "version %d was committed by a keyframe resync: no change list leads from "
