@@ -19,9 +19,12 @@
 # pkg-config libdpdk, forwards the same packets readdressed to a multicast
 # group (mcast_pcap.py) to 1, 4 or 16 ports (port 0 as above, ports 1-15
 # net_null with no-rx=1), one lcore, clone or refcount fan-out as it
-# chooses. Its TX and testpmd's are read from ethdev telemetry over
-# SECONDS, once they send and after a second of warm-up (the relay counts
-# its own, over its --run-time). Its adaptations (sed): the group table (fan-out 1:
+# chooses. In the first table the three are measured alike: TX packets
+# from ethdev telemetry over SECONDS, once they send and after a second of
+# warm-up, and the CPU time each process took meanwhile: "ns" columns are
+# CPU nanoseconds per packet out, and their ratios what the three would
+# reach each with a CPU to itself (on a shared machine the packets per
+# second also show how much CPU each got). Its adaptations (sed): the group table (fan-out 1:
 # port 1, 4: ports 1-4, 16: ports 0-15), the mbuf data room the relay
 # gets, no MULTI_SEGS TX offload (these vdevs have none) and 17 RX queues
 # an lcore (it polls every port it sends on).
@@ -31,10 +34,12 @@ SECS=${2:-4}
 BFP=${BFP:-$B/cli/bfpatch} # the frames' maker: BFP=PATH to compare builds on the same frames
 RELAY=$B/dpdk_app/bfpatch-relay
 TESTPMD=$(command -v dpdk-testpmd || true)
+command -v dpdk-telemetry.py > /dev/null || { echo "bench_relay.sh: needs dpdk-telemetry.py (package dpdk)" >&2; exit 1; }
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T" /var/run/dpdk/bfpbench$$*' EXIT
 EAL="--no-huge -m 1024 --no-pci --log-level=lib.eal:error"
+CLK_TCK=$(getconf CLK_TCK)
 # the relay options for N static subscribers on port 1 (net_null)
 subscribers() {
 	i=1
@@ -69,9 +74,12 @@ import json, sys
 print(sum(v.get("opackets", 0) for l in sys.stdin if l.startswith("{")
           for v in json.loads(l).values() if isinstance(v, dict)))'
 }
-# the packets per second DPDK process $1 (file prefix $2) sends, read from
-# ethdev telemetry over SECS once it sends and a second of warm-up (EAL
-# start-up takes seconds on a loaded machine: not counted); then ends it
+# The packets per second DPDK process $1 (file prefix $2) sends, read from
+# ethdev telemetry over SECS once it sends and after a second of warm-up
+# (EAL start-up takes seconds on a loaded machine: not counted), and the
+# nanoseconds of CPU time (/proc/PID/stat, all its threads) it took per
+# packet over the same interval, which other work on the machine taking
+# turns on its CPU does not inflate; then ends it.
 port_rate() {
 	for _ in $(seq 100); do
 		[ "$(port_tx "$2")" -gt 0 ] 2> /dev/null && break
@@ -79,12 +87,13 @@ port_rate() {
 		sleep 0.1
 	done
 	sleep 1
-	t1=$(date +%s.%N) a=$(port_tx "$2")
+	t1=$(date +%s.%N) c1=$(awk '{print $14 + $15}' "/proc/$1/stat") a=$(port_tx "$2")
 	sleep "$SECS"
-	t2=$(date +%s.%N) b=$(port_tx "$2")
+	t2=$(date +%s.%N) c2=$(awk '{print $14 + $15}' "/proc/$1/stat") b=$(port_tx "$2")
 	kill "$1" 2> /dev/null
 	wait "$1" 2> /dev/null || true
-	awk -v a="$a" -v b="$b" -v t1="$t1" -v t2="$t2" 'BEGIN {printf "%.0f", (b - a) / (t2 - t1)}'
+	awk -v a="$a" -v b="$b" -v t1="$t1" -v t2="$t2" -v c1="$c1" -v c2="$c2" -v hz="$CLK_TCK" \
+		'BEGIN {if (b > a) printf "%.0f %.1f", (b - a) / (t2 - t1), (c2 - c1) / hz * 1e9 / (b - a)}'
 }
 # ipv4_multicast's outputs per second: MBUF-byte data room, PCAP, fan-out
 mcast_rate() {
@@ -108,8 +117,21 @@ testpmd_rate() {
 echo "bfpatch bench_relay: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $SECS s per run"
 "$BFP" synth -o "$T/traj" -p 2M -n 0 -S 2 2>/dev/null
 
-printf '%-6s %-7s %11s %11s %13s %8s %10s %10s %9s %7s\n' bytes fanout "relay Mpps" "relay Gb/s" \
-	"testpmd Mpps" ratio "relay ns" "mcast ns" "relay/mc" copies
+printf '%-6s %-7s %11s %11s %13s %8s %9s %9s %9s %9s %9s\n' bytes fanout "relay Mpps" \
+	"relay Gb/s" "testpmd Mpps" ratio "relay ns" "mcast ns" "tpmd ns" "relay/mc" copies
+# the relay at fan-out $2 on $1-byte frames of $3 (more relay options
+# after): port_rate's two figures, and its outputs in all after them
+relay_rate() {
+	size=$1 fan=$2 pcap=$3
+	shift 3
+	subs=$(subscribers "$fan")
+	# shellcheck disable=SC2086 # EAL and subs are lists of options
+	"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
+		--vdev=net_pcap0,rx_pcap="$pcap",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
+		--mbuf-size $((size + 1024)) --queue 256 --insecure "$@" $subs > "$T/relay.log" 2>&1 &
+	port_rate $! bfpbench$$r > "$T/rate" # here, so that it waits for the relay's exit
+	printf '%s %s\n' "$(cat "$T/rate")" "$(awk '$1 == "fanout_copies" {print $2}' "$T/relay.log")"
+}
 for size in 1500 8000; do
 	# keyframes of the right size: Ethernet+IPv4+UDP (42) + frame = size
 	# (raw values fill every frame to it)
@@ -118,8 +140,8 @@ for size in 1500 8000; do
 	"$BFP" pcap "$T/key$size" -o "$T/in$size.pcap" --dst 198.18.0.1:7400 2> /dev/null
 	mbuf=$((size + 1024))
 	tp=""
-	if [ -n "$TESTPMD" ] && command -v dpdk-telemetry.py > /dev/null; then
-		tp=$(testpmd_rate $mbuf "$T/in$size.pcap" | awk '{if ($1 > 0) printf "%.3f", $1 / 1e6}')
+	if [ -n "$TESTPMD" ]; then
+		tp=$(testpmd_rate $mbuf "$T/in$size.pcap")
 	fi
 	mc=""
 	mcast_build $mbuf && mc=$mbuf
@@ -127,22 +149,17 @@ for size in 1500 8000; do
 		mns=""
 		if [ -n "$mc" ]; then
 			python3 "$HERE/mcast_pcap.py" "$T/in$size.pcap" "$T/mc.pcap" 224.0.0.$fan
-			mns=$(mcast_rate $mc "$T/mc.pcap" $fan | awk '{if ($1 > 0) printf "%.1f", 1e9 / $1}')
+			mns=$(mcast_rate $mc "$T/mc.pcap" $fan | awk '{print $2}')
 		fi
-		subs=$(subscribers $fan)
-		"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
-			--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
-			--mbuf-size $mbuf --queue 256 --run-time "$SECS" --insecure $subs > "$T/relay.log" 2>&1
-		fo=$(awk '$1 == "fanout_copies" {print $2}' "$T/relay.log")
-		txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
-		awk -v p="$txp" -v s="$SECS" -v b="$size" -v tp="$tp" -v fan="$fan" -v fo="$fo" \
-			-v mns="$mns" 'BEGIN {
-			mpps = p / s / 1e6
-			rns = p ? s * 1e9 / p : 0
-			printf "%-6d %-7d %11.3f %11.2f %13s %8s %10.1f %10s %9s %7s\n", b, fan, mpps,
-				mpps * b * 8 / 1000, tp == "" ? "n/a" : tp,
-				tp == "" ? "n/a" : sprintf("%.2fx", mpps / tp), rns,
-				mns == "" ? "n/a" : mns, mns == "" ? "n/a" : sprintf("%.2fx", rns / mns), fo }' |
+		relay_rate $size $fan "$T/in$size.pcap" |
+			awk -v b="$size" -v fan="$fan" -v tp="$tp" -v mns="$mns" '{
+			mpps = $1 / 1e6
+			split(tp, t, " ")
+			printf "%-6d %-7d %11.3f %11.2f %13s %8s %9.1f %9s %9s %9s %9s\n", b, fan, mpps,
+				mpps * b * 8 / 1000, tp == "" ? "n/a" : sprintf("%.3f", t[1] / 1e6),
+				tp == "" ? "n/a" : sprintf("%.2fx", t[2] / $2), $2,
+				mns == "" ? "n/a" : mns, tp == "" ? "n/a" : t[2],
+				mns == "" ? "n/a" : sprintf("%.2fx", $2 / mns), $3 }' |
 			tee "$T/rate-$size-$fan"
 		echo "$mns" > "$T/mns-$size-$fan"
 	done
@@ -155,19 +172,13 @@ done
 # that every frame replayed has left it before it comes round again.
 echo
 echo "fan-out 1, every frame stored (repair cache of 1 MiB, full: each frame evicts the oldest):"
-printf '%-6s %11s %10s %10s %9s %13s\n' bytes "relay Mpps" "relay ns" "mcast ns" "relay/mc" "cache_stored"
-subs=$(subscribers 1)
+printf '%-6s %11s %9s %9s %9s %13s\n' bytes "relay Mpps" "relay ns" "mcast ns" "relay/mc" "cache_stored"
 for size in 1500 8000; do
-	"$RELAY" -l 0 $EAL --file-prefix bfpbench$$r \
-		--vdev=net_pcap0,rx_pcap="$T/in$size.pcap",infinite_rx=1 --vdev=net_null0,no-rx=1 -- \
-		--mbuf-size $((size + 1024)) --queue 256 --run-time "$SECS" --insecure --cache-bytes 1m \
-		$subs > "$T/relay.log" 2>&1
-	txp=$(awk '/^  subscriber/ {s += $4} END {print s + 0}' "$T/relay.log")
+	rr=$(relay_rate $size 1 "$T/in$size.pcap" --cache-bytes 1m)
 	cs=$(awk '$1 == "cache_stored" {print $2}' "$T/relay.log")
-	awk -v p="$txp" -v s="$SECS" -v b="$size" -v mns="$(cat "$T/mns-$size-1")" -v cs="$cs" 'BEGIN {
-		rns = p ? s * 1e9 / p : 0
-		printf "%-6d %11.3f %10.1f %10s %9s %13s\n", b, p / s / 1e6, rns,
-			mns == "" ? "n/a" : mns, mns == "" ? "n/a" : sprintf("%.2fx", rns / mns), cs }'
+	echo "$rr" | awk -v b="$size" -v mns="$(cat "$T/mns-$size-1")" -v cs="$cs" '{
+		printf "%-6d %11.3f %9.1f %9s %9s %13s\n", b, $1 / 1e6, $2,
+			mns == "" ? "n/a" : mns, mns == "" ? "n/a" : sprintf("%.2fx", $2 / mns), cs }'
 done
 
 # a relay with --key checks every frame's tag (AES-GMAC, docs/SECURITY.md)
