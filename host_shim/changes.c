@@ -5,7 +5,8 @@
  * hooks a commit already calls before it writes a delta frame's values
  * (the undo journal's, the DMA log's) or from the frames' preparation, the
  * values are the verified target words, and the commit writes 6 bytes per
- * changed weight and a CRC over them.
+ * changed weight and a CRC over them (a prepared frame's entry was summed
+ * while staged: its CRC is combined, not computed again).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -79,6 +80,42 @@ static uint32_t crc_update(const uint32_t t[8][256], uint32_t crc, const uint8_t
 }
 #endif
 
+/* CRC-32 of A then B from those of A and B and B's length (zlib's
+ * crc32_combine: multiplying by x^(8 len) modulo the polynomial, from
+ * x2n[k] = x^(2^k)): a prepared frame's entry is summed while it is
+ * staged, not again in the commit. */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+	uint32_t m = 1u << 31, p = 0;
+	for (;;) {
+		if (a & m) {
+			p ^= b;
+			if (!(a & (m - 1)))
+				break;
+		}
+		m >>= 1;
+		b = b & 1 ? (b >> 1) ^ 0xEDB88320u : b >> 1;
+	}
+	return p;
+}
+
+static void x2n_init(uint32_t x2n[32])
+{
+	x2n[0] = 1u << 30; /* x^1 */
+	for (int k = 1; k < 32; k++)
+		x2n[k] = multmodp(x2n[k - 1], x2n[k - 1]);
+}
+
+static uint32_t crc_combine(const uint32_t x2n[32], uint32_t crc1, uint32_t crc2,
+			    uint64_t len2)
+{
+	uint32_t p = 1u << 31; /* x^0 */
+	for (unsigned k = 3; len2; len2 >>= 1, k++)
+		if (len2 & 1)
+			p = multmodp(x2n[k & 31], p);
+	return multmodp(p, crc1) ^ crc2;
+}
+
 int changes_init(shim_changes *c, unsigned keep, const char *buffer)
 {
 	memset(c, 0, sizeof(*c));
@@ -92,6 +129,7 @@ int changes_init(shim_changes *c, unsigned keep, const char *buffer)
 	}
 	snprintf(c->dir, n, "%s.changes", buffer);
 	crc_init(c->crc_tab);
+	x2n_init(c->x2n);
 	return 0;
 }
 
@@ -278,7 +316,7 @@ static chg_frame *frame_at(shim_changes *c, uint64_t begin)
 }
 
 void changes_take(shim_changes *c, uint32_t i, const uint32_t *pos, const uint16_t *val,
-		  uint32_t n)
+		  uint32_t n, const uint32_t *crc)
 {
 	if (!c->f || i >= c->n_frames)
 		return;
@@ -287,6 +325,8 @@ void changes_take(shim_changes *c, uint32_t i, const uint32_t *pos, const uint16
 	f->val = val;
 	f->n = n;
 	f->noted = 1;
+	f->has_crc = crc != NULL;
+	f->crc = crc ? *crc : 0;
 }
 
 /* Keep a copy of the positions a hook was given for the frame at begin. */
@@ -314,6 +354,7 @@ static void note(shim_changes *c, uint64_t begin, const uint32_t *pos, uint32_t 
 	f->val = NULL;
 	f->n = n;
 	f->noted = 1;
+	f->has_crc = 0;
 }
 
 void changes_undo_note(void *arg, unsigned worker, uint64_t begin, const uint32_t *pos,
@@ -348,19 +389,27 @@ void changes_dma_retire(void *arg)
 		c->dma_retire(c->dma_arg);
 }
 
-/* A buffered sequential writer that sums its bytes (CRC) as it goes. */
+/* A buffered sequential writer that sums its bytes (CRC) as it goes,
+ * but for those put while nosum (summed already: combined by the caller). */
 typedef struct wr {
-	int fd, failed;
+	int fd, failed, nosum;
 	uint8_t *buf;
-	size_t used, cap;
+	size_t used, summed, cap;
 	uint32_t crc;
 	uint64_t total, n_changes;
 	const uint32_t (*tab)[256];
 } wr;
 
+static void wr_sum(wr *w)
+{
+	if (!w->nosum)
+		w->crc = crc_update(w->tab, w->crc, w->buf + w->summed, w->used - w->summed);
+	w->summed = w->used;
+}
+
 static void wr_flush(wr *w)
 {
-	w->crc = crc_update(w->tab, w->crc, w->buf, w->used);
+	wr_sum(w);
 	for (size_t at = 0; at < w->used && !w->failed;) {
 		ssize_t r = write(w->fd, w->buf + at, w->used - at);
 		if (r < 0 && errno == EINTR)
@@ -372,6 +421,7 @@ static void wr_flush(wr *w)
 	}
 	w->total += w->used;
 	w->used = 0;
+	w->summed = 0;
 }
 
 static void *wr_room(wr *w, size_t n)
@@ -404,6 +454,45 @@ static void put_u32(uint8_t *p, uint32_t v)
 static void put_u64(uint8_t *p, uint64_t v)
 {
 	memcpy(p, &v, 8);
+}
+
+/* A delta entry's bytes: record, offsets, values, padding. */
+static size_t entry_len(uint32_t n)
+{
+	return CHG_REC + (size_t)n * 6 + (8 - (size_t)n * 6 % 8) % 8;
+}
+
+static void entry_rec(uint8_t *r, uint64_t begin, uint32_t range_len, uint32_t n)
+{
+	memset(r, 0, CHG_REC);
+	put_u64(r, begin);
+	put_u32(r + 8, range_len);
+	put_u32(r + 12, n);
+}
+
+static void put_entry(wr *w, uint64_t begin, uint32_t range_len, const uint32_t *pos,
+		      const uint16_t *val, uint32_t n)
+{
+	static const uint8_t pad[8];
+	uint8_t r[CHG_REC];
+	entry_rec(r, begin, range_len, n);
+	wr_put(w, r, sizeof(r));
+	wr_put(w, pos, (size_t)n * 4);
+	wr_put(w, val, (size_t)n * 2);
+	wr_put(w, pad, (8 - (size_t)n * 6 % 8) % 8);
+}
+
+uint32_t changes_entry_crc(const shim_changes *c, uint64_t begin, uint32_t range_len,
+			   const uint32_t *pos, const uint16_t *val, uint32_t n)
+{
+	static const uint8_t pad[8];
+	const uint32_t (*t)[256] = (const uint32_t (*)[256])c->crc_tab;
+	uint8_t r[CHG_REC];
+	entry_rec(r, begin, range_len, n);
+	uint32_t crc = crc_update(t, 0, r, sizeof(r));
+	crc = crc_update(t, crc, (const uint8_t *)pos, (size_t)n * 4);
+	crc = crc_update(t, crc, (const uint8_t *)val, (size_t)n * 2);
+	return crc_update(t, crc, pad, (8 - (size_t)n * 6 % 8) % 8);
 }
 
 /* The list file of target, into its temporary: the header (CHG_HDR)
@@ -456,6 +545,17 @@ static void list_entries(const shim_changes *c, wr *w, const chg_frame *f, uint3
 {
 	static const uint8_t pad[8];
 	for (uint32_t i = from; i < to && !w->failed; i++) {
+		if (f[i].has_crc && !f[i].dense && f[i].val) {
+			/* summed while staged: written, its CRC combined */
+			const size_t len = entry_len(f[i].n);
+			wr_sum(w);
+			w->nosum = 1;
+			put_entry(w, f[i].begin, f[i].range_len, f[i].pos, f[i].val, f[i].n);
+			wr_sum(w);
+			w->nosum = 0;
+			w->crc = crc_combine(c->x2n, w->crc, f[i].crc, len);
+			continue;
+		}
 		uint8_t r[CHG_REC];
 		memset(r, 0, sizeof(r));
 		put_u64(r, f[i].begin);
@@ -622,7 +722,8 @@ int changes_prep_has(const shim_changes *c, const void *owner)
 
 int changes_prep_start(shim_changes *c, const void *owner, uint64_t model_id,
 		       uint64_t n_params, uint32_t base, uint32_t target,
-		       const struct frame_changes *const *fc, uint32_t n)
+		       const struct frame_changes *const *fc, const uint32_t *const *crc,
+		       uint32_t n)
 {
 	changes_prep_drop(c, NULL);
 	if (!c->keep || !c->ready)
@@ -643,7 +744,8 @@ int changes_prep_start(shim_changes *c, const void *owner, uint64_t model_id,
 			return -1;
 		p->f[i] = (chg_frame){.begin = fc[i]->range_begin, .range_len = fc[i]->range_len,
 				      .n = fc[i]->n, .pos = fc[i]->pos, .val = fc[i]->val,
-				      .idx = i, .noted = 1};
+				      .idx = i, .noted = 1, .has_crc = crc[i] != NULL,
+				      .crc = crc[i] ? *crc[i] : 0};
 	}
 	p->nf = n;
 	qsort(p->f, n, sizeof(*p->f), by_begin);

@@ -38,7 +38,8 @@ typedef struct chg_frame {
 	const uint16_t *val;
 	uint32_t *own;          /* pos, when it is this record's copy */
 	uint32_t idx;           /* the frame's index in the patch */
-	uint8_t dense, noted;
+	uint32_t crc;           /* has_crc: of its entry's bytes (changes_entry_crc) */
+	uint8_t dense, noted, has_crc;
 } chg_frame;
 
 typedef struct shim_changes {
@@ -47,6 +48,7 @@ typedef struct shim_changes {
 	uint64_t ino;           /* the buffer file's inode: lists of another file are stale */
 	int ready;              /* dir made and cleaned */
 	uint32_t crc_tab[8][256];
+	uint32_t x2n[32];       /* x^(2^k) modulo the CRC's polynomial */
 	/* the commit being recorded */
 	const uint16_t *params;
 	chg_frame *f;           /* in range order */
@@ -83,10 +85,16 @@ void changes_fini(shim_changes *c);
  * list is written for this commit). */
 int changes_begin(shim_changes *c, const uint8_t *const *frames, const uint32_t *lens,
 		  uint32_t n, const uint16_t *params);
-/* Frame i's changes are known already (prepared while staged); they
- * must stay valid until changes_end(). */
+/* The CRC-32 of the entry of a frame's changes (INTEGRATION.md, "Files":
+ * record, offsets, values, padding), summed while it is staged, so that
+ * writing the list costs the commit no CRC of it. */
+uint32_t changes_entry_crc(const shim_changes *c, uint64_t begin, uint32_t range_len,
+			   const uint32_t *pos, const uint16_t *val, uint32_t n);
+/* Frame i's changes are known already (prepared while staged), with the
+ * CRC of their entry (crc; NULL: not summed); they must stay valid until
+ * changes_end(). */
 void changes_take(shim_changes *c, uint32_t i, const uint32_t *pos, const uint16_t *val,
-		  uint32_t n);
+		  uint32_t n, const uint32_t *crc);
 /* apply_ctl's undo hooks and shim_dma_journal's, recording the positions
  * and calling the hooks set in c (undo_note..., dma_note...; NULL: none). */
 void changes_undo_note(void *c, unsigned worker, uint64_t begin, const uint32_t *pos,
@@ -108,14 +116,16 @@ void changes_end(shim_changes *c);
 int changes_key(shim_changes *c, uint64_t model_id, uint64_t n_params, uint32_t base,
 		uint32_t target);
 /* The list of a patch (owner: its staging record, an identity only) whose
- * n frames were all prepared, their changes fc[i] (valid until
- * changes_prep_drop or changes_prep_place): entries in range order, into
- * target's temporary, a few at a time by changes_prep_step(). Replaces
- * any other; 0, or -1 (then that patch's commit writes its list itself). */
+ * n frames were all prepared, their changes fc[i] and entry CRCs crc[i]
+ * (NULL: not summed; all valid until changes_prep_drop or
+ * changes_prep_place): entries in range order, into target's temporary,
+ * a few at a time by changes_prep_step(). Replaces any other; 0, or -1
+ * (then that patch's commit writes its list itself). */
 struct frame_changes;
 int changes_prep_start(shim_changes *c, const void *owner, uint64_t model_id,
 		       uint64_t n_params, uint32_t base, uint32_t target,
-		       const struct frame_changes *const *fc, uint32_t n);
+		       const struct frame_changes *const *fc, const uint32_t *const *crc,
+		       uint32_t n);
 /* Write more of it until now_s() passes until; 1 if some is left. */
 int changes_prep_step(shim_changes *c, double until);
 /* Whether owner has a list started (written, being written, or failed). */

@@ -87,6 +87,8 @@ typedef struct slot {
  * it was staged (bfp_decode_verify): committing it is writing n values. */
 typedef struct prep {
 	frame_changes fc;       /* pos and val point into v[] */
+	uint32_t crc;           /* of its change list entry (--changes; has_crc) */
+	int has_crc;
 	uint32_t v[];           /* n offsets, then n uint16_t values */
 } prep;
 

@@ -303,14 +303,21 @@ static int prepare_list(shim *s, slot *sl, double until)
 		if (changes_ready(&s->chg, s->w.fd, sl->base))
 			return 0;
 		const frame_changes **fc = malloc((size_t)sl->count * sizeof(*fc));
-		if (!fc)
-			return 0;
-		for (uint32_t i = 0; i < sl->count; i++)
-			fc[i] = sl->preps[i] ? &sl->preps[i]->fc : NULL;
-		int rc = changes_prep_start(&s->chg, sl, s->w.h->model_id, s->w.h->n_params,
-					    sl->base, sl->target,
-					    (const struct frame_changes *const *)fc, sl->count);
+		const uint32_t **crc = malloc((size_t)sl->count * sizeof(*crc));
+		int rc = -1;
+		if (fc && crc) {
+			for (uint32_t i = 0; i < sl->count; i++) {
+				const prep *p = sl->preps[i];
+				fc[i] = p ? &p->fc : NULL;
+				crc[i] = p && p->has_crc ? &p->crc : NULL;
+			}
+			rc = changes_prep_start(&s->chg, sl, s->w.h->model_id, s->w.h->n_params,
+						sl->base, sl->target,
+						(const struct frame_changes *const *)fc, crc,
+						sl->count);
+		}
 		free(fc);
+		free(crc);
 		if (rc)
 			return 0; /* its commit writes it */
 	}
@@ -399,6 +406,11 @@ int stage_prepare_some(shim *s, double budget_s)
 			return 0;
 		uint16_t *val = (uint16_t *)(void *)(p->v + nch);
 		p->fc = frame_changes_keep(d, &h, p->v, val);
+		/* its list entry's CRC, summed now rather than in the commit */
+		p->has_crc = s->chg.keep != 0;
+		p->crc = p->has_crc ? changes_entry_crc(&s->chg, p->fc.range_begin, p->fc.range_len,
+							p->fc.pos, p->fc.val, p->fc.n)
+				    : 0;
 		sl->preps[i] = p;
 		sl->prepped++;
 		sl->prep_bytes += bytes;
@@ -481,7 +493,8 @@ static int commit(shim *s, slot *sl)
 		for (uint32_t i = 0; !resume && i < sl->count; i++)
 			if (sl->preps[i])
 				changes_take(&s->chg, i, sl->preps[i]->fc.pos, sl->preps[i]->fc.val,
-					     sl->preps[i]->fc.n);
+					     sl->preps[i]->fc.n,
+					     sl->preps[i]->has_crc ? &sl->preps[i]->crc : NULL);
 		s->chg.undo_note = ctl.undo_note;
 		s->chg.undo_done = ctl.undo_done;
 		s->chg.undo = ctl.undo;
