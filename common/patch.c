@@ -83,9 +83,7 @@ int patch_push(patch *p, const void *frame, size_t len)
 	return 0;
 }
 
-typedef struct range {
-	uint64_t begin, end;
-} range;
+typedef patch_range range;
 
 typedef struct enc_job {
 	const uint16_t *base, *target;
@@ -460,6 +458,23 @@ int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
 	if (!add_chunks(&ch, &nc, &cap, 0, n))
 		return set_err(err, errlen, "out of memory");
 	int rc = encode_chunks(base, target, n, model_id, o, ch, nc, out, err, errlen);
+	free(ch);
+	return rc;
+}
+
+int patch_encode_ranges(const uint16_t *base, const uint16_t *target, uint64_t n_params,
+			uint64_t model_id, const patch_opts *o, const patch_range *r, size_t n,
+			patch *out, char *err, size_t errlen)
+{
+	range *ch = NULL;
+	size_t nc = 0, cap = 0;
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < n; i++)
+		if (!add_chunks(&ch, &nc, &cap, r[i].begin, r[i].end)) {
+			free(ch);
+			return set_err(err, errlen, "out of memory");
+		}
+	int rc = encode_chunks(base, target, n_params, model_id, o, ch, nc, out, err, errlen);
 	free(ch);
 	return rc;
 }

@@ -102,6 +102,20 @@ int patch_encode_arrays(const uint16_t *base, const uint16_t *target,
 			uint64_t n, uint64_t model_id, const patch_opts *o,
 			patch *out, char *err, size_t errlen);
 
+/* A range [begin, end) of the parameter space. */
+typedef struct patch_range {
+	uint64_t begin, end;
+} patch_range;
+
+/* Encode only ranges r[0, n) (ascending, disjoint, inside [0, n_params))
+ * of base -> target, each cut in PATCH_CHUNK units, on o->threads cores
+ * as patch_encode does the whole model: frames indexed 0..k-1 of k in
+ * range order (a sharded trainer's rank encodes its own tensors). 0, or
+ * -1 with a message. */
+int patch_encode_ranges(const uint16_t *base, const uint16_t *target, uint64_t n_params,
+			uint64_t model_id, const patch_opts *o, const patch_range *r, size_t n,
+			patch *out, char *err, size_t errlen);
+
 /* Split and check a patch image: every frame parses, all frames share
  * model, base and target version, indices are 0..n-1 with count n; the
  * bytes after the last frame are header records (FORMAT.md 4.1). */

@@ -441,9 +441,7 @@ int rank_run(publisher *P);
  * tensor's words [ceil(byte_begin / 2), ceil(byte_end / 2)), the
  * ranges a whole-model encode gives it; in order, empty tensors left
  * out. 0, or -1 with a message (a name the layout does not have). */
-typedef struct prange {
-	uint64_t begin, end;
-} prange;
+typedef patch_range prange;
 int rank_owned_ranges(const model *m, char *const *names, size_t n, prange **out,
 		      size_t *n_out, char *err, size_t errlen);
 /* Encode ranges r[0, n) of base -> target (each cut to PATCH_CHUNK) on

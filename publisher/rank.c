@@ -12,8 +12,6 @@
 #include <inttypes.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,124 +89,11 @@ int rank_owned_ranges(const model *m, char *const *names, size_t n, prange **out
 
 /* ---- the owned ranges, encoded on all cores ---- */
 
-typedef struct renc_job {
-	const uint16_t *base, *target;
-	uint64_t n, model_id;
-	const patch_opts *po;
-	prange *chunks;
-	size_t n_chunks;
-	patch *parts;
-	atomic_size_t next;
-	atomic_int failed;
-	int status;
-} renc_job;
-
-static void *renc_worker(void *arg)
-{
-	renc_job *j = arg;
-	bfp_encoder *enc = malloc(sizeof(*enc));
-	uint8_t frame[BFP_FRAME_SIZE_MAX];
-	if (!enc) {
-		atomic_store(&j->failed, 1);
-		return NULL;
-	}
-	bfp_encode_opts eo;
-	memset(&eo, 0, sizeof(eo));
-	eo.frame_size = j->po->frame_size;
-	eo.model_id = j->model_id;
-	eo.base_version = j->po->base_version;
-	eo.target_version = j->po->target_version;
-	eo.flags = j->po->enc_flags;
-	eo.sparse = j->po->sparse;
-	eo.frame_count = 1; /* set at the end */
-	bfp_status st = bfp_encoder_init(enc, &eo, j->base, j->target, j->n, 0, 0);
-	if (st != BFP_OK) {
-		j->status = st;
-		atomic_store(&j->failed, 1);
-	}
-	for (;;) {
-		size_t c = atomic_fetch_add(&j->next, 1);
-		if (c >= j->n_chunks || atomic_load(&j->failed))
-			break;
-		st = bfp_encoder_reset(enc, j->base, j->target, j->n, j->chunks[c].begin,
-				       j->chunks[c].end, 0);
-		size_t len;
-		while (st == BFP_OK) {
-			st = bfp_encode_next(enc, frame, sizeof(frame), &len);
-			if (st == BFP_OK && patch_push(&j->parts[c], frame, len))
-				st = BFP_E_SPACE;
-		}
-		if (st != BFP_DONE) {
-			j->status = st;
-			atomic_store(&j->failed, 1);
-			break;
-		}
-	}
-	free(enc);
-	return NULL;
-}
-
 int rank_encode(const model *base, const model *target, const prange *r, size_t n,
 		const patch_opts *po, patch *out, char *err, size_t errlen)
 {
-	renc_job j;
-	memset(&j, 0, sizeof(j));
-	memset(out, 0, sizeof(*out));
-	size_t cap = 0;
-	for (size_t i = 0; i < n; i++) /* chunks as patch_encode cuts them */
-		cap += (size_t)((r[i].end - r[i].begin + PATCH_CHUNK - 1) / PATCH_CHUNK);
-	j.chunks = malloc((cap ? cap : 1) * sizeof(*j.chunks));
-	j.parts = calloc(cap ? cap : 1, sizeof(*j.parts));
-	if (!j.chunks || !j.parts) {
-		free(j.chunks);
-		free(j.parts);
-		return set_err(err, errlen, "out of memory");
-	}
-	for (size_t i = 0; i < n; i++)
-		for (uint64_t b = r[i].begin; b < r[i].end; b += PATCH_CHUNK)
-			j.chunks[j.n_chunks++] = (prange){b, r[i].end - b > PATCH_CHUNK ? b + PATCH_CHUNK
-										: r[i].end};
-	j.base = base->params;
-	j.target = target->params;
-	j.n = target->n_params;
-	j.model_id = target->model_id;
-	j.po = po;
-	int nt = po->threads > 0 ? po->threads : cpu_count();
-	if ((size_t)nt > j.n_chunks)
-		nt = (int)(j.n_chunks ? j.n_chunks : 1);
-	pthread_t tid[256];
-	int started = 0;
-	for (int i = 0; i < nt && i < 256; i++)
-		if (pthread_create(&tid[started], NULL, renc_worker, &j) == 0)
-			started++;
-	if (!started)
-		renc_worker(&j);
-	for (int i = 0; i < started; i++)
-		pthread_join(tid[i], NULL);
-	int rc = 0;
-	size_t total = 0;
-	for (size_t c = 0; c < j.n_chunks; c++)
-		total += j.parts[c].n;
-	if (atomic_load(&j.failed))
-		rc = set_err(err, errlen, "encode failed: %s",
-			     j.status ? bfp_status_str((bfp_status)j.status) : "out of memory");
-	else if (total > UINT32_MAX)
-		rc = set_err(err, errlen, "more than 2^32 frames");
-	for (size_t c = 0; c < j.n_chunks && !rc; c++)
-		for (size_t i = 0; i < j.parts[c].n && !rc; i++) {
-			uint8_t *f = j.parts[c].buf + j.parts[c].off[i];
-			size_t fl = j.parts[c].off[i + 1] - j.parts[c].off[i];
-			bfp_frame_set_index(f, fl, (uint32_t)out->n, (uint32_t)total);
-			if (patch_push(out, f, fl))
-				rc = set_err(err, errlen, "out of memory");
-		}
-	for (size_t c = 0; c < j.n_chunks; c++)
-		patch_free(&j.parts[c]);
-	free(j.parts);
-	free(j.chunks);
-	if (rc)
-		patch_free(out);
-	return rc;
+	return patch_encode_ranges(base->params, target->params, target->n_params,
+				   target->model_id, po, r, n, out, err, errlen);
 }
 
 /* ---- the rank's run ---- */
