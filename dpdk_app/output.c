@@ -11,14 +11,12 @@
  * payload is never copied and each output carries its own addresses. A
  * refcount-only method (the same bytes to all) cannot address several
  * unicast subscribers, so the real alternative is a full copy per output
- * (--copy-fanout keeps it, for measurement). bench/bench_relay.sh measured
- * both on one core here (whole relay loop per output, fan-out 16, payload
- * hot in cache): clone 86 ns and copy 75 ns at 1500 bytes, clone 124 ns
- * and copy 173 ns at 8000 bytes; the break-even is near 3 kB. The relay
- * clones at every size: below the cutoff a copy would save ~11 ns per
- * output (less once payloads come cold from the NIC), but it multiplies
- * the frame's memory and memory traffic by the fan-out while the repair
- * cache holds the frame; above it the clone wins by a growing margin. One
+ * (--copy-fanout keeps it, for measurement). bench/bench_relay.sh measures
+ * both on one core (whole relay loop per output, fan-out 16, payload hot
+ * in cache; docs/BENCHMARKS.md): clone 55 ns and copy 82 ns at 1500
+ * bytes, clone 71 ns and copy 168 ns at 8000 bytes, so the relay clones
+ * at every size: a copy would also multiply the frame's memory and memory
+ * traffic by the fan-out while the repair cache holds the frame. One
  * method keeps one payload shared by fan-out, cache and repairs, with
  * zero payload copies.
  *
