@@ -82,7 +82,8 @@ uint64_t stage_budget(const shim *s)
 static slot *next_slot(shim *s, int complete);
 static uint32_t staged_through(const shim *s, const slot *first);
 static void inplace_reset(shim *s);
-static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_header *h);
+static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_header *h,
+			 uint32_t count);
 
 void stage_init(shim *s)
 {
@@ -812,13 +813,15 @@ static void inplace_reset(shim *s)
  * before are written in place then: staged, it could never complete. */
 static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
 {
-	if (!h->frame_count)
-		return 0; /* streamed keyframes: their count comes last */
 	if (s->ip.done) {
+		/* the stream being written takes its streamed frames (count 0)
+		 * too; another stream's streamed frames are staged */
 		if (shim_state(s) == WBUF_RESYNC)
-			return 1;
+			return h->frame_count || h->target_version == s->ip.target;
 		inplace_reset(s); /* a version was committed meanwhile: never write into it */
 	}
+	if (!h->frame_count)
+		return 0; /* streamed keyframes: their count comes last */
 	slot *staged = NULL;
 	for (unsigned i = 0; i < SLOTS; i++)
 		if (s->slots[i].used && s->slots[i].key && s->slots[i].target == h->target_version)
@@ -844,7 +847,8 @@ static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
 			bfp_frame_header fh;
 			if (staged->frames[i] &&
 			    bfp_frame_parse(staged->frames[i], staged->flen[i], &fh) == BFP_OK &&
-			    inplace_frame(s, staged->frames[i], staged->flen[i], &fh))
+			    inplace_frame(s, staged->frames[i], staged->flen[i], &fh,
+					  h->frame_count))
 				break; /* out of memory: the rest comes again */
 		}
 		slot_free(s, staged);
@@ -854,8 +858,12 @@ static int inplace_wanted(shim *s, const bfp_frame_header *h, size_t len)
 
 /* One frame of a keyframe stream written in place: checked (hash of the
  * values it writes) before it is written; the version is published once
- * every frame of the stream is, and they tile the model. */
-static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_header *h)
+ * every frame of the stream is, and they tile the model. count is the
+ * stream's frame count: h's own, or for a streamed frame (frame_count 0,
+ * FORMAT.md 2.5), one a counted frame of the same stream told; 0: none
+ * known (then only a stream already being written can take h). */
+static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_header *h,
+			 uint32_t count)
 {
 	shim_inplace *ip = &s->ip;
 	if (shim_state(s) != WBUF_RESYNC) { /* the buffer holds a version: not in place */
@@ -863,7 +871,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 		s->bad++;
 		return 0;
 	}
-	if (ip->done && (h->target_version != ip->target || h->frame_count != ip->count)) {
+	if (ip->done && (h->target_version != ip->target || (count && count != ip->count))) {
 		if (h->target_version < ip->target) {
 			s->old++;
 			return 0;
@@ -871,25 +879,29 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 		inplace_reset(s); /* a newer stream: start over */
 	}
 	if (!ip->done) {
-		if (h->frame_count > max_frames(s)) {
+		if (!count || count > max_frames(s)) {
 			s->bad++;
 			return 0;
 		}
-		ip->done = calloc(h->frame_count, 1);
-		ip->begin = calloc(h->frame_count, sizeof(*ip->begin));
-		ip->len = calloc(h->frame_count, sizeof(*ip->len));
+		ip->done = calloc(count, 1);
+		ip->begin = calloc(count, sizeof(*ip->begin));
+		ip->len = calloc(count, sizeof(*ip->len));
 		if (!ip->done || !ip->begin || !ip->len || !main_decoder(s) || !stage_zws(s)) {
 			inplace_reset(s);
 			return -1;
 		}
 		ip->target = h->target_version;
-		ip->count = h->frame_count;
+		ip->count = count;
 		ip->t0 = now_s();
 		printf("bfpatch-shim: keyframe stream of version %u (%u frames) written into the "
 		       "buffer as it arrives (larger than half of --max-stage)\n", ip->target,
 		       ip->count);
 		fflush(stdout);
 		events_emit(&s->ev, "apply_begin", "\"version\":%u", ip->target);
+	}
+	if (h->frame_index >= ip->count) { /* not of the stream it claims */
+		s->bad++;
+		return 0;
 	}
 	if (ip->done[h->frame_index]) {
 		s->dup++;
@@ -1087,7 +1099,7 @@ int stage_frame(shim *s, const uint8_t *p, size_t len)
 	if (!frame_wanted(s, &h, key))
 		return 0;
 	if (key && inplace_wanted(s, &h, len))
-		return inplace_frame(s, p, len, &h);
+		return inplace_frame(s, p, len, &h, h.frame_count);
 	slot *sl = slot_get(s, &h, key);
 	if (!sl) {
 		s->ahead++;

@@ -933,6 +933,42 @@ static void test_a_keyframe_stream_in_place_that_does_not_tile_is_not_published(
 	free(twin);
 }
 
+/* A keyframe stream too large to stage, sent while it is encoded
+ * (frame_count 0, FORMAT.md 2.5): the frames staged before one with the
+ * count came are written in place by that count, as are the streamed ones
+ * after it, each verified; the version is published once all are. Sizing
+ * the stream by a staged frame's count of 0 would write past its tables. */
+static void test_a_streamed_keyframe_stream_is_written_in_place_by_its_count(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[2];
+	assert_true(k->n >= 4);
+	f->s.cf.max_stage = bytes_of(k);
+	wbuf_invalid(&f->s.w);
+	memset(f->s.w.params, 0xAB, N * sizeof(uint16_t));
+	for (size_t i = 0; i < k->n; i++) {
+		if (i == 2) { /* the first with its count: in place from here */
+			assert_null(f->s.ip.done);
+			feed_frame(f, k, i);
+			assert_non_null(f->s.ip.done);
+			assert_int_equal(f->s.ip.count, k->n);
+			continue;
+		}
+		uint8_t *x = copy_of(k, i);
+		wr32(x + 28, 0); /* frame_count */
+		reseal(x, len_of(k, i));
+		feed(f, x, len_of(k, i));
+		free(x);
+	}
+	for (size_t i = 0; i < k->n; i++) {
+		bfp_frame_header h = header_of(k, i);
+		assert_range_at(f, h.range_begin, h.range_len, 2);
+	}
+	assert_int_equal(f->s.bad, 0);
+	assert_buffer_at(f, 2);
+	assert_int_equal(f->s.key_commits, 1);
+}
+
 /* ---- the buffer's one writer (wbuf_lock) ---- */
 
 /* err says the buffer is locked, names the path it was reached by, and
@@ -1098,6 +1134,7 @@ int main(void)
 		T(test_a_keyframe_stream_resyncs_an_invalid_buffer),
 		T(test_a_large_keyframe_stream_is_written_in_place_verified),
 		T(test_a_keyframe_stream_in_place_that_does_not_tile_is_not_published),
+		T(test_a_streamed_keyframe_stream_is_written_in_place_by_its_count),
 		T(test_a_second_writer_is_refused_by_any_path_to_the_buffer),
 		T(test_creating_a_buffer_never_replaces_one),
 		T(test_an_undo_journal_without_room_leaves_nothing_behind),
