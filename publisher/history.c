@@ -30,6 +30,8 @@ void history_free(pub_history *h)
 	for (unsigned i = 0; i < MAX_KEEP; i++)
 		patch_free(&h->p[i]);
 	patch_free(&h->key);
+	patch_free(&h->key_part);
+	h->key_streaming = 0;
 	h->n = 0;
 }
 
@@ -56,6 +58,8 @@ const patch *history_find(const pub_history *h, uint32_t target)
 
 const patch *history_key(const pub_history *h, uint32_t target)
 {
+	if (h->key_streaming && h->key_ver == target)
+		return &h->key_part; /* being encoded: the frames so far */
 	if (h->key.n && h->key_ver == target)
 		return &h->key;
 	return lookup(h, target, 1); /* --keyframes */
@@ -154,13 +158,26 @@ int history_keyframes(const model *cur, uint32_t ver, const patch_opts *po, patc
 	return patch_encode(cur, cur, &ko, out, err, errlen);
 }
 
+void history_key_begin(pub_history *h, uint32_t ver)
+{
+	patch_free(&h->key);
+	patch_free(&h->key_part);
+	h->key_ver = ver;
+	h->key_streaming = 1;
+}
+
 int history_key_make(pub_history *h, const model *cur, uint32_t ver, const patch_opts *po,
 		     char *err, size_t errlen)
 {
-	patch_free(&h->key);
-	if (history_keyframes(cur, ver, po, &h->key, err, errlen))
+	if (!h->key_streaming || h->key_ver != ver)
+		history_key_begin(h, ver);
+	patch k;
+	int rc = history_keyframes(cur, ver, po, &k, err, errlen);
+	h->key_streaming = 0;
+	patch_free(&h->key_part);
+	if (rc)
 		return -1;
-	h->key_ver = ver;
+	h->key = k;
 	return 0;
 }
 

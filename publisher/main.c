@@ -392,8 +392,9 @@ int publisher_run(publisher *P)
 	}
 	pub_print_stats(P, P->ver);
 	events_emit(&P->ev, "stats", "\"frames\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"nacks\":%"
-		    PRIu64 ",\"resent\":%" PRIu64 ",\"version\":%u,\"auth_fail\":%" PRIu64,
-		    P->sent_frames, P->sent_bytes, P->nacks, P->resent, P->ver, P->auth_fail);
+		    PRIu64 ",\"resent\":%" PRIu64 ",\"version\":%u,\"auth_fail\":%" PRIu64
+		    ",\"key_streamed\":%" PRIu64, P->sent_frames, P->sent_bytes, P->nacks, P->resent,
+		    P->ver, P->auth_fail, P->key_streamed);
 	return rc;
 }
 

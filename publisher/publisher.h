@@ -112,6 +112,7 @@ typedef struct pub_sub {
 	 * stream of cu_target, or the held patch cu_base -> cu_target and
 	 * then the ones after it up to cu_end; frames from cu_next */
 	int cu_active, cu_key;
+	int cu_said;            /* its keyframe stream was said (made while sent) */
 	uint32_t cu_base, cu_target, cu_end;
 	size_t cu_next;
 } pub_sub;
@@ -153,6 +154,10 @@ typedef struct pub_history {
 	const char *ckpt;       /* --dir: the checkpoints, or NULL (--buffer) */
 	patch key;              /* keyframe stream of key_ver, made on demand */
 	uint32_t key_ver;
+	/* while key_ver's stream is encoded (key_streaming): its frames so
+	 * far, frame_count 0, as sent to catch-ups and answering NACKs */
+	patch key_part;
+	int key_streaming;
 	uint64_t errors;        /* patches --history could not keep */
 } pub_history;
 
@@ -174,6 +179,7 @@ typedef struct publisher {
 	events ev;
 	rp_auth auth;           /* --key: frames and heartbeats signed, JOIN/NACK verified */
 	uint64_t sent_frames, sent_bytes, nacks, resent, keyframes, auth_fail;
+	uint64_t key_streamed;  /* keyframe frames sent while their stream was encoded */
 	int told_full;          /* "subscriber table full" was said */
 	/* subscribers that left (LEAVE, or silent): a JOIN from the same
 	 * control port gets back the time of its last catch-up and its NACK
@@ -245,9 +251,12 @@ void history_hold(pub_history *h, unsigned slot, uint32_t base, uint32_t ver);
 void history_put(pub_history *h, unsigned slot, uint32_t old_base, uint32_t old_ver);
 /* The keyframe stream of cur as version ver into out (patch_encode's
  * result); the one held for catch-ups replaced by it (history_key_make:
- * on failure none is held). */
+ * on failure none is held; po->stream may send its frames meanwhile).
+ * history_key_begin: the held one goes, and until history_key_make ends
+ * history_key(ver) gives key_part, the frames streamed so far. */
 int history_keyframes(const model *cur, uint32_t ver, const patch_opts *po, patch *out,
 		      char *err, size_t errlen);
+void history_key_begin(pub_history *h, uint32_t ver);
 int history_key_make(pub_history *h, const model *cur, uint32_t ver, const patch_opts *po,
 		     char *err, size_t errlen);
 /* Take the newest patches in DIR back (a restarted publisher answers
@@ -358,7 +367,10 @@ void pub_heartbeat_one(publisher *P, const pub_sub *s, uint64_t model_id, uint32
  * (answered, nack.c); then subscribers silent for SUB_TIMEOUT_S go. */
 void pub_control(publisher *P);
 /* Start a catch-up for each subscriber behind version ver (cur): the
- * patches held from its version, or else a keyframe stream. */
+ * patches held from its version, or else a keyframe stream; one made
+ * here is encoded once for all that need it and sent to them while it
+ * is encoded (catch-up slices, control messages and HEARTBEATs go on;
+ * a new version waits for the encode). */
 void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts *po);
 /* Send one slice of every catch-up in progress; whether any goes on. */
 int pub_catchup_send(publisher *P);

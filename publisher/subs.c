@@ -25,6 +25,7 @@ static void cu_start(pub_sub *s, int key, uint32_t base, uint32_t target, uint32
 	s->cu_target = target;
 	s->cu_end = end;
 	s->cu_next = 0;
+	s->cu_said = 0;
 }
 
 
@@ -197,6 +198,92 @@ void pub_control(publisher *P)
 		}
 }
 
+/* Say that s is sent the keyframe stream of version kv (held whole). */
+static void key_said(publisher *P, const pub_sub *s, uint32_t kv)
+{
+	char peer[64];
+	pub_peer_str(&s->data, peer, sizeof(peer));
+	char at_v[32] = "no usable version";
+	if (s->version != RP_VERSION_NONE)
+		snprintf(at_v, sizeof(at_v), "version %u", s->version);
+	pub_info("bfpatch publish: keyframe stream of version %u (%zu frames) to %s "
+		"at %s\n", kv, P->hist.key.n, peer, at_v);
+	events_emit(&P->ev, "keyframe", "\"version\":%u,\"peer\":\"%s\",\"frames\":%zu,"
+		    "\"bytes\":%zu", kv, peer, P->hist.key.n, P->hist.key.len);
+	P->keyframes++;
+}
+
+/* A keyframe stream's encode for catch-ups (patch_opts.stream): its
+ * frames, in index order with frame_count 0, go to the subscribers that
+ * wait for it as they come, a catch-up slice a call; once every frame is
+ * encoded (done, set on a worker), the rest leave from the finished
+ * stream, a slice per turn of the main loop, and the encode returns. */
+typedef struct key_ctx {
+	publisher *P;
+	volatile int done;
+	int full;               /* key_part out of memory: the rest waits */
+	double t_first;
+} key_ctx;
+
+static void key_stream(void *arg, uint8_t *const *fr, const size_t *lens, size_t n)
+{
+	key_ctx *kc = arg;
+	publisher *P = kc->P;
+	for (size_t i = 0; i < n && !kc->full; i++)
+		kc->full = patch_push(&P->hist.key_part, fr[i], lens[i]) != 0;
+	if (__atomic_load_n(&kc->done, __ATOMIC_ACQUIRE) && kc->t_first != 0)
+		return;
+	uint64_t before = P->key_streamed;
+	pub_catchup_send(P);
+	if (kc->t_first == 0 && P->key_streamed > before) {
+		kc->t_first = now_s();
+		events_emit(&P->ev, "key_first_frame", "\"version\":%u", P->hist.key_ver);
+	}
+	pub_control(P);
+	double t = now_s();
+	if (t >= P->next_heartbeat) {
+		pub_heartbeat(P, P->model_id, P->ver);
+		P->next_heartbeat = t + 1.0;
+	}
+}
+
+static void key_encoded(void *arg, size_t frames, size_t bytes, uint64_t changed)
+{
+	key_ctx *kc = arg;
+	(void)changed;
+	__atomic_store_n(&kc->done, 1, __ATOMIC_RELEASE);
+	events_emit(&kc->P->ev, "key_encode_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu",
+		    kc->P->hist.key_ver, frames, bytes);
+}
+
+/* Make the keyframe stream of ver (cur) that history_key_begin() set up,
+ * streamed to the catch-ups waiting for it; then say who was sent it.
+ * On failure their catch-ups end (their next JOINs try again). */
+static void key_stream_make(publisher *P, const model *cur, uint32_t ver, const patch_opts *po)
+{
+	key_ctx kc = {.P = P};
+	patch_opts so = *po;
+	so.stream = key_stream;
+	so.encoded = key_encoded;
+	so.stream_arg = &kc;
+	char err[ERRLEN];
+	events_emit(&P->ev, "key_encode_begin", "\"version\":%u", ver);
+	int rc = history_key_make(&P->hist, cur, ver, &so, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "bfpatch publish: keyframe: %s\n", err);
+	for (unsigned i = 0; i < P->n_subs; i++) {
+		pub_sub *s = &P->subs[i];
+		if (!s->cu_active || !s->cu_key || s->cu_target != ver || s->cu_said)
+			continue;
+		if (rc) {
+			s->cu_active = 0;
+			continue;
+		}
+		s->cu_said = 1;
+		key_said(P, s, ver);
+	}
+}
+
 /* Bring subscribers that are behind version ver up to it: the patches
  * still held, in order, or else a keyframe stream of the current model;
  * pub_catchup_send() sends them. */
@@ -249,24 +336,18 @@ void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts 
 			    (none || P->hist.key_ver > s->version) &&
 			    history_chain(&P->hist, P->hist.key_ver, ver, &kfirst))
 				kv = P->hist.key_ver;
-		char err[ERRLEN];
-		if ((P->hist.key_ver != kv || !P->hist.key.n) &&
-		    history_key_make(&P->hist, cur, ver, po, err, sizeof(err))) {
-			fprintf(stderr, "bfpatch publish: keyframe: %s\n", err);
-			continue;
-		}
-		char peer[64];
-		pub_peer_str(&s->data, peer, sizeof(peer));
-		char at_v[32] = "no usable version";
-		if (!none)
-			snprintf(at_v, sizeof(at_v), "version %u", s->version);
-		pub_info("bfpatch publish: keyframe stream of version %u (%zu frames) to %s "
-			"at %s\n", kv, P->hist.key.n, peer, at_v);
-		events_emit(&P->ev, "keyframe", "\"version\":%u,\"peer\":\"%s\",\"frames\":%zu,"
-			    "\"bytes\":%zu", kv, peer, P->hist.key.n, P->hist.key.len);
-		P->keyframes++;
+		/* none held: made below, once for every subscriber that needs
+		 * it this turn, and streamed to them while it is encoded */
+		if (P->hist.key_ver != kv || !(P->hist.key.n || P->hist.key_streaming))
+			history_key_begin(&P->hist, ver);
 		cu_start(s, 1, 0, kv, kv);
+		if (P->hist.key_streaming)
+			continue; /* said once the stream is made */
+		s->cu_said = 1;
+		key_said(P, s, kv);
 	}
+	if (P->hist.key_streaming)
+		key_stream_make(P, cur, ver, po);
 }
 
 /* One slice of every catch-up in progress. A patch or keyframe stream no
@@ -280,6 +361,8 @@ int pub_catchup_send(publisher *P)
 		if (!s->cu_active)
 			continue;
 		const patch *p = history_catchup(&P->hist, s);
+		/* a keyframe stream being encoded: its frames so far */
+		const int growing = p && p == &P->hist.key_part && P->hist.key_streaming;
 		if (p && s->cu_next < p->n) {
 			/* about 10 ms at --rate, or at the subscriber's link */
 			size_t slice = s->link.rate && (!P->bucket.rate || s->link.rate < P->bucket.rate)
@@ -288,6 +371,8 @@ int pub_catchup_send(publisher *P)
 			size_t n = p->n - s->cu_next < slice ? p->n - s->cu_next : slice;
 			pub_send_one(P, s, p, s->cu_next, n);
 			s->cu_next += n;
+			if (growing)
+				P->key_streamed += n;
 		}
 		if (p && s->cu_next >= p->n && !s->cu_key && s->cu_target != s->cu_end) {
 			/* the next held patch of the chain */
@@ -301,7 +386,7 @@ int pub_catchup_send(publisher *P)
 			}
 			p = NULL;
 		}
-		if (!p || s->cu_next >= p->n) {
+		if (!growing && (!p || s->cu_next >= p->n)) {
 			s->cu_active = 0;
 			s->last_catchup = now_s();
 		}
