@@ -327,6 +327,47 @@ static void test_a_nack_while_its_version_streams_gets_the_frames_sent(void **st
 	assert_null(a.p);
 }
 
+/* While a keyframe stream is encoded for catch-ups (history_key_begin),
+ * a NACK with the KEY flag is answered from its frames so far, and to a
+ * subscriber whose catch-up it is, only from those already sent; the
+ * stream it replaced answers nothing. Once encoded, the finished stream
+ * answers, its frames carrying the count. */
+static void test_a_keyframe_nack_while_its_stream_is_encoded_gets_the_frames_so_far(void **state)
+{
+	fixture *f = *state;
+	nack_reply a;
+	publisher *P = f->P;
+	char err[ERRLEN];
+	history_key_begin(&P->hist, 3); /* the stream of 2 (f->k) goes */
+	for (uint32_t i = 0; i < 8; i++) /* (frames that stand in for it) */
+		assert_int_equal(patch_push(&P->hist.key_part, f->p->buf + f->p->off[i],
+					    bytes_of(f->p, i, 1)), 0);
+	rp_ctl key = nack_of(3, RP_NACK_KEY, 1, (rp_range[]){{0, 20}});
+	nack_plan(P, &f->s2, &key, T0, &a);
+	assert_ptr_equal(a.p, &P->hist.key_part);
+	assert_int_equal(a.frames, 8);
+	f->s.cu_active = 1;
+	f->s.cu_key = 1;
+	f->s.cu_target = f->s.cu_end = 3;
+	f->s.cu_next = 5;
+	nack_plan(P, &f->s, &key, T0, &a);
+	assert_int_equal(a.frames, 5);
+	rp_ctl old = nack_of(2, RP_NACK_KEY, 1, (rp_range[]){{0, 20}});
+	nack_plan(P, &f->s2, &old, T0, &a);
+	assert_null(a.p);
+
+	assert_int_equal(history_key_make(&P->hist, &f->m3, 3, &f->po, err, sizeof(err)), 0);
+	assert_int_equal(P->hist.key_streaming, 0);
+	assert_null(P->hist.key_part.buf);
+	nack_plan(P, &f->s2, &key, T0, &a);
+	assert_ptr_equal(a.p, &P->hist.key);
+	assert_int_equal(a.frames, 20);
+	bfp_frame_header hd;
+	assert_int_equal(bfp_frame_parse(a.p->buf, a.p->off[1], &hd), BFP_OK);
+	assert_int_equal(hd.frame_count, a.p->n);
+	assert_int_equal(hd.target_version, 3);
+}
+
 /* A NACK of a version not held, or of another model, is not answered
  * and spends nothing of the budget; model 0 means this one. */
 static void test_a_nack_not_held_or_of_another_model_is_not_answered(void **state)
@@ -421,6 +462,7 @@ int main(void)
 		T(test_a_keyframe_nack_is_answered_from_the_keyframe_stream),
 		T(test_frames_of_a_catch_up_still_to_come_are_not_resent),
 		T(test_a_nack_while_its_version_streams_gets_the_frames_sent),
+		T(test_a_keyframe_nack_while_its_stream_is_encoded_gets_the_frames_so_far),
 		T(test_a_nack_not_held_or_of_another_model_is_not_answered),
 		T(test_a_slow_link_gets_about_100_ms_of_it_per_nack),
 		T(test_an_answer_leaves_as_decided_and_is_counted),
