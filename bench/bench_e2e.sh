@@ -232,7 +232,7 @@ for enc, path in (("exp (7, the default)", sys.argv[1]), ("raw (3, format 1.0)",
           100.0 * key["bytes"] / dense, key["frames"], cm["t"] - join["t"], first["t"] - join["t"],
           staged["t"] - first["t"], cm["t"] - ab["t"]))
 print("JOIN -> commit: the publisher took the JOIN -> the joiner committed version 2, verified;")
-print("1st frame: JOIN -> the joiner's first frame (the stream is encoded whole on demand first);")
+print("1st frame: JOIN -> the joiner's first frame (it leaves while the stream is encoded);")
 print("on the wire: first frame -> every frame staged; apply: the commit (decode, verify, write).")
 print("The joiner's buffer equals step 2 (sha256).")
 PY
