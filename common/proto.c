@@ -191,13 +191,6 @@ uint32_t rp_sum(const void *data, size_t len, uint32_t sum)
 	return (uint32_t)((t & 0xFFFFFFFFu) + (t >> 32));
 }
 
-uint16_t rp_fold(uint32_t sum)
-{
-	while (sum >> 16)
-		sum = (sum & 0xFFFF) + (sum >> 16);
-	return (uint16_t)sum;
-}
-
 static int ours(const rp_addrs *a, uint32_t ip)
 {
 	for (unsigned i = 0; i < a->n_ip; i++)

@@ -91,7 +91,15 @@ rp_class rp_classify(const uint8_t *p, size_t len, const rp_addrs *a, rp_pkt *ou
 
 /* Internet checksum helpers (RFC 1071), 32-bit partial sums. */
 uint32_t rp_sum(const void *p, size_t len, uint32_t sum);
-uint16_t rp_fold(uint32_t sum);
+/* sum folded to 16 bits; inline: the relay folds a few sums per packet,
+ * and a call to a library function (which position-independent code may
+ * not inline) costs more than the fold */
+static inline uint16_t rp_fold(uint32_t sum)
+{
+	while (sum >> 16)
+		sum = (sum & 0xFFFF) + (sum >> 16);
+	return (uint16_t)sum;
+}
 
 /* Write Ethernet/IPv4/UDP headers (RP_HDRS bytes) for a UDP payload of
  * payload_len bytes whose one's-complement sum is payload_sum (from

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include <rte_byteorder.h>
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_ip.h>
@@ -65,6 +66,20 @@ static void note_first_frame(relay *r, uint64_t model, uint32_t version)
 		    model);
 }
 
+/* A frame's model, version and index (FORMAT.md 2.1, little-endian). */
+static inline void frame_id(const uint8_t *f, uint64_t *model, uint32_t *version,
+			    uint32_t *index)
+{
+	uint64_t m;
+	uint32_t v, i;
+	memcpy(&m, f + 8, 8);
+	memcpy(&v, f + 20, 4);
+	memcpy(&i, f + 24, 4);
+	*model = rte_le_to_cpu_64(m);
+	*version = rte_le_to_cpu_32(v);
+	*index = rte_le_to_cpu_32(i);
+}
+
 static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *st)
 {
 	/* keep only the frame: strip headers and any Ethernet padding */
@@ -87,14 +102,9 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 			return;
 		}
 	}
-	uint64_t model = 0;
-	uint32_t version = 0, index = 0;
-	for (int b = 7; b >= 0; b--) /* FORMAT.md 2.1, little-endian fields */
-		model = (model << 8) | f[8 + b];
-	for (int b = 3; b >= 0; b--) {
-		version = (version << 8) | f[20 + b];
-		index = (index << 8) | f[24 + b];
-	}
+	uint64_t model;
+	uint32_t version, index;
+	frame_id(f, &model, &version, &index);
 	if (version >= RP_VERSION_NONE) {
 		/* the control protocol's reserved values are never a version:
 		 * believed, HEARTBEATs would name them and the cache window
