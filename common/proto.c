@@ -619,9 +619,14 @@ static rp_cache_model *model_of(rp_cache *c, uint64_t m)
  * stays until eviction reaches it. */
 static void retire(rp_cache *c, rp_cache_entry *e, void (*drop)(void *, void *), void *ctx)
 {
-	int64_t k = find(c, e->model_id, e->version, e->index);
-	if (k >= 0)
-		unhash(c, (uint32_t)k);
+	/* its slot: the one on its probe path that holds its ring position
+	 * (only hash slots are read, not the entries of the others) */
+	const uint32_t mask = 2 * c->cap - 1, pos = (uint32_t)(e - c->ring) + 1;
+	uint32_t k = hkey(e->model_id, e->version, e->index) & mask;
+	while (c->hash[k] && c->hash[k] != pos)
+		k = (k + 1) & mask;
+	if (c->hash[k])
+		unhash(c, k);
 	model_of(c, e->model_id)->entries--;
 	c->bytes -= e->bytes;
 	if (drop)
