@@ -28,8 +28,12 @@
 # port 1, 4: ports 1-4, 16: ports 0-15), the mbuf data room the relay
 # gets, no MULTI_SEGS TX offload (these vdevs have none) and 17 RX queues
 # an lcore (it polls every port it sends on).
+# FANOUTS="1" (default "1 4 16") limits the first table's fan-outs, and
+# QUICK=1 stops after the second (every frame stored): to compare builds
+# in interleaved rounds.
 set -eu
 B=${1:-build}
+FANOUTS=${FANOUTS:-1 4 16}
 SECS=${2:-4}
 BFP=${BFP:-$B/cli/bfpatch} # the frames' maker: BFP=PATH to compare builds on the same frames
 RELAY=$B/dpdk_app/bfpatch-relay
@@ -145,7 +149,7 @@ for size in 1500 8000; do
 	fi
 	mc=""
 	mcast_build $mbuf && mc=$mbuf
-	for fan in 1 4 16; do
+	for fan in $FANOUTS; do
 		mns=""
 		if [ -n "$mc" ]; then
 			python3 "$HERE/mcast_pcap.py" "$T/in$size.pcap" "$T/mc.pcap" 224.0.0.$fan
@@ -164,7 +168,6 @@ for size in 1500 8000; do
 		echo "$mns" > "$T/mns-$size-$fan"
 	done
 done
-
 # The rows above replay a pcap whose frames the repair cache keeps from
 # their first pass: every later copy is found there and not stored again.
 # A relay in service stores every frame and, its cache full, evicts the
@@ -180,6 +183,8 @@ for size in 1500 8000; do
 		printf "%-6d %11.3f %9.1f %9s %9s %13s\n", b, $1 / 1e6, $2,
 			mns == "" ? "n/a" : mns, mns == "" ? "n/a" : sprintf("%.2fx", $2 / mns), cs }'
 done
+
+[ "${QUICK:-0}" = 1 ] && exit 0
 
 # a relay with --key checks every frame's tag (AES-GMAC, docs/SECURITY.md)
 # before it relays it; with --peer-keys it also signs each output again
