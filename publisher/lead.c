@@ -826,10 +826,11 @@ static int lead_merge(publisher *P, uint32_t t)
 		    "\"params\":%" PRIu64 ",\"ranks\":%u,\"encode_ms\":%.3f,\"merge_ms\":%.3f", t,
 		    p->n, p->len, P->cur.n_params, L->n, enc_ms, (t1 - t0) * 1e3);
 	events_emit(&P->ev, "first_frame", "\"version\":%u", t);
+	P->send_cut = 0;
 	pub_send_all(P, p);
 	const double t2 = now_s();
 	history_hold(&P->hist, slot, P->ver, t);
-	if (!pub_quit)
+	if (!P->send_cut)
 		events_emit(&P->ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
 			    "\"subscribers\":%u", t, p->n, p->len, P->n_subs);
 	const double x = (double)P->cur.n_params * 2 / (double)(p->len ? p->len : 1);

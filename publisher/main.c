@@ -314,6 +314,7 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 	patch_free(&P->streamed);
 	P->streamed_ver = nver;
 	P->streaming = 1;
+	P->send_cut = 0;
 	patch_opts so = P->po;
 	so.stream = pub_stream;
 	so.encoded = pub_encoded;
@@ -330,7 +331,9 @@ static int pub_publish(publisher *P, model *nw, uint32_t nver)
 	}
 	double t2 = now_s();
 	history_hold(&P->hist, slot, keyframes ? 0 : ver, nver);
-	if (!pub_quit)
+	/* every frame left, even if a signal came after the last one (while
+	 * the patch was put together and kept) */
+	if (!P->send_cut)
 		events_emit(&P->ev, "send_end", "\"version\":%u,\"frames\":%zu,\"bytes\":%zu,"
 			    "\"subscribers\":%u", nver, p->n, p->len, P->n_subs);
 	uint64_t changed = sc.changed;

@@ -195,6 +195,8 @@ typedef struct publisher {
 				 * the main loop: about 10 ms at --rate */
 	uint32_t frame_size;    /* configured (kept patches may differ) */
 	int closing;            /* --linger is over: no new catch-ups */
+	int send_cut;           /* a signal cut a paced send short (pub_send_frames)
+				 * since the version being sent began */
 	uint64_t ctl_bad, other_model; /* control messages malformed, of another model */
 	uint64_t other_run; /* NACKs, HEARTBEATs, LEAVEs bound to another run, refused */
 	uint64_t model_id;      /* of every version published */

@@ -112,8 +112,10 @@ void pub_send_frames(publisher *P, uint8_t *const *fr, const size_t *lens, size_
 				m[k].msg_hdr.msg_iovlen = keyed ? 2 : 1;
 			}
 			if (!pub_wait_tokens(&to[s]->link, bytes) ||
-			    !pub_wait_tokens(&P->bucket, bytes))
+			    !pub_wait_tokens(&P->bucket, bytes)) {
+				P->send_cut = 1;
 				return; /* SIGTERM while paced */
+			}
 			for (size_t k = 0; k < nb;) {
 				int r = sendmmsg(P->sock, m + k, (unsigned)(nb - k), 0);
 				if (r < 0 && (errno == ENOBUFS || errno == EAGAIN || errno == EINTR)) {
