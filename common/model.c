@@ -1116,6 +1116,29 @@ static int ofd_lock(int fd)
  * (PATH.tmp.XXXXXX or the short one) beside it, our own, older than a
  * few seconds and locked by no one (a live writer holds its lock from
  * just after creating it). They are removed; anything else is left. */
+/* mkstemp(tmpl), the temporary listed for the signal clean-up (*slot)
+ * and locked as ours (ofd_lock: remove_stale_temporaries passes it
+ * over), with the fatal signals held meanwhile: one arriving in between
+ * would leave it behind unlisted. The descriptor, or -1 with mkstemp's
+ * errno in *mk_errno. */
+static int mkstemp_listed(char *tmpl, int *slot, int *mk_errno)
+{
+	sigset_t fatal, was;
+	sigemptyset(&fatal);
+	sigaddset(&fatal, SIGINT);
+	sigaddset(&fatal, SIGTERM);
+	sigaddset(&fatal, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &fatal, &was);
+	int fd = mkstemp(tmpl);
+	*mk_errno = errno;
+	if (fd >= 0) {
+		*slot = tmp_list(tmpl);
+		(void)ofd_lock(fd); /* ours while we live (no such locks: none) */
+	}
+	pthread_sigmask(SIG_SETMASK, &was, NULL);
+	return fd;
+}
+
 static void remove_stale_temporaries(const char *tmpl)
 {
 	char *dcopy = strdup(tmpl), *bcopy = strdup(tmpl);
@@ -1223,21 +1246,8 @@ static int write_atomic(const char *path, const void *const *bufs, const size_t 
 	if (rc_tmp < 0)
 		return set_err(err, errlen, "out of memory");
 	remove_stale_temporaries(tmp);
-	/* the fatal signals wait while the temporary is made and listed: one
-	 * arriving in between would leave it behind unlisted */
-	sigset_t fatal, was;
-	sigemptyset(&fatal);
-	sigaddset(&fatal, SIGINT);
-	sigaddset(&fatal, SIGTERM);
-	sigaddset(&fatal, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &fatal, &was);
-	fd = mkstemp(tmp);
-	int mk_errno = errno;
-	if (fd >= 0) {
-		slot = tmp_list(tmp);
-		(void)ofd_lock(fd); /* ours while we live (no such locks: none) */
-	}
-	pthread_sigmask(SIG_SETMASK, &was, NULL);
+	int mk_errno;
+	fd = mkstemp_listed(tmp, &slot, &mk_errno);
 	if (fd < 0) {
 		set_err(err, errlen, "%s: cannot create temporary file: %s", path,
 			strerror(mk_errno));
@@ -1332,17 +1342,8 @@ static int dir_temp(const char *dir, const char *name, const void *const *bufs,
 		*tmp = NULL;
 		return set_err(err, errlen, "%s/%s: path too long", dir, name);
 	}
-	sigset_t fatal, was;
-	sigemptyset(&fatal);
-	sigaddset(&fatal, SIGINT);
-	sigaddset(&fatal, SIGTERM);
-	sigaddset(&fatal, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &fatal, &was);
-	int fd = mkstemp(*tmp);
-	const int mk_errno = errno;
-	if (fd >= 0)
-		*slot = tmp_list(*tmp);
-	pthread_sigmask(SIG_SETMASK, &was, NULL);
+	int mk_errno;
+	int fd = mkstemp_listed(*tmp, slot, &mk_errno);
 	if (fd < 0) {
 		free(*tmp);
 		*tmp = NULL;
