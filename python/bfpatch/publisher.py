@@ -93,6 +93,24 @@ def _load() -> ctypes.CDLL:
         return lib
 
 
+def _write_atomic(path: "Union[str, os.PathLike[str]]", chunks: Sequence[Any]) -> None:
+    """Write chunks to path through a temporary beside it, synced, then
+    renamed over path: path holds the old file or the new one, never a
+    part; the temporary is removed on any error."""
+    tmp = "%s.tmp.%d" % (os.fspath(path), os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.split(".")[0] == "torch"
 
@@ -253,17 +271,7 @@ class Publisher:
                 raise LayoutError("tensors %r and %r share a 16-bit word (a boundary at byte "
                                   "%d): one rank owns both or neither" % (n0, n1, e0))
         self.owned = tuple(n for n in self.tensors if n in seen)  # layout order
-        tmp = "%s.tmp.%d" % (opath, os.getpid())
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write("".join(n + "\n" for n in self.owned))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, opath)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        _write_atomic(opath, ["".join(n + "\n" for n in self.owned).encode("utf-8")])
 
     def _prepare(self, layout: Layout, bpath: bytes, version: int,
                  err: Any) -> Dict[str, TensorInfo]:
@@ -402,18 +410,8 @@ class Publisher:
         hp = self._lib.bfp_wbuf_st_header(h, ctypes.byref(n))
         if not n.value:
             raise ValueError("%s holds a raw model, not a safetensors layout" % self.path)
-        tmp = "%s.tmp.%d" % (os.fspath(path), os.getpid())
-        try:
-            with open(tmp, "wb") as f:
-                f.write(ctypes.string_at(hp, n.value))
-                f.write(memoryview(self._data)[:self.data_bytes])
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        _write_atomic(path, [ctypes.string_at(hp, n.value),
+                             memoryview(self._data)[:self.data_bytes]])
 
     def close(self) -> None:
         """Unmap and unlock the buffer (a shim may then take it)."""
