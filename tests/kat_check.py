@@ -4,7 +4,7 @@
 Written from the format document, sharing no code with the C codec: it
 parses every frame of each NAME.patch, checks header rules and CRC32C,
 decodes sparse (encodings 1, 5 and 6), dense and keyframe payloads bit by
-bit (and the rANS part of encodings 5, 6 and 7 byte by byte), applies them to
+bit (and the rANS part of encodings 5 to 8 byte by byte), applies them to
 NAME.base and requires the result to equal NAME.target byte for byte.
 (The XXH3 range hash is not recomputed: Python's stdlib lacks XXH3.)
 """
@@ -363,6 +363,78 @@ def dense(bits, base):
     return out
 
 
+def exp_table(bits):
+    """The exponent table of encodings 7 and 8 (FORMAT.md 3.10): etop,
+    ns and the weights q_0 .. q_(ns-1)."""
+    etop = bits.get(8)
+    ns = bits.eg0() + 1
+    if ns > 64 or ns > etop + 1:
+        raise ValueError("table symbols")
+    q = [bits.get(5)]
+    for _ in range(ns - 1):
+        q.append(max(0, q[-1] - 2) + unzigzag(bits.eg0()))
+    if not all(0 <= x <= 29 for x in q):
+        raise ValueError("table weight")
+    return etop, ns, q
+
+
+def freqs(w):
+    """Frequencies out of 2048 and first slots from weights (3.6, 3.11)."""
+    f = [max(1, x * 2048 // sum(w)) for x in w]
+    top = f.index(max(f))
+    f[top] += 2048 - sum(f)
+    if f[top] < 1:
+        raise ValueError("table frequencies")
+    return f, [sum(f[:i]) for i in range(len(f))]
+
+
+def rans_values(payload, bits, start, n, f, cum, etop, ns, per, state_bits):
+    """Encodings 7 and 8 (FORMAT.md 3.10): n symbols with four interleaved
+    states, each with its exponent (exponent symbol u // per, per = 2 when
+    each has two symbols; escapes from the bit stream); the
+    checks on the bytes read, the padding and the final states; returns
+    the symbols, the exponents and the carried bit string."""
+    send = len(payload) - 16
+    x = [int.from_bytes(payload[send + 4 * j:send + 4 * j + 4], "little") for j in range(4)]
+    if not all((1 << 23) <= v < (1 << 31) for v in x):
+        raise ValueError("rANS state out of range")
+    t = etop - (ns - 1)
+    at = send  # the next rANS byte is payload[at - 1]
+    syms, exps = [], []
+    for i in range(n):
+        j = i % 4
+        slot = x[j] & 2047
+        u = bisect.bisect_right(cum, slot) - 1
+        x[j] = f[u] * (x[j] >> 11) + slot - cum[u]
+        while x[j] < (1 << 23):
+            if at == 0:
+                raise ValueError("rANS bytes run out")
+            at -= 1
+            x[j] = (x[j] << 8) | payload[at]
+        syms.append(u)
+        s = u // per
+        if s < ns - 1:
+            exps.append(etop - s)
+        elif t > 0:
+            e = bits.eg0()
+            if e > t:
+                raise ValueError("escape below exponent 0")
+            exps.append(t - e)
+        else:
+            exps.append(0)
+    end = start + (bits.pos + 7) // 8
+    if bits.get((8 - bits.pos % 8) % 8) != 0:
+        raise ValueError("padding")
+    if at != end:
+        raise ValueError("rANS bytes are not those after the bit stream")
+    carried = 0
+    for j in range(4):
+        if x[j] - (1 << 23) >= 1 << state_bits:
+            raise ValueError("rANS final state")
+        carried |= (x[j] - (1 << 23)) << (state_bits * j)
+    return syms, exps, carried
+
+
 def key_exp(payload, n):
     """Encoding 7 (FORMAT.md 3.10): exponents through rANS with the
     frame's table, sign and mantissa as raw bytes, four states."""
@@ -373,63 +445,52 @@ def key_exp(payload, n):
     p = len(payload)
     if p < nraw + 16:
         raise ValueError("payload too short")
-    send = p - 16
-    bits = Bits(payload[nraw:send])
-    etop = bits.get(8)
-    ns = bits.eg0() + 1
-    if ns > 64 or ns > etop + 1:
-        raise ValueError("table symbols")
-    q = [bits.get(5)]
-    for _ in range(ns - 1):
-        q.append(max(0, q[-1] - 2) + unzigzag(bits.eg0()))
-    if not all(0 <= x <= 29 for x in q):
-        raise ValueError("table weight")
-    w = [WEIGHTS[x] for x in q]
-    f = [max(1, x * 2048 // sum(w)) for x in w]
-    top = f.index(max(f))
-    f[top] += 2048 - sum(f)
-    if f[top] < 1:
-        raise ValueError("table frequencies")
-    cum = [sum(f[:i]) for i in range(ns)]
-    x = [int.from_bytes(payload[send + 4 * j:send + 4 * j + 4], "little") for j in range(4)]
-    if not all((1 << 23) <= v < (1 << 31) for v in x):
-        raise ValueError("rANS state out of range")
-    t = etop - (ns - 1)
-    at = send  # the next rANS byte is payload[at - 1]
-    exps = []
-    for i in range(n):
-        j = i % 4
-        slot = x[j] & 2047
-        s = bisect.bisect_right(cum, slot) - 1
-        x[j] = f[s] * (x[j] >> 11) + slot - cum[s]
-        while x[j] < (1 << 23):
-            if at == 0:
-                raise ValueError("rANS bytes run out")
-            at -= 1
-            x[j] = (x[j] << 8) | payload[at]
-        if s < ns - 1:
-            exps.append(etop - s)
-        elif t > 0:
-            e = bits.eg0()
-            if e > t:
-                raise ValueError("escape below exponent 0")
-            exps.append(t - e)
-        else:
-            exps.append(0)
-    end = nraw + (bits.pos + 7) // 8
-    if bits.get((8 - bits.pos % 8) % 8) != 0:
-        raise ValueError("padding")
-    if at != end:
-        raise ValueError("rANS bytes are not those after the bit stream")
-    carried = 0
-    for j in range(4):
-        if x[j] - (1 << 23) >= 1 << 16:
-            raise ValueError("rANS final state")
-        carried |= (x[j] - (1 << 23)) << (16 * j)
+    bits = Bits(payload[nraw:p - 16])
+    etop, ns, q = exp_table(bits)
+    f, cum = freqs([WEIGHTS[x] for x in q])
+    _, exps, carried = rans_values(payload, bits, nraw, n, f, cum, etop, ns, 1, 16)
     if carried >> (8 * carry):
         raise ValueError("carried bits beyond the values")
     raw = list(payload[:nraw]) + [(carried >> (8 * k)) & 0xFF for k in range(carry)]
     return [((r & 0x80) << 8) | (e << 7) | (r & 0x7F) for r, e in zip(raw, exps)]
+
+
+# FORMAT.md 3.11: the share out of 64 of an exponent symbol's weight that
+# goes to its half with mantissa top bit 0, by d = q_s - q_(s-1) (-2..12)
+PM = [32, 33, 34, 35, 39, 39, 40, 45, 45, 45, 48, 54, 54, 54, 54]
+
+
+def key_expm(payload, n):
+    """Encoding 8 (FORMAT.md 3.11): exponent and mantissa top bit through
+    rANS (two symbols per exponent symbol, split by PM), sign and the low
+    six mantissa bits as 7-bit raw fields, four states carrying 30 bits."""
+    if n > 8192:
+        raise ValueError("too many values")
+    carry = min(n, 17)
+    nraw = n - carry
+    rlen = (7 * nraw + 7) // 8
+    p = len(payload)
+    if p < rlen + 16:
+        raise ValueError("payload too short")
+    rawbits = int.from_bytes(payload[:rlen], "little")
+    if rawbits >> (7 * nraw):
+        raise ValueError("raw section padding")
+    bits = Bits(payload[rlen:p - 16])
+    etop, ns, q = exp_table(bits)
+    w = []
+    for s in range(ns):
+        ps = 58 if s == 0 else PM[min(12, max(-2, q[s] - q[s - 1])) + 2]
+        w += [WEIGHTS[q[s]] * ps, WEIGHTS[q[s]] * (64 - ps)]
+    f, cum = freqs(w)
+    syms, exps, carried = rans_values(payload, bits, rlen, n, f, cum, etop, ns, 2, 30)
+    if carried >> (7 * carry):
+        raise ValueError("carried bits beyond the values")
+    raw = rawbits | (carried << (7 * nraw))
+    out = []
+    for i in range(n):
+        r = (raw >> (7 * i)) & 0x7F
+        out.append(((r & 0x40) << 9) | (exps[i] << 7) | ((syms[i] & 1) << 6) | (r & 0x3F))
+    return out
 
 
 def check(d, name):
@@ -450,7 +511,7 @@ def check(d, name):
          crc) = struct.unpack("<IBBHQIIIIQIIQI", h)
         assert magic == 0x54504642 and ver == 1 and flags in (0, 1), "header"
         # flags bit 0 (IN_PATCH): a keyframe-coded frame of the patch
-        assert not flags or enc in (3, 4, 7), "IN_PATCH on a delta frame"
+        assert not flags or enc in (3, 4, 7, 8), "IN_PATCH on a delta frame"
         if enc in (1, 2, 5, 6) or flags:
             assert patch_base is None or bv == patch_base, "one base per patch"
             patch_base = bv
@@ -466,9 +527,9 @@ def check(d, name):
             assert (tv > bv if flags else bv == 0) and pl == 2 * rl
             vals = struct.unpack("<%dH" % rl, payload)
             w[rb:rb + rl] = vals
-        elif enc == 7:
+        elif enc in (7, 8):
             assert tv > bv if flags else bv == 0
-            w[rb:rb + rl] = key_exp(payload, rl)
+            w[rb:rb + rl] = (key_exp if enc == 7 else key_expm)(payload, rl)
         elif enc in (1, 2, 5, 6):
             assert tv > bv
             bits = Bits(payload)
