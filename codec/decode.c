@@ -366,10 +366,12 @@ bfp_status bfp_decode_apply(bfp_decoder *decoder, const bfp_apply_opts *o,
 		return BFP_E_UNSUPPORTED;
 #endif
 	case BFP_ENC_KEY_EXP:
-		/* FORMAT.md 3.10: decoded whole and checked before it is written */
+	case BFP_ENC_KEY_EXPM:
+		/* FORMAT.md 3.10, 3.11: decoded whole and checked before it is
+		 * written */
 		BFP_CHECK(h.range_len <= BFP_KEYEXP_MAX, BFP_E_CORRUPT);
 		st = bfp_keyexp_decode(pl, h.payload_len, h.range_len, d->chunk, &d->key_scratch,
-				       d->cpu);
+				       d->cpu, h.encoding == BFP_ENC_KEY_EXPM);
 		if (st != BFP_OK)
 			return st;
 		BFP_CHECK(bfp_hash_cpu(d->cpu, d->chunk, (size_t)h.range_len * 2) == h.target_hash,

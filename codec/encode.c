@@ -251,13 +251,14 @@ static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 {
 	uint64_t raw = budget / 2 < end - e->pos ? budget / 2 : end - e->pos, best = raw;
 	*encoding = BFP_ENC_KEY_RAW;
-	if (e->opts.flags & BFP_ENC_F_KEY_EXP) {
+	if (e->opts.flags & (BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM)) {
+		const int m = (e->opts.flags & BFP_ENC_F_KEY_EXPM) != 0;
 		size_t xl = 0;
 		const uint64_t nx = bfp_keyexp_encode(e->target + e->pos, end - e->pos, budget, pl,
-						      &xl, e->tail, e->cpu);
+						      &xl, e->tail, e->cpu, m);
 		if (nx > best) {
 			best = nx;
-			*encoding = BFP_ENC_KEY_EXP;
+			*encoding = m ? BFP_ENC_KEY_EXPM : BFP_ENC_KEY_EXP;
 			*len = xl;
 		}
 	}
@@ -285,7 +286,7 @@ static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 		}
 	}
 #endif
-	if (*encoding == BFP_ENC_KEY_EXP)
+	if (*encoding == BFP_ENC_KEY_EXP || *encoding == BFP_ENC_KEY_EXPM)
 		return best;
 	for (uint64_t i = 0; i < raw; i++)
 		bfp_st16(pl + 2 * i, e->target[e->pos + i]);
@@ -339,7 +340,7 @@ bfp_status bfp_encoder_init(bfp_encoder *encoder, const bfp_encode_opts *opts,
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
 				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR | BFP_ENC_F_NO_BATCH |
-				    BFP_ENC_F_STAGES | BFP_ENC_F_KEY_EXP)),
+				    BFP_ENC_F_STAGES | BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM)),
 		  BFP_E_ARG);
 	BFP_CHECK(opts->sparse == BFP_SPARSE_SHARED || opts->sparse == BFP_SPARSE_SELF_CONTAINED,
 		  BFP_E_ARG);
@@ -506,7 +507,8 @@ static bfp_status encode_next(bfp_enc *e, void *out, size_t out_cap, size_t *out
 		 * (FORMAT.md 3.10): try the keyframes (their payload is kept
 		 * if they win) */
 		int keyed = 0;
-		if ((e->opts.flags & BFP_ENC_F_KEY_EXP) && key_len < end - e->pos &&
+		if ((e->opts.flags & (BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM)) &&
+		    key_len < end - e->pos &&
 		    sparse_len < budget && dense_len < budget) {
 			STAGE(e, BFP_STAGE_OTHER,
 			      key_len = key_frame(e, end, budget, p + BFP_HEADER_SIZE, &h.encoding,

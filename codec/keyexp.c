@@ -1,10 +1,13 @@
 /*
- * keyexp.c: keyframe-exp (FORMAT.md 3.10). Trained weights spend about
- * 2.5 bits of entropy in their 8-bit exponent and nearly 8 in sign and
- * mantissa, so the exponent goes through rANS (the tables and coder of
- * rans.h) with a table fitted to the frame, and sign and mantissa go raw,
- * a byte a value. Four interleaved states let the decoder overlap the
- * symbols; their initial values carry the last values' raw bytes.
+ * keyexp.c: keyframe-exp and keyframe-expm (FORMAT.md 3.10, 3.11).
+ * Trained weights spend about 2.5 bits of entropy in their 8-bit exponent
+ * and nearly 8 in sign and mantissa, so the exponent goes through rANS
+ * (the tables and coder of rans.h) with a table fitted to the frame, and
+ * sign and mantissa go raw, a byte a value (encoding 7). Encoding 8 codes
+ * the mantissa's top bit with the exponent, at a share the table's
+ * weights give, and packs the other 7 bits. Four interleaved states let
+ * the decoder overlap the symbols; their initial values carry the last
+ * values' raw bits.
  */
 #include "keyexp.h"
 #include "rans.h"
@@ -86,6 +89,81 @@ static inline uint8_t raw_of(uint16_t v)
 	return (uint8_t)(((v >> 8) & 0x80u) | (v & 0x7Fu));
 }
 
+/* Encoding 8's raw field: the sign in bit 6, the mantissa's low six
+ * bits below it. */
+static inline unsigned raw7_of(uint16_t v)
+{
+	return ((v >> 9) & 0x40u) | (v & 0x3Fu);
+}
+
+/* What a payload of encoding 7 (m = 0) or 8 (m = 1) holds: the values
+ * the states carry, at most; the bytes of nraw raw fields; the coded
+ * symbol of value v (its exponent, or with m its exponent and the
+ * mantissa's top bit, as 2 e + m). */
+static inline uint32_t kx_carry_max(int m)
+{
+	return m ? BFP_KEYEXPM_CARRY : BFP_KEYEXP_CARRY;
+}
+
+static inline size_t kx_raw_bytes(int m, uint32_t nraw)
+{
+	return m ? (7 * (size_t)nraw + 7) / 8 : nraw;
+}
+
+static inline unsigned kx_key(int m, uint16_t v)
+{
+	return m ? (v >> 6) & 0x1FFu : exp_of(v);
+}
+
+/* FORMAT.md 3.11: the share out of 64 of exponent symbol s's values
+ * whose mantissa's top bit is 0, by how much the symbol's weight differs
+ * from the one above's (d = q_s - q_(s-1), from -2 to 12), and of s = 0. */
+static const uint8_t kx_pm[15] = {32, 33, 34, 35, 39, 39, 40, 45, 45, 45, 48, 54, 54, 54, 54};
+#define KX_PM_TOP 58u
+
+/* The frequencies of encoding 8's 2 ns symbols from table t (FORMAT.md
+ * 3.11): 0 when the table leaves the largest below 1. */
+static int kxm_freqs(const bfp_mtab *t, uint16_t *f)
+{
+	uint32_t wv[2 * BFP_KEYEXP_SYMS];
+	uint64_t sum = 0;
+	const unsigned n = 2u * t->ns;
+	for (unsigned s = 0; s < t->ns; s++) {
+		unsigned p = KX_PM_TOP;
+		if (s) {
+			int d = (int)t->q[s] - (int)t->q[s - 1];
+			d = d < -2 ? -2 : d > 12 ? 12 : d;
+			p = kx_pm[d + 2];
+		}
+		wv[2 * s] = bfp_tab_w[t->q[s]] * p;
+		wv[2 * s + 1] = bfp_tab_w[t->q[s]] * (64u - p);
+		sum += (uint64_t)wv[2 * s] + wv[2 * s + 1];
+	}
+	uint32_t tot = 0;
+	unsigned top = 0;
+	for (unsigned u = 0; u < n; u++) {
+		uint32_t v = (uint32_t)((uint64_t)wv[u] * BFP_RANS_M / sum);
+		v = v ? v : 1;
+		f[u] = (uint16_t)v;
+		tot += v;
+		if (v > f[top])
+			top = u;
+	}
+	const int32_t adj = (int32_t)f[top] + (int32_t)BFP_RANS_M - (int32_t)tot;
+	if (adj < 1)
+		return 0;
+	f[top] = (uint16_t)adj;
+	return 1;
+}
+
+/* The frequencies of table t's symbols for encoding m; their number in
+ * *nsym. */
+static int kx_freqs(int m, const bfp_mtab *t, uint16_t *f, unsigned *nsym)
+{
+	*nsym = m ? 2u * t->ns : t->ns;
+	return m ? kxm_freqs(t, f) : bfp_tab_freqs(t, f);
+}
+
 /* ---- encoder ---- */
 
 /* A symbol as the encoder puts it (bfp_rans_sym's fields, one word
@@ -109,12 +187,14 @@ typedef struct kx_esym {
  * values the plan codes are among them. */
 typedef struct kx_plan {
 	kx_table k;
+	int m;                 /* encoding 8: symbols by kx_key */
 	unsigned tbits;        /* the table's bits */
 	unsigned np;           /* exponents present */
 	uint8_t pe[256];       /* them, from the largest down */
 	uint32_t cnt[256];     /* the exponents of the values planned from */
-	uint64_t cost[256];    /* each exponent's (KX_COST) */
-	kx_esym sym[256];      /* each exponent's symbol */
+	uint32_t cntm[512];    /* with m: the same by kx_key */
+	uint64_t cost[512];    /* each kx_key's (KX_COST) */
+	kx_esym sym[512];      /* each kx_key's symbol */
 } kx_plan;
 
 /* Bytes of the first k values with plan pl whose escapes take ebits and
@@ -123,9 +203,10 @@ typedef struct kx_plan {
  * below 2^24), states. */
 static uint64_t kx_bytes(const kx_plan *pl, uint64_t k, uint64_t ebits, uint64_t r256)
 {
-	const uint64_t carry = k < BFP_KEYEXP_CARRY ? k : BFP_KEYEXP_CARRY;
-	return k - carry + (pl->tbits + ebits + 7) / 8 + (r256 + 2047) / 2048 + 1 +
-	       4 * BFP_KEYEXP_STATES;
+	const uint64_t carry = k < kx_carry_max(pl->m) ? k : kx_carry_max(pl->m);
+	/* encoding 8's states start below 2^31: a byte more each */
+	return kx_raw_bytes(pl->m, (uint32_t)(k - carry)) + (pl->tbits + ebits + 7) / 8 +
+	       (r256 + 2047) / 2048 + 1 + (pl->m ? 5 : 4) * BFP_KEYEXP_STATES;
 }
 
 /* cnt[e]: how many of w[0..n) (n <= 8192) have exponent e. Four 16-bit
@@ -148,14 +229,40 @@ static void count_exps(const uint16_t *w, uint32_t n, uint32_t *cnt)
 		cnt[e] = (uint32_t)h[0][e] + h[1][e] + h[2][e] + h[3][e];
 }
 
-/* Fit a table to words[0..n) (1 <= n <= 8192). 0 when none can be made. */
-static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
+/* count_exps by kx_key with m = 1 into cntm, and the exponents' sums
+ * into cnt. */
+static void count_keys(const uint16_t *w, uint32_t n, uint32_t *cntm, uint32_t *cnt)
+{
+	uint16_t h[4][512];
+	BFP_MEMSET(h, 0, sizeof(h));
+	uint32_t i = 0;
+	for (; i + 4 <= n; i += 4) {
+		h[0][kx_key(1, w[i])]++;
+		h[1][kx_key(1, w[i + 1])]++;
+		h[2][kx_key(1, w[i + 2])]++;
+		h[3][kx_key(1, w[i + 3])]++;
+	}
+	for (; i < n; i++)
+		h[0][kx_key(1, w[i])]++;
+	for (unsigned k = 0; k < 512; k++)
+		cntm[k] = (uint32_t)h[0][k] + h[1][k] + h[2][k] + h[3][k];
+	for (unsigned e = 0; e < 256; e++)
+		cnt[e] = cntm[2 * e] + cntm[2 * e + 1];
+}
+
+/* Fit a table to words[0..n) (1 <= n <= 8192) for encoding 7 (m = 0)
+ * or 8. 0 when none can be made. */
+static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n, int m)
 {
 	uint32_t *cnt = pl->cnt;
 	uint8_t *pe = pl->pe;
 	unsigned lc[256];
 	uint32_t cum[256]; /* cum[e]: the values of exponent e or below */
-	count_exps(w, n, cnt);
+	pl->m = m;
+	if (m)
+		count_keys(w, n, pl->cntm, cnt);
+	else
+		count_exps(w, n, cnt);
 	unsigned etop = 255, np = 0;
 	while (!cnt[etop])
 		etop--;
@@ -180,8 +287,8 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 	uint64_t best = UINT64_MAX, win = 0;
 	unsigned ns = 1;
 	for (unsigned j = 0; j < np; j++) {
-		const unsigned t = pe[j], m = etop - t + 1; /* symbols when t starts the tail */
-		if (m > BFP_KEYEXP_SYMS)
+		const unsigned t = pe[j], nt = etop - t + 1; /* symbols when t starts the tail */
+		if (nt > BFP_KEYEXP_SYMS)
 			break;
 		const uint64_t ct = cum[t];
 		uint64_t esc = 0;
@@ -191,10 +298,10 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 				esc += 2 * (uint64_t)cum[t + 1 - b];
 		}
 		const uint64_t est = win + ct * (ln - bfp_kx_log2((uint32_t)ct)) + 256 * esc +
-				     256 * (13 + bfp_eg0_bits(m - 1) + 3 * (m - 1));
+				     256 * (13 + bfp_eg0_bits(nt - 1) + 3 * (nt - 1));
 		if (est < best) {
 			best = est;
-			ns = m;
+			ns = nt;
 		}
 		win += (uint64_t)cnt[t] * (ln - lc[t]);
 	}
@@ -218,16 +325,17 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 			q = kx_pred(pl->k.t.q[s - 1]);
 		pl->k.t.q[s] = (uint8_t)q;
 	}
-	uint16_t f[BFP_KEYEXP_SYMS];
-	if (!bfp_tab_freqs(&pl->k.t, f))
+	uint16_t f[2 * BFP_KEYEXP_SYMS];
+	unsigned nsym;
+	if (!kx_freqs(m, &pl->k.t, f, &nsym))
 		return 0;
 	pl->tbits = table_bits(&pl->k);
 	/* each symbol as the encoder puts it, and its cost, for the
 	 * exponents present: one symbol each above the tail, the tail's
-	 * last */
-	kx_esym ys[BFP_KEYEXP_SYMS];
-	unsigned rcs[BFP_KEYEXP_SYMS], at = 0;
-	for (unsigned s = 0; s < ns; s++) {
+	 * last (with m, two each: 2 s + the mantissa's top bit) */
+	kx_esym ys[2 * BFP_KEYEXP_SYMS];
+	unsigned rcs[2 * BFP_KEYEXP_SYMS], at = 0;
+	for (unsigned s = 0; s < nsym; s++) {
 		const uint64_t put = bfp_rans_sym(f[s], at);
 		const uint64_t xmax = (uint64_t)f[s] << (23 - BFP_RANS_BITS + 8);
 		kx_esym *y = &ys[s];
@@ -241,16 +349,30 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
 		at += f[s];
 	}
 	for (unsigned j = 0; j < np; j++) {
-		const unsigned e = pe[j];
-		if (e > tmax) {
-			pl->cost[e] = KX_COST(0, rcs[etop - e]);
-			pl->sym[e] = ys[etop - e];
-		} else {
-			pl->cost[e] = KX_COST(tmax ? bfp_eg0_bits(tmax - e) : 0, rcs[ns - 1]);
-			pl->sym[e] = ys[ns - 1];
+		const unsigned e = pe[j], s = e > tmax ? etop - e : ns - 1;
+		const unsigned eb = e > tmax || !tmax ? 0 : bfp_eg0_bits(tmax - e);
+		for (unsigned b = 0; b <= (unsigned)m; b++) {
+			const unsigned key = m ? 2 * e + b : e, u = m ? 2 * s + b : s;
+			pl->cost[key] = KX_COST(eb, rcs[u]);
+			pl->sym[key] = ys[u];
 		}
 	}
 	return 1;
+}
+
+/* The sum of the costs of the values planned from. */
+static uint64_t kx_cost_sum(const kx_plan *pl)
+{
+	uint64_t c = 0;
+	for (unsigned j = 0; j < pl->np; j++) {
+		const unsigned e = pl->pe[j];
+		if (pl->m)
+			c += (uint64_t)pl->cntm[2 * e] * pl->cost[2 * e] +
+			     (uint64_t)pl->cntm[2 * e + 1] * pl->cost[2 * e + 1];
+		else
+			c += (uint64_t)pl->cnt[e] * pl->cost[e];
+	}
+	return c;
 }
 
 /* Put value w's exponent into state x (below 2^31) as bfp_rans_put
@@ -259,9 +381,9 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n)
  * three steps (which bytes a state sheds is data: such a branch
  * mispredicts about once in three symbols). */
 static inline __attribute__((always_inline)) void kx_put(uint32_t *x, uint8_t **out,
-							 const kx_plan *pl, uint16_t w)
+							 const kx_plan *pl, uint16_t w, int m)
 {
-	const kx_esym *y = &pl->sym[exp_of(w)];
+	const kx_esym *y = &pl->sym[kx_key(m, w)];
 	uint32_t v = *x;
 	const unsigned nb = (unsigned)(v >= y->xmax) + (unsigned)(v >= y->xmax2);
 	const uint16_t lo = (uint16_t)v;
@@ -281,17 +403,17 @@ static inline __attribute__((always_inline)) void kx_put(uint32_t *x, uint8_t **
  * after each four finds what a check after each value would (the
  * scratch has room for the 8 bytes four can write past end and the 2
  * stored beyond). */
-#define KX_PUTS4(name, attr)                                                                   \
+#define KX_PUTS4(name, attr, M)                                                                \
 	attr static uint8_t *name(uint32_t *x, uint8_t *o, const kx_plan *pl, const uint16_t *w,  \
 				  uint32_t i, const uint8_t *end)                                  \
 	{                                                                                          \
 		uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];                               \
 		while (i) {                                                                        \
 			i -= 4;                                                                    \
-			kx_put(&x3, &o, pl, w[i + 3]);                                             \
-			kx_put(&x2, &o, pl, w[i + 2]);                                             \
-			kx_put(&x1, &o, pl, w[i + 1]);                                             \
-			kx_put(&x0, &o, pl, w[i]);                                                 \
+			kx_put(&x3, &o, pl, w[i + 3], M);                                             \
+			kx_put(&x2, &o, pl, w[i + 2], M);                                             \
+			kx_put(&x1, &o, pl, w[i + 1], M);                                             \
+			kx_put(&x0, &o, pl, w[i], M);                                                 \
 			if (BFP_UNLIKELY(o > end))                                                 \
 				return NULL;                                                       \
 		}                                                                                  \
@@ -301,9 +423,11 @@ static inline __attribute__((always_inline)) void kx_put(uint32_t *x, uint8_t **
 		x[3] = x3;                                                                         \
 		return o;                                                                          \
 	}
-KX_PUTS4(puts4, )
+KX_PUTS4(puts4, , 0)
+KX_PUTS4(puts4m, , 1)
 #ifdef KX_X86
-KX_PUTS4(puts4_bmi2, __attribute__((target("bmi2"))))
+KX_PUTS4(puts4_bmi2, __attribute__((target("bmi2"))), 0)
+KX_PUTS4(puts4m_bmi2, __attribute__((target("bmi2"))), 1)
 #endif
 
 #ifdef KX_X86
@@ -333,14 +457,53 @@ __attribute__((target("avx2"))) static uint32_t escapes_avx2(bfp_bw *bw, const u
 static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t budget,
 		       uint8_t *out, uint8_t *scratch, uint32_t cpu)
 {
-	const uint32_t carry = k < BFP_KEYEXP_CARRY ? k : BFP_KEYEXP_CARRY, nraw = k - carry;
+	const int m = pl->m;
+	const uint32_t cmax = kx_carry_max(m), carry = k < cmax ? k : cmax, nraw = k - carry;
+	const size_t rawb = kx_raw_bytes(m, nraw);
 	const unsigned ns = pl->k.t.ns, tmax = pl->k.etop - (ns - 1);
-	if (nraw + 4 * BFP_KEYEXP_STATES >= budget)
+	if (rawb + 4 * BFP_KEYEXP_STATES >= budget)
 		return 0;
-	for (uint32_t i = 0; i < nraw; i++)
-		out[i] = raw_of(w[i]);
+	if (m) {
+		/* 7 bits a value, from bit 0 of byte 0 on: eight values a
+		 * store of 8 bytes (7 of them theirs; the states come after the
+		 * raw section, so the eighth is in the budget), four values'
+		 * fields made at once in the 16-bit lanes of a word */
+		uint64_t acc = 0;
+		unsigned nb = 0;
+		size_t o = 0;
+		uint32_t i = 0;
+		for (; i + 8 <= nraw; i += 8, o += 7) {
+			uint64_t g = 0;
+			for (unsigned h = 0; h < 2; h++) {
+				const uint16_t *q = w + i + 4 * h;
+				const uint64_t v = q[0] | (uint64_t)q[1] << 16 | (uint64_t)q[2] << 32 |
+						   (uint64_t)q[3] << 48;
+				const uint64_t t = (v & 0x003F003F003F003Full) |
+						   ((v >> 9) & 0x0040004000400040ull);
+				g |= ((t & 0x7Fu) | ((t >> 9) & (0x7Full << 7)) |
+				      ((t >> 18) & (0x7Full << 14)) | ((t >> 27) & (0x7Full << 21)))
+				     << (28 * h);
+			}
+			bfp_st64(out + o, g);
+		}
+		for (; i < nraw; i++) {
+			acc |= (uint64_t)raw7_of(w[i]) << nb;
+			nb += 7;
+			if (nb >= 32) {
+				bfp_st32(out + o, (uint32_t)acc);
+				o += 4;
+				acc >>= 32;
+				nb -= 32;
+			}
+		}
+		for (; nb > 0; nb = nb > 8 ? nb - 8 : 0, acc >>= 8)
+			out[o++] = (uint8_t)acc;
+	} else {
+		for (uint32_t i = 0; i < nraw; i++)
+			out[i] = raw_of(w[i]);
+	}
 	bfp_bw bw;
-	bfp_bw_init(&bw, out + nraw, budget - nraw - 4 * BFP_KEYEXP_STATES);
+	bfp_bw_init(&bw, out + rawb, budget - rawb - 4 * BFP_KEYEXP_STATES);
 	table_write(&bw, &pl->k);
 	if (tmax) {
 		/* four values a step: with x their exponents (a 16-bit lane
@@ -370,14 +533,23 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 	const size_t bs = bfp_bw_finish(&bw);
 	if (bw.overflow)
 		return 0;
-	/* the states start at 2^23 plus the last values' raw bytes */
-	uint64_t carried = 0;
-	for (uint32_t t = 0; t < carry; t++)
-		carried |= (uint64_t)raw_of(w[nraw + t]) << (8 * t);
-	uint32_t x[BFP_KEYEXP_STATES];
+	/* the states start at 2^23 plus the last values' raw bits: 16 a
+	 * state in bytes, or with m 30 a state in 7-bit fields */
+	uint32_t x[BFP_KEYEXP_STATES] = {0};
+	if (m) {
+		for (uint32_t t = 0; t < carry; t++) {
+			const unsigned r = raw7_of(w[nraw + t]), j = 7 * t / 30, o = 7 * t % 30;
+			x[j] |= (r << o) & ((1u << 30) - 1);
+			if (o > 23)
+				x[j + 1] |= r >> (30 - o);
+		}
+	} else {
+		for (uint32_t t = 0; t < carry; t++)
+			x[t / 2] |= (uint32_t)raw_of(w[nraw + t]) << (8 * (t % 2));
+	}
 	for (unsigned j = 0; j < BFP_KEYEXP_STATES; j++)
-		x[j] = BFP_RANS_L + (uint32_t)((carried >> (16 * j)) & 0xFFFFu);
-	const size_t room = budget - nraw - bs - 4 * BFP_KEYEXP_STATES;
+		x[j] += BFP_RANS_L;
+	const size_t room = budget - rawb - bs - 4 * BFP_KEYEXP_STATES;
 	uint8_t *o = scratch;
 	uint32_t i = k;
 	/* the values past the last multiple of 4 first, then four at a time
@@ -387,24 +559,25 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 	 * 2 stored beyond) */
 	for (; i & (BFP_KEYEXP_STATES - 1);) {
 		i--;
-		kx_put(&x[i & (BFP_KEYEXP_STATES - 1)], &o, pl, w[i]);
+		kx_put(&x[i & (BFP_KEYEXP_STATES - 1)], &o, pl, w[i], m);
 	}
 	if ((size_t)(o - scratch) > room)
 		return 0;
 #ifdef KX_X86
 	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
-		o = puts4_bmi2(x, o, pl, w, i, scratch + room);
+		o = m ? puts4m_bmi2(x, o, pl, w, i, scratch + room)
+		      : puts4_bmi2(x, o, pl, w, i, scratch + room);
 	else
 #endif
-		o = puts4(x, o, pl, w, i, scratch + room);
+		o = m ? puts4m(x, o, pl, w, i, scratch + room) : puts4(x, o, pl, w, i, scratch + room);
 	if (!o)
 		return 0;
 	const size_t rb = (size_t)(o - scratch);
-	BFP_MEMCPY(out + nraw + bs, scratch, rb);
-	uint8_t *st = out + nraw + bs + rb;
+	BFP_MEMCPY(out + rawb + bs, scratch, rb);
+	uint8_t *st = out + rawb + bs + rb;
 	for (unsigned j = 0; j < BFP_KEYEXP_STATES; j++)
 		bfp_st32(st + 4 * j, x[j]);
-	return nraw + bs + rb + 4 * BFP_KEYEXP_STATES;
+	return rawb + bs + rb + 4 * BFP_KEYEXP_STATES;
 }
 
 /* The longest prefix of w[0..n) that fits budget with pl (kx_bytes),
@@ -417,30 +590,30 @@ static uint32_t kx_prefix(const kx_plan *pl, const uint16_t *w, uint32_t n, uint
 {
 	uint32_t i = n;
 	while (i > 0 && kx_bytes(pl, i, KX_EBITS(c), KX_R256(c)) > budget)
-		c -= pl->cost[exp_of(w[--i])];
+		c -= pl->cost[kx_key(pl->m, w[--i])];
 	return i;
 }
 
 uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uint8_t *out,
-			   size_t *len, uint8_t *scratch, uint32_t cpu)
+			   size_t *len, uint8_t *scratch, uint32_t cpu, int m)
 {
 	kx_plan pl;
 	uint64_t nmax = avail < BFP_KEYEXP_MAX ? avail : BFP_KEYEXP_MAX;
 	if (budget <= 4 * BFP_KEYEXP_STATES + 4 || nmax == 0)
 		return 0;
-	if (nmax > budget + BFP_KEYEXP_CARRY)
-		nmax = budget + BFP_KEYEXP_CARRY;
+	/* raw fields alone: a byte a value, or 7 bits */
+	const uint64_t most = (m ? budget * 8 / 7 : budget) + kx_carry_max(m);
+	if (nmax > most)
+		nmax = most;
 	/* first at 10 bits a value; more when all of them fit well inside */
 	uint64_t n = budget * 8 / 10;
 	n = n < nmax ? n : nmax;
 	n = n ? n : 1;
 	uint32_t k = 0;
 	for (int round = 0;; round++) {
-		if (!kx_plan_make(&pl, w, (uint32_t)n))
+		if (!kx_plan_make(&pl, w, (uint32_t)n, m))
 			return 0;
-		uint64_t c = 0;
-		for (unsigned j = 0; j < pl.np; j++)
-			c += (uint64_t)pl.cnt[pl.pe[j]] * pl.cost[pl.pe[j]];
+		const uint64_t c = kx_cost_sum(&pl);
 		const uint64_t bytes = kx_bytes(&pl, n, KX_EBITS(c), KX_R256(c));
 		if (bytes <= budget) {
 			k = (uint32_t)n;
@@ -530,6 +703,42 @@ static void values(uint16_t *w, const uint8_t *pl, uint32_t i, uint32_t n, uint3
 		w[i] = (uint16_t)(((etop - s) << 7) | (b & 0x7Fu) | ((b & 0x80u) << 8));
 		esc[c] = (uint16_t)i;
 		c += s == tail;
+	}
+	*nesc = c;
+}
+
+/* values() for encoding 8 (FORMAT.md 3.11): symbol u is exponent
+ * symbol u / 2 with the mantissa's top bit u mod 2, and the raw fields are
+ * 7 bits a value (the byte after the last one read is in the payload). */
+static inline uint16_t kxm_value(unsigned u, unsigned r, unsigned etop)
+{
+	return (uint16_t)(((etop - (u >> 1)) << 7) | (u & 1u) << 6 | (r & 0x3Fu) | (r & 0x40u) << 9);
+}
+
+static void values_m(uint16_t *w, const uint8_t *pl, uint32_t i, uint32_t n, uint32_t nraw,
+		     unsigned etop, unsigned tail, uint16_t *esc, uint32_t *nesc)
+{
+	uint32_t c = *nesc;
+	/* eight values from seven bytes (i is a multiple of 8 here) */
+	for (; i + 8 <= nraw; i += 8) {
+		const uint64_t g = bfp_ld64(pl + 7 * (size_t)i / 8);
+		for (unsigned j = 0; j < 8; j++) {
+			const unsigned u = w[i + j] & 0xFFu;
+			w[i + j] = kxm_value(u, (unsigned)(g >> (7 * j)) & 0x7Fu, etop);
+			esc[c] = (uint16_t)(i + j);
+			c += (u >> 1) == tail;
+		}
+	}
+	for (; i < n; i++) {
+		const unsigned u = w[i] & 0xFFu;
+		unsigned r = 0;
+		if (i < nraw) {
+			const size_t b = 7 * (size_t)i / 8;
+			r = ((unsigned)(pl[b] | pl[b + 1] << 8) >> (7 * i % 8)) & 0x7Fu;
+		}
+		w[i] = kxm_value(u, r, etop);
+		esc[c] = (uint16_t)i;
+		c += (u >> 1) == tail;
 	}
 	*nesc = c;
 }
@@ -624,6 +833,27 @@ static const uint64_t kx_sel[256] = {
 	0x0000070605040302ull, 0x0007060504030200ull, 0x0007060504030201ull, 0x0706050403020100ull,
 };
 
+/* The indices of the lanes of t set (a 16-bit compare of values
+ * i..i+15) appended to esc from c on, eight a store: their offsets from
+ * kx_sel, widened and added to i (esc has room for the seven past the
+ * last). Returns the new count. */
+__attribute__((target("avx2,popcnt"))) static inline uint32_t esc_append16(__m256i t,
+									     uint16_t *esc,
+									     uint32_t c, uint32_t i)
+{
+	const unsigned mk = (unsigned)_mm_movemask_epi8(
+		_mm_packs_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)));
+	for (unsigned h = 0; h < 2; h++) {
+		const unsigned bt = (mk >> (8 * h)) & 0xFFu;
+		const __m128i at =
+			_mm_add_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)kx_sel[bt])),
+				      _mm_set1_epi16((short)(i + 8 * h)));
+		_mm_storeu_si128((__m128i *)(void *)(esc + c), at);
+		c += (uint32_t)__builtin_popcount(bt);
+	}
+	return c;
+}
+
 /* values(), sixteen raw values a step; returns where it stopped. The
  * escapes of each 16 are appended eight at a time: their offsets from
  * kx_sel, widened and added to the first value's index, one store of
@@ -647,47 +877,104 @@ values_avx2(uint16_t *w, const uint8_t *pl, uint32_t nraw, unsigned etop, unsign
 			_mm256_or_si256(e, _mm256_and_si256(b, m7)),
 			_mm256_and_si256(_mm256_slli_epi16(b, 8), m80));
 		_mm256_storeu_si256((__m256i *)(void *)(w + i), v);
-		const __m256i t = _mm256_cmpeq_epi16(s, tl);
-		const unsigned mk = (unsigned)_mm_movemask_epi8(_mm_packs_epi16(
-			_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1)));
-		for (unsigned h = 0; h < 2; h++) {
-			const unsigned bt = (mk >> (8 * h)) & 0xFFu;
-			const __m128i at = _mm_add_epi16(
-				_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)kx_sel[bt])),
-				_mm_set1_epi16((short)(i + 8 * h)));
-			_mm_storeu_si128((__m128i *)(void *)(esc + c), at);
-			c += (uint32_t)__builtin_popcount(bt);
-		}
+		c = esc_append16(_mm256_cmpeq_epi16(s, tl), esc, c, i);
+	}
+	*nesc = c;
+	return i;
+}
+
+/* values_m(), sixteen values a step from fourteen bytes: each lane gets
+ * the two bytes its 7 bits start in, shifted up so that they end at bit
+ * 15 (a multiply by 2^(8 - offset)), then down by 8. */
+__attribute__((target("avx2,popcnt"))) static uint32_t
+values_m_avx2(uint16_t *w, const uint8_t *pl, uint32_t nraw, unsigned etop, unsigned tail,
+	      uint16_t *esc, uint32_t *nesc)
+{
+	const __m256i top = _mm256_set1_epi16((short)etop), m7f = _mm256_set1_epi16(0x7F);
+	const __m256i m3f = _mm256_set1_epi16(0x3F), m40 = _mm256_set1_epi16(0x40);
+	const __m256i m8 = _mm256_set1_epi16(0xFF), one = _mm256_set1_epi16(1);
+	const __m256i tl = _mm256_set1_epi16((short)tail);
+	const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8,
+					      7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14);
+	const __m256i mul = _mm256_setr_epi16(256, 2, 4, 8, 16, 32, 64, 128, 256, 2, 4, 8, 16, 32,
+					      64, 128);
+	uint32_t i = 0, c = *nesc;
+	/* the load takes 16 bytes from 7 i / 8 on: 2 past the 14 used, which
+	 * the payload has (its states follow the raw section) */
+	for (; i + 16 <= nraw; i += 16) {
+		const __m128i b16 = _mm_loadu_si128((const __m128i *)(const void *)(pl + 7 * (size_t)i / 8));
+		const __m256i two = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(b16), pick);
+		const __m256i r =
+			_mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(two, mul), 8), m7f);
+		const __m256i u = _mm256_and_si256(
+			_mm256_loadu_si256((const __m256i *)(const void *)(w + i)), m8);
+		const __m256i s = _mm256_srli_epi16(u, 1);
+		const __m256i e = _mm256_slli_epi16(_mm256_sub_epi16(top, s), 7);
+		const __m256i v = _mm256_or_si256(
+			_mm256_or_si256(e, _mm256_slli_epi16(_mm256_and_si256(u, one), 6)),
+			_mm256_or_si256(_mm256_and_si256(r, m3f),
+					_mm256_slli_epi16(_mm256_and_si256(r, m40), 9)));
+		_mm256_storeu_si256((__m256i *)(void *)(w + i), v);
+		c = esc_append16(_mm256_cmpeq_epi16(s, tl), esc, c, i);
 	}
 	*nesc = c;
 	return i;
 }
 #endif
 
+/* Encoding 8's end (FORMAT.md 3.11): the raw section's padding is zero,
+ * the states are back at 2^23 plus 30 bits each, and those hold the raw
+ * fields of the carried values w[nraw..nraw + carry) and zeros after. */
+static bfp_status carried_m(uint16_t *w, const uint8_t *pl, uint32_t nraw, size_t rawb,
+			    uint32_t carry, const uint32_t *x)
+{
+	const unsigned used = 7 * nraw % 8;
+	BFP_CHECK(!used || (pl[rawb - 1] >> used) == 0, BFP_E_CORRUPT);
+	uint32_t c[BFP_KEYEXP_STATES];
+	const unsigned lim = 7 * carry;
+	for (unsigned j = 0; j < BFP_KEYEXP_STATES; j++) {
+		c[j] = x[j] - BFP_RANS_L;
+		BFP_CHECK(c[j] < (1u << 30), BFP_E_CORRUPT);
+		const unsigned at = 30 * j; /* c[j]'s first bit in the string */
+		BFP_CHECK(lim >= at + 30 || (c[j] >> (lim > at ? lim - at : 0)) == 0, BFP_E_CORRUPT);
+	}
+	for (uint32_t t = 0; t < carry; t++) {
+		const unsigned j = 7 * t / 30, o = 7 * t % 30;
+		unsigned r = c[j] >> o;
+		if (o > 23)
+			r |= c[j + 1] << (30 - o);
+		r &= 0x7Fu;
+		w[nraw + t] = (uint16_t)(w[nraw + t] | (r & 0x3Fu) | (r & 0x40u) << 9);
+	}
+	return BFP_OK;
+}
+
 bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t *w,
-			     bfp_kx_scratch *ks, uint32_t cpu)
+			     bfp_kx_scratch *ks, uint32_t cpu, int m)
 {
 	kx_table k;
-	uint16_t f[BFP_KEYEXP_SYMS];
+	uint16_t f[2 * BFP_KEYEXP_SYMS];
+	unsigned nsym;
 	(void)cpu;
 	BFP_CHECK(n >= 1 && n <= BFP_KEYEXP_MAX, BFP_E_CORRUPT);
-	const uint32_t carry = n < BFP_KEYEXP_CARRY ? n : BFP_KEYEXP_CARRY, nraw = n - carry;
-	BFP_CHECK(len >= (size_t)nraw + 4 * BFP_KEYEXP_STATES, BFP_E_CORRUPT);
+	const uint32_t cmax = kx_carry_max(m), carry = n < cmax ? n : cmax, nraw = n - carry;
+	const size_t rawb = kx_raw_bytes(m, nraw);
+	BFP_CHECK(len >= rawb + 4 * BFP_KEYEXP_STATES, BFP_E_CORRUPT);
 	const size_t send = len - 4 * BFP_KEYEXP_STATES;
 	bfp_br r;
-	bfp_br_init(&r, pl + nraw, send - nraw);
+	bfp_br_init(&r, pl + rawb, send - rawb);
 	BFP_CHECK(table_parse(&r, &k), BFP_E_CORRUPT);
-	BFP_CHECK(bfp_tab_freqs(&k.t, f), BFP_E_CORRUPT);
+	BFP_CHECK(kx_freqs(m, &k.t, f, &nsym), BFP_E_CORRUPT);
 	const unsigned ns = k.t.ns, tmax = k.etop - (ns - 1);
 	/* the last symbol is followed by an escape unless it stands for
 	 * exponent 0 alone */
 	const unsigned tail = tmax ? ns - 1 : 0xFFFFu;
 #ifdef KX_X86
 	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
-		slots_build_avx2(ks->slot, f, ns);
+		slots_build_avx2(ks->slot, f, nsym);
 	else
 #endif
-		slots_build(ks->slot, f, ns);
+		slots_build(ks->slot, f, nsym);
 	uint32_t x[BFP_KEYEXP_STATES];
 	for (unsigned j = 0; j < BFP_KEYEXP_STATES; j++) {
 		x[j] = bfp_ld32(pl + send + 4 * j);
@@ -711,11 +998,19 @@ bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t
 	/* pass 2, listing the values with escapes */
 	uint32_t nesc = 0;
 	i = 0;
+	if (m) {
 #ifdef KX_X86
-	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
-		i = values_avx2(w, pl, nraw, k.etop, tail, ks->esc, &nesc);
+		if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
+			i = values_m_avx2(w, pl, nraw, k.etop, tail, ks->esc, &nesc);
 #endif
-	values(w, pl, i, n, nraw, k.etop, tail, ks->esc, &nesc);
+		values_m(w, pl, i, n, nraw, k.etop, tail, ks->esc, &nesc);
+	} else {
+#ifdef KX_X86
+		if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
+			i = values_avx2(w, pl, nraw, k.etop, tail, ks->esc, &nesc);
+#endif
+		values(w, pl, i, n, nraw, k.etop, tail, ks->esc, &nesc);
+	}
 	/* pass 3: the escapes, in value order; symbol ns - 1 gave them the
 	 * exponent tmax */
 	for (uint32_t j = 0; j < nesc; j++) {
@@ -729,7 +1024,9 @@ bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t
 	const uint64_t bits = bfp_br_tell(&r);
 	const unsigned pad = (unsigned)((8 - (bits & 7)) & 7);
 	BFP_CHECK(bfp_br_get(&r, pad) == 0 && !r.err, BFP_E_CORRUPT);
-	BFP_CHECK(d.p == nraw + (bits + 7) / 8, BFP_E_CORRUPT);
+	BFP_CHECK(d.p == rawb + (bits + 7) / 8, BFP_E_CORRUPT);
+	if (m)
+		return carried_m(w, pl, nraw, rawb, carry, x);
 	/* the states are back at 2^23 plus the last values' raw bytes */
 	uint64_t carried = 0;
 	for (unsigned j = 0; j < BFP_KEYEXP_STATES; j++) {

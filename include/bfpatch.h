@@ -77,9 +77,10 @@ BFP_API const char *bfp_status_str(bfp_status s);
 #define BFP_MAGIC 0x54504642u         /* "BFPT" little-endian */
 #define BFP_FORMAT_VERSION 1u
 /* The format's minor version this build writes and reads: 1.1 adds
- * encoding 7 (BFP_ENC_KEY_EXP); the header's version byte stays 1, and a
- * 1.0 decoder rejects encoding 7 as unknown (BFP_E_ENCODING). */
-#define BFP_FORMAT_MINOR 1u
+ * encoding 7 (BFP_ENC_KEY_EXP), 1.2 encoding 8 (BFP_ENC_KEY_EXPM); the
+ * header's version byte stays 1, and an older decoder rejects an encoding
+ * it does not know (BFP_E_ENCODING). */
+#define BFP_FORMAT_MINOR 2u
 #define BFP_HEADER_SIZE 60u
 #define BFP_FRAME_SIZE_MIN 128u
 #define BFP_FRAME_SIZE_MAX 9000u
@@ -113,9 +114,13 @@ typedef enum bfp_encoding {
 	BFP_ENC_KEY_EXP = 7,       /* absolute values: exponents through rANS
 				      with the frame's table, sign and
 				      mantissa raw (format 1.1) */
+	BFP_ENC_KEY_EXPM = 8,      /* absolute values: exponents and the
+				      mantissa's top bit through rANS with
+				      the frame's table, sign and the low
+				      mantissa bits raw (format 1.2) */
 } bfp_encoding;
 /* The highest encoding this build knows. */
-#define BFP_ENC_LAST BFP_ENC_KEY_EXP
+#define BFP_ENC_LAST BFP_ENC_KEY_EXPM
 
 /* The encodings this build knows: decoders reject any other
  * (BFP_E_ENCODING). */
@@ -124,14 +129,14 @@ static inline int bfp_encoding_known(unsigned encoding)
 	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_DENSE ||
 	       encoding == BFP_ENC_KEY_RAW || encoding == BFP_ENC_KEY_ZSTD ||
 	       encoding == BFP_ENC_SPARSE_MODEL || encoding == BFP_ENC_SPARSE_REF ||
-	       encoding == BFP_ENC_KEY_EXP;
+	       encoding == BFP_ENC_KEY_EXP || encoding == BFP_ENC_KEY_EXPM;
 }
 
 /* The keyframe encodings: absolute values, applying to any base. */
 static inline int bfp_encoding_is_key(unsigned encoding)
 {
 	return encoding == BFP_ENC_KEY_RAW || encoding == BFP_ENC_KEY_ZSTD ||
-	       encoding == BFP_ENC_KEY_EXP;
+	       encoding == BFP_ENC_KEY_EXP || encoding == BFP_ENC_KEY_EXPM;
 }
 
 /* The sparse encodings. */
@@ -320,6 +325,10 @@ typedef enum bfp_sparse_mode {
 				   (format 1.1) where it covers more than
 				   KEY_RAW and KEY_ZSTD: for receivers built
 				   for 1.1 (a 1.0 decoder rejects it) */
+#define BFP_ENC_F_KEY_EXPM 2048u /* as BFP_ENC_F_KEY_EXP, with
+				    BFP_ENC_KEY_EXPM (format 1.2) in place of
+				    BFP_ENC_KEY_EXP: for receivers built for
+				    1.2 */
 
 /* The encoder's stages (BFP_ENC_F_STAGES): the sums of their ticks over
  * the frames since bfp_encoder_init. Ticks are the time-stamp counter on

@@ -1099,6 +1099,29 @@ static size_t count_enc(const t_frames *f, unsigned enc, uint32_t fs)
 	return k;
 }
 
+/* The keyframe-exp tests below run on encoding 7 and again on 8
+ * (FORMAT.md 3.10, 3.11): kx_enc is the one they run on. */
+static unsigned kx_enc = BFP_ENC_KEY_EXP;
+
+static uint32_t kx_flag(void)
+{
+	return kx_enc == BFP_ENC_KEY_EXPM ? BFP_ENC_F_KEY_EXPM : BFP_ENC_F_KEY_EXP;
+}
+
+static int on_expm(void **state)
+{
+	(void)state;
+	kx_enc = BFP_ENC_KEY_EXPM;
+	return 0;
+}
+
+static int on_exp(void **state)
+{
+	(void)state;
+	kx_enc = BFP_ENC_KEY_EXP;
+	return 0;
+}
+
 /* Keyframe streams of trained-like values round-trip bit-exactly against
  * an independent copy at every frame size, SIMD or scalar, and the
  * frames that use encoding 7 cover more than raw ones would. */
@@ -1114,13 +1137,13 @@ static void test_key_exp_round_trips_at_every_frame_size(void **state)
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		for (int scalar = 0; scalar < 2; scalar++) {
 			bfp_encode_opts o = opts(sizes[i]);
-			o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP | (scalar ? BFP_ENC_F_SCALAR : 0);
+			o.flags = BFP_ENC_F_KEYFRAME | kx_flag() | (scalar ? BFP_ENC_F_SCALAR : 0);
 			o.base_version = 0;
 			t_frames f = {0};
 			assert_int_equal(t_encode(&o, NULL, t, n, 0, n, &f), BFP_OK);
 			t_assert_cover(&f, 0, n);
 			/* every frame but perhaps the last is encoding 7 */
-			assert_true(count_enc(&f, BFP_ENC_KEY_EXP, sizes[i]) + 1 >= f.n);
+			assert_true(count_enc(&f, kx_enc, sizes[i]) + 1 >= f.n);
 			uint16_t *w = calloc(n, 2);
 			bfp_apply_opts ao = aopts();
 			ao.base_version = 0;
@@ -1155,13 +1178,13 @@ static void test_key_exp_paths_agree(void **state)
 		t_frames f[2] = {{0}, {0}};
 		for (int scalar = 0; scalar < 2; scalar++) {
 			bfp_encode_opts o = opts(sizes[i]);
-			o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP | (scalar ? BFP_ENC_F_SCALAR : 0);
+			o.flags = BFP_ENC_F_KEYFRAME | kx_flag() | (scalar ? BFP_ENC_F_SCALAR : 0);
 			o.base_version = 0;
 			assert_int_equal(t_encode(&o, NULL, t, n, 0, n, &f[scalar]), BFP_OK);
 		}
 		assert_int_equal(f[0].len, f[1].len);
 		assert_memory_equal(f[0].buf, f[1].buf, f[0].len);
-		assert_true(count_enc(&f[0], BFP_ENC_KEY_EXP, sizes[i]) + 1 >= f[0].n);
+		assert_true(count_enc(&f[0], kx_enc, sizes[i]) + 1 >= f[0].n);
 		static bfp_decoder d0, d1;
 		bfp_apply_opts ao = aopts();
 		ao.base_version = 0;
@@ -1200,7 +1223,7 @@ static void test_key_exp_edges_round_trip(void **state)
 		memcpy(copy, t, n * 2);
 		for (uint32_t fs = BFP_FRAME_SIZE_MIN; fs <= 1200; fs += 1072) {
 			bfp_encode_opts o = opts(fs);
-			o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP;
+			o.flags = BFP_ENC_F_KEYFRAME | kx_flag();
 			o.base_version = 0;
 			roundtrip(t, copy, n, o);
 		}
@@ -1208,13 +1231,13 @@ static void test_key_exp_edges_round_trip(void **state)
 	const size_t n = 20000;
 	uint16_t *z = calloc(n, 2), *b = malloc(n * 2);
 	bfp_encode_opts o = opts(BFP_FRAME_SIZE_MAX);
-	o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP;
+	o.flags = BFP_ENC_F_KEYFRAME | kx_flag();
 	o.base_version = 0;
 	t_frames f = {0};
 	assert_int_equal(t_encode(&o, NULL, z, n, 0, n, &f), BFP_OK);
 	bfp_frame_header h;
 	assert_int_equal(bfp_frame_parse(f.buf, t_frame_len(&f, 0), &h), BFP_OK);
-	assert_int_equal(h.encoding, BFP_ENC_KEY_EXP);
+	assert_int_equal(h.encoding, kx_enc);
 	assert_int_equal(h.range_len, 8192);
 	t_frames_free(&f);
 	roundtrip(z, z, n, o);
@@ -1231,9 +1254,9 @@ static void test_key_exp_edges_round_trip(void **state)
 	 * few infinities would put the other exponents in the escapes) */
 	kx_fill(z, n, 9);
 	o = opts(1200);
-	o.flags = BFP_ENC_F_KEY_EXP;
+	o.flags = kx_flag();
 	assert_int_equal(t_encode(&o, b, z, n, 0, n, &f), BFP_OK);
-	assert_true(count_enc(&f, BFP_ENC_KEY_EXP, 1200) > f.n / 2);
+	assert_true(count_enc(&f, kx_enc, 1200) > f.n / 2);
 	assert_int_equal(bfp_frame_parse(f.buf, t_frame_len(&f, 0), &h), BFP_OK);
 	assert_int_equal(h.flags, BFP_FLAG_IN_PATCH);
 	assert_int_equal(h.base_version, 7);
@@ -1242,7 +1265,7 @@ static void test_key_exp_edges_round_trip(void **state)
 	/* without the flag, the 1.0 encodings only */
 	o.flags = 0;
 	assert_int_equal(t_encode(&o, b, z, n, 0, n, &f), BFP_OK);
-	assert_int_equal(count_enc(&f, BFP_ENC_KEY_EXP, 1200), 0);
+	assert_int_equal(count_enc(&f, kx_enc, 1200), 0);
 	t_frames_free(&f);
 	free(z);
 	free(b);
@@ -1255,14 +1278,14 @@ static uint16_t kxt[KN], kxw[KN], kxsnap[KN];
 static size_t kx_frame(uint8_t *p)
 {
 	bfp_encode_opts o = opts(1200);
-	o.flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP;
+	o.flags = BFP_ENC_F_KEYFRAME | kx_flag();
 	o.base_version = 0;
 	static bfp_encoder enc;
 	size_t len;
 	kx_fill(kxt, KN, 3);
 	assert_int_equal(bfp_encoder_init(&enc, &o, NULL, kxt, KN, 0, KN), BFP_OK);
 	assert_int_equal(bfp_encode_next(&enc, p, BFP_FRAME_SIZE_MAX, &len), BFP_OK);
-	assert_int_equal(p[5], BFP_ENC_KEY_EXP);
+	assert_int_equal(p[5], kx_enc);
 	for (size_t i = 0; i < KN; i++)
 		kxsnap[i] = kxw[i] = (uint16_t)(i * 40503u);
 	return len;
@@ -1321,7 +1344,9 @@ static void test_key_exp_rejects_hostile_frames(void **state)
 	assert_int_equal(bfp_frame_parse(f0, len, &h), BFP_OK);
 	assert_int_equal(kx_apply(f0, len), BFP_OK);
 	const size_t plen = len - BFP_HEADER_SIZE;
-	const uint32_t n = h.range_len, nraw = n - 8;
+	const uint32_t n = h.range_len;
+	/* the raw section's bytes: the table starts after them */
+	const uint32_t nraw = kx_enc == BFP_ENC_KEY_EXPM ? (7 * (n - 17) + 7) / 8 : n - 8;
 	uint64_t s = 77;
 	size_t ok = 0;
 	for (int trial = 0; trial < 4000; trial++) {
@@ -1397,6 +1422,63 @@ static void test_key_exp_rejects_hostile_frames(void **state)
 	}
 	/* the same frame still applies */
 	assert_int_equal(kx_apply(f0, len), BFP_OK);
+}
+
+/* Encoding 8 codes the mantissa's top bit at the share the table gives:
+ * on trained-like values (binades that fill less than twice as fast as
+ * the one below) its frames hold more values than encoding 7's at every
+ * frame size; and a raw section whose padding bits are set is rejected. */
+static void test_key_expm_is_smaller_and_checks_its_padding(void **state)
+{
+	(void)state;
+	static const uint32_t sizes[] = {200, 1200, 8900};
+	const size_t n = 60000;
+	uint16_t *t = malloc(n * 2);
+	/* bell-shaped values (a sum of four uniforms, the float's top 16
+	 * bits), whose upper binades thin out as trained weights' do */
+	uint64_t r = 5;
+	for (size_t i = 0; i < n; i++) {
+		float v = -2.0f;
+		for (int k = 0; k < 4; k++)
+			v += (float)(t_rand(&r) >> 40) / (float)(1u << 24);
+		v *= 0.02f;
+		uint32_t u;
+		memcpy(&u, &v, 4);
+		t[i] = (uint16_t)(u >> 16);
+	}
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t len[2];
+		for (int m = 0; m < 2; m++) {
+			bfp_encode_opts o = opts(sizes[i]);
+			o.flags = BFP_ENC_F_KEYFRAME | (m ? BFP_ENC_F_KEY_EXPM : BFP_ENC_F_KEY_EXP);
+			o.base_version = 0;
+			t_frames f = {0};
+			assert_int_equal(t_encode(&o, NULL, t, n, 0, n, &f), BFP_OK);
+			assert_true(count_enc(&f, m ? BFP_ENC_KEY_EXPM : BFP_ENC_KEY_EXP, sizes[i]) + 1 >=
+				    f.n);
+			len[m] = f.len;
+			t_frames_free(&f);
+		}
+		assert_true(len[1] < len[0]);
+	}
+	free(t);
+	/* the padding: find a frame whose raw section ends inside a byte */
+	kx_enc = BFP_ENC_KEY_EXPM;
+	uint8_t f0[BFP_FRAME_SIZE_MAX], p[BFP_FRAME_SIZE_MAX + 64];
+	const size_t len = kx_frame(f0);
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(f0, len, &h), BFP_OK);
+	const uint32_t bits = 7 * (h.range_len - 17);
+	memcpy(p, f0, len);
+	if (bits % 8) {
+		p[BFP_HEADER_SIZE + bits / 8] ^= 0x80;
+		reseal(p, len);
+		assert_int_equal(kx_apply(p, len), BFP_E_CORRUPT);
+	} else {
+		/* the bit after the last field starts the table's etop */
+		assert_int_equal(kx_apply(p, len), BFP_OK);
+	}
+	kx_enc = BFP_ENC_KEY_EXP;
 }
 
 /* ---- reject rules: each gives its exact status and leaves w untouched ---- */
@@ -2340,6 +2422,11 @@ int main(void)
 		cmocka_unit_test(test_key_exp_paths_agree),
 		cmocka_unit_test(test_key_exp_edges_round_trip),
 		cmocka_unit_test(test_key_exp_rejects_hostile_frames),
+		cmocka_unit_test_setup_teardown(test_key_exp_round_trips_at_every_frame_size, on_expm, on_exp),
+		cmocka_unit_test_setup_teardown(test_key_exp_paths_agree, on_expm, on_exp),
+		cmocka_unit_test_setup_teardown(test_key_exp_edges_round_trip, on_expm, on_exp),
+		cmocka_unit_test_setup_teardown(test_key_exp_rejects_hostile_frames, on_expm, on_exp),
+		cmocka_unit_test(test_key_expm_is_smaller_and_checks_its_padding),
 		cmocka_unit_test(test_nothing_changed_costs_only_headers),
 		cmocka_unit_test(test_everything_changed_never_worse_than_keyframes),
 		cmocka_unit_test(test_frames_at_the_change_limit_decode_exactly),
