@@ -80,6 +80,47 @@ static inline void frame_id(const uint8_t *f, uint64_t *model, uint32_t *version
 	*index = rte_le_to_cpu_32(i);
 }
 
+/* A frame's key in the repair cache (its model, apart for a keyframe
+ * stream's frame: cache_model) and whether it is of a keyframe stream,
+ * not of a patch (FORMAT.md 2.1). */
+static inline int frame_key(const uint8_t *f, uint64_t *cm, uint32_t *version, uint32_t *index,
+			    uint64_t *model)
+{
+	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
+	frame_id(f, model, version, index);
+	*cm = cache_model(*model, key);
+	return key;
+}
+
+/* The repair cache's index entries of a burst's frames, loaded ahead of
+ * on_data's look-ups: with the index out of the CPU's caches, each
+ * look-up is two dependent loads from memory, which a burst's prefetches
+ * overlap. Its hash slots (stage 0) as each packet is classified, then
+ * the entries they name (stage 1) before the first frame is handled. */
+typedef struct lookups {
+	uint64_t cm[BURST];
+	uint32_t version[BURST], index[BURST];
+	unsigned n;
+} lookups;
+
+/* Stage 0 for m, a packet relay_rx_classify kept (still with its headers). */
+static inline void lookup_ahead(const relay *r, lookups *q, const struct rte_mbuf *m)
+{
+	uint64_t model;
+	if (((m->hash.usr & ~SUM_UNCHECKED) >> 16) != RP_DATA)
+		return;
+	const unsigned k = q->n++;
+	frame_key(rte_pktmbuf_mtod_offset(m, const uint8_t *, RP_HDRS), &q->cm[k], &q->version[k],
+		  &q->index[k], &model);
+	rp_cache_prefetch(&r->cache, q->cm[k], q->version[k], q->index[k], 0);
+}
+
+static void lookups_ahead(const relay *r, const lookups *q)
+{
+	for (unsigned i = 0; i < q->n; i++)
+		rp_cache_prefetch(&r->cache, q->cm[i], q->version[i], q->index[i], 1);
+}
+
 static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *st)
 {
 	/* keep only the frame: strip headers and any Ethernet padding */
@@ -102,9 +143,9 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 			return;
 		}
 	}
-	uint64_t model;
+	uint64_t model, cm;
 	uint32_t version, index;
-	frame_id(f, &model, &version, &index);
+	const int key = frame_key(f, &cm, &version, &index, &model);
 	if (version >= RP_VERSION_NONE) {
 		/* the control protocol's reserved values are never a version:
 		 * believed, HEARTBEATs would name them and the cache window
@@ -118,21 +159,21 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		relay_latest_note(r, model, version, 0);
 	if (r->ev.fd >= 0)
 		note_first_frame(r, model, version);
-	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1):
-	 * only to those that asked for one (fanout.c) */
-	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
-	relay_fanout(r, m, model, version, key, sum, st);
-	/* the cache takes this reference, released on eviction (the outputs
-	 * hold their own); a copy it holds (the same target hash bytes, kept
-	 * in its entry so that the cached frame is not read) is not stored
-	 * again */
-	uint64_t cm = cache_model(model, key), tag;
+	/* a copy the cache holds (the same target hash bytes, kept in its
+	 * entry so that the cached frame is not read) is not stored again:
+	 * then nothing keeps m after its outputs, and the fan-out sends m
+	 * itself as one of them (fanout.c), as ipv4_multicast sends its last
+	 * output in the input mbuf. Else the cache takes this reference,
+	 * released on eviction, and the outputs hold their own. A frame of a
+	 * keyframe stream goes only to those that asked for one (fanout.c) */
+	uint64_t tag;
 	memcpy(&tag, f + 48, 8);
 	const rp_cache_entry *e = rp_cache_find(&r->cache, cm, version, index);
 	if (e && e->tag == tag) {
-		rte_pktmbuf_free(m);
+		relay_fanout(r, m, model, version, key, sum, 1, st); /* consumes m */
 		return;
 	}
+	relay_fanout(r, m, model, version, key, sum, 0, st);
 	if (e)
 		cache_check_remade(r, cm, version, f, l4_len, st);
 	if (rp_cache_put_tagged(&r->cache, cm, version, index, l4_len, tag, m, relay_mbuf_drop,
@@ -298,10 +339,19 @@ static void rx_queue_poll(relay *r, unsigned q, lcore_stats *st, int direct)
 		uint16_t n = rte_eth_rx_burst(port, (uint16_t)q, pkts, BURST);
 		st->c[C_RX] += n;
 		uint16_t keep = 0;
-		for (uint16_t i = 0; i < n; i++)
-			if (relay_rx_classify(r, pkts[i], st))
+		lookups ahead;
+		ahead.n = 0;
+		for (uint16_t i = 0; i < n; i++) {
+			if (i + 1 < n) /* its headers, read next */
+				rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], const void *));
+			if (relay_rx_classify(r, pkts[i], st)) {
+				if (direct)
+					lookup_ahead(r, &ahead, pkts[i]);
 				pkts[keep++] = pkts[i];
+			}
+		}
 		if (direct) {
+			lookups_ahead(r, &ahead);
 			cache_prefetch_evictees(r, keep);
 			for (uint16_t i = 0; i < keep; i++)
 				relay_core_packet(r, pkts[i], st);
@@ -347,6 +397,11 @@ void relay_core_main(relay *r)
 		} else {
 			struct rte_mbuf *pkts[BURST];
 			unsigned n = rte_ring_dequeue_burst(r->inbound, (void **)pkts, BURST, NULL);
+			lookups ahead;
+			ahead.n = 0;
+			for (unsigned i = 0; i < n; i++)
+				lookup_ahead(r, &ahead, pkts[i]);
+			lookups_ahead(r, &ahead);
 			cache_prefetch_evictees(r, n);
 			for (unsigned i = 0; i < n; i++)
 				relay_core_packet(r, pkts[i], st);

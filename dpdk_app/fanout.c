@@ -116,16 +116,30 @@ static void lane_frame(relay *r, lane *l, const lane_job *j)
 	 * subscribers and those behind it */
 	/* the first output on lane 0 may take the frame's headroom for its
 	 * headers (output.c): one writer, since lane 0 alone runs FRAMEs on
-	 * the main lcore, each frame once, and a RESEND never takes it */
-	int head = l->idx == 0;
+	 * the main lcore, each frame once, and a RESEND never takes it. With
+	 * FRAME_OWN (lane 0 only) the last output is the frame itself, which
+	 * writes that headroom, so no clone takes it: each output is made as
+	 * the next one is found, the last after the loop */
+	const int own = j->flags & FRAME_OWN;
+	int head = l->idx == 0 && !own;
+	sub *last = NULL;
 	for (uint64_t u = l->used_mask; u; u &= u - 1) {
 		sub *s = &r->subs[__builtin_ctzll(u)];
 		const sub_out *o = &s->out;
 		if ((o->model_id == 0 || o->model_id == j->model) &&
 		    (!j->key || o->is_static || o->join_version >= RP_VERSION_NONE ||
-		     o->join_version < j->version))
-			head &= !relay_emit_head(r, l, s, j->f, j->sum, j->run, head);
+		     o->join_version < j->version)) {
+			if (!own) {
+				head &= !relay_emit_head(r, l, s, j->f, j->sum, j->run, head);
+				continue;
+			}
+			if (last)
+				relay_emit(r, l, last, j->f, j->sum, j->run);
+			last = s;
+		}
 	}
+	if (own)
+		relay_emit_own(r, l, last, j->f, j->sum, j->run); /* consumes f */
 }
 
 /* A SYNC: the subscriber's output half from the main lcore's copy. */
@@ -191,15 +205,22 @@ int relay_lanes_full(const relay *r)
 }
 
 void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version, int key,
-		  uint32_t sum, lcore_stats *st)
+		  uint32_t sum, int own, lcore_stats *st)
 {
 	lane_job j = {.f = f, .model = model, .run = r->auth.run, .sum = sum,
 		      .version = version, .op = JOB_FRAME, .key = (uint8_t)key};
-	/* the other lanes first, so that they work while this one does */
+	/* the other lanes first, so that they work while this one does; a
+	 * frame another lane clones is not lane 0's to write */
+	int shared = 0;
 	for (unsigned k = 1; k < r->n_lanes; k++)
-		if (r->lane_subs[k])
+		if (r->lane_subs[k]) {
 			lane_hand(r, k, &j, st);
+			shared = 1;
+		}
+	j.flags = own && !shared ? FRAME_OWN : 0;
 	lane_run(r, &r->lanes[0], &j);
+	if (own && shared)
+		rte_pktmbuf_free(f); /* the caller's reference, consumed */
 }
 
 void relay_resend(relay *r, sub *s, struct rte_mbuf *f, uint32_t sum, lcore_stats *st)

@@ -24,12 +24,17 @@
  * its last output in the input mbuf itself, the first output the main
  * lcore makes of a received frame is a clone that reaches back into the
  * frame's headroom, where the frame's own headers arrived, and carries the
- * subscriber's headers there (at fan-out 1, every output). The relay
- * cannot send the input mbuf itself, as the example does, since the
- * repair cache keeps it as received; nothing else writes that headroom
- * (NACK answers and other lanes' outputs take header mbufs), and the
- * payload is written by no output. Headers come from a per-subscriber
- * template: a 42-byte copy and two checksum updates.
+ * subscriber's headers there (at fan-out 1, every output): the repair
+ * cache keeps the input mbuf as received, so it cannot go itself; nothing
+ * else writes that headroom (NACK answers and other lanes' outputs take
+ * header mbufs), and the payload is written by no output. A frame the
+ * cache holds a copy of already (a repeat: the replayed rows of
+ * bench_relay.sh, a frame sent again upstream) is kept by nothing after
+ * its outputs, and its last output is the input mbuf itself, as in the
+ * example: its headers in its headroom, per hop its trailer signed again
+ * in place (relay_emit_own; no clone, no mbuf allocated at fan-out 1).
+ * Headers come from a per-subscriber template: a 42-byte copy and two
+ * checksum updates.
  */
 #include <string.h>
 
@@ -142,10 +147,11 @@ static void reseal(const sub_out *o, uint64_t run, struct rte_mbuf *f, uint8_t *
 {
 	const uint8_t *fp = rte_pktmbuf_mtod(f, const uint8_t *);
 	const size_t flen = rte_pktmbuf_pkt_len(f) - RP_AUTH_LEN;
-	rp_auth_seal_key(o->key, run, fp, flen, 0, t);
 	const int odd = flen & 1;
-	*sum = (uint32_t)rp_fold(*sum) + (uint16_t)~sum_part(fp + flen, RP_AUTH_LEN, odd) +
-	       sum_part(t, RP_AUTH_LEN, odd);
+	/* the upstream's trailer is summed first: t may be where it is */
+	const uint16_t old = sum_part(fp + flen, RP_AUTH_LEN, odd);
+	rp_auth_seal_key(o->key, run, fp, flen, 0, t);
+	*sum = (uint32_t)rp_fold(*sum) + (uint16_t)~old + sum_part(t, RP_AUTH_LEN, odd);
 }
 
 static inline void put16(uint8_t *p, uint16_t v)
@@ -315,6 +321,28 @@ void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_
 		uint64_t run)
 {
 	relay_emit_head(r, l, s, f, payload_sum, run, 0);
+}
+
+void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		    uint64_t run)
+{
+	if (s && s->out.has_mac && !r->cf.copy_fanout && RTE_MBUF_DIRECT(f) &&
+	    f->nb_segs == 1 && rte_mbuf_refcnt_read(f) == 1 &&
+	    rte_pktmbuf_headroom(f) >= RP_HDRS) {
+		const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
+		if (s->peer)
+			reseal(&s->out, run, f, rte_pktmbuf_mtod_offset(f, uint8_t *,
+									fl - RP_AUTH_LEN),
+			       &payload_sum);
+		uint8_t *p = (uint8_t *)rte_pktmbuf_prepend(f, RP_HDRS);
+		hdr_put(p, s, fl, payload_sum, l->ip_id++);
+		offload_csum(r, f, s->out.eth_port);
+		deliver(r, l, s, f);
+		return;
+	}
+	if (s) /* no MAC (counted there), or f not the output's alone */
+		relay_emit(r, l, s, f, payload_sum, run);
+	rte_pktmbuf_free(f);
 }
 
 /* The repair cache's release callback: its reference to a frame. */

@@ -169,12 +169,16 @@ typedef struct lcore_stats {
 /* A job the main lcore hands a fan-out lane (fanout.c). */
 enum { JOB_FRAME, JOB_RESEND, JOB_SYNC };
 enum { SYNC_FRESH = 1, SYNC_FLUSH = 2, SYNC_BUCKET = 4 };
+/* FRAME on lane 0: nothing else holds f (the cache has a copy, no other
+ * lane takes it), so its last output is f itself (fanout.c, output.c) */
+enum { FRAME_OWN = 1 };
 typedef struct lane_job {
 	struct rte_mbuf *f;      /* FRAME, RESEND: a reference the lane frees */
 	uint64_t model, run;     /* FRAME: its model; the run its outputs bind */
 	uint32_t sum, version;   /* the payload's sum; FRAME: its version */
 	uint8_t op, sub, key, flags; /* JOB_*; RESEND, SYNC: which subscriber;
-				      * FRAME: of a keyframe stream; SYNC_* */
+				      * FRAME: of a keyframe stream; SYNC_*,
+				      * FRAME_OWN */
 	uint64_t rate, burst;    /* SYNC_BUCKET: the bucket's */
 	sub_out v;               /* SYNC: the subscriber's output half */
 } lane_job;
@@ -328,6 +332,12 @@ void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_
  * output of a frame at most, on lane 0 only (fanout.c); 1 if it did. */
 int relay_emit_head(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		    uint64_t run, int head);
+/* The output of frame f for s (NULL: none) made of f itself, its headers
+ * in f's headroom and, per hop, its trailer signed again in place: when
+ * nothing else holds f (FRAME_OWN), which the output then consumes (else
+ * a clone, as relay_emit, and f is released). */
+void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		    uint64_t run);
 /* s's header template (hdr, ip_sum, udp_sum, peer) from s->out, on its
  * owner lane. */
 void relay_out_template(relay *r, sub *s);
@@ -352,10 +362,11 @@ int relay_lanes_create(relay *r);
 /* Which worker lcores are lanes (the last n_lanes - 1); 0, or -1 after a
  * message when there are too few. */
 int relay_lanes_place(relay *r);
-/* Frame f (a reference the caller keeps) to every subscriber that takes
- * it, each through its owner lane. */
+/* Frame f to every subscriber that takes it, each through its owner
+ * lane: a reference the caller keeps, or with own, one that nothing else
+ * holds, which the fan-out consumes (FRAME_OWN). */
 void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version, int key,
-		  uint32_t sum, lcore_stats *st);
+		  uint32_t sum, int own, lcore_stats *st);
 /* Whether a lane has no room for a burst of frames: the main lcore then
  * takes no packets in, so that the ports drop the same frames for all. */
 int relay_lanes_full(const relay *r);

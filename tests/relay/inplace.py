@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """inplace.py: input and check of inplace_test.sh (fan-out 1: the output
-made in the frame's own headroom, the repair cache left intact).
+made in the frame's own headroom, or of the received frame itself when
+the cache holds a copy already; the repair cache left intact).
 
-  gen FRAMES.pcap IN.pcap [KEYFILE]
+  gen [--twice] FRAMES.pcap IN.pcap [KEYFILE]
       IN.pcap: every frame of FRAMES.pcap (`bfpatch pcap`, to the relay),
-      then subscriber B (198.18.0.12, control port 7501) JOINs for data
+      with --twice all of them again (each then a copy the cache holds:
+      the relay sends the received mbuf itself), then subscriber B (198.18.0.12, control port 7501) JOINs for data
       port 7500 and NACKs every frame; with KEYFILE (B's peer key) JOIN
       and NACK are signed under it, fresh, the NACK bound to the frames'
       run
-  check FRAMES.pcap OUT.pcap [A=KEYFILE B=KEYFILE]
+  check [--twice] FRAMES.pcap OUT.pcap [A=KEYFILE B=KEYFILE]
       the static subscriber A (198.18.0.11:7500), alone while the frames
-      came, and B (from the cache, by its NACK) each got every frame
-      exactly once with valid checksums: byte-identical, or with keys
+      came, got every frame exactly once (--twice: twice), and B (from the
+      cache, by its NACK) exactly once, with valid checksums: byte-identical, or with keys
       each frame's trailer signed again under that subscriber's key and
       under no other's, bound to the frames' run
 Packets as cases.py builds them; the trailer from authtool.py.
@@ -33,7 +35,7 @@ A = ("198.18.0.11", 7500)
 B = ("198.18.0.12", 7500)
 
 
-def gen(frames_pcap, out, keyfile=None):
+def gen(frames_pcap, out, keyfile=None, twice=False):
     pk = read_pcap(frames_pcap)
     fr = [udp_parts(p)[4] for p in pk]
     model = struct.unpack_from("<Q", fr[0], 8)[0]
@@ -47,10 +49,10 @@ def gen(frames_pcap, out, keyfile=None):
         join = authtool.seal(kid, key, join, 0, now)
         nack = authtool.seal(kid, key, nack, run, now + 1000)
     b = lambda m: sub(m, ip=B[0], smac=mac(0x12))  # noqa: E731
-    write_pcap(out, pk + [b(join), b(nack)])
+    write_pcap(out, pk * (2 if twice else 1) + [b(join), b(nack)])
 
 
-def check(frames_pcap, out, keymap):
+def check(frames_pcap, out, keymap, twice=False):
     keys = {}
     for item in keymap:
         who, kf = item.split("=")
@@ -84,19 +86,24 @@ def check(frames_pcap, out, keymap):
         got[dest].append(d)
     ok = not bad
     for dest, pl in got.items():
-        if sorted(pl) != sorted(frames):
-            print("FAIL: %s:%d got %d frames of %d, or other bytes" % (dest + (len(pl), len(frames))))
+        want = frames * (2 if twice and dest == A else 1)
+        if sorted(pl) != sorted(want):
+            print("FAIL: %s:%d got %d frames of %d, or other bytes" % (dest + (len(pl), len(want))))
             ok = False
-    print("%d frames to A as they came, to B from the cache%s: %s%s" % (
-        len(frames), ", each under its own key" if keys else "", "ok" if ok else "FAILED",
+    print("%d frames to A as they came%s, to B from the cache%s: %s%s" % (
+        len(frames), " (twice)" if twice else "", ", each under its own key" if keys else "",
+        "ok" if ok else "FAILED",
         " (%d bad)" % bad if bad else ""))
     return ok
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 4 and sys.argv[1] == "gen":
-        gen(*sys.argv[2:5])
-    elif len(sys.argv) >= 4 and sys.argv[1] == "check":
-        sys.exit(0 if check(sys.argv[2], sys.argv[3], sys.argv[4:]) else 1)
+    args = sys.argv[1:]
+    twice = "--twice" in args
+    args = [a for a in args if a != "--twice"]
+    if len(args) >= 3 and args[0] == "gen":
+        gen(*args[1:4], twice=twice)
+    elif len(args) >= 3 and args[0] == "check":
+        sys.exit(0 if check(args[1], args[2], args[3:], twice=twice) else 1)
     else:
         sys.exit(__doc__)

@@ -1,18 +1,28 @@
 #!/bin/sh
-# inplace_test.sh BFPATCH RELAY [perhop]: fan-out 1, where the relay makes
-# a frame's one output in the frame's own headroom (dpdk_app/output.c):
-# a patch goes through bfpatch-relay on net_pcap to one static subscriber
-# A; then B JOINs and NACKs every frame, answered from the repair cache.
-# A must get every frame as it came and B every frame from the cache,
-# byte-identical with valid checksums (tests/relay/inplace.py): an output
-# written over the cached frame (its headers, a trailer) would spoil B's.
-# With perhop the frames are signed, A and B have keys of their own
-# (--peer-keys) and each output must be signed again under its
+# inplace_test.sh BFPATCH RELAY [perhop] [twice]: fan-out 1, where the
+# relay makes a frame's one output in the frame's own headroom
+# (dpdk_app/output.c): a patch goes through bfpatch-relay on net_pcap to
+# one static subscriber A; then B JOINs and NACKs every frame, answered
+# from the repair cache. A must get every frame as it came and B every
+# frame from the cache, byte-identical with valid checksums
+# (tests/relay/inplace.py): an output written over the cached frame (its
+# headers, a trailer) would spoil B's. With twice every frame comes
+# again after the first pass, a copy the cache holds, and A's output of
+# it is the received mbuf itself (its headers, per hop its trailer,
+# written in place): A must get each twice, B's still from the first
+# copies. With perhop the frames are signed, A and B have keys of their
+# own (--peer-keys) and each output must be signed again under its
 # subscriber's key and no other.
 set -u
 BFP=$1
 RELAY=$2
-MODE=${3:-}
+MODE="" TWICE=""
+for a in "${3:-}" "${4:-}"; do
+	case $a in
+	perhop) MODE=perhop ;;
+	twice) TWICE=--twice ;;
+	esac
+done
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T" /var/run/dpdk/bfpip$$' EXIT
@@ -27,11 +37,13 @@ if [ "$MODE" = perhop ]; then
 	newkey 12 "$T/kb"
 	(umask 077; cat "$T/ka" "$T/kb" > "$T/peers")
 	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 --key "$T/key" || fail pcap
-	python3 "$HERE/inplace.py" gen "$T/frames.pcap" "$T/in.pcap" "$T/kb" || fail gen
+	# shellcheck disable=SC2086 # TWICE: an option or nothing
+	python3 "$HERE/inplace.py" gen $TWICE "$T/frames.pcap" "$T/in.pcap" "$T/kb" || fail gen
 	KA="--key $T/key --peer-keys $T/peers" SA=,key=11 CK="A=$T/ka B=$T/kb"
 else
 	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
-	python3 "$HERE/inplace.py" gen "$T/frames.pcap" "$T/in.pcap" || fail gen
+	# shellcheck disable=SC2086 # TWICE: an option or nothing
+	python3 "$HERE/inplace.py" gen $TWICE "$T/frames.pcap" "$T/in.pcap" || fail gen
 	KA=--insecure SA="" CK=""
 fi
 nframes=$("$BFP" info --json "$T/p" | python3 -c 'import json, sys; print(json.load(sys.stdin)["frames"])')
@@ -45,6 +57,8 @@ counter() { awk -v k="$1" '$1 == k {print $2}' "$T/relay.log"; }
 [ "$(counter joins)" = 1 ] || fail "B's JOIN was not taken"
 [ "$(counter cache_hits)" = "$nframes" ] ||
 	fail "cache_hits $(counter cache_hits), B NACKed all $nframes frames"
-# shellcheck disable=SC2086 # CK is a list of arguments
-python3 "$HERE/inplace.py" check "$T/frames.pcap" "$T/out.pcap" $CK || fail "outputs"
-echo "ok - fan-out 1 in the frame's headroom${MODE:+ ($MODE)}: $nframes frames to A, and to B from the cache"
+[ "$(counter cache_stored)" = "$nframes" ] ||
+	fail "cache_stored $(counter cache_stored), $nframes frames${TWICE:+ (each stored once)}"
+# shellcheck disable=SC2086 # CK is a list of arguments, TWICE an option or nothing
+python3 "$HERE/inplace.py" check $TWICE "$T/frames.pcap" "$T/out.pcap" $CK || fail "outputs"
+echo "ok - fan-out 1 in the frame's headroom${MODE:+ ($MODE)}${TWICE:+, and in the received mbuf}: $nframes frames to A${TWICE:+ twice}, and to B from the cache"
