@@ -105,12 +105,47 @@ static uint32_t crc32c_table(uint32_t crc, const void *data, size_t len)
 /* The hosted x86-64 build picks the SSE4.2 crc32 instruction (the same
  * polynomial, about ten times the tables' speed) when the CPU has it,
  * once, when the library is loaded (an ifunc: the loader's choice, not a
- * global of the codec's). The freestanding build has the tables only. */
-__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const void *data,
-							      size_t len)
+ * global of the codec's). The freestanding build has the tables only.
+ *
+ * The state c moved on by n zero bytes: the carry-less product of c and
+ * K(n) = x^(8n - 33) mod P (bit-reflected), reduced by the crc32
+ * instruction. The constants of n = 64, 128, 256 and 512. */
+#define K64 0x9e4addf8u
+#define K128 0x0d3b6092u
+#define K256 0xb9e02b86u
+#define K512 0xdd7e3b0cu
+
+__attribute__((target("sse4.2,pclmul"))) static inline uint64_t crc_shift(uint64_t c, uint32_t k)
+{
+	const __m128i r = _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)c),
+					       _mm_cvtsi32_si128((int)k), 0);
+	return _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(r));
+}
+
+/* 3 b bytes from state c as three streams of b bytes at once (each
+ * crc32 waits on its stream's last only), joined by shifting the first
+ * by 2 b bytes (k2) and the second by b (k1). */
+__attribute__((target("sse4.2,pclmul"))) static inline uint64_t
+crc_three(uint64_t c, const uint8_t *p, size_t b, uint32_t k1, uint32_t k2)
+{
+	uint64_t c1 = 0, c2 = 0;
+	for (size_t i = 0; i < b; i += 8) {
+		c = _mm_crc32_u64(c, bfp_ld64(p + i));
+		c1 = _mm_crc32_u64(c1, bfp_ld64(p + b + i));
+		c2 = _mm_crc32_u64(c2, bfp_ld64(p + 2 * b + i));
+	}
+	return crc_shift(c, k2) ^ crc_shift(c1, k1) ^ c2;
+}
+
+__attribute__((target("sse4.2,pclmul"))) static uint32_t crc32c_sse42(uint32_t crc,
+								     const void *data, size_t len)
 {
 	const uint8_t *p = data;
 	uint64_t c = ~crc;
+	for (; len >= 3 * 256; p += 3 * 256, len -= 3 * 256)
+		c = crc_three(c, p, 256, K256, K512);
+	for (; len >= 3 * 64; p += 3 * 64, len -= 3 * 64)
+		c = crc_three(c, p, 64, K64, K128);
 	for (; len >= 8; p += 8, len -= 8)
 		c = _mm_crc32_u64(c, bfp_ld64(p));
 	uint32_t c32 = (uint32_t)c;
@@ -125,7 +160,8 @@ typedef uint32_t crc32c_fn(uint32_t, const void *, size_t);
 __attribute__((no_sanitize("address", "undefined", "thread"))) static crc32c_fn *crc32c_pick(void)
 {
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("sse4.2") ? crc32c_sse42 : crc32c_table;
+	return __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") ? crc32c_sse42
+										     : crc32c_table;
 }
 
 uint32_t bfp_crc32c(uint32_t crc, const void *data, size_t len)

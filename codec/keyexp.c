@@ -141,8 +141,22 @@ static int kxm_freqs(const bfp_mtab *t, uint16_t *f)
 	}
 	uint32_t tot = 0;
 	unsigned top = 0;
+#ifdef __SIZEOF_INT128__
+	/* floor(a / sum) for a below 2^35 by a multiply: r = floor((2^64 -
+	 * 1) / sum) gives the quotient or one less, which the remainder
+	 * tells */
+	const uint64_t rcp = UINT64_MAX / sum;
+#endif
 	for (unsigned u = 0; u < n; u++) {
-		uint32_t v = (uint32_t)((uint64_t)wv[u] * BFP_RANS_M / sum);
+		const uint64_t a = (uint64_t)wv[u] * BFP_RANS_M;
+#ifdef __SIZEOF_INT128__
+		__extension__ typedef unsigned __int128 u128;
+		uint64_t q = (uint64_t)(((u128)a * rcp) >> 64);
+		q += a - q * sum >= sum;
+		uint32_t v = (uint32_t)q;
+#else
+		uint32_t v = (uint32_t)(a / sum);
+#endif
 		v = v ? v : 1;
 		f[u] = (uint16_t)v;
 		tot += v;
@@ -660,18 +674,18 @@ static void slots_build(uint32_t *slots, const uint16_t *f, unsigned ns)
 	}
 }
 
-/* Pass 1 for values [0, nraw) in steps of four while at least 8 bytes
+/* Pass 1 for values [0, n) in steps of four while at least 8 bytes
  * are left to read: their symbols into the low bytes of w. Each state
  * reads its bytes where the one before it stopped. Returns the first
  * value not decoded. */
 #define KX_SYMS_FAST(name, attr)                                                               \
 	attr static uint32_t name(uint32_t *xs, const uint8_t *pl, size_t *pp,                 \
-				  const uint32_t *slots, uint32_t nraw, uint16_t *w)           \
+				  const uint32_t *slots, uint32_t n, uint16_t *w)              \
 	{                                                                                      \
 		uint32_t x0 = xs[0], x1 = xs[1], x2 = xs[2], x3 = xs[3];                       \
 		size_t p = *pp;                                                                \
 		uint32_t i = 0;                                                                \
-		for (; i + BFP_KEYEXP_STATES <= nraw && p >= 2 * BFP_KEYEXP_STATES;           \
+		for (; i + BFP_KEYEXP_STATES <= n && p >= 2 * BFP_KEYEXP_STATES;              \
 		     i += BFP_KEYEXP_STATES) {                                                 \
 			w[i] = (uint16_t)bfp_rans_get_packed(&x0, pl, &p, slots);              \
 			w[i + 1] = (uint16_t)bfp_rans_get_packed(&x1, pl, &p, slots);          \
@@ -985,9 +999,9 @@ bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t
 	size_t p = send;
 	uint32_t i =
 #ifdef KX_X86
-		(cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW)) ? syms_fast_bmi2(x, pl, &p, ks->slot, nraw, w) :
+		(cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW)) ? syms_fast_bmi2(x, pl, &p, ks->slot, n, w) :
 #endif
-		syms_fast(x, pl, &p, ks->slot, nraw, w);
+		syms_fast(x, pl, &p, ks->slot, n, w);
 	bfp_rd d = {pl, p, 0, 0};
 	for (; i < n; i++) {
 		d.x = x[i & (BFP_KEYEXP_STATES - 1)];

@@ -36,17 +36,19 @@ enum { MAXN = 100003, OUT_CAP = 4u << 20 };
 static bfp_encoder enc;
 static bfp_decoder dec;
 
-/* bfp_crc32c at every length to 300 and alignment to 8, whole and in two
- * parts, against the bitwise one; the check value of the CRC catalogue. */
+/* bfp_crc32c at every length to 300 and alignment to 8, and lengths to
+ * 2600 in steps of 7 (the three-stream rounds of 192 and 768 bytes and
+ * their tails), whole and in two parts, against the bitwise one; the
+ * check value of the CRC catalogue. */
 static void check_crc32c(void)
 {
-	uint8_t buf[320];
+	uint8_t buf[2616];
 	uint64_t s = 5;
 	CHECK(bfp_crc32c(0, "123456789", 9) == 0xE3069283u, "CRC32C check value");
 	for (size_t i = 0; i < sizeof(buf); i++)
 		buf[i] = (uint8_t)t_rand(&s);
 	for (size_t off = 0; off < 8; off++)
-		for (size_t n = 0; n <= 300; n++) {
+		for (size_t n = 0; n <= 2600; n += n < 300 ? 1 : 7) {
 			const uint32_t want = t_crc32c_bitwise(0, buf + off, n);
 			const size_t h = n / 3;
 			CHECK(bfp_crc32c(0, buf + off, n) == want &&
