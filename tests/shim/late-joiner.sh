@@ -2,7 +2,7 @@
 # late-joiner.sh BFPATCH SHIM (set-up in lib.sh):
 # a late joiner: the publisher is at version 2 and keeps one patch, so a
 # shim at version 0 gets a keyframe stream of version 2, then patch 3; the
-# stream is in encoding 7 by default (FORMAT.md 3.10): fewer bytes than
+# stream is in encoding 8 by default (FORMAT.md 3.11): fewer bytes than
 # the values it carries
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -29,6 +29,6 @@ kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 2 (keyframe resync)" "$T/shimb.log" || fail "no keyframe resync"
 sed -n 's/.*committed version 0 -> 2 (keyframe resync): [0-9]* frames, \([0-9]*\) bytes, \([0-9]*\) bytes verified.*/\1 \2/p' \
 	"$T/shimb.log" | { read -r got dense && [ "$got" -lt "$dense" ]; } ||
-	fail "the keyframe stream is not smaller than the values (encoding 7): $(grep 'keyframe resync' "$T/shimb.log")"
+	fail "the keyframe stream is not smaller than the values (encoding 8): $(grep 'keyframe resync' "$T/shimb.log")"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.a" "$SHM.b" || fail "late joiner"
 echo "ok - late joiner via keyframes, then a patch"
