@@ -79,11 +79,11 @@ typedef struct bfp_enc {
 } bfp_enc;
 
 /* A keyframe-exp decoder's scratch (keyexp.c): a table's slot map, with
- * eight slots of padding for the vector stores that fill it, and the
+ * sixteen slots of padding for the vector stores that fill it, and the
  * indices of the values with an escape (with room for the seven that
  * the vector path stores past the last). */
 typedef struct bfp_kx_scratch {
-	uint32_t slot[2048 + 8];
+	uint32_t slot[2048 + 16];
 	uint16_t esc[8192 + 8];
 } bfp_kx_scratch;
 

@@ -83,6 +83,64 @@ static size_t encode(uint32_t cpu, const uint16_t *b, const uint16_t *t, size_t 
 	return nf;
 }
 
+/* Keyframe streams in encodings 7 and 8 (FORMAT.md 3.10, 3.11) on each
+ * path: the same frames as the scalar path's, and each path's decoder
+ * gives back the values. Values of many scales and some escapes. */
+static void check_keyframes(const uint32_t *paths, size_t np, uint32_t feats, uint16_t *t,
+			    uint16_t *w, uint8_t *ref, size_t *ref_off, uint8_t *out, size_t *off)
+{
+	const size_t n = 40009;
+	uint64_t s = 7;
+	for (size_t i = 0; i < n; i++)
+		t[i] = (uint16_t)((t_weight(&s) & 0x807Fu) |
+				  ((110 + (i / 4000) + t_rand(&s) % 9 - (t_rand(&s) % 50 == 0) * 60) << 7));
+	static const uint32_t kinds[] = {BFP_ENC_F_KEY_EXP, BFP_ENC_F_KEY_EXPM};
+	static const uint32_t sizes[] = {BFP_FRAME_SIZE_MIN, 1200, 8900};
+	for (size_t k = 0; k < 2; k++)
+		for (size_t z = 0; z < 3; z++) {
+			bfp_encode_opts o;
+			memset(&o, 0, sizeof(o));
+			o.frame_size = sizes[z];
+			o.model_id = 1;
+			o.target_version = 8;
+			o.flags = BFP_ENC_F_KEYFRAME | kinds[k];
+			size_t nf[2] = {0, 0};
+			for (size_t p = 0; p < np; p++) {
+				if ((paths[p] & feats) != paths[p])
+					continue;
+				uint8_t *o8 = p ? out : ref;
+				size_t *of = p ? off : ref_off, len = 0, fl;
+				CHECK(bfp_encoder_init(&enc, &o, NULL, t, n, 0, n) == BFP_OK, "init");
+				bfp_enc_of(&enc)->cpu = paths[p];
+				bfp_status st;
+				size_t f = 0;
+				while ((st = bfp_encode_next(&enc, o8 + len, OUT_CAP - len, &fl)) == BFP_OK) {
+					of[f++] = len;
+					len += fl;
+				}
+				of[f] = len;
+				CHECK(st == BFP_DONE, "keyframes on path 0x%x: %d", paths[p], (int)st);
+				nf[p != 0] = f;
+				CHECK(!p || (f == nf[0] && memcmp(out, ref, len) == 0),
+				      "path 0x%x: keyframes differ from the scalar path's (size %u)",
+				      paths[p], sizes[z]);
+				CHECK(bfp_decoder_init(&dec, 0) == BFP_OK, "decoder_init");
+				bfp_dec_of(&dec)->cpu = paths[p];
+				memset(w, 0, n * 2);
+				bfp_apply_opts ao;
+				memset(&ao, 0, sizeof(ao));
+				ao.model_id = 1;
+				for (size_t i = 0; i < nf[0]; i++)
+					CHECK(bfp_decode_apply(&dec, &ao, ref + ref_off[i],
+							       ref_off[i + 1] - ref_off[i], w, n,
+							       NULL) == BFP_OK,
+					      "path 0x%x: keyframe decode", paths[p]);
+				CHECK(memcmp(w, t, n * 2) == 0, "path 0x%x: keyframes decode wrong",
+				      paths[p]);
+			}
+		}
+}
+
 int main(void)
 {
 	const uint32_t feats = bfp_cpu_features();
@@ -103,6 +161,8 @@ int main(void)
 	CHECK(feats & BFP_CPU_NEON, "AArch64 without the Advanced SIMD path");
 #endif
 	check_crc32c();
+	check_keyframes(paths, sizeof(paths) / sizeof(paths[0]), feats, t, w, ref, ref_off, out,
+			off);
 	uint64_t s = 99;
 	size_t tried = 0, simd = 0;
 	for (unsigned shape = 0; shape < 3; shape++) {
