@@ -815,15 +815,15 @@ static int run_in_process(synth *s, model *cur, patch_opts *po, uint32_t steps, 
 			       (double)bytes / (double)p.len, (t1 - t0) * 1e3, (t3 - t2) * 1e3,
 			       same ? "yes (byte compare)" : "NO");
 		if (verbosity > 1) {
-			size_t by_enc[8] = {0};
+			size_t by_enc[BFP_ENC_LAST + 1] = {0};
 			for (size_t i = 0; i < p.n; i++) {
 				bfp_frame_header h;
 				if (bfp_frame_parse(p.buf + p.off[i], p.off[i + 1] - p.off[i], &h) ==
-				    BFP_OK && h.encoding < 8)
+				    BFP_OK && h.encoding <= BFP_ENC_LAST)
 					by_enc[h.encoding]++;
 			}
 			printf("     frames by encoding:");
-			for (unsigned e = 1; e < 8; e++)
+			for (unsigned e = 1; e <= BFP_ENC_LAST; e++)
 				if (by_enc[e])
 					printf(" %u: %zu", e, by_enc[e]);
 			printf(" (docs/FORMAT.md 2.1)\n");

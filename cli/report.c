@@ -357,7 +357,10 @@ static int load_checkpoints(rep *R)
 			pstep *s = &R->steps[i];
 			snprintf(bp, sizeof(bp), "%s/step-%04u.safetensors", in->trajectory, s->base_v);
 			snprintf(tp, sizeof(tp), "%s/step-%04u.safetensors", in->trajectory, s->target_v);
-			if (s->by_enc[BFP_ENC_KEY_RAW] + s->by_enc[BFP_ENC_KEY_ZSTD] == s->frames)
+			uint64_t key = 0;
+			for (unsigned e = 0; e <= BFP_ENC_LAST; e++)
+				key += bfp_encoding_is_key(e) ? s->by_enc[e] : 0;
+			if (key == s->frames)
 				continue; /* a keyframe stream has no base */
 			if (!file_exists(bp) || !file_exists(tp))
 				continue;
