@@ -20,7 +20,11 @@ enum kat_kind {
 			from, magnitudes beyond its tables' symbols (escapes) */
 	KAT_TRAINED, /* targets shaped like trained weights (kat_trained), a
 			new scale every 1500 values and a few zeros: keyframe-exp
-			frames (format 1.1) */
+			and keyframe-expm frames (formats 1.1 and 1.2) */
+	KAT_STEEP,   /* targets whose top binade is rarer than the next by a
+			factor that grows every 2000 values (kat_steep):
+			keyframe-expm tables with every share of FORMAT.md
+			3.11's PM table */
 };
 
 typedef struct kat_vector {
@@ -38,7 +42,10 @@ typedef struct kat_vector {
  * keyframe-coded frames in the patch), frames sharing a model (the
  * encoder's default), and a keyframe stream: every encoding but
  * keyframe-zstd, whose bytes depend on the zstd version. Format 1.1:
- * keyframe-exp frames in a keyframe stream and in a patch. */
+ * keyframe-exp frames in a keyframe stream and in a patch. Format 1.2:
+ * keyframe-expm frames in keyframe streams (1200 and 8900-byte frames,
+ * the latter near the 8192 values a frame may hold; steep: tables that
+ * use every share of the PM table) and in a patch. */
 static const kat_vector kat_vectors[] = {
 	{"sparse", 60000, 50000, 1200, 0, BFP_SPARSE_SELF_CONTAINED, KAT_WEIGHTS, 111},
 	{"edge", 777, 0, BFP_FRAME_SIZE_MIN, 0, BFP_SPARSE_SELF_CONTAINED, KAT_EDGE, 112},
@@ -53,6 +60,13 @@ static const kat_vector kat_vectors[] = {
 	{"keyframe-exp", 7001, 0, 1200, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP, 0, KAT_TRAINED, 121},
 	{"reinit-exp", 20000, 20000, 1200, BFP_ENC_F_KEY_EXP, BFP_SPARSE_SELF_CONTAINED, KAT_REINIT,
 	 122},
+	{"keyframe-expm", 7001, 0, 1200, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXPM, 0, KAT_TRAINED, 123},
+	{"keyframe-expm-jumbo", 20011, 0, 8900, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXPM, 0,
+	 KAT_TRAINED, 124},
+	{"reinit-expm", 20000, 20000, 1200, BFP_ENC_F_KEY_EXPM, BFP_SPARSE_SELF_CONTAINED,
+	 KAT_REINIT, 125},
+	{"keyframe-expm-steep", 22000, 0, 1200, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXPM, 0,
+	 KAT_STEEP, 126},
 };
 
 /* KAT_TRAINED: below the top binades of each 1500 values (its scale)
@@ -67,6 +81,23 @@ static inline uint16_t kat_trained(uint64_t *s, size_t i)
 	if ((r >> 32) % 300 == 0)
 		return sign;
 	return (uint16_t)(sign | ((top - k) << 7) | ((r >> 48) & 0x7Fu));
+}
+
+/* KAT_STEEP: in block b of 2000 values, with d = 2 + b mod 11, the top
+ * binade holds one value in 1 + 2^(d/2 + 1) (a threshold out of 2^16),
+ * so the next holds about 2^(d/2) times as many (table weights d apart:
+ * each d of FORMAT.md 3.11 from 2 to 12); below it each binade holds half
+ * the values of the one above. */
+static inline uint16_t kat_steep(uint64_t *s, size_t i)
+{
+	static const uint16_t top_share[11] = {13107, 9845, 7282, 5322, 3855, 2774,
+					       1986,  1417, 1008, 716,  508};
+	uint64_t r = t_rand(s);
+	unsigned k = (r & 0xFFFF) < top_share[(i / 2000) % 11]
+			     ? 0
+			     : 1 + (unsigned)__builtin_ctzll((r >> 16) | (1ull << 30));
+	uint16_t sign = (uint16_t)((r >> 40) & 0x8000u);
+	return (uint16_t)(sign | ((120 - k) << 7) | ((r >> 48) & 0x7Fu));
 }
 
 /* KAT_RL: exponent field 100..127; a weight of exponent e changes with
@@ -112,10 +143,10 @@ static inline void kat_inputs(const kat_vector *v, uint16_t *base, uint16_t *tgt
 		kat_rl(base, tgt, v->n, v->ppm, v->kind == KAT_GROW ? 2 * v->n / 3 : v->n, &s);
 		return;
 	}
-	if (v->kind == KAT_TRAINED) {
+	if (v->kind == KAT_TRAINED || v->kind == KAT_STEEP) {
 		for (size_t i = 0; i < v->n; i++) {
 			base[i] = t_weight(&s);
-			tgt[i] = kat_trained(&s, i);
+			tgt[i] = v->kind == KAT_TRAINED ? kat_trained(&s, i) : kat_steep(&s, i);
 		}
 		return;
 	}
