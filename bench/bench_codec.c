@@ -814,7 +814,7 @@ static void key_frames(const model *m, uint32_t fs, uint32_t flags, key_run *r)
 /* Keyframes of m by each keyframe encoding at 1200 and 8900 B frames,
  * next to zstd -1 and -19 of the raw BF16 bytes and the bound of sign
  * and mantissa raw with the exponent at its entropy. */
-static void print_keyframes(const model *m, const char *what)
+static void print_keyframes(const model *m, const char *what, int targets)
 {
 	double hw, ht;
 	exp_entropy(m, &hw, &ht);
@@ -851,7 +851,7 @@ static void print_keyframes(const model *m, const char *what)
 			snprintf(name, sizeof(name), "%s, %u B", kinds[k].name, sizes[s]);
 			const double pct = 100.0 * (double)r.bytes / dense;
 			const double enc = dense / r.enc_s / 1e9, dec = dense / r.dec_s / 1e9;
-			if (kinds[k].flags & BFP_ENC_F_KEY_EXPM)
+			if (targets && (kinds[k].flags & BFP_ENC_F_KEY_EXPM))
 				snprintf(vs, sizeof(vs), "  vs <=%.0f%%/>=%.1f/>=%.1f: %s/%s/%s",
 					 max_pct[s], min_enc, min_dec, pct <= max_pct[s] ? "met" : "SHORT",
 					 enc >= min_enc ? "met" : "SHORT",
@@ -866,8 +866,10 @@ static void print_keyframes(const model *m, const char *what)
 	       100.0 * (double)z1 / dense);
 	printf("%-38s %12zu %8.1f%%   (one stream, no frames)\n", "zstd -19 of the BF16 bytes", z19,
 	       100.0 * (double)z19 / dense);
-	printf("(GB/s of BF16 output, one thread; frames include their 60 B headers; the targets:\n"
-	       " size of dense at 1200 / 8900 B, encode and decode GB/s per core)\n");
+	printf("(GB/s of BF16 output, one thread; frames include their 60 B headers)\n");
+	if (targets)
+		printf("(the targets of trained weights: size of dense at 1200 / 8900 B, encode and\n"
+		       " decode GB/s per core)\n");
 }
 
 static const char usage[] =
@@ -921,7 +923,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: %s\n", weights, err);
 			return 1;
 		}
-		print_keyframes(&km, weights);
+		print_keyframes(&km, weights, 1);
 		const uint64_t kn = km.n_params;
 		model_free(&km);
 		synth_opts so = {.params = kn, .lr = 1e-6, .seed = 1, .threads = threads};
@@ -930,7 +932,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "synth: %s\n", err);
 			return 1;
 		}
-		print_keyframes(&sm, "a synthetic checkpoint (bfpatch synth) of the same size");
+		print_keyframes(&sm, "a synthetic checkpoint (bfpatch synth) of the same size", 0);
 		synth_free(s);
 		model_free(&sm);
 		return 0;

@@ -247,19 +247,18 @@ static void count_exps(const uint16_t *w, uint32_t n, uint32_t *cnt)
  * into cnt. */
 static void count_keys(const uint16_t *w, uint32_t n, uint32_t *cntm, uint32_t *cnt)
 {
-	uint16_t h[4][512];
+	/* two histograms: the mantissa bit in the key breaks most runs */
+	uint16_t h[2][512];
 	BFP_MEMSET(h, 0, sizeof(h));
 	uint32_t i = 0;
-	for (; i + 4 <= n; i += 4) {
+	for (; i + 2 <= n; i += 2) {
 		h[0][kx_key(1, w[i])]++;
 		h[1][kx_key(1, w[i + 1])]++;
-		h[2][kx_key(1, w[i + 2])]++;
-		h[3][kx_key(1, w[i + 3])]++;
 	}
 	for (; i < n; i++)
 		h[0][kx_key(1, w[i])]++;
 	for (unsigned k = 0; k < 512; k++)
-		cntm[k] = (uint32_t)h[0][k] + h[1][k] + h[2][k] + h[3][k];
+		cntm[k] = (uint32_t)h[0][k] + h[1][k];
 	for (unsigned e = 0; e < 256; e++)
 		cnt[e] = cntm[2 * e] + cntm[2 * e + 1];
 }
@@ -468,6 +467,22 @@ __attribute__((target("avx2"))) static uint32_t escapes_avx2(bfp_bw *bw, const u
 
 /* Write the first k values of w with pl; the payload's length, or 0
  * when it does not fit budget. */
+#ifdef KX_X86
+/* Encoding 8's raw fields of w[0..8 g) into out, 7 bytes for each 8
+ * values (and one byte past them), with pext: its mask takes the six
+ * low mantissa bits and the sign of each of four values, in order. */
+__attribute__((target("bmi2"))) static void pack7_pext(uint8_t *out, const uint16_t *w,
+							uint32_t g)
+{
+	const uint64_t mk = 0x803F803F803F803Full;
+	for (uint32_t j = 0; j < g; j++) {
+		const uint64_t lo = _pext_u64(bfp_ld64((const uint8_t *)(w + 8 * j)), mk);
+		const uint64_t hi = _pext_u64(bfp_ld64((const uint8_t *)(w + 8 * j + 4)), mk);
+		bfp_st64(out + 7 * j, lo | hi << 28);
+	}
+}
+#endif
+
 static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t budget,
 		       uint8_t *out, uint8_t *scratch, uint32_t cpu)
 {
@@ -486,6 +501,13 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 		unsigned nb = 0;
 		size_t o = 0;
 		uint32_t i = 0;
+#ifdef KX_X86
+		if (cpu & BFP_CPU_PDEP) {
+			pack7_pext(out, w, nraw / 8);
+			i = nraw / 8 * 8;
+			o = 7 * (size_t)(nraw / 8);
+		}
+#endif
 		for (; i + 8 <= nraw; i += 8, o += 7) {
 			uint64_t g = 0;
 			for (unsigned h = 0; h < 2; h++) {
