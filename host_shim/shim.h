@@ -84,7 +84,10 @@ typedef struct slot {
 #define IDX_BYTES (sizeof(uint8_t *) + sizeof(uint32_t) + sizeof(struct prep *))
 
 /* A delta frame decoded and verified against the buffer's version while
- * it was staged (bfp_decode_verify): committing it is writing n values. */
+ * it was staged (bfp_decode_verify): committing it is writing n values.
+ * For a frame of a keyframe stream, n is 0: its values were written into
+ * a buffer that holds no version (stage.c, place_key), and committing it
+ * is checking its range's hash. */
 typedef struct prep {
 	frame_changes fc;       /* pos and val point into v[] */
 	uint32_t crc;           /* of its change list entry (--changes; has_crc) */

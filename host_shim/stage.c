@@ -24,7 +24,11 @@
  * room; that commit then only writes values. Once every frame is
  * prepared, its change list (--changes) is written too, so the commit
  * only renames it into place. Frames not prepared by then are decoded and
- * verified at the commit, which then writes the list itself.
+ * verified at the commit, which then writes the list itself. A keyframe
+ * stream staged while the buffer holds no version (RESYNC: a late joiner,
+ * a failed verification) is written into the buffer frame by frame as it
+ * comes, each verified first; its commit checks the ranges' hashes and
+ * publishes.
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -253,23 +257,40 @@ void stage_nack(shim *s)
 	}
 }
 
+/* Free the prepared changes of sl: its commit decodes those frames. */
+static void slot_drop_preps(shim *s, slot *sl)
+{
+	for (uint32_t i = 0; sl->preps && i < sl->cap; i++) {
+		if (!sl->preps[i])
+			continue;
+		free(sl->preps[i]);
+		sl->preps[i] = NULL;
+		s->prep_dropped++;
+	}
+	sl->prepped = 0;
+	s->staged_bytes -= sl->prep_bytes;
+	s->prep_bytes -= sl->prep_bytes;
+	sl->prep_bytes = 0;
+}
+
 /* Free every prepared change, to make room for frames. */
 static void drop_preps(shim *s)
 {
 	changes_prep_drop(&s->chg, NULL); /* its commit decodes: no list of it stands */
+	for (unsigned k = 0; k < SLOTS; k++)
+		slot_drop_preps(s, &s->slots[k]);
+}
+
+/* Frames of a keyframe stream written into the buffer while staged
+ * (place_key) are there only until something else writes it: forget
+ * them in every keyframe slot but keep, whose commit then decodes them
+ * again. */
+static void unplace_keys(shim *s, const slot *keep)
+{
 	for (unsigned k = 0; k < SLOTS; k++) {
 		slot *sl = &s->slots[k];
-		for (uint32_t i = 0; sl->preps && i < sl->cap; i++) {
-			if (!sl->preps[i])
-				continue;
-			free(sl->preps[i]);
-			sl->preps[i] = NULL;
-			s->prep_dropped++;
-		}
-		sl->prepped = 0;
-		s->staged_bytes -= sl->prep_bytes;
-		s->prep_bytes -= sl->prep_bytes;
-		sl->prep_bytes = 0;
+		if (sl != keep && sl->used && sl->key && sl->prepped)
+			slot_drop_preps(s, sl);
 	}
 }
 
@@ -481,6 +502,7 @@ static int commit(shim *s, slot *sl)
 		return 0;
 	}
 	events_emit(&s->ev, "apply_begin", "\"version\":%u", sl->target);
+	unplace_keys(s, sl); /* this commit writes over every range */
 	wbuf_begin(&s->w, sl->target, key ? WBUF_F_KEY : 0);
 	apply_ctl ctl = {.threads = s->cf.threads, .resume = resume, .undo_note = wbuf_undo_note,
 			 .undo_done = wbuf_undo_done, .undo = &s->undo};
@@ -912,6 +934,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 	o.model_id = s->w.h->model_id;
 	o.zstd_workspace = s->zws;
 	o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
+	unplace_keys(s, NULL); /* staged streams' frames written meanwhile are written over */
 	bfp_status st = bfp_decode_apply(s->dec, &o, p, len, s->w.params, s->w.h->n_params, NULL);
 	if (st != BFP_OK) { /* checked before anything is written */
 		if (s->prep_fail++ < 10)
@@ -1026,9 +1049,60 @@ static int frame_wanted(shim *s, const bfp_frame_header *h, int key)
 	return 1;
 }
 
+/* A frame (p, len bytes, header h) of the keyframe stream that commits
+ * next, staged while the buffer holds no version (RESYNC: readers take
+ * nothing from it) is decoded, verified and written into the buffer as
+ * it comes, so that the commit only checks its range's hash (FORMAT.md
+ * 2.1: keyframe values need no base). Its prep (no changes) marks it as
+ * written; one stream at a time is (the newest: the others' marks go).
+ * Returns 1 and *out, 0 (not written: the commit decodes it, as with
+ * --no-prepare, --dma or the budget spent), or -1: refused, nothing
+ * written (its NACK brings it again). */
+static int place_key(shim *s, slot *sl, const uint8_t *p, size_t len,
+		     const bfp_frame_header *h, prep **out)
+{
+	const uint64_t add = len + sizeof(prep);
+	if (!sl->key || s->no_prep || s->dma || s->ip.done || shim_state(s) != WBUF_RESYNC ||
+	    sl != next_slot(s, 0) || s->prep_bytes + sizeof(prep) > stage_budget(s) / 2 ||
+	    s->staged_bytes + add > stage_budget(s))
+		return 0;
+	prep *pp = calloc(1, sizeof(*pp));
+	if (!pp || !main_decoder(s) || !stage_zws(s)) {
+		free(pp);
+		return 0;
+	}
+	unplace_keys(s, sl); /* their ranges are written over from here */
+	bfp_apply_opts o;
+	memset(&o, 0, sizeof(o));
+	o.model_id = s->w.h->model_id;
+	o.zstd_workspace = s->zws;
+	o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
+	bfp_frame_header dh;
+	bfp_status st = bfp_decoder_model_for(s->dec, p, len, (const uint8_t *const *)sl->frames,
+					      sl->flen, sl->hi);
+	if (st == BFP_OK) /* checked whole before anything is written */
+		st = bfp_decode_apply(s->dec, &o, p, len, s->w.params, s->w.h->n_params, &dh);
+	if (st != BFP_OK) {
+		if (s->prep_fail++ < 10)
+			fprintf(stderr, "bfpatch-shim: keyframe %u of version %u refused: %s\n",
+				h->frame_index, h->target_version, bfp_status_str(st));
+		s->bad++;
+		sl->refused++;
+		free(pp);
+		return -1;
+	}
+	pp->fc.range_begin = dh.range_begin;
+	pp->fc.range_len = dh.range_len;
+	pp->fc.pos = pp->v;
+	pp->fc.val = (const uint16_t *)(const void *)pp->v;
+	*out = pp;
+	return 1;
+}
+
 /* Keep frame p (len bytes, header h) in sl, within --max-stage: prepared
  * changes give way first, then versions after the one that commits
- * next. 0, or -1 when out of memory. */
+ * next; a keyframe stream's frame is written into the buffer if it holds
+ * no version (place_key). 0, or -1 when out of memory. */
 static int slot_store(shim *s, slot *sl, const uint8_t *p, size_t len,
 		      const bfp_frame_header *h)
 {
@@ -1054,11 +1128,23 @@ static int slot_store(shim *s, slot *sl, const uint8_t *p, size_t len,
 								  : "--max-stage");
 		return 0;
 	}
+	prep *placed = NULL;
+	if (place_key(s, sl, p, len, h, &placed) < 0)
+		return 0;
 	sl->frames[h->frame_index] = malloc(len);
 	if (!sl->frames[h->frame_index]) {
+		free(placed);
 		fprintf(stderr, "bfpatch-shim: out of memory staging a frame of version %u (%" PRIu64
 			" bytes staged): stopping\n", h->target_version, s->staged_bytes);
 		return -1;
+	}
+	if (placed) {
+		sl->preps[h->frame_index] = placed;
+		sl->prepped++;
+		sl->prep_bytes += sizeof(prep);
+		s->prep_bytes += sizeof(prep);
+		s->staged_bytes += sizeof(prep);
+		s->prepared++;
 	}
 	memcpy(sl->frames[h->frame_index], p, len);
 	sl->flen[h->frame_index] = (uint32_t)len;

@@ -30,6 +30,11 @@
 static uint16_t *W[VERSIONS];
 static patch P[VERSIONS - 1];
 static patch K[VERSIONS];
+/* XW: a version 3 whose exponents fall off geometrically, as trained
+ * weights' do, and its keyframe stream in format 1.1's encoding 7
+ * (KEY_EXP wins on it) */
+static uint16_t *XW;
+static patch KX;
 
 /* A test's shim and what it sent. The shim comes first: the ctl_send
  * hook finds the fixture from it. */
@@ -148,12 +153,25 @@ static int make_versions(void **state)
 		if (patch_encode_arrays(W[v], W[v], N, MODEL, &o, &K[v], err, sizeof(err)))
 			return -1;
 	}
+	if (!(XW = malloc(N * sizeof(uint16_t))))
+		return -1;
+	for (unsigned i = 0; i < N; i++) {
+		uint64_t r = t_rand(&rs);
+		unsigned k = (unsigned)__builtin_ctzll(r | (1ull << 20));
+		XW[i] = (uint16_t)(((r >> 40) & 0x8000u) | ((121 - k) << 7) | ((r >> 48) & 0x7Fu));
+	}
+	patch_opts o = {.frame_size = KEY_FRAME, .target_version = 3, .threads = 1,
+			.enc_flags = BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXP};
+	if (patch_encode_arrays(XW, XW, N, MODEL, &o, &KX, err, sizeof(err)))
+		return -1;
 	return 0;
 }
 
 static int free_versions(void **state)
 {
 	(void)state;
+	patch_free(&KX);
+	free(XW);
 	for (unsigned v = 0; v < VERSIONS; v++) {
 		free(W[v]);
 		patch_free(&K[v]);
@@ -969,6 +987,185 @@ static void test_a_streamed_keyframe_stream_is_written_in_place_by_its_count(voi
 	assert_int_equal(f->s.key_commits, 1);
 }
 
+/* The buffer's sequence counter is odd: readers take no version from it. */
+static void assert_no_version_seen(const fx *f)
+{
+	assert_int_equal(shim_state(&f->s), WBUF_RESYNC);
+	assert_true(atomic_load(&f->s.w.h->seq) & 1);
+}
+
+/* A keyframe stream staged while the buffer holds no version (a late
+ * joiner, state RESYNC) is written into the buffer frame by frame as it
+ * comes, each verified first: once every frame is staged the buffer
+ * already holds the version byte for byte, still unpublished, and the
+ * commit decodes nothing (every frame prepared) and publishes it. */
+static void test_a_late_joiners_keyframes_are_written_while_staged(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[2];
+	assert_true(k->n >= 4);
+	wbuf_invalid(&f->s.w);
+	memset(f->s.w.params, 0xAB, N * sizeof(uint16_t));
+	for (size_t i = 0; i < k->n; i++) {
+		feed_frame(f, k, i);
+		bfp_frame_header h = header_of(k, i);
+		assert_range_at(f, h.range_begin, h.range_len, 2);
+		if (i + 1 < k->n) {
+			assert_int_equal(stage_try_commit(&f->s), 0);
+			assert_no_version_seen(f);
+		}
+	}
+	assert_words_equal(f->s.w.params, W[2], N); /* before the commit */
+	assert_int_equal(f->s.prepared, k->n);
+	assert_int_equal(slot_of(f, 2, 1)->prepped, k->n);
+	assert_no_version_seen(f);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+	assert_int_equal(f->s.key_commits, 1);
+	assert_int_equal(f->s.bad, 0);
+	assert_int_equal(f->s.staged_bytes, 0);
+	assert_int_equal(f->s.prep_bytes, 0);
+}
+
+/* A damaged keyframe (a wrong target hash, a valid CRC) of a stream
+ * written while staged is refused when it comes: counted as bad, not
+ * staged, nothing written; the NACK asks for it; a repeated frame is
+ * staged and written once; the right frame then completes the version. */
+static void test_a_damaged_keyframe_written_while_staged_changes_nothing(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[2];
+	const size_t bad_at = 1;
+	wbuf_invalid(&f->s.w);
+	memset(f->s.w.params, 0xAB, N * sizeof(uint16_t));
+	uint16_t *before = malloc(N * sizeof(uint16_t));
+	assert_non_null(before);
+	memcpy(before, f->s.w.params, N * sizeof(uint16_t));
+	uint8_t *bad = forged_hash(k, bad_at);
+	feed_frame(f, k, 0);
+	feed(f, bad, len_of(k, bad_at));
+	assert_int_equal(f->s.bad, 1);
+	const slot *sl = slot_of(f, 2, 1);
+	assert_non_null(sl);
+	assert_null(sl->frames[bad_at]);
+	assert_int_equal(sl->have, 1);
+	bfp_frame_header h0 = header_of(k, 0);
+	assert_range_at(f, h0.range_begin, h0.range_len, 2);
+	assert_words_equal(f->s.w.params + h0.range_len, before + h0.range_len,
+			   N - h0.range_len);
+	feed_frame(f, k, 0); /* repeated */
+	assert_int_equal(f->s.dup, 1);
+	assert_int_equal(f->s.prepared, 1);
+	for (size_t i = bad_at + 1; i < k->n; i++)
+		feed_frame(f, k, i);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_no_version_seen(f);
+	bfp_frame_header hb = header_of(k, bad_at);
+	assert_words_equal(f->s.w.params + hb.range_begin, before + hb.range_begin, hb.range_len);
+	stage_nack(&f->s);
+	const rp_ctl *c = last_sent(f, RP_NACK);
+	assert_int_equal(c->version, 2);
+	assert_int_equal(c->flags, RP_NACK_KEY);
+	assert_int_equal(c->n_ranges, 1);
+	assert_int_equal(c->ranges[0].first, bad_at);
+	assert_int_equal(c->ranges[0].count, 1);
+	feed_frame(f, k, bad_at);
+	assert_int_equal(f->s.prepared, k->n);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+	free(bad);
+	free(before);
+}
+
+/* A streamed keyframe stream in encoding 7 (frame_count 0, FORMAT.md
+ * 2.5; the last frame tells the count by reaching the model's end),
+ * arriving out of order, is written while staged all the same and
+ * commits exactly. */
+static void test_a_streamed_keyframe_stream_is_written_while_staged(void **state)
+{
+	fx *f = *state;
+	const patch *k = &KX;
+	assert_true(k->n >= 4);
+	assert_int_equal(header_of(k, 0).encoding, BFP_ENC_KEY_EXP);
+	wbuf_invalid(&f->s.w);
+	memset(f->s.w.params, 0x5A, N * sizeof(uint16_t));
+	for (size_t j = 0; j < k->n; j++) {
+		size_t i = k->n - 1 - j; /* the last first: its count known early */
+		uint8_t *x = copy_of(k, i);
+		wr32(x + 28, 0); /* frame_count */
+		reseal(x, len_of(k, i));
+		feed(f, x, len_of(k, i));
+		free(x);
+	}
+	assert_words_equal(f->s.w.params, XW, N);
+	assert_int_equal(f->s.prepared, k->n);
+	assert_no_version_seen(f);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_int_equal(shim_state(&f->s), WBUF_READY);
+	assert_int_equal(shim_version(&f->s), 3);
+	assert_words_equal(f->s.w.params, XW, N);
+}
+
+/* Two keyframe streams staged during one resync: the buffer holds the
+ * frames of the newest only (an older stream's frames written before are
+ * forgotten, so its commit decodes them again), a commit forgets those of
+ * the streams it did not commit, and each version commits exactly. */
+static void test_keyframe_streams_written_while_staged_never_mix(void **state)
+{
+	fx *f = *state;
+	const patch *a = &K[2], *b = &K[3];
+	wbuf_invalid(&f->s.w);
+	for (size_t i = 0; i + 1 < a->n; i++)
+		feed_frame(f, a, i);
+	assert_int_equal(slot_of(f, 2, 1)->prepped, a->n - 1);
+	feed_frame(f, b, 0); /* the newer stream takes the buffer */
+	assert_int_equal(slot_of(f, 2, 1)->prepped, 0);
+	assert_int_equal(slot_of(f, 3, 1)->prepped, 1);
+	feed_frame(f, a, a->n - 1); /* not written: not the newest */
+	assert_int_equal(slot_of(f, 2, 1)->prepped, 0);
+	assert_int_equal(stage_try_commit(&f->s), 0); /* 2, decoded at the commit */
+	assert_buffer_at(f, 2);
+	assert_int_equal(slot_of(f, 3, 1)->prepped, 0); /* written over by that commit */
+	for (size_t i = 1; i < b->n; i++)
+		feed_frame(f, b, i);
+	assert_int_equal(slot_of(f, 3, 1)->prepped, 0); /* a version is held: staged only */
+	assert_buffer_at(f, 2);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 3);
+	assert_int_equal(f->s.key_commits, 2);
+	assert_int_equal(f->s.resyncs, 0);
+}
+
+/* A new publisher run drops a stream written while staged: the buffer
+ * still publishes no version; with --no-prepare nothing is written while
+ * staged and the commit decodes every frame, to the same bytes. */
+static void test_a_dropped_or_unprepared_keyframe_stream_publishes_nothing(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[2];
+	wbuf_invalid(&f->s.w);
+	memset(f->s.w.params, 0xAB, N * sizeof(uint16_t));
+	for (size_t i = 0; i + 1 < k->n; i++)
+		feed_frame(f, k, i);
+	assert_true(f->s.prepared > 0);
+	stage_drop_all(&f->s);
+	assert_int_equal(f->s.staged_bytes, 0);
+	assert_int_equal(f->s.prep_bytes, 0);
+	assert_no_version_seen(f);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_no_version_seen(f);
+	memset(f->s.w.params, 0xAB, N * sizeof(uint16_t));
+	f->s.no_prep = 1;
+	const uint64_t prepared = f->s.prepared;
+	for (size_t i = 0; i + 1 < k->n; i++)
+		feed_frame(f, k, i);
+	assert_int_equal(f->s.prepared, prepared);
+	assert_int_equal(f->s.w.params[0], 0xABAB);
+	feed_frame(f, k, k->n - 1);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+}
+
 /* ---- the buffer's one writer (wbuf_lock) ---- */
 
 /* err says the buffer is locked, names the path it was reached by, and
@@ -1135,6 +1332,11 @@ int main(void)
 		T(test_a_large_keyframe_stream_is_written_in_place_verified),
 		T(test_a_keyframe_stream_in_place_that_does_not_tile_is_not_published),
 		T(test_a_streamed_keyframe_stream_is_written_in_place_by_its_count),
+		T(test_a_late_joiners_keyframes_are_written_while_staged),
+		T(test_a_damaged_keyframe_written_while_staged_changes_nothing),
+		T(test_a_streamed_keyframe_stream_is_written_while_staged),
+		T(test_keyframe_streams_written_while_staged_never_mix),
+		T(test_a_dropped_or_unprepared_keyframe_stream_publishes_nothing),
 		T(test_a_second_writer_is_refused_by_any_path_to_the_buffer),
 		T(test_creating_a_buffer_never_replaces_one),
 		T(test_an_undo_journal_without_room_leaves_nothing_behind),
