@@ -21,6 +21,7 @@
 # publisher at version 2 and is sent a keyframe stream, once in format
 # 1.1's encoding 7 (the default) and once in 1.0's raw encoding 3
 # (--key-encoding raw); timed from its JOIN to its verified commit.
+# BENCH_E2E_ONLY=join runs only the late joiner (STEPS 2 is enough).
 set -u
 B=${1:-build}
 PARAMS=${2:-210M}
@@ -33,7 +34,9 @@ SHIM=$B/host_shim/bfpatch-shim
 RELAY=$B/dpdk_app/bfpatch-relay
 [ "$(id -u)" = 0 ] || { echo "bench_e2e: needs root (network namespaces)"; exit 1; }
 [ "$STEPS" -ge 2 ] || { echo "bench_e2e: STEPS must be 2 or more (the late joiner joins at version 2)"; exit 1; }
-for f in "$BFP" "$SHIM" "$RELAY"; do [ -x "$f" ] || { echo "bench_e2e: $f missing (build first)"; exit 1; }; done
+for f in "$BFP" "$SHIM" $([ "$VIA" = relay ] && echo "$RELAY"); do
+	[ -x "$f" ] || { echo "bench_e2e: $f missing (build first)"; exit 1; }
+done
 T=$(mktemp -d /tmp/bfpbench.XXXXXX)
 P=bfpb$$
 SHM=/dev/shm/bfpbench$$
@@ -158,11 +161,15 @@ with open(sys.argv[1], 'r+b') as f:
 		{ cat "$T/check-join-$enc.txt"; echo "bench_e2e: late joiner ($enc): buffer differs"; exit 1; }
 }
 
-run sparse
-run dense
+ONLY=${BENCH_E2E_ONLY:-}
+[ -z "$ONLY" ] || [ "$ONLY" = join ] || { echo "bench_e2e: BENCH_E2E_ONLY is join or unset"; exit 1; }
+if [ -z "$ONLY" ]; then
+	run sparse
+	run dense
+fi
 run_join exp
 run_join raw
-/usr/bin/python3 - "$T/sparse.jsonl" "$T/dense.jsonl" "$STEPS" <<'PY'
+[ -z "$ONLY" ] && /usr/bin/python3 - "$T/sparse.jsonl" "$T/dense.jsonl" "$STEPS" <<'PY'
 import json, sys
 steps = int(sys.argv[3])
 res = {}
@@ -208,15 +215,15 @@ for k, name in (("total", "encode start -> last commit"), ("from_ck", "checkpoin
     print("%-30s sparse %8.3f s   dense %8.3f s   sparse is %.1fx faster (target 50x)" % (
         name, mean("sparse", k), mean("dense", k), mean("dense", k) / mean("sparse", k)))
 PY
-echo "every actor's buffer equals the trainer's last checkpoint (sha256) after both runs"
+[ -z "$ONLY" ] && echo "every actor's buffer equals the trainer's last checkpoint (sha256) after both runs"
 /usr/bin/python3 - "$T/join-exp.jsonl" "$T/join-raw.jsonl" "$T/traj/step-0002.safetensors" <<'PY'
 import json, os, struct, sys
 print("\n== late joiner: a new actor JOINs with no usable version and gets the keyframe"
       " stream of version 2 over its 1 Gbit/s tbf link ==")
 d = open(sys.argv[3], "rb"); hl = struct.unpack("<Q", d.read(8))[0]
 dense = os.path.getsize(sys.argv[3]) - 8 - hl
-print("%-22s %12s %9s %8s %17s %12s %14s %9s" % ("keyframes", "bytes sent", "% dense", "frames",
-      "JOIN -> commit s", "1st frame s", "on the wire s", "apply s"))
+print("%-22s %12s %9s %8s %17s %12s %14s %9s %15s" % ("keyframes", "bytes sent", "% dense",
+      "frames", "JOIN -> commit s", "1st frame s", "on the wire s", "apply s", "written staged"))
 for enc, path in (("exp (7, the default)", sys.argv[1]), ("raw (3, format 1.0)", sys.argv[2])):
     ev = {}
     for line in open(path):
@@ -228,11 +235,13 @@ for enc, path in (("exp (7, the default)", sys.argv[1]), ("raw (3, format 1.0)",
     staged = [o for o in ev[("joiner", "staged")] if o["version"] == 2][0]
     ab = [o for o in ev[("joiner", "apply_begin")] if o["version"] == 2][0]
     cm = [o for o in ev[("joiner", "commit")] if o["version"] == 2][0]
-    print("%-22s %12d %8.1f%% %8d %17.3f %12.3f %14.3f %9.3f" % (enc, key["bytes"],
+    print("%-22s %12d %8.1f%% %8d %17.3f %12.3f %14.3f %9.3f %15d" % (enc, key["bytes"],
           100.0 * key["bytes"] / dense, key["frames"], cm["t"] - join["t"], first["t"] - join["t"],
-          staged["t"] - first["t"], cm["t"] - ab["t"]))
+          staged["t"] - first["t"], cm["t"] - ab["t"], cm.get("prepared", 0)))
 print("JOIN -> commit: the publisher took the JOIN -> the joiner committed version 2, verified;")
 print("1st frame: JOIN -> the joiner's first frame (it leaves while the stream is encoded);")
-print("on the wire: first frame -> every frame staged; apply: the commit (decode, verify, write).")
+print("on the wire: first frame -> every frame staged; apply: the commit (decode, verify, write")
+print("what was not written while staged); written staged: frames decoded, verified and written")
+print("into the buffer as they came (it held no version), of the frames above.")
 print("The joiner's buffer equals step 2 (sha256).")
 PY
