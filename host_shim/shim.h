@@ -74,6 +74,8 @@ typedef struct slot {
 	struct prep **preps;    /* frames decoded and verified while staging */
 	uint32_t prepped;
 	uint32_t refused;       /* frames preparation refused (and dropped) */
+	int in_shadow;          /* a keyframe stream: its prepared frames are
+				 * written into s->shadow, not the buffer */
 	uint64_t bytes;         /* of the frames */
 	uint64_t prep_bytes;
 	uint64_t idx_bytes;     /* of frames[], flen[] and preps[] */
@@ -86,8 +88,9 @@ typedef struct slot {
 /* A delta frame decoded and verified against the buffer's version while
  * it was staged (bfp_decode_verify): committing it is writing n values.
  * For a frame of a keyframe stream, n is 0: its values were written into
- * a buffer that holds no version (stage.c, place_key), and committing it
- * is checking its range's hash. */
+ * a buffer that holds no version, or into s->shadow (stage.c,
+ * place_key), and committing it is checking its range's hash (after
+ * copying it from the shadow). */
 typedef struct prep {
 	frame_changes fc;       /* pos and val point into v[] */
 	uint32_t crc;           /* of its change list entry (--changes; has_crc) */
@@ -140,7 +143,14 @@ typedef struct shim {
 	int no_prep;            /* --no-prepare, or no memory for the decoder */
 	slot slots[SLOTS];
 	uint64_t staged_bytes;  /* frames and prepared changes */
-	uint64_t prep_bytes;    /* prepared changes, at most half of max_stage */
+	uint64_t prep_bytes;    /* prepared changes and the shadow, at most half
+				 * of max_stage */
+	/* the values of the keyframe stream that commits next, decoded as
+	 * its frames come while the buffer holds a version readers use
+	 * (n_params words, made when first needed, within the prepared
+	 * half of the budget); NULL: none */
+	uint16_t *shadow;
+	uint64_t shadow_bytes;
 	double last_frame, next_nack;
 	uint32_t nack_backoff_ms;
 	uint32_t nack_rounds;   /* since the last frame of the wanted version */

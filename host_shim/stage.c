@@ -24,11 +24,13 @@
  * room; that commit then only writes values. Once every frame is
  * prepared, its change list (--changes) is written too, so the commit
  * only renames it into place. Frames not prepared by then are decoded and
- * verified at the commit, which then writes the list itself. A keyframe
- * stream staged while the buffer holds no version (RESYNC: a late joiner,
- * a failed verification) is written into the buffer frame by frame as it
- * comes, each verified first; its commit checks the ranges' hashes and
- * publishes.
+ * verified at the commit, which then writes the list itself. The
+ * keyframe stream that commits next is decoded as it comes, each frame
+ * verified first: into the buffer while it holds no version (RESYNC: a
+ * late joiner, a failed verification), else into a shadow copy of the
+ * model's values within the same half of the budget (a joiner that holds
+ * an old version); its commit copies (or not) and checks the ranges'
+ * hashes, and publishes.
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -84,6 +86,7 @@ uint64_t stage_budget(const shim *s)
 }
 
 static slot *next_slot(shim *s, int complete);
+static void shadow_release(shim *s);
 static uint32_t staged_through(const shim *s, const slot *first);
 static void inplace_reset(shim *s);
 static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_header *h,
@@ -140,6 +143,7 @@ static void slot_free(shim *s, slot *sl)
 	s->staged_bytes -= sl->bytes + sl->prep_bytes + sl->idx_bytes;
 	s->prep_bytes -= sl->prep_bytes;
 	memset(sl, 0, sizeof(*sl));
+	shadow_release(s);
 }
 
 /* The first version a frame must lead to, to be of use. */
@@ -271,6 +275,20 @@ static void slot_drop_preps(shim *s, slot *sl)
 	s->staged_bytes -= sl->prep_bytes;
 	s->prep_bytes -= sl->prep_bytes;
 	sl->prep_bytes = 0;
+	shadow_release(s);
+}
+
+/* Free the shadow once no slot's prepared frames are in it. */
+static void shadow_release(shim *s)
+{
+	for (unsigned k = 0; s->shadow && k < SLOTS; k++)
+		if (s->slots[k].used && s->slots[k].in_shadow && s->slots[k].prepped)
+			return;
+	free(s->shadow);
+	s->shadow = NULL;
+	s->staged_bytes -= s->shadow_bytes;
+	s->prep_bytes -= s->shadow_bytes;
+	s->shadow_bytes = 0;
 }
 
 /* Free every prepared change, to make room for frames. */
@@ -281,15 +299,15 @@ static void drop_preps(shim *s)
 		slot_drop_preps(s, &s->slots[k]);
 }
 
-/* Frames of a keyframe stream written into the buffer while staged
- * (place_key) are there only until something else writes it: forget
- * them in every keyframe slot but keep, whose commit then decodes them
- * again. */
-static void unplace_keys(shim *s, const slot *keep)
+/* Frames of a keyframe stream written while staged (place_key) into
+ * the buffer (shadow 0) or the shadow (1) are there only until something
+ * else writes it: forget them in every keyframe slot but keep, whose
+ * commit then decodes them again. */
+static void unplace_keys(shim *s, const slot *keep, int shadow)
 {
 	for (unsigned k = 0; k < SLOTS; k++) {
 		slot *sl = &s->slots[k];
-		if (sl != keep && sl->used && sl->key && sl->prepped)
+		if (sl != keep && sl->used && sl->key && sl->prepped && sl->in_shadow == shadow)
 			slot_drop_preps(s, sl);
 	}
 }
@@ -444,10 +462,11 @@ int stage_prepare_some(shim *s, double budget_s)
 }
 
 /* Commit sl from its prepared frames: the apply threads write their
- * values, then check each such range's hash in the buffer (what was
- * verified while staging was the base with the changes; this also catches
- * a buffer that changed since, e.g. an actor writing into its weights),
- * and decode, verify and write the other frames. */
+ * values (a keyframe stream's: in the buffer already, or copied from the
+ * shadow first), then check each such range's hash in the buffer (what
+ * was verified while staging was the base with the changes; this also
+ * catches a buffer that changed since, e.g. an actor writing into its
+ * weights), and decode, verify and write the other frames. */
 static int commit_prepared(shim *s, slot *sl, uint32_t base, const apply_ctl *ctl,
 			   apply_result *res, char *err, size_t errlen)
 {
@@ -456,8 +475,12 @@ static int commit_prepared(shim *s, slot *sl, uint32_t base, const apply_ctl *ct
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	for (uint32_t i = 0; i < sl->count; i++)
+	for (uint32_t i = 0; i < sl->count; i++) {
 		fc[i] = sl->preps[i] ? &sl->preps[i]->fc : NULL;
+		if (fc[i] && sl->in_shadow) /* keyframes decoded while staged: copied */
+			memcpy(s->w.params + fc[i]->range_begin, s->shadow + fc[i]->range_begin,
+			       (size_t)fc[i]->range_len * 2);
+	}
 	apply_ctl c = *ctl;
 	c.changes = fc;
 	int failed = patch_apply_frames((const uint8_t *const *)sl->frames, sl->flen, sl->count,
@@ -502,7 +525,7 @@ static int commit(shim *s, slot *sl)
 		return 0;
 	}
 	events_emit(&s->ev, "apply_begin", "\"version\":%u", sl->target);
-	unplace_keys(s, sl); /* this commit writes over every range */
+	unplace_keys(s, sl, 0); /* this commit writes over every range */
 	wbuf_begin(&s->w, sl->target, key ? WBUF_F_KEY : 0);
 	apply_ctl ctl = {.threads = s->cf.threads, .resume = resume, .undo_note = wbuf_undo_note,
 			 .undo_done = wbuf_undo_done, .undo = &s->undo};
@@ -934,7 +957,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 	o.model_id = s->w.h->model_id;
 	o.zstd_workspace = s->zws;
 	o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
-	unplace_keys(s, NULL); /* staged streams' frames written meanwhile are written over */
+	unplace_keys(s, NULL, 0); /* staged streams' frames written meanwhile are written over */
 	bfp_status st = bfp_decode_apply(s->dec, &o, p, len, s->w.params, s->w.h->n_params, NULL);
 	if (st != BFP_OK) { /* checked before anything is written */
 		if (s->prep_fail++ < 10)
@@ -1050,28 +1073,43 @@ static int frame_wanted(shim *s, const bfp_frame_header *h, int key)
 }
 
 /* A frame (p, len bytes, header h) of the keyframe stream that commits
- * next, staged while the buffer holds no version (RESYNC: readers take
- * nothing from it) is decoded, verified and written into the buffer as
- * it comes, so that the commit only checks its range's hash (FORMAT.md
- * 2.1: keyframe values need no base). Its prep (no changes) marks it as
- * written; one stream at a time is (the newest: the others' marks go).
- * Returns 1 and *out, 0 (not written: the commit decodes it, as with
- * --no-prepare, --dma or the budget spent), or -1: refused, nothing
- * written (its NACK brings it again). */
+ * next is decoded, verified and written as it comes (FORMAT.md 2.1:
+ * keyframe values need no base): into the buffer while it holds no
+ * version (RESYNC: readers take nothing from it), else into the shadow,
+ * so that the commit only copies it and checks its range's hash. Its
+ * prep (no changes) marks it as written; one stream at a time is written
+ * into each (the newest: the others' marks go). Returns 1 and *out, 0
+ * (not written: the commit decodes it, as with --no-prepare, --dma, or
+ * the budget spent), or -1: refused, nothing written (its NACK brings it
+ * again). */
 static int place_key(shim *s, slot *sl, const uint8_t *p, size_t len,
 		     const bfp_frame_header *h, prep **out)
 {
-	const uint64_t add = len + sizeof(prep);
-	if (!sl->key || s->no_prep || s->dma || s->ip.done || shim_state(s) != WBUF_RESYNC ||
-	    sl != next_slot(s, 0) || s->prep_bytes + sizeof(prep) > stage_budget(s) / 2 ||
-	    s->staged_bytes + add > stage_budget(s))
+	const uint32_t state = shim_state(s);
+	const int shadow = state == WBUF_READY;
+	if (!sl->key || s->no_prep || s->dma || s->ip.done || state == WBUF_COMMITTING ||
+	    sl != next_slot(s, 0))
 		return 0;
+	if (sl->prepped && sl->in_shadow != shadow)
+		slot_drop_preps(s, sl); /* the buffer became invalid meanwhile */
+	unplace_keys(s, sl, shadow); /* their ranges are written over from here */
+	const uint64_t room = shadow && !s->shadow ? s->w.h->n_params * 2 : 0;
+	const uint64_t add = sizeof(prep) + room;
+	if (s->prep_bytes + add > stage_budget(s) / 2 ||
+	    s->staged_bytes + len + add > stage_budget(s))
+		return 0;
+	if (room && !(s->shadow = malloc((size_t)room)))
+		return 0;
+	s->shadow_bytes += room;
+	s->prep_bytes += room;
+	s->staged_bytes += room;
 	prep *pp = calloc(1, sizeof(*pp));
 	if (!pp || !main_decoder(s) || !stage_zws(s)) {
 		free(pp);
+		shadow_release(s);
 		return 0;
 	}
-	unplace_keys(s, sl); /* their ranges are written over from here */
+	sl->in_shadow = shadow;
 	bfp_apply_opts o;
 	memset(&o, 0, sizeof(o));
 	o.model_id = s->w.h->model_id;
@@ -1081,7 +1119,8 @@ static int place_key(shim *s, slot *sl, const uint8_t *p, size_t len,
 	bfp_status st = bfp_decoder_model_for(s->dec, p, len, (const uint8_t *const *)sl->frames,
 					      sl->flen, sl->hi);
 	if (st == BFP_OK) /* checked whole before anything is written */
-		st = bfp_decode_apply(s->dec, &o, p, len, s->w.params, s->w.h->n_params, &dh);
+		st = bfp_decode_apply(s->dec, &o, p, len, shadow ? s->shadow : s->w.params,
+				      s->w.h->n_params, &dh);
 	if (st != BFP_OK) {
 		if (s->prep_fail++ < 10)
 			fprintf(stderr, "bfpatch-shim: keyframe %u of version %u refused: %s\n",
@@ -1089,6 +1128,7 @@ static int place_key(shim *s, slot *sl, const uint8_t *p, size_t len,
 		s->bad++;
 		sl->refused++;
 		free(pp);
+		shadow_release(s);
 		return -1;
 	}
 	pp->fc.range_begin = dh.range_begin;

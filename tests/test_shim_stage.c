@@ -265,6 +265,9 @@ static void assert_budget(const fx *f)
 		all += sl->bytes + sl->prep_bytes + sl->idx_bytes;
 		preps += sl->prep_bytes;
 	}
+	all += s->shadow_bytes;
+	preps += s->shadow_bytes;
+	assert_int_equal(s->shadow_bytes, s->shadow ? N * sizeof(uint16_t) : 0);
 	assert_int_equal(s->staged_bytes, all);
 	assert_int_equal(s->prep_bytes, preps);
 	assert_true(s->staged_bytes <= stage_budget(s));
@@ -1128,10 +1131,13 @@ static void test_keyframe_streams_written_while_staged_never_mix(void **state)
 	assert_int_equal(slot_of(f, 3, 1)->prepped, 0); /* written over by that commit */
 	for (size_t i = 1; i < b->n; i++)
 		feed_frame(f, b, i);
-	assert_int_equal(slot_of(f, 3, 1)->prepped, 0); /* a version is held: staged only */
+	/* a version is held: into the shadow, frame 0 decoded at the commit */
+	assert_int_equal(slot_of(f, 3, 1)->prepped, b->n - 1);
+	assert_int_equal(slot_of(f, 3, 1)->in_shadow, 1);
 	assert_buffer_at(f, 2);
 	assert_int_equal(stage_try_commit(&f->s), 0);
 	assert_buffer_at(f, 3);
+	assert_null(f->s.shadow);
 	assert_int_equal(f->s.key_commits, 2);
 	assert_int_equal(f->s.resyncs, 0);
 }
@@ -1162,6 +1168,60 @@ static void test_a_dropped_or_unprepared_keyframe_stream_publishes_nothing(void 
 	assert_int_equal(f->s.prepared, prepared);
 	assert_int_equal(f->s.w.params[0], 0xABAB);
 	feed_frame(f, k, k->n - 1);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+}
+
+/* A keyframe stream staged while the buffer holds a version readers use
+ * (a joiner that has an old one) is decoded into the shadow as it comes,
+ * never into the buffer: the buffer stays at its version byte for byte,
+ * and a patch committed meanwhile leaves the shadow's frames valid. The
+ * stream's commit copies them and checks their hashes, decoding none, and
+ * frees the shadow. */
+static void test_a_keyframe_stream_is_decoded_into_a_shadow_while_a_version_is_held(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[3];
+	for (size_t i = 0; i + 1 < k->n; i++) {
+		feed_frame(f, k, i);
+		assert_int_equal(stage_try_commit(&f->s), 0);
+		assert_buffer_at(f, 0);
+	}
+	const slot *sl = slot_of(f, 3, 1);
+	assert_int_equal(sl->prepped, k->n - 1);
+	assert_int_equal(sl->in_shadow, 1);
+	assert_non_null(f->s.shadow);
+	for (size_t i = 0; i + 1 < k->n; i++) {
+		bfp_frame_header h = header_of(k, i);
+		assert_words_equal(f->s.shadow + h.range_begin, W[3] + h.range_begin, h.range_len);
+	}
+	feed_all(f, &P[0]); /* a patch commits first: the shadow is not the buffer */
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 1);
+	assert_int_equal(slot_of(f, 3, 1)->prepped, k->n - 1);
+	feed_frame(f, k, k->n - 1);
+	assert_int_equal(f->s.prepared, k->n);
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 3);
+	assert_int_equal(f->s.key_commits, 1);
+	assert_null(f->s.shadow);
+	assert_int_equal(f->s.staged_bytes, 0);
+	assert_int_equal(f->s.prep_bytes, 0);
+}
+
+/* The shadow counts against the prepared half of the staging budget:
+ * when it does not fit, a keyframe stream is staged alone and decoded at
+ * its commit, to the same bytes. */
+static void test_a_shadow_that_does_not_fit_the_budget_is_not_made(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[2];
+	f->s.cf.max_stage = 2 * N * sizeof(uint16_t) - 2; /* frames fit, the shadow not */
+	assert_true(bytes_of(k) + idx_of(k) < stage_budget(&f->s));
+	assert_true(stage_budget(&f->s) / 2 < N * sizeof(uint16_t));
+	feed_all(f, k);
+	assert_null(f->s.shadow);
+	assert_int_equal(f->s.prepared, 0);
 	assert_int_equal(stage_try_commit(&f->s), 0);
 	assert_buffer_at(f, 2);
 }
@@ -1337,6 +1397,8 @@ int main(void)
 		T(test_a_streamed_keyframe_stream_is_written_while_staged),
 		T(test_keyframe_streams_written_while_staged_never_mix),
 		T(test_a_dropped_or_unprepared_keyframe_stream_publishes_nothing),
+		T(test_a_keyframe_stream_is_decoded_into_a_shadow_while_a_version_is_held),
+		T(test_a_shadow_that_does_not_fit_the_budget_is_not_made),
 		T(test_a_second_writer_is_refused_by_any_path_to_the_buffer),
 		T(test_creating_a_buffer_never_replaces_one),
 		T(test_an_undo_journal_without_room_leaves_nothing_behind),
