@@ -741,17 +741,6 @@ void *rp_cache_get(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
 	return k < 0 ? NULL : at(c, c->hash[k])->obj;
 }
 
-void rp_cache_prefetch(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i, int stage)
-{
-	const uint32_t *slot = &c->hash[hkey(m, v, i) & (2 * c->cap - 1)];
-	if (stage == 0)
-		__builtin_prefetch(slot);
-	else if (*slot) { /* an entry may straddle two cache lines */
-		__builtin_prefetch(at(c, *slot));
-		__builtin_prefetch((const char *)(at(c, *slot) + 1) - 1);
-	}
-}
-
 void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx)
 {
 	while (c->len)

@@ -246,13 +246,6 @@ const rp_cache_entry *rp_cache_find(const rp_cache *c, uint64_t model, uint32_t 
 				    uint32_t index);
 void *rp_cache_get(const rp_cache *c, uint64_t model, uint32_t version,
 		   uint32_t index);
-/* Loads ahead of rp_cache_find() for a burst of look-ups, changing
- * nothing: stage 0 the hash slot where (model, version, index) is looked
- * for first; stage 1, once stage 0 has run for the whole burst, the entry
- * that slot names. A look-up is the same without them, only slower when
- * the index is not in the CPU's caches. */
-void rp_cache_prefetch(const rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
-		       int stage);
 void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx);
 /* Drop every entry of (model, version), passing each object to drop:
  * the frames of a version that its publisher made again with other

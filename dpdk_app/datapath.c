@@ -92,35 +92,6 @@ static inline int frame_key(const uint8_t *f, uint64_t *cm, uint32_t *version, u
 	return key;
 }
 
-/* The repair cache's index entries of a burst's frames, loaded ahead of
- * on_data's look-ups: with the index out of the CPU's caches, each
- * look-up is two dependent loads from memory, which a burst's prefetches
- * overlap. Its hash slots (stage 0) as each packet is classified, then
- * the entries they name (stage 1) before the first frame is handled. */
-typedef struct lookups {
-	uint64_t cm[BURST];
-	uint32_t version[BURST], index[BURST];
-	unsigned n;
-} lookups;
-
-/* Stage 0 for m, a packet relay_rx_classify kept (still with its headers). */
-static inline void lookup_ahead(const relay *r, lookups *q, const struct rte_mbuf *m)
-{
-	uint64_t model;
-	if (((m->hash.usr & ~SUM_UNCHECKED) >> 16) != RP_DATA)
-		return;
-	const unsigned k = q->n++;
-	frame_key(rte_pktmbuf_mtod_offset(m, const uint8_t *, RP_HDRS), &q->cm[k], &q->version[k],
-		  &q->index[k], &model);
-	rp_cache_prefetch(&r->cache, q->cm[k], q->version[k], q->index[k], 0);
-}
-
-static void lookups_ahead(const relay *r, const lookups *q)
-{
-	for (unsigned i = 0; i < q->n; i++)
-		rp_cache_prefetch(&r->cache, q->cm[i], q->version[i], q->index[i], 1);
-}
-
 static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *st)
 {
 	/* keep only the frame: strip headers and any Ethernet padding */
@@ -338,24 +309,24 @@ static void rx_queue_poll(relay *r, unsigned q, lcore_stats *st, int direct)
 	for (uint16_t port = 0; port < r->n_ports; port++) {
 		uint16_t n = rte_eth_rx_burst(port, (uint16_t)q, pkts, BURST);
 		st->c[C_RX] += n;
-		uint16_t keep = 0;
-		lookups ahead;
-		ahead.n = 0;
-		for (uint16_t i = 0; i < n; i++) {
-			if (i + 1 < n) /* its headers, read next */
-				rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], const void *));
-			if (relay_rx_classify(r, pkts[i], st)) {
-				if (direct)
-					lookup_ahead(r, &ahead, pkts[i]);
-				pkts[keep++] = pkts[i];
-			}
-		}
 		if (direct) {
-			lookups_ahead(r, &ahead);
-			cache_prefetch_evictees(r, keep);
-			for (uint16_t i = 0; i < keep; i++)
-				relay_core_packet(r, pkts[i], st);
+			/* each packet handled as it is classified, while its mbuf
+			 * and headers are in the CPU's nearest cache */
+			cache_prefetch_evictees(r, n);
+			for (uint16_t i = 0; i < n; i++) {
+				if (i + 1 < n) /* its headers, read next */
+					rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], const void *));
+				if (relay_rx_classify(r, pkts[i], st))
+					relay_core_packet(r, pkts[i], st);
+			}
 			continue;
+		}
+		uint16_t keep = 0;
+		for (uint16_t i = 0; i < n; i++) {
+			if (i + 1 < n)
+				rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], const void *));
+			if (relay_rx_classify(r, pkts[i], st))
+				pkts[keep++] = pkts[i];
 		}
 		unsigned done = rte_ring_enqueue_burst(r->inbound, (void **)pkts, keep, NULL);
 		st->c[C_INBOUND_FULL] += keep - done;
@@ -397,11 +368,6 @@ void relay_core_main(relay *r)
 		} else {
 			struct rte_mbuf *pkts[BURST];
 			unsigned n = rte_ring_dequeue_burst(r->inbound, (void **)pkts, BURST, NULL);
-			lookups ahead;
-			ahead.n = 0;
-			for (unsigned i = 0; i < n; i++)
-				lookup_ahead(r, &ahead, pkts[i]);
-			lookups_ahead(r, &ahead);
 			cache_prefetch_evictees(r, n);
 			for (unsigned i = 0; i < n; i++)
 				relay_core_packet(r, pkts[i], st);

@@ -207,8 +207,16 @@ int relay_lanes_full(const relay *r)
 void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version, int key,
 		  uint32_t sum, int own, lcore_stats *st)
 {
-	lane_job j = {.f = f, .model = model, .run = r->auth.run, .sum = sum,
-		      .version = version, .op = JOB_FRAME, .key = (uint8_t)key};
+	/* only the fields a FRAME reads (not v, a SYNC's) */
+	lane_job j;
+	j.f = f;
+	j.model = model;
+	j.run = r->auth.run;
+	j.sum = sum;
+	j.version = version;
+	j.op = JOB_FRAME;
+	j.key = (uint8_t)key;
+	j.sub = 0;
 	/* the other lanes first, so that they work while this one does; a
 	 * frame another lane clones is not lane 0's to write */
 	int shared = 0;
