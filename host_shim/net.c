@@ -190,6 +190,7 @@ int net_receive(shim *s, int wait_ms)
 	int n = recvmmsg(s->sock, r->msgs, VLEN, MSG_DONTWAIT, NULL);
 	if (n > 0)
 		note_sock_drops(s, &r->msgs[n - 1].msg_hdr);
+	s->rx_behind = n == VLEN; /* receiving comes before decoding (stage.c) */
 	int rc = 0;
 	for (int i = 0; i < n && rc == 0; i++) {
 		const int up = r->msgs[i].msg_hdr.msg_namelen == sizeof(r->srcs[i]) &&

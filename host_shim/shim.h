@@ -155,6 +155,9 @@ typedef struct shim {
 	uint32_t nack_backoff_ms;
 	uint32_t nack_rounds;   /* since the last frame of the wanted version */
 	int want_key;           /* JOIN with RP_VERSION_NONE */
+	int rx_behind;          /* the last receive filled its batch: more frames
+				 * wait in the socket, and keyframes are staged
+				 * without being decoded until it drains */
 	shim_inplace ip;
 	shim_changes chg;       /* --changes: the commits' change lists */
 	uint8_t told_encoding[32]; /* bit e: "encoding e unknown" was logged */

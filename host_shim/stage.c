@@ -1079,16 +1079,17 @@ static int frame_wanted(shim *s, const bfp_frame_header *h, int key)
  * so that the commit only copies it and checks its range's hash. Its
  * prep (no changes) marks it as written; one stream at a time is written
  * into each (the newest: the others' marks go). Returns 1 and *out, 0
- * (not written: the commit decodes it, as with --no-prepare, --dma, or
- * the budget spent), or -1: refused, nothing written (its NACK brings it
- * again). */
+ * (not written: the commit decodes it, as with --no-prepare, --dma, the
+ * budget spent, or while frames wait in the socket: a shim that cannot
+ * keep up with the link decodes at the commit rather than drop frames),
+ * or -1: refused, nothing written (its NACK brings it again). */
 static int place_key(shim *s, slot *sl, const uint8_t *p, size_t len,
 		     const bfp_frame_header *h, prep **out)
 {
 	const uint32_t state = shim_state(s);
 	const int shadow = state == WBUF_READY;
 	if (!sl->key || s->no_prep || s->dma || s->ip.done || state == WBUF_COMMITTING ||
-	    sl != next_slot(s, 0))
+	    s->rx_behind || sl != next_slot(s, 0))
 		return 0;
 	if (sl->prepped && sl->in_shadow != shadow)
 		slot_drop_preps(s, sl); /* the buffer became invalid meanwhile */

@@ -1172,6 +1172,29 @@ static void test_a_dropped_or_unprepared_keyframe_stream_publishes_nothing(void 
 	assert_buffer_at(f, 2);
 }
 
+/* While frames wait in the socket (the last receive filled its batch),
+ * keyframes are staged without being decoded: receiving comes first.
+ * Those are decoded at the commit, the others were written as they came,
+ * and the version is exact. */
+static void test_keyframes_wait_for_the_commit_while_frames_wait_in_the_socket(void **state)
+{
+	fx *f = *state;
+	const patch *k = &K[2];
+	wbuf_invalid(&f->s.w);
+	memset(f->s.w.params, 0xAB, N * sizeof(uint16_t));
+	for (size_t i = 0; i < k->n; i++) {
+		f->s.rx_behind = i % 2;
+		feed_frame(f, k, i);
+		bfp_frame_header h = header_of(k, i);
+		if (i % 2)
+			assert_int_equal(f->s.w.params[h.range_begin], 0xABAB);
+	}
+	assert_int_equal(f->s.prepared, (k->n + 1) / 2);
+	f->s.rx_behind = 0;
+	assert_int_equal(stage_try_commit(&f->s), 0);
+	assert_buffer_at(f, 2);
+}
+
 /* A keyframe stream staged while the buffer holds a version readers use
  * (a joiner that has an old one) is decoded into the shadow as it comes,
  * never into the buffer: the buffer stays at its version byte for byte,
@@ -1397,6 +1420,7 @@ int main(void)
 		T(test_a_streamed_keyframe_stream_is_written_while_staged),
 		T(test_keyframe_streams_written_while_staged_never_mix),
 		T(test_a_dropped_or_unprepared_keyframe_stream_publishes_nothing),
+		T(test_keyframes_wait_for_the_commit_while_frames_wait_in_the_socket),
 		T(test_a_keyframe_stream_is_decoded_into_a_shadow_while_a_version_is_held),
 		T(test_a_shadow_that_does_not_fit_the_budget_is_not_made),
 		T(test_a_second_writer_is_refused_by_any_path_to_the_buffer),

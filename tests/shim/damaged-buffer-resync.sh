@@ -47,10 +47,11 @@ refusals=$(grep -c "frame 0 of version 1 refused" "$T/shimr.log")
 [ "$refusals" -ge 1 ] && [ "$refusals" -le 3 ] ||
 	fail "the frame over the damaged range was refused $refusals times (want 1 to 3)"
 grep -q "failed verification" "$T/shimr.log" || fail "the commit over a damaged buffer did not fail"
-# the buffer held no version during the resync: the keyframes were
-# written into it as they came, and the commit only checked them
+# the buffer held no version during the resync: its keyframes were
+# written into it as they came (those that came while more waited in the
+# socket at the commit), and the commit checked them
 sed -n 's/.*(keyframe resync): \([0-9]*\) frames.*, \([0-9]*\) of the frames decoded and verified while staged.*/\1 \2/p' \
-	"$T/shimr.log" | { read -r all staged && [ "$all" = "$staged" ]; } ||
-	fail "the resync's keyframes were not all written while staged: $(grep 'keyframe resync' "$T/shimr.log")"
+	"$T/shimr.log" | { read -r all staged && [ "$staged" -ge 1 ] && [ "$staged" -le "$all" ]; } ||
+	fail "the resync's keyframes were not written while staged: $(grep 'keyframe resync' "$T/shimr.log")"
 check_buffers "$T/traj/step-0001.safetensors" "$SHM.r" || fail "resync after a damaged buffer"
 echo "ok - a damaged buffer: preparation refused at most 3 times, the commit fails verification, resynced bit-exact, its keyframes written as they came"

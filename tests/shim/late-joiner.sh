@@ -30,10 +30,11 @@ grep -q "committed version 0 -> 2 (keyframe resync)" "$T/shimb.log" || fail "no 
 sed -n 's/.*committed version 0 -> 2 (keyframe resync): [0-9]* frames, \([0-9]*\) bytes, \([0-9]*\) bytes verified.*/\1 \2/p' \
 	"$T/shimb.log" | { read -r got dense && [ "$got" -lt "$dense" ]; } ||
 	fail "the keyframe stream is not smaller than the values (encoding 8): $(grep 'keyframe resync' "$T/shimb.log")"
-# the joiner holds version 0 (readers use it): every keyframe is decoded
-# into the shadow as it comes, and the commit only copies and checks
+# the joiner holds version 0 (readers use it): its keyframes are decoded
+# into the shadow as they come (those that came while more waited in the
+# socket at the commit), and the commit copies and checks them
 sed -n 's/.*committed version 0 -> 2 (keyframe resync): \([0-9]*\) frames.*, \([0-9]*\) of the frames decoded and verified while staged.*/\1 \2/p' \
-	"$T/shimb.log" | { read -r all staged && [ "$all" = "$staged" ]; } ||
-	fail "the joiner's keyframes were not all decoded while staged: $(grep 'keyframe resync' "$T/shimb.log")"
+	"$T/shimb.log" | { read -r all staged && [ "$staged" -ge 1 ] && [ "$staged" -le "$all" ]; } ||
+	fail "the joiner's keyframes were not decoded while staged: $(grep 'keyframe resync' "$T/shimb.log")"
 check_buffers "$T/traj/step-0003.safetensors" "$SHM.a" "$SHM.b" || fail "late joiner"
 echo "ok - late joiner via keyframes decoded as they come, then a patch"
