@@ -18,9 +18,11 @@
 # buffer is compared with the trainer's checkpoint by sha256 at the end.
 # Then a late joiner, in the same run: a new actor (on actor 1's link,
 # straight to the publisher) whose buffer holds no usable version JOINs a
-# publisher at version 2 and is sent a keyframe stream, once in format
-# 1.1's encoding 7 (the default) and once in 1.0's raw encoding 3
-# (--key-encoding raw); timed from its JOIN to its verified commit.
+# publisher at version 2 and is sent a keyframe stream, in format 1.2's
+# encoding 8 (the default), 1.1's 7 and 1.0's raw encoding 3
+# (--key-encoding); then, in encoding 8, one whose buffer holds version 0
+# (the publisher keeps no patch from it); timed from its JOIN to its
+# verified commit.
 # BENCH_E2E_ONLY=join runs only the late joiner (STEPS 2 is enough).
 set -u
 B=${1:-build}
@@ -126,39 +128,41 @@ run() { # mode: sparse or dense
 		{ cat "$T/check-$mode.txt"; echo "bench_e2e: $mode: buffers differ"; exit 1; }
 }
 
-run_join() { # keyframe encoding: exp or raw
+run_join() { # keyframe encoding: expm, exp or raw; then held: the joiner holds version 0
 	enc=$1
-	rm -rf "$T/live" "$T/join-$enc.jsonl" "$SHM".*
+	held=${2:-}
+	tag=$enc${held:+-held}
+	rm -rf "$T/live" "$T/join-$tag.jsonl" "$SHM".*
 	mkdir "$T/live"
 	for k in 0 1 2; do ln "$T/traj/$(printf 'step-%04d' "$k").safetensors" "$T/live/"; done
 	$X "$BFP" publish $K --dir "$T/live" --listen 198.18.0.10:7401 --rate 950m --keep 1 \
-		--key-encoding "$enc" --linger 3600 --events "$T/join-$enc.jsonl" \
-		> "$T/publish-join-$enc.log" 2>&1 &
+		--key-encoding "$enc" --linger 3600 --events "$T/join-$tag.jsonl" \
+		> "$T/publish-join-$tag.log" 2>&1 &
 	PIDS="$PIDS $!"
-	for n in $(seq 1200); do grep -q "version 1 -> 2:" "$T/publish-join-$enc.log" && break; sleep 0.1; done
+	for n in $(seq 1200); do grep -q "version 1 -> 2:" "$T/publish-join-$tag.log" && break; sleep 0.1; done
 	# the new actor's buffer: the model's layout, no usable version
 	# (state RESYNC, as after a failed verification: it JOINs for keyframes)
 	ip netns exec "${P}a1" ip link set lo up
 	ip netns exec "${P}a1" "$SHIM" --buffer "$SHM.j" --init "$T/traj/step-0000.safetensors" \
 		--upstream 127.0.0.1:1 --listen 127.0.0.1:7599 --exit-after 0.2 $K > "$T/mkjoin.log" 2>&1
-	/usr/bin/python3 -c "
+	[ -n "$held" ] || /usr/bin/python3 -c "
 import struct, sys
 with open(sys.argv[1], 'r+b') as f:
     f.seek(68); f.write(struct.pack('<I', 2))" "$SHM.j" || exit 1
 	ip netns exec "${P}a1" "$SHIM" --buffer "$SHM.j" --upstream 198.18.0.10:7401 \
 		--listen 198.18.0.21:7500 --rate 1g --threads 2 --max-stage 2G \
-		--events "$T/join-$enc.jsonl" --name joiner $K > "$T/shim-join-$enc.log" 2>&1 &
+		--events "$T/join-$tag.jsonl" --name joiner $K > "$T/shim-join-$tag.log" 2>&1 &
 	PIDS="$PIDS $!"
 	for n in $(seq 3600); do
 		v=$(od -An -tu4 -j64 -N8 "$SHM.j" | awk '{print ($2 == 0) ? $1 : -1}')
 		[ "$v" -ge 2 ] && break
 		sleep 0.05
 	done
-	[ "$v" -ge 2 ] || { echo "bench_e2e: the late joiner ($enc) did not commit in 180 s"; stop; tail -n 20 "$T"/*join-$enc.log; exit 1; }
+	[ "$v" -ge 2 ] || { echo "bench_e2e: the late joiner ($tag) did not commit in 180 s"; stop; tail -n 20 "$T"/*join-$tag.log; exit 1; }
 	stop
 	/usr/bin/python3 "$HERE/../tests/check_buffers.py" "$T/traj/step-0002.safetensors" "$SHM.j" \
-		> "$T/check-join-$enc.txt" ||
-		{ cat "$T/check-join-$enc.txt"; echo "bench_e2e: late joiner ($enc): buffer differs"; exit 1; }
+		> "$T/check-join-$tag.txt" ||
+		{ cat "$T/check-join-$tag.txt"; echo "bench_e2e: late joiner ($tag): buffer differs"; exit 1; }
 }
 
 ONLY=${BENCH_E2E_ONLY:-}
@@ -167,8 +171,10 @@ if [ -z "$ONLY" ]; then
 	run sparse
 	run dense
 fi
+run_join expm
 run_join exp
 run_join raw
+run_join expm held
 [ -z "$ONLY" ] && /usr/bin/python3 - "$T/sparse.jsonl" "$T/dense.jsonl" "$STEPS" <<'PY'
 import json, sys
 steps = int(sys.argv[3])
@@ -216,32 +222,35 @@ for k, name in (("total", "encode start -> last commit"), ("from_ck", "checkpoin
         name, mean("sparse", k), mean("dense", k), mean("dense", k) / mean("sparse", k)))
 PY
 [ -z "$ONLY" ] && echo "every actor's buffer equals the trainer's last checkpoint (sha256) after both runs"
-/usr/bin/python3 - "$T/join-exp.jsonl" "$T/join-raw.jsonl" "$T/traj/step-0002.safetensors" <<'PY'
+/usr/bin/python3 - "$T" "$T/traj/step-0002.safetensors" <<'PY'
 import json, os, struct, sys
-print("\n== late joiner: a new actor JOINs with no usable version and gets the keyframe"
-      " stream of version 2 over its 1 Gbit/s tbf link ==")
-d = open(sys.argv[3], "rb"); hl = struct.unpack("<Q", d.read(8))[0]
-dense = os.path.getsize(sys.argv[3]) - 8 - hl
-print("%-22s %12s %9s %8s %17s %12s %14s %9s %15s" % ("keyframes", "bytes sent", "% dense",
+print("\n== late joiner: a new actor JOINs and gets the keyframe stream of version 2 over its"
+      " 1 Gbit/s tbf link ==")
+d = open(sys.argv[2], "rb"); hl = struct.unpack("<Q", d.read(8))[0]
+dense = os.path.getsize(sys.argv[2]) - 8 - hl
+print("%-25s %12s %9s %8s %17s %12s %14s %9s %15s" % ("keyframes", "bytes sent", "% dense",
       "frames", "JOIN -> commit s", "1st frame s", "on the wire s", "apply s", "written staged"))
-for enc, path in (("exp (7, the default)", sys.argv[1]), ("raw (3, format 1.0)", sys.argv[2])):
+for name, tag in (("expm (8, the default)", "expm"), ("exp (7, format 1.1)", "exp"),
+                  ("raw (3, format 1.0)", "raw"), ("expm, joiner holds v0", "expm-held")):
     ev = {}
-    for line in open(path):
+    for line in open(os.path.join(sys.argv[1], "join-%s.jsonl" % tag)):
         o = json.loads(line)
         ev.setdefault((o["id"], o["ev"]), []).append(o)
-    join = [o for o in ev[("publish", "subscriber")] if o.get("version") == 4294967294][0]
+    join = ev[("publish", "subscriber")][0]
     key = ev[("publish", "keyframe")][0]
     first = [o for o in ev[("joiner", "first_frame")] if o["version"] == 2][0]
     staged = [o for o in ev[("joiner", "staged")] if o["version"] == 2][0]
     ab = [o for o in ev[("joiner", "apply_begin")] if o["version"] == 2][0]
     cm = [o for o in ev[("joiner", "commit")] if o["version"] == 2][0]
-    print("%-22s %12d %8.1f%% %8d %17.3f %12.3f %14.3f %9.3f %15d" % (enc, key["bytes"],
+    print("%-25s %12d %8.1f%% %8d %17.3f %12.3f %14.3f %9.3f %15d" % (name, key["bytes"],
           100.0 * key["bytes"] / dense, key["frames"], cm["t"] - join["t"], first["t"] - join["t"],
           staged["t"] - first["t"], cm["t"] - ab["t"], cm.get("prepared", 0)))
+print("The first three joiners' buffers hold no usable version (JOIN with none), the last one's")
+print("holds version 0, which the publisher keeps no patch from (--keep 1).")
 print("JOIN -> commit: the publisher took the JOIN -> the joiner committed version 2, verified;")
 print("1st frame: JOIN -> the joiner's first frame (it leaves while the stream is encoded);")
 print("on the wire: first frame -> every frame staged; apply: the commit (decode, verify, write")
 print("what was not written while staged); written staged: frames decoded, verified and written")
-print("into the buffer as they came (it held no version), of the frames above.")
-print("The joiner's buffer equals step 2 (sha256).")
+print("as they came (into a buffer that holds no version, else into a shadow copy).")
+print("Each joiner's buffer equals step 2 (sha256).")
 PY
