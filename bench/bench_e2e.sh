@@ -20,9 +20,10 @@
 # straight to the publisher) whose buffer holds no usable version JOINs a
 # publisher at version 2 and is sent a keyframe stream, in format 1.2's
 # encoding 8 (the default), 1.1's 7 and 1.0's raw encoding 3
-# (--key-encoding); then, in encoding 8, one whose buffer holds version 0
-# (the publisher keeps no patch from it); timed from its JOIN to its
-# verified commit.
+# (--key-encoding); in encoding 8 also with a shim that decodes it only at
+# the commit (--no-prepare), and one whose buffer holds version 0 (the
+# publisher keeps no patch from it); timed from its JOIN to its verified
+# commit.
 # BENCH_E2E_ONLY=join runs only the late joiner (STEPS 2 is enough).
 set -u
 B=${1:-build}
@@ -128,10 +129,14 @@ run() { # mode: sparse or dense
 		{ cat "$T/check-$mode.txt"; echo "bench_e2e: $mode: buffers differ"; exit 1; }
 }
 
-run_join() { # keyframe encoding: expm, exp or raw; then held: the joiner holds version 0
+run_join() { # keyframe encoding: expm, exp or raw; then held (the joiner holds version 0) or noprep
 	enc=$1
-	held=${2:-}
-	tag=$enc${held:+-held}
+	how=${2:-}
+	tag=$enc${how:+-$how}
+	held=""
+	[ "$how" = held ] && held=1
+	noprep=""
+	[ "$how" = noprep ] && noprep=--no-prepare
 	rm -rf "$T/live" "$T/join-$tag.jsonl" "$SHM".*
 	mkdir "$T/live"
 	for k in 0 1 2; do ln "$T/traj/$(printf 'step-%04d' "$k").safetensors" "$T/live/"; done
@@ -150,7 +155,7 @@ import struct, sys
 with open(sys.argv[1], 'r+b') as f:
     f.seek(68); f.write(struct.pack('<I', 2))" "$SHM.j" || exit 1
 	ip netns exec "${P}a1" "$SHIM" --buffer "$SHM.j" --upstream 198.18.0.10:7401 \
-		--listen 198.18.0.21:7500 --rate 1g --threads 2 --max-stage 2G \
+		--listen 198.18.0.21:7500 --rate 1g --threads 2 --max-stage 2G $noprep \
 		--events "$T/join-$tag.jsonl" --name joiner $K > "$T/shim-join-$tag.log" 2>&1 &
 	PIDS="$PIDS $!"
 	for n in $(seq 3600); do
@@ -172,6 +177,7 @@ if [ -z "$ONLY" ]; then
 	run dense
 fi
 run_join expm
+run_join expm noprep
 run_join exp
 run_join raw
 run_join expm held
@@ -230,8 +236,9 @@ d = open(sys.argv[2], "rb"); hl = struct.unpack("<Q", d.read(8))[0]
 dense = os.path.getsize(sys.argv[2]) - 8 - hl
 print("%-25s %12s %9s %8s %17s %12s %14s %9s %15s" % ("keyframes", "bytes sent", "% dense",
       "frames", "JOIN -> commit s", "1st frame s", "on the wire s", "apply s", "written staged"))
-for name, tag in (("expm (8, the default)", "expm"), ("exp (7, format 1.1)", "exp"),
-                  ("raw (3, format 1.0)", "raw"), ("expm, joiner holds v0", "expm-held")):
+for name, tag in (("expm (8, the default)", "expm"), ("expm, --no-prepare", "expm-noprep"),
+                  ("exp (7, format 1.1)", "exp"), ("raw (3, format 1.0)", "raw"),
+                  ("expm, joiner holds v0", "expm-held")):
     ev = {}
     for line in open(os.path.join(sys.argv[1], "join-%s.jsonl" % tag)):
         o = json.loads(line)
@@ -245,8 +252,9 @@ for name, tag in (("expm (8, the default)", "expm"), ("exp (7, format 1.1)", "ex
     print("%-25s %12d %8.1f%% %8d %17.3f %12.3f %14.3f %9.3f %15d" % (name, key["bytes"],
           100.0 * key["bytes"] / dense, key["frames"], cm["t"] - join["t"], first["t"] - join["t"],
           staged["t"] - first["t"], cm["t"] - ab["t"], cm.get("prepared", 0)))
-print("The first three joiners' buffers hold no usable version (JOIN with none), the last one's")
-print("holds version 0, which the publisher keeps no patch from (--keep 1).")
+print("The first four joiners' buffers hold no usable version (JOIN with none), the last one's")
+print("holds version 0, which the publisher keeps no patch from (--keep 1); --no-prepare: the")
+print("shim decodes every frame at the commit.")
 print("JOIN -> commit: the publisher took the JOIN -> the joiner committed version 2, verified;")
 print("1st frame: JOIN -> the joiner's first frame (it leaves while the stream is encoded);")
 print("on the wire: first frame -> every frame staged; apply: the commit (decode, verify, write")
