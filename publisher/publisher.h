@@ -97,6 +97,7 @@ int publish_parse_args(int argc, char **argv, publish_config *cf);
 typedef struct pub_sub {
 	struct sockaddr_in data, ctl;
 	double last_seen, last_catchup;
+	double joined;          /* when it JOINed (not left since) */
 	uint32_t version;       /* from its JOINs */
 	double version_since;   /* when it first reported that version */
 	int catchup;            /* behind: needs patches or a keyframe */
@@ -374,6 +375,9 @@ void pub_control(publisher *P);
  * is encoded (catch-up slices, control messages and HEARTBEATs go on;
  * a new version waits for the encode). */
 void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts *po);
+/* Whether s, behind version ver (sent at published), waits at instant t
+ * before its catch-up starts (pub_catchup's rule). */
+int pub_catchup_waits(const pub_sub *s, uint32_t ver, double published, double t);
 /* Send one slice of every catch-up in progress; whether any goes on. */
 int pub_catchup_send(publisher *P);
 

@@ -126,6 +126,7 @@ static pub_sub *sub_join(publisher *P, const struct sockaddr_in *from, const rp_
 	s->data = *from;
 	s->data.sin_port = htons(c->data_port);
 	s->version = c->version;
+	s->joined = t;
 	nack_budget_init(&s->nack, P->nack_rate, t);
 	for (unsigned j = 0; j < MAX_SUBS; j++) {
 		struct pub_left *l = &P->left[j];
@@ -284,6 +285,23 @@ static void key_stream_make(publisher *P, const model *cur, uint32_t ver, const 
 	}
 }
 
+int pub_catchup_waits(const pub_sub *s, uint32_t ver, double published, double t)
+{
+	if (s->version == RP_VERSION_RELAY || t - s->last_catchup < 3)
+		return 1;
+	if (s->version == RP_VERSION_NONE) /* asks for keyframes */
+		return 0;
+	if (s->version >= ver)
+		return 1;
+	/* behind for a moment is patches in flight (NACKs repair them);
+	 * behind at the same version for 3 s needs catching up. Nothing in
+	 * flight takes a subscriber that JOINed after ver went out, at a
+	 * version before ver's base, any further: it starts at once. */
+	if (s->joined > published && s->version + 1 < ver)
+		return 0;
+	return t - s->version_since < 3 || t - published < 3;
+}
+
 /* Bring subscribers that are behind version ver up to it: the patches
  * still held, in order, or else a keyframe stream of the current model;
  * pub_catchup_send() sends them. */
@@ -295,8 +313,6 @@ void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts 
 		if (!s->catchup || s->cu_active)
 			continue;
 		s->catchup = 0;
-		/* behind for a moment is patches in flight (NACKs repair
-		 * them); behind at the same version for 3 s needs catching up */
 		int none = s->version == RP_VERSION_NONE; /* asks for keyframes */
 		if (!none && s->version != RP_VERSION_RELAY && s->version > ver &&
 		    s->said_ahead != s->version) {
@@ -314,9 +330,7 @@ void pub_catchup(publisher *P, const model *cur, uint32_t ver, const patch_opts 
 				peer, s->version, ver, s->version + 1, s->version);
 			s->said_ahead = s->version;
 		}
-		if (s->version == RP_VERSION_RELAY || t - s->last_catchup < 3 ||
-		    (!none && (s->version >= ver || t - s->version_since < 3 ||
-			       t - P->published_at < 3)))
+		if (pub_catchup_waits(s, ver, P->published_at, t))
 			continue;
 		/* the chain of held patches from its version, if complete */
 		uint32_t first = 0;

@@ -5,7 +5,8 @@
  * 100 ms and the subscriber's own budget; frames a catch-up has still to
  * send are not resent. The decisions are driven through nack_plan() at
  * given instants (no clock, no socket); one test sends an answer over
- * loopback to see that what was decided is what leaves.
+ * loopback to see that what was decided is what leaves. And when a
+ * subscriber that is behind starts its catch-up (pub_catchup_waits).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -450,6 +451,46 @@ static void test_an_answer_leaves_as_decided_and_is_counted(void **state)
 	close(rx);
 }
 
+/* A subscriber behind the current version waits 3 s after it reported
+ * its version and after the version went out (patches in flight may
+ * bring it), except one that JOINed after the version went out at a
+ * version before its base, which nothing in flight can bring: it starts
+ * at once. Keyframe askers never wait; relays and a recent catch-up do. */
+static void test_a_late_joiner_far_behind_starts_at_once(void **state)
+{
+	(void)state;
+	const double pub = T0, t = T0 + 10;
+	pub_sub s;
+	memset(&s, 0, sizeof(s));
+	s.last_catchup = 0;
+	/* joined after version 5 went out, at version 2: at once */
+	s.version = 2;
+	s.joined = s.version_since = t - 0.1;
+	assert_false(pub_catchup_waits(&s, 5, pub, t));
+	/* at version 4, 5's base: the patch in flight (NACKs) may bring it */
+	s.version = 4;
+	assert_true(pub_catchup_waits(&s, 5, pub, t));
+	assert_false(pub_catchup_waits(&s, 5, pub, t + 3.1));
+	/* joined before 5 went out, at version 2: it may be taking 3 and 4 */
+	s.version = 2;
+	s.joined = pub - 1;
+	assert_true(pub_catchup_waits(&s, 5, pub, t));
+	assert_true(pub_catchup_waits(&s, 5, t - 1, t + 2.5));
+	assert_false(pub_catchup_waits(&s, 5, pub, t + 3.1));
+	/* up to date, or ahead: nothing to catch up */
+	s.version = 5;
+	assert_true(pub_catchup_waits(&s, 5, pub, t + 100));
+	/* no usable version: keyframes at once; a relay never; a catch-up
+	 * in the last 3 s first ends */
+	s.version = RP_VERSION_NONE;
+	assert_false(pub_catchup_waits(&s, 5, pub, t));
+	s.last_catchup = t - 1;
+	assert_true(pub_catchup_waits(&s, 5, pub, t));
+	s.last_catchup = 0;
+	s.version = RP_VERSION_RELAY;
+	assert_true(pub_catchup_waits(&s, 5, pub, t + 100));
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -466,6 +507,7 @@ int main(void)
 		T(test_a_nack_not_held_or_of_another_model_is_not_answered),
 		T(test_a_slow_link_gets_about_100_ms_of_it_per_nack),
 		T(test_an_answer_leaves_as_decided_and_is_counted),
+		cmocka_unit_test(test_a_late_joiner_far_behind_starts_at_once),
 	};
 #undef T
 	return cmocka_run_group_tests_name("publish-nack", tests, NULL, NULL);
