@@ -311,4 +311,4 @@ python3 "$HERE/nack_pcap.py" "$T/key1500" "$T/nack.pcap"
 	--queue 256 --nack-rate 0 --run-time "$SECS" --insecure > "$T/relay.log" 2>&1
 awk -v s="$SECS" '$1 == "cache_hits" {h = $2} $1 == "nacks" {n = $2}
 	END {printf "repair path: %.0f NACKs/s answered, %.3f M frames/s resent from the cache\n", n / s, h / s / 1e6}' "$T/relay.log"
-echo "payload copies on the fan-out path: 0 (header mbuf + indirect clone per output, see dpdk_app/output.c)"
+echo "payload copies on the fan-out path: 0 (each output a header mbuf + indirect clone, or the input mbuf itself; see dpdk_app/output.c)"

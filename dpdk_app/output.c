@@ -326,8 +326,11 @@ void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_
 void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		    uint64_t run)
 {
+	/* the frame's earlier outputs (clones) may still hold f: they see
+	 * neither its headroom nor its metadata, but a trailer signed again
+	 * in place would change theirs */
 	if (s && s->out.has_mac && !r->cf.copy_fanout && RTE_MBUF_DIRECT(f) &&
-	    f->nb_segs == 1 && rte_mbuf_refcnt_read(f) == 1 &&
+	    f->nb_segs == 1 && (!s->peer || rte_mbuf_refcnt_read(f) == 1) &&
 	    rte_pktmbuf_headroom(f) >= RP_HDRS) {
 		const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
 		if (s->peer)

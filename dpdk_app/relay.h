@@ -334,7 +334,8 @@ int relay_emit_head(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payl
 		    uint64_t run, int head);
 /* The output of frame f for s (NULL: none) made of f itself, its headers
  * in f's headroom and, per hop, its trailer signed again in place: when
- * nothing else holds f (FRAME_OWN), which the output then consumes (else
+ * nothing but the frame's earlier outputs (clones) holds f (FRAME_OWN),
+ * and for a trailer, not those either; the output then consumes f (else
  * a clone, as relay_emit, and f is released). */
 void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		    uint64_t run);

@@ -10,10 +10,11 @@ the cache holds a copy already; the repair cache left intact).
       port 7500 and NACKs every frame; with KEYFILE (B's peer key) JOIN
       and NACK are signed under it, fresh, the NACK bound to the frames'
       run
-  check [--twice] FRAMES.pcap OUT.pcap [A=KEYFILE B=KEYFILE]
+  check [--twice] [--fan2] FRAMES.pcap OUT.pcap [A=KEYFILE [A2=KEYFILE] B=KEYFILE]
       the static subscriber A (198.18.0.11:7500), alone while the frames
-      came, got every frame exactly once (--twice: twice), and B (from the
-      cache, by its NACK) exactly once, with valid checksums: byte-identical, or with keys
+      came (--fan2: with A2, 198.18.0.11:7502), got every frame exactly
+      once (--twice: twice), and B (from the cache, by its NACK) exactly
+      once, with valid checksums: byte-identical, or with keys
       each frame's trailer signed again under that subscriber's key and
       under no other's, bound to the frames' run
 Packets as cases.py builds them; the trailer from authtool.py.
@@ -32,6 +33,7 @@ from pcaptool import outputs, read_pcap, udp_parts, write_pcap  # noqa: E402
 from tap_peers import ctl  # noqa: E402
 
 A = ("198.18.0.11", 7500)
+A2 = ("198.18.0.11", 7502)
 B = ("198.18.0.12", 7500)
 
 
@@ -52,11 +54,11 @@ def gen(frames_pcap, out, keyfile=None, twice=False):
     write_pcap(out, pk * (2 if twice else 1) + [b(join), b(nack)])
 
 
-def check(frames_pcap, out, keymap, twice=False):
+def check(frames_pcap, out, keymap, twice=False, fan2=False):
     keys = {}
     for item in keymap:
         who, kf = item.split("=")
-        keys[{"A": A, "B": B}[who]] = authtool.read_key(kf)
+        keys[{"A": A, "A2": A2, "B": B}[who]] = authtool.read_key(kf)
     frames, runs = [], set()
     for p in read_pcap(frames_pcap):
         d = udp_parts(p)[4]
@@ -64,7 +66,7 @@ def check(frames_pcap, out, keymap, twice=False):
             runs.add(struct.unpack_from("<Q", d, len(d) - authtool.LEN + 8)[0])
             d = d[:-authtool.LEN]
         frames.append(d)
-    got, bad = {A: [], B: []}, 0
+    got, bad = ({A: [], A2: [], B: []} if fan2 else {A: [], B: []}), 0
     for _, u in outputs(out):
         if not u:
             bad += 1
@@ -86,7 +88,7 @@ def check(frames_pcap, out, keymap, twice=False):
         got[dest].append(d)
     ok = not bad
     for dest, pl in got.items():
-        want = frames * (2 if twice and dest == A else 1)
+        want = frames * (2 if twice and dest != B else 1)
         if sorted(pl) != sorted(want):
             print("FAIL: %s:%d got %d frames of %d, or other bytes" % (dest + (len(pl), len(want))))
             ok = False
@@ -99,11 +101,11 @@ def check(frames_pcap, out, keymap, twice=False):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    twice = "--twice" in args
-    args = [a for a in args if a != "--twice"]
+    twice, fan2 = "--twice" in args, "--fan2" in args
+    args = [a for a in args if a not in ("--twice", "--fan2")]
     if len(args) >= 3 and args[0] == "gen":
         gen(*args[1:4], twice=twice)
     elif len(args) >= 3 and args[0] == "check":
-        sys.exit(0 if check(args[1], args[2], args[3:], twice=twice) else 1)
+        sys.exit(0 if check(args[1], args[2], args[3:], twice=twice, fan2=fan2) else 1)
     else:
         sys.exit(__doc__)
