@@ -120,7 +120,7 @@ static void lane_frame(relay *r, lane *l, const lane_job *j)
 	 * FRAME_OWN (lane 0 only) the last output is the frame itself, which
 	 * writes that headroom, so no clone takes it: each output is made as
 	 * the next one is found, the last after the loop */
-	const int own = j->flags & FRAME_OWN;
+	const int own = l->idx == 0 && (j->flags & FRAME_OWN);
 	int head = l->idx == 0 && !own;
 	sub *last = NULL;
 	for (uint64_t u = l->used_mask; u; u &= u - 1) {
@@ -217,6 +217,7 @@ void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version
 	j.op = JOB_FRAME;
 	j.key = (uint8_t)key;
 	j.sub = 0;
+	j.flags = 0; /* FRAME_OWN is lane 0's alone, set below */
 	/* the other lanes first, so that they work while this one does; a
 	 * frame another lane clones is not lane 0's to write */
 	int shared = 0;
