@@ -85,6 +85,30 @@ uint64_t stage_budget(const shim *s)
 	return cap < s->cf.max_stage ? cap : s->cf.max_stage;
 }
 
+/* The options to apply frames of the buffer's model from base (0 for
+ * keyframes), with the zstd workspace. */
+static bfp_apply_opts apply_opts(const shim *s, uint32_t base)
+{
+	bfp_apply_opts o;
+	memset(&o, 0, sizeof(o));
+	o.model_id = s->w.h->model_id;
+	o.base_version = base;
+	o.zstd_workspace = s->zws;
+	o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
+	return o;
+}
+
+/* Keep p (bytes long) as the prepared changes of sl's frame i. */
+static void slot_add_prep(shim *s, slot *sl, uint32_t i, prep *p, size_t bytes)
+{
+	sl->preps[i] = p;
+	sl->prepped++;
+	sl->prep_bytes += bytes;
+	s->prep_bytes += bytes;
+	s->staged_bytes += bytes;
+	s->prepared++;
+}
+
 static slot *next_slot(shim *s, int complete);
 static void shadow_release(shim *s);
 static uint32_t staged_through(const shim *s, const slot *first);
@@ -389,10 +413,7 @@ int stage_prepare_some(shim *s, double budget_s)
 		s->no_prep = 1;
 		return 0;
 	}
-	bfp_apply_opts o;
-	memset(&o, 0, sizeof(o));
-	o.model_id = s->w.h->model_id;
-	o.base_version = sl->base;
+	const bfp_apply_opts o = apply_opts(s, sl->base);
 	uint32_t done = 0;
 	for (uint32_t i = 0; i < sl->hi; i++) {
 		/* a keyframe-coded frame of the patch (FORMAT.md 2.1 IN_PATCH)
@@ -451,12 +472,7 @@ int stage_prepare_some(shim *s, double budget_s)
 		p->crc = p->has_crc ? changes_entry_crc(&s->chg, p->fc.range_begin, p->fc.range_len,
 							p->fc.pos, p->fc.val, p->fc.n)
 				    : 0;
-		sl->preps[i] = p;
-		sl->prepped++;
-		sl->prep_bytes += bytes;
-		s->prep_bytes += bytes;
-		s->staged_bytes += bytes;
-		s->prepared++;
+		slot_add_prep(s, sl, i, p, bytes);
 	}
 	return prepare_list(s, sl, t0 + budget_s);
 }
@@ -571,12 +587,7 @@ static int commit(shim *s, slot *sl)
 #ifdef BFP_SHIM_DPDK
 	if (s->dma && !resume) {
 		/* decode into staging, verify, DMA into the buffer, verify again */
-		bfp_apply_opts o;
-		memset(&o, 0, sizeof(o));
-		o.model_id = s->w.h->model_id;
-		o.base_version = base;
-		o.zstd_workspace = s->zws;
-		o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
+		const bfp_apply_opts o = apply_opts(s, base);
 		shim_dma_result dr;
 		const shim_dma_journal jn = shim_dma_journal_of(&s->dlog);
 		const shim_dma_journal jc = {.note = changes_dma_note, .retire = changes_dma_retire,
@@ -952,11 +963,7 @@ static int inplace_frame(shim *s, const uint8_t *p, size_t len, const bfp_frame_
 		s->dup++;
 		return 0;
 	}
-	bfp_apply_opts o;
-	memset(&o, 0, sizeof(o));
-	o.model_id = s->w.h->model_id;
-	o.zstd_workspace = s->zws;
-	o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
+	const bfp_apply_opts o = apply_opts(s, 0);
 	unplace_keys(s, NULL, 0); /* staged streams' frames written meanwhile are written over */
 	bfp_status st = bfp_decode_apply(s->dec, &o, p, len, s->w.params, s->w.h->n_params, NULL);
 	if (st != BFP_OK) { /* checked before anything is written */
@@ -1111,11 +1118,7 @@ static int place_key(shim *s, slot *sl, const uint8_t *p, size_t len,
 		return 0;
 	}
 	sl->in_shadow = shadow;
-	bfp_apply_opts o;
-	memset(&o, 0, sizeof(o));
-	o.model_id = s->w.h->model_id;
-	o.zstd_workspace = s->zws;
-	o.zstd_workspace_size = s->zws ? bfp_zstd_workspace_size() : 0;
+	const bfp_apply_opts o = apply_opts(s, 0);
 	bfp_frame_header dh;
 	bfp_status st = bfp_decoder_model_for(s->dec, p, len, (const uint8_t *const *)sl->frames,
 					      sl->flen, sl->hi);
@@ -1179,14 +1182,8 @@ static int slot_store(shim *s, slot *sl, const uint8_t *p, size_t len,
 			" bytes staged): stopping\n", h->target_version, s->staged_bytes);
 		return -1;
 	}
-	if (placed) {
-		sl->preps[h->frame_index] = placed;
-		sl->prepped++;
-		sl->prep_bytes += sizeof(prep);
-		s->prep_bytes += sizeof(prep);
-		s->staged_bytes += sizeof(prep);
-		s->prepared++;
-	}
+	if (placed)
+		slot_add_prep(s, sl, h->frame_index, placed, sizeof(prep));
 	memcpy(sl->frames[h->frame_index], p, len);
 	sl->flen[h->frame_index] = (uint32_t)len;
 	sl->bytes += len;
