@@ -66,32 +66,6 @@ static void note_first_frame(relay *r, uint64_t model, uint32_t version)
 		    model);
 }
 
-/* A frame's model, version and index (FORMAT.md 2.1, little-endian). */
-static inline void frame_id(const uint8_t *f, uint64_t *model, uint32_t *version,
-			    uint32_t *index)
-{
-	uint64_t m;
-	uint32_t v, i;
-	memcpy(&m, f + 8, 8);
-	memcpy(&v, f + 20, 4);
-	memcpy(&i, f + 24, 4);
-	*model = rte_le_to_cpu_64(m);
-	*version = rte_le_to_cpu_32(v);
-	*index = rte_le_to_cpu_32(i);
-}
-
-/* A frame's key in the repair cache (its model, apart for a keyframe
- * stream's frame: cache_model) and whether it is of a keyframe stream,
- * not of a patch (FORMAT.md 2.1). */
-static inline int frame_key(const uint8_t *f, uint64_t *cm, uint32_t *version, uint32_t *index,
-			    uint64_t *model)
-{
-	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
-	frame_id(f, model, version, index);
-	*cm = cache_model(*model, key);
-	return key;
-}
-
 static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *st)
 {
 	/* keep only the frame: strip headers and any Ethernet padding */
@@ -114,9 +88,18 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 			return;
 		}
 	}
-	uint64_t model, cm;
+	uint64_t model; /* FORMAT.md 2.1, little-endian fields */
 	uint32_t version, index;
-	const int key = frame_key(f, &cm, &version, &index, &model);
+	memcpy(&model, f + 8, 8);
+	memcpy(&version, f + 20, 4);
+	memcpy(&index, f + 24, 4);
+	model = rte_le_to_cpu_64(model);
+	version = rte_le_to_cpu_32(version);
+	index = rte_le_to_cpu_32(index);
+	/* a frame of a keyframe stream, not of a patch (FORMAT.md 2.1), and
+	 * its key in the repair cache */
+	const int key = !bfp_encoding_is_delta(f[5]) && !(f[6] & BFP_FLAG_IN_PATCH);
+	const uint64_t cm = cache_model(model, key);
 	if (version >= RP_VERSION_NONE) {
 		/* the control protocol's reserved values are never a version:
 		 * believed, HEARTBEATs would name them and the cache window
