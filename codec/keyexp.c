@@ -206,7 +206,7 @@ typedef struct kx_plan {
 	unsigned np;           /* exponents present */
 	uint8_t pe[256];       /* them, from the largest down */
 	uint32_t cnt[256];     /* the exponents of the values planned from */
-	uint32_t cntm[512];    /* with m: the same by kx_key */
+	uint32_t cntm[512];    /* the same by exponent and mantissa top bit */
 	uint64_t cost[512];    /* each kx_key's (KX_COST) */
 	kx_esym sym[512];      /* each kx_key's symbol */
 } kx_plan;
@@ -223,31 +223,12 @@ static uint64_t kx_bytes(const kx_plan *pl, uint64_t k, uint64_t ebits, uint64_t
 	       (r256 + 2047) / 2048 + 1 + (pl->m ? 5 : 4) * BFP_KEYEXP_STATES;
 }
 
-/* cnt[e]: how many of w[0..n) (n <= 8192) have exponent e. Four 16-bit
- * histograms, so that runs of one exponent do not wait on one counter
- * and clearing and summing them is short. */
-static void count_exps(const uint16_t *w, uint32_t n, uint32_t *cnt)
-{
-	uint16_t h[4][256];
-	BFP_MEMSET(h, 0, sizeof(h));
-	uint32_t i = 0;
-	for (; i + 4 <= n; i += 4) {
-		h[0][exp_of(w[i])]++;
-		h[1][exp_of(w[i + 1])]++;
-		h[2][exp_of(w[i + 2])]++;
-		h[3][exp_of(w[i + 3])]++;
-	}
-	for (; i < n; i++)
-		h[0][exp_of(w[i])]++;
-	for (unsigned e = 0; e < 256; e++)
-		cnt[e] = (uint32_t)h[0][e] + h[1][e] + h[2][e] + h[3][e];
-}
-
-/* count_exps by kx_key with m = 1 into cntm, and the exponents' sums
- * into cnt. */
+/* How many of w[0..n) (n <= 8192) have each kx_key with m = 1 (the
+ * exponent and the mantissa's top bit) into cntm, and each exponent into
+ * cnt. Two 16-bit histograms, so that runs of one key do not wait on one
+ * counter, and clearing and summing them is short. */
 static void count_keys(const uint16_t *w, uint32_t n, uint32_t *cntm, uint32_t *cnt)
 {
-	/* two histograms: the mantissa bit in the key breaks most runs */
 	uint16_t h[2][512];
 	BFP_MEMSET(h, 0, sizeof(h));
 	uint32_t i = 0;
@@ -272,10 +253,7 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n, int m)
 	unsigned lc[256];
 	uint32_t cum[256]; /* cum[e]: the values of exponent e or below */
 	pl->m = m;
-	if (m)
-		count_keys(w, n, pl->cntm, cnt);
-	else
-		count_exps(w, n, cnt);
+	count_keys(w, n, pl->cntm, cnt);
 	unsigned etop = 255, np = 0;
 	while (!cnt[etop])
 		etop--;
