@@ -118,16 +118,19 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	 * then nothing keeps m after its outputs, and the fan-out sends m
 	 * itself as one of them (fanout.c), as ipv4_multicast sends its last
 	 * output in the input mbuf. Else the cache takes this reference,
-	 * released on eviction, and the outputs hold their own. A frame of a
-	 * keyframe stream goes only to those that asked for one (fanout.c) */
+	 * released on eviction, and the outputs hold their own: the last of
+	 * them m itself, its headers in its headroom, where no lane but this
+	 * lcore's takes the frame (FAN_STORE: written before the cache, and
+	 * so a NACK answer, can reach m). A frame of a keyframe stream goes
+	 * only to those that asked for one (fanout.c) */
 	uint64_t tag;
 	memcpy(&tag, f + 48, 8);
 	const rp_cache_entry *e = rp_cache_find(&r->cache, cm, version, index);
 	if (e && e->tag == tag) {
-		relay_fanout(r, m, model, version, key, sum, 1, st); /* consumes m */
+		relay_fanout(r, m, model, version, key, sum, FAN_OWN, st); /* consumes m */
 		return;
 	}
-	relay_fanout(r, m, model, version, key, sum, 0, st);
+	relay_fanout(r, m, model, version, key, sum, FAN_STORE, st);
 	if (e)
 		cache_check_remade(r, cm, version, f, l4_len, st);
 	if (rp_cache_put_tagged(&r->cache, cm, version, index, l4_len, tag, m, relay_mbuf_drop,
@@ -221,8 +224,9 @@ int relay_cached_sum_ok(struct rte_mbuf *f)
 {
 	if (!(f->hash.usr & SUM_UNCHECKED))
 		return 1;
+	const uint16_t off = relay_frame_off(f);
 	uint16_t want = rp_fold(f->hash.fdir.hi), got = rp_fold(rp_sum(
-		rte_pktmbuf_mtod(f, const void *), rte_pktmbuf_pkt_len(f), 0));
+		rte_pktmbuf_mtod_offset(f, const void *, off), rte_pktmbuf_pkt_len(f) - off, 0));
 	/* one's complement: 0 and 0xFFFF are both zero */
 	if (want != got && !((want == 0 || want == 0xFFFF) && (got == 0 || got == 0xFFFF)))
 		return 0;
@@ -234,7 +238,7 @@ int relay_cached_sum_ok(struct rte_mbuf *f)
 void relay_core_packet(relay *r, struct rte_mbuf *m, lcore_stats *st)
 {
 	rp_pkt k;
-	rp_class cls = (rp_class)((m->hash.usr & ~SUM_UNCHECKED) >> 16);
+	rp_class cls = (rp_class)((m->hash.usr & ~(SUM_UNCHECKED | FRAME_BEHIND)) >> 16);
 	if (cls == RP_DATA) {
 		on_data(r, m, (uint16_t)m->hash.usr, st);
 		return;

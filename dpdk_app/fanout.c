@@ -119,7 +119,9 @@ static void lane_frame(relay *r, lane *l, const lane_job *j)
 	 * the main lcore, each frame once, and a RESEND never takes it. With
 	 * FRAME_OWN (lane 0 only) the last output is the frame itself, which
 	 * writes that headroom, so no clone takes it: each output is made as
-	 * the next one is found, the last after the loop */
+	 * the next one is found, the last after the loop; with FRAME_KEEP too
+	 * the cache takes f afterwards, and the last output is f with a
+	 * reference of its own */
 	const int own = l->idx == 0 && (j->flags & FRAME_OWN);
 	int head = l->idx == 0 && !own;
 	sub *last = NULL;
@@ -138,7 +140,9 @@ static void lane_frame(relay *r, lane *l, const lane_job *j)
 			last = s;
 		}
 	}
-	if (own)
+	if (own && (j->flags & FRAME_KEEP))
+		relay_emit_keep(r, l, last, j->f, j->sum, j->run);
+	else if (own)
 		relay_emit_own(r, l, last, j->f, j->sum, j->run); /* consumes f */
 }
 
@@ -219,16 +223,18 @@ void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version
 	j.sub = 0;
 	j.flags = 0; /* FRAME_OWN is lane 0's alone, set below */
 	/* the other lanes first, so that they work while this one does; a
-	 * frame another lane clones is not lane 0's to write */
+	 * frame another lane clones is not lane 0's to write (nor, stored, to
+	 * go out itself: its headers would move its data under their clones) */
 	int shared = 0;
 	for (unsigned k = 1; k < r->n_lanes; k++)
 		if (r->lane_subs[k]) {
 			lane_hand(r, k, &j, st);
 			shared = 1;
 		}
-	j.flags = own && !shared ? FRAME_OWN : 0;
+	if (!shared && own != FAN_SHARED)
+		j.flags = own == FAN_STORE ? FRAME_OWN | FRAME_KEEP : FRAME_OWN;
 	lane_run(r, &r->lanes[0], &j);
-	if (own && shared)
+	if (own == FAN_OWN && shared)
 		rte_pktmbuf_free(f); /* the caller's reference, consumed */
 }
 

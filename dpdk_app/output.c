@@ -20,19 +20,26 @@
  * method keeps one payload shared by fan-out, cache and repairs, with
  * zero payload copies.
  *
- * One output of each frame needs no header mbuf: as ipv4_multicast sends
- * its last output in the input mbuf itself, the first output the main
- * lcore makes of a received frame is a clone that reaches back into the
- * frame's headroom, where the frame's own headers arrived, and carries the
- * subscriber's headers there (at fan-out 1, every output): the repair
- * cache keeps the input mbuf as received, so it cannot go itself; nothing
- * else writes that headroom (NACK answers and other lanes' outputs take
- * header mbufs), and the payload is written by no output. A frame the
+ * One output of each frame needs no header mbuf or clone: as
+ * ipv4_multicast sends its last output in the input mbuf itself, the last
+ * output the main lcore makes of a received frame is the frame's own mbuf,
+ * its subscriber's headers written in its headroom, where the frame's own
+ * headers arrived (at fan-out 1, every output). A frame the repair cache
+ * stores keeps that mbuf with a reference of its own (relay_emit_keep):
+ * the headers are written before the cache takes it, so before any NACK
+ * answer can reach it, and the frame is flagged FRAME_BEHIND, so that
+ * every reader of a cached frame (NACK answers, their payload check, a
+ * trailer signed per hop) starts after them (relay_frame_off); nothing
+ * writes the cached frame again (NACK answers take header mbufs). Per hop
+ * its trailer would be signed again in place, over the cached one: that
+ * output is a clone reaching back into the frame's headroom instead, as is
+ * the first output on the main lcore of a frame that another lane also
+ * fans out (its clones must not see the frame's data move). A frame the
  * cache holds a copy of already (a repeat: the replayed rows of
  * bench_relay.sh, a frame sent again upstream) is kept by nothing after
- * its outputs, and its last output is the input mbuf itself, as in the
- * example: its headers in its headroom, per hop its trailer signed again
- * in place (relay_emit_own; no clone, no mbuf allocated at fan-out 1).
+ * its outputs, and its last output is the input mbuf itself, per hop its
+ * trailer signed again in place (relay_emit_own). Either way, but for a
+ * stored frame per hop, no mbuf is allocated at fan-out 1.
  * Headers come from a per-subscriber template: a 42-byte copy and two
  * checksum updates.
  */
@@ -145,8 +152,9 @@ static uint16_t sum_part(const uint8_t *p, size_t n, int odd)
  * upstream's trailer. */
 static void reseal(const sub_out *o, uint64_t run, struct rte_mbuf *f, uint8_t *t, uint32_t *sum)
 {
-	const uint8_t *fp = rte_pktmbuf_mtod(f, const uint8_t *);
-	const size_t flen = rte_pktmbuf_pkt_len(f) - RP_AUTH_LEN;
+	const uint16_t off = relay_frame_off(f);
+	const uint8_t *fp = rte_pktmbuf_mtod_offset(f, const uint8_t *, off);
+	const size_t flen = rte_pktmbuf_pkt_len(f) - off - RP_AUTH_LEN;
 	const int odd = flen & 1;
 	/* the upstream's trailer is summed first: t may be where it is */
 	const uint16_t old = sum_part(fp + flen, RP_AUTH_LEN, odd);
@@ -221,13 +229,13 @@ static struct rte_mbuf *output_copy(relay *r, lane *l, const sub *s, struct rte_
 {
 	const sub_out *o = &s->out;
 	struct rte_mbuf *m = rte_pktmbuf_alloc(r->pool[o->eth_port]);
-	uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
+	const uint16_t off = relay_frame_off(f), fl = (uint16_t)(rte_pktmbuf_pkt_len(f) - off);
 	uint8_t *p = m ? (uint8_t *)rte_pktmbuf_append(m, (uint16_t)(RP_HDRS + fl)) : NULL;
 	if (!p) {
 		rte_pktmbuf_free(m);
 		return NULL;
 	}
-	memcpy(p + RP_HDRS, rte_pktmbuf_mtod(f, const void *), fl);
+	memcpy(p + RP_HDRS, rte_pktmbuf_mtod_offset(f, const void *, off), fl);
 	if (s->peer)
 		reseal(o, run, f, p + RP_HDRS + fl - RP_AUTH_LEN, &payload_sum);
 	hdr_put(p, s, fl, payload_sum, l->ip_id++);
@@ -235,15 +243,20 @@ static struct rte_mbuf *output_copy(relay *r, lane *l, const sub *s, struct rte_
 	return m;
 }
 
-/* An indirect mbuf over f's data (rte_pktmbuf_clone, inline for the
- * single segment every received frame has). */
-static struct rte_mbuf *payload_ref(relay *r, struct rte_mbuf *f)
+/* An indirect mbuf over frame f's data from off on (rte_pktmbuf_clone,
+ * inline for the single segment every received frame has). */
+static struct rte_mbuf *payload_ref(relay *r, struct rte_mbuf *f, uint16_t off)
 {
-	if (f->nb_segs != 1)
-		return rte_pktmbuf_clone(f, r->clone_pool);
-	struct rte_mbuf *c = rte_pktmbuf_alloc(r->clone_pool);
-	if (c)
-		rte_pktmbuf_attach(c, f);
+	struct rte_mbuf *c;
+	if (f->nb_segs != 1) {
+		c = rte_pktmbuf_clone(f, r->clone_pool);
+	} else {
+		c = rte_pktmbuf_alloc(r->clone_pool);
+		if (c)
+			rte_pktmbuf_attach(c, f);
+	}
+	if (c && off)
+		rte_pktmbuf_adj(c, off); /* within the first segment: f's headers */
 	return c;
 }
 
@@ -257,16 +270,16 @@ static struct rte_mbuf *payload_ref(relay *r, struct rte_mbuf *f)
 static struct rte_mbuf *output_clone(relay *r, lane *l, const sub *s, struct rte_mbuf *f,
 				     uint32_t payload_sum, uint64_t run, int head)
 {
-	const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
+	const uint16_t off = relay_frame_off(f), fl = (uint16_t)(rte_pktmbuf_pkt_len(f) - off);
 	struct rte_mbuf *h = NULL, *c;
-	head = head && RTE_MBUF_DIRECT(f) && f->nb_segs == 1 &&
+	head = head && !off && RTE_MBUF_DIRECT(f) && f->nb_segs == 1 &&
 	       rte_pktmbuf_headroom(f) >= RP_HDRS;
 	if (!head) {
 		h = rte_pktmbuf_alloc(r->hdr_pool);
 		if (!h)
 			return NULL;
 	}
-	c = payload_ref(r, f);
+	c = payload_ref(r, f, off);
 	if (!c) {
 		rte_pktmbuf_free(h);
 		return NULL;
@@ -330,8 +343,8 @@ void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payl
 	 * neither its headroom nor its metadata, but a trailer signed again
 	 * in place would change theirs */
 	if (s && s->out.has_mac && !r->cf.copy_fanout && RTE_MBUF_DIRECT(f) &&
-	    f->nb_segs == 1 && (!s->peer || rte_mbuf_refcnt_read(f) == 1) &&
-	    rte_pktmbuf_headroom(f) >= RP_HDRS) {
+	    f->nb_segs == 1 && !(f->hash.usr & FRAME_BEHIND) &&
+	    (!s->peer || rte_mbuf_refcnt_read(f) == 1) && rte_pktmbuf_headroom(f) >= RP_HDRS) {
 		const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
 		if (s->peer)
 			reseal(&s->out, run, f, rte_pktmbuf_mtod_offset(f, uint8_t *,
@@ -346,6 +359,29 @@ void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payl
 	if (s) /* no MAC (counted there), or f not the output's alone */
 		relay_emit(r, l, s, f, payload_sum, run);
 	rte_pktmbuf_free(f);
+}
+
+void relay_emit_keep(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		     uint64_t run)
+{
+	if (!s)
+		return;
+	/* the frame's earlier outputs (clones) see neither its headroom nor
+	 * its metadata: they were made before its data started at its
+	 * headers, and they read from their own data_off */
+	if (s->out.has_mac && !s->peer && !r->cf.copy_fanout && RTE_MBUF_DIRECT(f) &&
+	    f->nb_segs == 1 && !(f->hash.usr & FRAME_BEHIND) &&
+	    rte_pktmbuf_headroom(f) >= RP_HDRS) {
+		const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
+		rte_mbuf_refcnt_update(f, 1); /* the output's; the caller's is the cache's */
+		uint8_t *p = (uint8_t *)rte_pktmbuf_prepend(f, RP_HDRS);
+		f->hash.usr |= FRAME_BEHIND;
+		hdr_put(p, s, fl, payload_sum, l->ip_id++);
+		offload_csum(r, f, s->out.eth_port);
+		deliver(r, l, s, f);
+		return;
+	}
+	relay_emit_head(r, l, s, f, payload_sum, run, 1); /* no MAC: counted there */
 }
 
 /* The repair cache's release callback: its reference to a frame. */

@@ -36,6 +36,11 @@
 /* in a kept packet's hash.usr (class << 16 | UDP payload length): its
  * payload sum was taken from its UDP checksum, which nothing has checked */
 #define SUM_UNCHECKED 0x80000000u
+/* in a stored frame's hash.usr: its mbuf went out as one of its outputs,
+ * whose headers (RP_HDRS bytes, written in its headroom before the cache
+ * took it) precede the frame there; every reader of a cached frame starts
+ * at relay_frame_off() (output.c) */
+#define FRAME_BEHIND 0x40000000u
 
 /* Set by the signal handlers (main.c), read by the lcore loops. */
 extern volatile sig_atomic_t force_quit, dump_stats;
@@ -170,8 +175,10 @@ typedef struct lcore_stats {
 enum { JOB_FRAME, JOB_RESEND, JOB_SYNC };
 enum { SYNC_FRESH = 1, SYNC_FLUSH = 2, SYNC_BUCKET = 4 };
 /* FRAME on lane 0: nothing else holds f (the cache has a copy, no other
- * lane takes it), so its last output is f itself (fanout.c, output.c) */
-enum { FRAME_OWN = 1 };
+ * lane takes it), so its last output is f itself (fanout.c, output.c);
+ * with FRAME_KEEP the cache takes f after its outputs, and the last one
+ * is f with a reference of its own, its headers in front (FRAME_BEHIND) */
+enum { FRAME_OWN = 1, FRAME_KEEP = 2 };
 typedef struct lane_job {
 	struct rte_mbuf *f;      /* FRAME, RESEND: a reference the lane frees */
 	uint64_t model, run;     /* FRAME: its model; the run its outputs bind */
@@ -272,6 +279,13 @@ typedef struct relay {
 					   * RTE_MAX_LCORE */
 } relay;
 
+/* Where frame f starts in its mbuf: after its output's headers when it
+ * went out in its own mbuf (FRAME_BEHIND), else at its data. */
+static inline uint16_t relay_frame_off(const struct rte_mbuf *f)
+{
+	return f->hash.usr & FRAME_BEHIND ? RP_HDRS : 0;
+}
+
 /* The netmask of a prefix length, host order (0: every address). */
 static inline uint32_t prefix_mask(unsigned len)
 {
@@ -323,8 +337,9 @@ void relay_teardown(relay *r);
 void relay_send(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *st);
 /* The same from lane l, on its own TX queue. */
 void relay_lane_send(lane *l, uint16_t port, struct rte_mbuf *m);
-/* One output of frame f (payload only, its sum precomputed) for s, on its
- * owner lane l; per hop, signed under s's key bound to run. */
+/* One output of frame f (its payload from relay_frame_off() on, its sum
+ * precomputed) for s, on its owner lane l; per hop, signed under s's key
+ * bound to run. */
 void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		uint64_t run);
 /* relay_emit, where the output may also take f's headroom for its headers
@@ -339,6 +354,14 @@ int relay_emit_head(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payl
  * a clone, as relay_emit, and f is released). */
 void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		    uint64_t run);
+/* The last output of frame f for s (NULL: none) when the repair cache
+ * takes f after it and nothing else holds f: f itself, its headers in its
+ * headroom (f then FRAME_BEHIND), with a reference of its own, as
+ * ipv4_multicast sends its last output in the input mbuf; per hop (a
+ * trailer signed again must not change the cached frame), a clone that
+ * reaches into f's headroom. The caller's reference stays its own. */
+void relay_emit_keep(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
+		     uint64_t run);
 /* s's header template (hdr, ip_sum, udp_sum, peer) from s->out, on its
  * owner lane. */
 void relay_out_template(relay *r, sub *s);
@@ -363,9 +386,14 @@ int relay_lanes_create(relay *r);
 /* Which worker lcores are lanes (the last n_lanes - 1); 0, or -1 after a
  * message when there are too few. */
 int relay_lanes_place(relay *r);
+/* How relay_fanout() takes its frame: a reference the caller keeps
+ * (FAN_SHARED); one that nothing else holds, which the fan-out consumes
+ * (FAN_OWN); or one the caller keeps to store in the repair cache after
+ * the fan-out, nothing else holding f (FAN_STORE: the last output may be
+ * f itself, relay_emit_keep). */
+enum { FAN_SHARED, FAN_OWN, FAN_STORE };
 /* Frame f to every subscriber that takes it, each through its owner
- * lane: a reference the caller keeps, or with own, one that nothing else
- * holds, which the fan-out consumes (FRAME_OWN). */
+ * lane, f taken as own (FAN_*) says. */
 void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version, int key,
 		  uint32_t sum, int own, lcore_stats *st);
 /* Whether a lane has no room for a burst of frames: the main lcore then

@@ -169,9 +169,10 @@ static sub *paced_sub(uint32_t ip, uint16_t port, uint8_t last_mac)
 }
 
 /* Each subscriber's output: its own header, chained to the cached
- * payload itself (no copy), with valid IPv4 and UDP checksums; one of
- * them (lane 0's first) has its header in the frame's headroom instead,
- * one segment over the same bytes; the cached frame stays as received. */
+ * payload itself (no copy), with valid IPv4 and UDP checksums; the last
+ * is the cached mbuf itself, its header in the frame's headroom, one
+ * segment over the same bytes; the cached frame's bytes stay as received,
+ * from relay_frame_off() on. */
 static void test_fanout_chains_headers_to_the_shared_payload(void **state)
 {
 	(void)state;
@@ -183,7 +184,10 @@ static void test_fanout_chains_headers_to_the_shared_payload(void **state)
 	receive(datagram(T->cf.data_port, fr, fl));
 	struct rte_mbuf *cached = rp_cache_get(&T->cache, 99, 2, 5);
 	assert_non_null(cached);
-	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 3); /* cache + 3 clones */
+	/* the cache, 2 clones, the last output */
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 3);
+	assert_int_equal(relay_frame_off(cached), RP_HDRS);
+	const uint8_t *cf = rte_pktmbuf_mtod_offset(cached, uint8_t *, RP_HDRS);
 	const uint16_t cached_len = rte_pktmbuf_data_len(cached);
 	int in_head = 0;
 	for (int i = 0; i < 3; i++) {
@@ -191,14 +195,12 @@ static void test_fanout_chains_headers_to_the_shared_payload(void **state)
 		assert_int_equal(rte_ring_dequeue(s[i]->q, (void **)&o), 0);
 		if (o->nb_segs == 1) { /* the headers in the frame's headroom */
 			in_head++;
-			assert_true(RTE_MBUF_CLONED(o));
-			assert_ptr_equal(rte_pktmbuf_mtod_offset(o, uint8_t *, RP_HDRS),
-					 rte_pktmbuf_mtod(cached, void *));
+			assert_ptr_equal(o, cached);
+			assert_ptr_equal(rte_pktmbuf_mtod_offset(o, uint8_t *, RP_HDRS), cf);
 		} else {
 			assert_int_equal(o->nb_segs, 2);
 			assert_int_equal(rte_pktmbuf_data_len(o), RP_HDRS);
-			assert_ptr_equal(rte_pktmbuf_mtod(o->next, void *),
-					 rte_pktmbuf_mtod(cached, void *));
+			assert_ptr_equal(rte_pktmbuf_mtod(o->next, void *), cf);
 		}
 		uint8_t flat[1300];
 		const uint8_t *p = rte_pktmbuf_read(o, 0, rte_pktmbuf_pkt_len(o), flat);
@@ -219,7 +221,8 @@ static void test_fanout_chains_headers_to_the_shared_payload(void **state)
 	assert_int_equal(in_head, 1);
 	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
 	assert_int_equal(rte_pktmbuf_data_len(cached), cached_len);
-	assert_memory_equal(rte_pktmbuf_mtod(cached, void *), fr, fl);
+	assert_int_equal(cached_len, RP_HDRS + fl);
+	assert_memory_equal(cf, fr, fl);
 }
 
 /* Per-subscriber counters reach DPDK telemetry: every name is one
@@ -659,6 +662,62 @@ static void test_subscribers_are_owned_by_one_fanout_lcore_each(void **state)
 	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
 }
 
+/* The output of B's flattened into flat: B's view of it is a valid
+ * datagram to B whose payload is fr[fl], byte for byte. */
+static void assert_output_is(struct rte_mbuf *o, const sub *b, const uint8_t *fr, size_t fl)
+{
+	uint8_t flat[1300];
+	assert_int_equal(rte_pktmbuf_pkt_len(o), RP_HDRS + fl);
+	const uint8_t *p = rte_pktmbuf_read(o, 0, rte_pktmbuf_pkt_len(o), flat);
+	rp_addrs a;
+	memset(&a, 0, sizeof(a));
+	a.ip[0] = b->ip;
+	a.n_ip = 1;
+	a.data_port = b->data_port;
+	a.control_port = 1;
+	a.check_crc = 1;
+	rp_pkt k;
+	assert_int_equal(rp_classify(p, rte_pktmbuf_pkt_len(o), &a, &k), RP_DATA);
+	assert_memory_equal(p, b->mac, 6);
+	assert_memory_equal(p + RP_HDRS, fr, fl);
+}
+
+/* A frame stored at fan-out 1 goes out in its own mbuf, its headers in
+ * front of the cached frame, and what reads the cached frame starts after
+ * them: a NACK's answer (a clone, or a copy), and the payload check of a
+ * frame whose checksum nothing checked, see the frame as it came. */
+static void test_frame_stored_in_its_output_answers_nacks_as_received(void **state)
+{
+	(void)state;
+	lcore_stats *st = &T->stats[rte_lcore_id()];
+	sub *a = paced_sub(0xC6120040u, 7540, 40), *b = paced_sub(0xC6120041u, 7541, 41);
+	relay_sub_remove(T, b); /* A alone takes the frame */
+	uint8_t fr[1200];
+	const size_t fl = frame(fr, 31, 2);
+	receive(datagram(T->cf.data_port, fr, fl));
+	struct rte_mbuf *cached = rp_cache_get(&T->cache, 99, 2, 31), *o = NULL;
+	assert_non_null(cached);
+	assert_int_equal(rte_ring_dequeue(a->q, (void **)&o), 0);
+	assert_ptr_equal(o, cached); /* no clone: the received mbuf itself */
+	assert_int_equal(relay_frame_off(cached), RP_HDRS);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 2);
+	assert_output_is(o, a, fr, fl);
+	rte_pktmbuf_free(o); /* sent */
+	cached->hash.usr |= SUM_UNCHECKED; /* its sum read once before a resend */
+	assert_true(relay_cached_sum_ok(cached));
+	b = paced_sub(0xC6120041u, 7541, 41);
+	for (int copy = 0; copy < 2; copy++) {
+		T->cf.copy_fanout = copy;
+		relay_resend(T, b, cached, cached->hash.fdir.hi, st); /* as a NACK's answer */
+		assert_int_equal(rte_ring_dequeue(b->q, (void **)&o), 0);
+		assert_output_is(o, b, fr, fl);
+		rte_pktmbuf_free(o);
+	}
+	T->cf.copy_fanout = 0;
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
+	assert_memory_equal(rte_pktmbuf_mtod_offset(cached, uint8_t *, RP_HDRS), fr, fl);
+}
+
 /* NACKs are answered from the cache to a JOINed subscriber only. */
 static void test_nack_is_answered_from_the_cache_to_joined_subscribers_only(void **state)
 {
@@ -927,6 +986,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_newest_version_is_kept_per_model, drop_subs),
 		cmocka_unit_test_teardown(test_slow_subscriber_leaves_the_rx_reserve, drop_subs),
 		cmocka_unit_test_teardown(test_join_keeps_pacing_and_static_settings, drop_subs),
+		cmocka_unit_test_teardown(test_frame_stored_in_its_output_answers_nacks_as_received, drop_subs),
 		cmocka_unit_test_teardown(test_nack_is_answered_from_the_cache_to_joined_subscribers_only, drop_subs),
 		cmocka_unit_test_teardown(test_nack_budget_is_per_subscriber, drop_subs),
 		cmocka_unit_test_teardown(test_cache_keeps_keyframes_apart_from_patch_frames, drop_subs),

@@ -1,12 +1,14 @@
 #!/bin/sh
-# inplace_test.sh BFPATCH RELAY [perhop] [twice] [fan2]: fan-out 1, where the
-# relay makes a frame's one output in the frame's own headroom
-# (dpdk_app/output.c): a patch goes through bfpatch-relay on net_pcap to
+# inplace_test.sh BFPATCH RELAY [perhop] [twice] [fan2] [asis]: fan-out 1,
+# where the relay sends a frame it stores in the frame's own mbuf, its
+# headers in its headroom (dpdk_app/output.c), and the repair cache reads
+# the frame after them: a patch goes through bfpatch-relay on net_pcap to
 # one static subscriber A; then B JOINs and NACKs every frame, answered
 # from the repair cache. A must get every frame as it came and B every
 # frame from the cache, byte-identical with valid checksums
 # (tests/relay/inplace.py): an output written over the cached frame (its
-# headers, a trailer) would spoil B's. With twice every frame comes
+# headers, a trailer), or a cached frame read from its output's headers,
+# would spoil B's. With twice every frame comes
 # again after the first pass, a copy the cache holds, and A's output of
 # it is the received mbuf itself (its headers, per hop its trailer,
 # written in place): A must get each twice, B's still from the first
@@ -17,16 +19,19 @@
 # must then not be signed in place, over A's. With perhop the frames are
 # signed, A and B have keys of their
 # own (--peer-keys) and each output must be signed again under its
-# subscriber's key and no other.
+# subscriber's key and no other; with asis too A has none (its output is
+# the stored frame's own mbuf, as unkeyed) and B's are signed again from
+# the cached frame after A's headers.
 set -u
 BFP=$1
 RELAY=$2
-MODE="" TWICE="" FAN2="" SA2=""
+MODE="" TWICE="" FAN2="" SA2="" ASIS=""
 for a in "${3:-}" "${4:-}" "${5:-}"; do
 	case $a in
 	perhop) MODE=perhop ;;
 	twice) TWICE=--twice ;;
 	fan2) FAN2=--fan2 ;;
+	asis) ASIS=1 ;;
 	esac
 done
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +52,7 @@ if [ "$MODE" = perhop ]; then
 	python3 "$HERE/inplace.py" gen $TWICE "$T/frames.pcap" "$T/in.pcap" "$T/kb" || fail gen
 	KA="--key $T/key --peer-keys $T/peers" SA=,key=11 CK="A=$T/ka B=$T/kb"
 	[ -n "$FAN2" ] && SA="" SA2=,key=11 CK="A=$T/key A2=$T/ka B=$T/kb"
+	[ -n "$ASIS" ] && SA="" CK="A=$T/key B=$T/kb"
 else
 	"$BFP" pcap "$T/p" -o "$T/frames.pcap" --dst 198.18.0.1:7400 || fail pcap
 	# shellcheck disable=SC2086 # TWICE: an option or nothing
