@@ -147,6 +147,7 @@ for size in 1500 8000; do
 	if [ -n "$TESTPMD" ]; then
 		tp=$(testpmd_rate $mbuf "$T/in$size.pcap")
 	fi
+	echo "$tp" > "$T/tp-$size"
 	mc=""
 	mcast_build $mbuf && mc=$mbuf
 	for fan in $FANOUTS; do
@@ -175,12 +176,16 @@ done
 # that every frame replayed has left it before it comes round again.
 echo
 echo "fan-out 1, every frame stored (repair cache of 1 MiB, full: each frame evicts the oldest):"
-printf '%-6s %11s %9s %9s %9s %13s\n' bytes "relay Mpps" "relay ns" "mcast ns" "relay/mc" "cache_stored"
+printf '%-6s %11s %9s %9s %8s %9s %9s %13s\n' bytes "relay Mpps" "relay ns" "tpmd ns" ratio \
+	"mcast ns" "relay/mc" "cache_stored"
 for size in 1500 8000; do
 	rr=$(relay_rate $size 1 "$T/in$size.pcap" --cache-bytes 1m)
 	cs=$(awk '$1 == "cache_stored" {print $2}' "$T/relay.log")
-	echo "$rr" | awk -v b="$size" -v mns="$(cat "$T/mns-$size-1")" -v cs="$cs" '{
-		printf "%-6d %11.3f %9.1f %9s %9s %13s\n", b, $1 / 1e6, $2,
+	echo "$rr" | awk -v b="$size" -v mns="$(cat "$T/mns-$size-1")" -v cs="$cs" \
+		-v tp="$(cat "$T/tp-$size")" '{
+		split(tp, t, " ")
+		printf "%-6d %11.3f %9.1f %9s %8s %9s %9s %13s\n", b, $1 / 1e6, $2,
+			tp == "" ? "n/a" : t[2], tp == "" ? "n/a" : sprintf("%.2fx", t[2] / $2),
 			mns == "" ? "n/a" : mns, mns == "" ? "n/a" : sprintf("%.2fx", $2 / mns), cs }'
 done
 
