@@ -547,7 +547,12 @@ uint64_t rp_bucket_take_upto(rp_bucket *b, uint64_t n, uint64_t now, uint64_t hz
 /* ---- repair cache index ----
  * Entries live in a ring in insertion order (eviction is always at the
  * head); a linear-probing hash of ring positions finds them, with
- * backward-shift deletion so no tombstones accumulate. */
+ * backward-shift deletion so no tombstones accumulate. Each hash slot
+ * holds its entry's ring position + 1 (low 32 bits, 0: empty) and the
+ * 32-bit hash of its key (high 32 bits), so that probing, deleting and
+ * moving slots read the hash array alone, and an entry is read only when
+ * its key's hash matches: a relay in steady state inserts and evicts a
+ * frame per frame, and the entries it would read are cold. */
 
 static uint32_t hkey(uint64_t m, uint32_t v, uint32_t i)
 {
@@ -556,7 +561,7 @@ static uint32_t hkey(uint64_t m, uint32_t v, uint32_t i)
 	return (uint32_t)(z ^ (z >> 29));
 }
 
-int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint32_t *hash, uint32_t cap,
+int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint64_t *hash, uint32_t cap,
 		  uint64_t budget, uint32_t keep_versions)
 {
 	if (cap == 0 || (cap & (cap - 1)) || cap > (1u << 30))
@@ -571,19 +576,22 @@ int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint32_t *hash, uint32_t ca
 	return 0;
 }
 
-static const rp_cache_entry *at(const rp_cache *c, uint32_t h)
+/* A hash slot's entry (h != 0). */
+static const rp_cache_entry *at(const rp_cache *c, uint64_t h)
 {
-	return &c->ring[h - 1];
+	return &c->ring[(uint32_t)h - 1];
 }
 
-/* Hash slot holding the entry, or -1. */
-static int64_t find(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
+/* Hash slot holding the entry whose key (m, v, i) hashes to x, or -1. */
+static int64_t find(const rp_cache *c, uint32_t x, uint64_t m, uint32_t v, uint32_t i)
 {
-	uint32_t mask = 2 * c->cap - 1;
-	for (uint32_t k = hkey(m, v, i) & mask;; k = (k + 1) & mask) {
-		uint32_t h = c->hash[k];
+	const uint32_t mask = 2 * c->cap - 1;
+	for (uint32_t k = x & mask;; k = (k + 1) & mask) {
+		const uint64_t h = c->hash[k];
 		if (h == 0)
 			return -1;
+		if ((uint32_t)(h >> 32) != x)
+			continue;
 		const rp_cache_entry *e = at(c, h);
 		if (e->model_id == m && e->version == v && e->index == i)
 			return k;
@@ -595,8 +603,7 @@ static void unhash(rp_cache *c, uint32_t k)
 	uint32_t mask = 2 * c->cap - 1;
 	c->hash[k] = 0;
 	for (uint32_t j = (k + 1) & mask; c->hash[j]; j = (j + 1) & mask) {
-		const rp_cache_entry *e = at(c, c->hash[j]);
-		uint32_t home = hkey(e->model_id, e->version, e->index) & mask;
+		uint32_t home = (uint32_t)(c->hash[j] >> 32) & mask;
 		/* move j back to the hole at k unless its home lies
 		 * cyclically in (k, j] */
 		if (((j - home) & mask) >= ((j - k) & mask)) {
@@ -622,8 +629,8 @@ static void retire(rp_cache *c, rp_cache_entry *e, void (*drop)(void *, void *),
 	/* its slot: the one on its probe path that holds its ring position
 	 * (only hash slots are read, not the entries of the others) */
 	const uint32_t mask = 2 * c->cap - 1, pos = (uint32_t)(e - c->ring) + 1;
-	uint32_t k = hkey(e->model_id, e->version, e->index) & mask;
-	while (c->hash[k] && c->hash[k] != pos)
+	uint32_t k = e->hkey & mask;
+	while (c->hash[k] && (uint32_t)c->hash[k] != pos)
 		k = (k + 1) & mask;
 	if (c->hash[k])
 		unhash(c, k);
@@ -665,12 +672,14 @@ int rp_cache_put(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes
 	return rp_cache_put_tagged(c, m, v, i, bytes, 0, obj, drop, ctx);
 }
 
-int rp_cache_put_tagged(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes,
-			uint64_t tag, void *obj, void (*drop)(void *, void *), void *ctx)
+/* rp_cache_put_tagged; with absent, (m, v, i) is known not to be held. */
+static int put(rp_cache *c, int absent, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes,
+	       uint64_t tag, void *obj, void (*drop)(void *, void *), void *ctx)
 {
 	if (bytes > c->budget)
 		return -1;
-	if (find(c, m, v, i) >= 0)
+	const uint32_t x = hkey(m, v, i);
+	if (!absent && find(c, x, m, v, i) >= 0)
 		return 0;
 	rp_cache_model *md = model_of(c, m);
 	if (md) {
@@ -705,7 +714,9 @@ int rp_cache_put_tagged(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_
 			evict_oldest(c, drop, ctx);
 			continue;
 		}
-		const rp_cache_model *hm = c->len ? model_of(c, h->model_id) : NULL;
+		const rp_cache_model *hm = !c->len ? NULL
+					   : h->model_id == m ? md /* the usual case */
+					   : model_of(c, h->model_id);
 		if (!hm || (hm->newest - h->version < c->keep_versions &&
 			    c->bytes + bytes <= c->budget && c->len < c->cap))
 			break;
@@ -720,24 +731,38 @@ int rp_cache_put_tagged(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_
 	e->dead = 0;
 	e->obj = obj;
 	e->tag = tag;
-	uint32_t mask = 2 * c->cap - 1, k = hkey(m, v, i) & mask;
+	e->hkey = x;
+	const uint32_t mask = 2 * c->cap - 1;
+	uint32_t k = x & mask;
 	while (c->hash[k])
 		k = (k + 1) & mask;
-	c->hash[k] = r + 1;
+	c->hash[k] = (uint64_t)x << 32 | (r + 1);
 	c->len++;
 	c->bytes += bytes;
 	return 1;
 }
 
+int rp_cache_put_tagged(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes,
+			uint64_t tag, void *obj, void (*drop)(void *, void *), void *ctx)
+{
+	return put(c, 0, m, v, i, bytes, tag, obj, drop, ctx);
+}
+
+int rp_cache_put_absent(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_t bytes,
+			uint64_t tag, void *obj, void (*drop)(void *, void *), void *ctx)
+{
+	return put(c, 1, m, v, i, bytes, tag, obj, drop, ctx);
+}
+
 const rp_cache_entry *rp_cache_find(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
 {
-	int64_t k = find(c, m, v, i);
+	int64_t k = find(c, hkey(m, v, i), m, v, i);
 	return k < 0 ? NULL : at(c, c->hash[k]);
 }
 
 void *rp_cache_get(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
 {
-	int64_t k = find(c, m, v, i);
+	int64_t k = find(c, hkey(m, v, i), m, v, i);
 	return k < 0 ? NULL : at(c, c->hash[k])->obj;
 }
 

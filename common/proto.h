@@ -201,6 +201,7 @@ typedef struct rp_cache_entry {
 	void *obj;      /* the cached packet (an mbuf in the relay) */
 	uint64_t tag;   /* the caller's (rp_cache_put_tagged), to tell copies
 			 * apart without reading obj */
+	uint32_t hkey;  /* the hash of (model_id, version, index) */
 } rp_cache_entry;
 
 /* Models whose version windows the cache tracks at once; a frame of one
@@ -220,7 +221,8 @@ typedef struct rp_cache_model {
 
 typedef struct rp_cache {
 	rp_cache_entry *ring;
-	uint32_t *hash;        /* ring position + 1; 0 = empty */
+	uint64_t *hash;        /* the key's hash << 32 | ring position + 1;
+				* 0 = empty */
 	uint32_t cap, head, len;
 	uint64_t bytes, budget;
 	uint32_t keep_versions; /* K */
@@ -228,7 +230,7 @@ typedef struct rp_cache {
 } rp_cache;
 
 /* cap: a power of two; ring has cap entries, hash 2*cap slots. */
-int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint32_t *hash,
+int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint64_t *hash,
 		  uint32_t cap, uint64_t budget, uint32_t keep_versions);
 /* Insert; evicted objects (oldest first) are passed to drop(ctx, obj).
  * Returns 1 if inserted, 0 if already present (obj not kept), -1 if not
@@ -240,6 +242,11 @@ int rp_cache_put(rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
 int rp_cache_put_tagged(rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
 			uint32_t bytes, uint64_t tag, void *obj,
 			void (*drop)(void *, void *), void *ctx);
+/* rp_cache_put_tagged of a key that rp_cache_find() did not find, the
+ * cache unchanged since: the same, without looking for it again. */
+int rp_cache_put_absent(rp_cache *c, uint64_t model, uint32_t version, uint32_t index,
+			uint32_t bytes, uint64_t tag, void *obj,
+			void (*drop)(void *, void *), void *ctx);
 /* The live entry of (model, version, index), or NULL; valid until the
  * cache is next changed. */
 const rp_cache_entry *rp_cache_find(const rp_cache *c, uint64_t model, uint32_t version,
@@ -247,6 +254,20 @@ const rp_cache_entry *rp_cache_find(const rp_cache *c, uint64_t model, uint32_t 
 void *rp_cache_get(const rp_cache *c, uint64_t model, uint32_t version,
 		   uint32_t index);
 void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx);
+/* The object of the entry q places after the oldest (the one that q + 1
+ * insertions into a full cache evict), NULL if none, its index slot
+ * loaded into the CPU's cache ahead of its eviction: a hint, which
+ * changes nothing. */
+static inline void *rp_cache_prefetch_evictee(const rp_cache *c, uint32_t q)
+{
+	if (q >= c->len)
+		return NULL;
+	const rp_cache_entry *e = &c->ring[(c->head + q) & (c->cap - 1)];
+	if (e->dead)
+		return NULL;
+	__builtin_prefetch(&c->hash[e->hkey & (2 * c->cap - 1)]);
+	return e->obj;
+}
 /* Drop every entry of (model, version), passing each object to drop:
  * the frames of a version that its publisher made again with other
  * content. Returns how many. */

@@ -242,7 +242,7 @@ typedef struct relay {
 	uint16_t n_txq[MAX_PORTS]; /* lanes that have a TX queue on each port */
 	rp_cache cache;
 	rp_cache_entry *cache_ring;
-	uint32_t *cache_hash;
+	uint64_t *cache_hash;
 	uint8_t upstream_mac[6];
 	uint16_t up_port;        /* the port the upstream is reached through */
 	int upstream_has_mac;

@@ -224,7 +224,7 @@ int relay_pools_create(relay *r)
 			  rx_need, cap * 1200.0 / 1e6, cap * 8900.0 / 1e6, r->cf.cache_bytes,
 			  2 * want + rx_need);
 	r->cache_ring = rte_zmalloc("cache_ring", cap * sizeof(rp_cache_entry), 0);
-	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint32_t), 0);
+	r->cache_hash = rte_zmalloc("cache_hash", 2 * cap * sizeof(uint64_t), 0);
 	if (!r->cache_ring || !r->cache_hash ||
 	    rp_cache_init(&r->cache, r->cache_ring, r->cache_hash, cap, r->cf.cache_bytes,
 			  r->cf.cache_versions)) {
