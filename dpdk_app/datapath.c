@@ -133,28 +133,34 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 	relay_fanout(r, m, model, version, key, sum, FAN_STORE, st);
 	if (e)
 		cache_check_remade(r, cm, version, f, l4_len, st);
-	if (rp_cache_put_tagged(&r->cache, cm, version, index, l4_len, tag, m, relay_mbuf_drop,
-				NULL) == 1)
+	/* not found above, and the fan-out leaves the cache alone */
+	if ((e ? rp_cache_put_tagged : rp_cache_put_absent)(&r->cache, cm, version, index, l4_len,
+							    tag, m, relay_mbuf_drop, NULL) == 1)
 		st->c[C_CACHE_STORED]++;
 	else
 		rte_pktmbuf_free(m); /* not kept */
 }
 
-/* The cached frames that n frames stored next would evict (oldest first)
- * once the cache is full, loaded ahead of their release: a relay in
- * steady state evicts about one frame per frame it stores, and an old
- * frame's mbuf is cold. */
-static void cache_prefetch_evictees(const relay *r, unsigned n)
+/* Frames ahead of the one being handled whose eviction is prepared: a
+ * relay in steady state evicts about one cached frame per frame it
+ * stores, and an old frame's mbuf and index slot are cold. Loaded a few
+ * frames ahead, not a burst: a burst's payloads would push them out of
+ * the nearest cache again before their turn. */
+#define EVICT_AHEAD 4
+
+/* The cached frame that the frame EVICT_AHEAD after the one about to be
+ * handled would evict once the cache is full, and its index slot, loaded
+ * ahead of their release. */
+static inline void cache_prefetch_evictee(const relay *r)
 {
 	const rp_cache *c = &r->cache;
-	if (c->len + n <= c->cap && c->bytes + (uint64_t)n * r->cf.mbuf_size <= c->budget)
-		return; /* room for n more: nothing evicted */
-	for (unsigned i = 0; i < n && i < c->len; i++) {
-		const struct rte_mbuf *f = c->ring[(c->head + i) & (c->cap - 1)].obj;
-		if (f) {
-			rte_prefetch0(f);
-			rte_prefetch0((const char *)f + RTE_CACHE_LINE_SIZE);
-		}
+	if (c->len + EVICT_AHEAD <= c->cap &&
+	    c->bytes + (uint64_t)EVICT_AHEAD * r->cf.mbuf_size <= c->budget)
+		return; /* room for them: nothing evicted */
+	const struct rte_mbuf *f = rp_cache_prefetch_evictee(c, EVICT_AHEAD);
+	if (f) {
+		rte_prefetch0(f);
+		rte_prefetch0((const char *)f + RTE_CACHE_LINE_SIZE);
 	}
 }
 
@@ -298,11 +304,18 @@ static void rx_queue_poll(relay *r, unsigned q, lcore_stats *st, int direct)
 		st->c[C_RX] += n;
 		if (direct) {
 			/* each packet handled as it is classified, while its mbuf
-			 * and headers are in the CPU's nearest cache */
-			cache_prefetch_evictees(r, n);
+			 * and headers are in the CPU's nearest cache: the mbuf
+			 * two packets ahead, whose data address the next packet's
+			 * headers are loaded from (a burst's payloads push the
+			 * mbufs the PMD wrote out of that cache) */
+			if (n)
+				rte_prefetch0(pkts[0]);
 			for (uint16_t i = 0; i < n; i++) {
+				if (i + 2 < n)
+					rte_prefetch0(pkts[i + 2]);
 				if (i + 1 < n) /* its headers, read next */
 					rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], const void *));
+				cache_prefetch_evictee(r);
 				if (relay_rx_classify(r, pkts[i], st))
 					relay_core_packet(r, pkts[i], st);
 			}
@@ -355,9 +368,10 @@ void relay_core_main(relay *r)
 		} else {
 			struct rte_mbuf *pkts[BURST];
 			unsigned n = rte_ring_dequeue_burst(r->inbound, (void **)pkts, BURST, NULL);
-			cache_prefetch_evictees(r, n);
-			for (unsigned i = 0; i < n; i++)
+			for (unsigned i = 0; i < n; i++) {
+				cache_prefetch_evictee(r);
 				relay_core_packet(r, pkts[i], st);
+			}
 		}
 		relay_pace(r, &r->lanes[0]);
 		if (now - last_flush > drain) { /* TX drained on a timer */

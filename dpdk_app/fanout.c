@@ -233,7 +233,7 @@ void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version
 		}
 	if (!shared && own != FAN_SHARED)
 		j.flags = own == FAN_STORE ? FRAME_OWN | FRAME_KEEP : FRAME_OWN;
-	lane_run(r, &r->lanes[0], &j);
+	lane_frame(r, &r->lanes[0], &j); /* lane_run's, for lane 0 */
 	if (own == FAN_OWN && shared)
 		rte_pktmbuf_free(f); /* the caller's reference, consumed */
 }

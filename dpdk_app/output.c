@@ -62,10 +62,15 @@ void relay_send(relay *r, uint16_t port, struct rte_mbuf *m, lcore_stats *st)
 	rte_eth_tx_buffer(port, 0, r->txb[port], m);
 }
 
-void relay_lane_send(lane *l, uint16_t port, struct rte_mbuf *m)
+static inline void lane_send(lane *l, uint16_t port, struct rte_mbuf *m)
 {
 	l->st->c[C_TX]++;
 	rte_eth_tx_buffer(port, l->txq, l->txb[port], m);
+}
+
+void relay_lane_send(lane *l, uint16_t port, struct rte_mbuf *m)
+{
+	lane_send(l, port, m);
 }
 
 /* On a port with checksum offload, leave the IPv4 and UDP checksums of the
@@ -94,7 +99,7 @@ static void deliver(relay *r, lane *l, sub *s, struct rte_mbuf *out)
 		st->c[C_FANOUT]++;
 		s->tx_pkts++;
 		s->tx_bytes += rte_pktmbuf_pkt_len(out);
-		relay_lane_send(l, s->out.eth_port, out);
+		lane_send(l, s->out.eth_port, out);
 		return;
 	}
 	/* a queued output holds its frame's RX mbuf: slow subscribers must
