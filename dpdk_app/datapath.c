@@ -135,7 +135,7 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 		cache_check_remade(r, cm, version, f, l4_len, st);
 	/* not found above, and the fan-out leaves the cache alone */
 	if ((e ? rp_cache_put_tagged : rp_cache_put_absent)(&r->cache, cm, version, index, l4_len,
-							    tag, m, relay_mbuf_drop, NULL) == 1)
+							    tag, m, relay_mbuf_evict, r) == 1)
 		st->c[C_CACHE_STORED]++;
 	else
 		rte_pktmbuf_free(m); /* not kept */
@@ -143,25 +143,22 @@ static void on_data(relay *r, struct rte_mbuf *m, uint16_t l4_len, lcore_stats *
 
 /* Frames ahead of the one being handled whose eviction is prepared: a
  * relay in steady state evicts about one cached frame per frame it
- * stores, and an old frame's mbuf and index slot are cold. Loaded a few
- * frames ahead, not a burst: a burst's payloads would push them out of
- * the nearest cache again before their turn. */
+ * stores, and an old frame's index slot is cold. Loaded a few frames
+ * ahead, not a burst: a burst's payloads would push them out of the
+ * nearest cache again before their turn. (The evicted mbufs are read
+ * when they are freed, after the burst: relay_evicted_free.) */
 #define EVICT_AHEAD 4
 
-/* The cached frame that the frame EVICT_AHEAD after the one about to be
- * handled would evict once the cache is full, and its index slot, loaded
- * ahead of their release. */
+/* The index slot of the cached frame that the frame EVICT_AHEAD after the
+ * one about to be handled would evict once the cache is full, loaded
+ * ahead of the eviction. */
 static inline void cache_prefetch_evictee(const relay *r)
 {
 	const rp_cache *c = &r->cache;
 	if (c->len + EVICT_AHEAD <= c->cap &&
 	    c->bytes + (uint64_t)EVICT_AHEAD * r->cf.mbuf_size <= c->budget)
 		return; /* room for them: nothing evicted */
-	const struct rte_mbuf *f = rp_cache_prefetch_evictee(c, EVICT_AHEAD);
-	if (f) {
-		rte_prefetch0(f);
-		rte_prefetch0((const char *)f + RTE_CACHE_LINE_SIZE);
-	}
+	rp_cache_prefetch_evictee(c, EVICT_AHEAD);
 }
 
 /* Classify on the receiving lcore; drops are counted and freed there, so
@@ -319,6 +316,7 @@ static void rx_queue_poll(relay *r, unsigned q, lcore_stats *st, int direct)
 				if (relay_rx_classify(r, pkts[i], st))
 					relay_core_packet(r, pkts[i], st);
 			}
+			relay_evicted_free(r);
 			continue;
 		}
 		uint16_t keep = 0;
@@ -372,6 +370,7 @@ void relay_core_main(relay *r)
 				cache_prefetch_evictee(r);
 				relay_core_packet(r, pkts[i], st);
 			}
+			relay_evicted_free(r);
 		}
 		relay_pace(r, &r->lanes[0]);
 		if (now - last_flush > drain) { /* TX drained on a timer */

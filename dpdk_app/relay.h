@@ -241,6 +241,10 @@ typedef struct relay {
 	uint8_t lane_of[RTE_MAX_LCORE]; /* a worker lcore's lane, 0: an RX worker */
 	uint16_t n_txq[MAX_PORTS]; /* lanes that have a TX queue on each port */
 	rp_cache cache;
+	/* frames the cache evicted on the core lcore, freed together once a
+	 * burst is handled (relay_evicted_free) */
+	struct rte_mbuf *evicted[BURST];
+	unsigned n_evicted;
 	rp_cache_entry *cache_ring;
 	uint64_t *cache_hash;
 	uint8_t upstream_mac[6];
@@ -370,6 +374,12 @@ void relay_tx_error_cb(struct rte_mbuf **unsent, uint16_t count, void *userdata)
 /* ---- datapath.c: RX, classify, a frame's fan-out, pacing, lcore loops ---- */
 
 void relay_mbuf_drop(void *ctx, void *obj);
+/* The cache's release callback on the core lcore's data path (ctx: the
+ * relay): its reference to a frame, kept among r->evicted. */
+void relay_mbuf_evict(void *ctx, void *obj);
+/* Free what relay_mbuf_evict() kept (after each burst, and before the
+ * cache is freed). */
+void relay_evicted_free(relay *r);
 int relay_rx_classify(relay *r, struct rte_mbuf *m, lcore_stats *st);
 /* Whether cached frame f's payload matches the sum it was relayed with
  * (reading it once, for a frame whose checksum nothing checked). */

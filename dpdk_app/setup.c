@@ -453,6 +453,7 @@ void relay_teardown(relay *r)
 		relay_sub_flush(&r->subs[i]);
 		rte_ring_free(r->subs[i].q);
 	}
+	relay_evicted_free(r);
 	if (r->cache_ring && r->cache_hash)
 		rp_cache_clear(&r->cache, relay_mbuf_drop, NULL);
 	rte_free(r->cache_ring);

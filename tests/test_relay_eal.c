@@ -149,11 +149,13 @@ static size_t frame(uint8_t *out, uint32_t index, uint32_t version)
 	return make_frame(out, index, version, 0);
 }
 
+/* One packet as the RX loop handles it: a burst of one. */
 static void receive(struct rte_mbuf *m)
 {
 	lcore_stats *st = &T->stats[rte_lcore_id()];
 	if (relay_rx_classify(T, m, st))
 		relay_core_packet(T, m, st);
+	relay_evicted_free(T);
 }
 
 static sub *paced_sub(uint32_t ip, uint16_t port, uint8_t last_mac)
