@@ -342,24 +342,38 @@ void relay_emit(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_
 	relay_emit_head(r, l, s, f, payload_sum, run, 0);
 }
 
+/* Whether s's output of frame f can be f itself, its headers written in
+ * its headroom: f a single direct segment that is no cached frame's
+ * output already, with the room. */
+static int may_go_itself(const relay *r, const sub *s, const struct rte_mbuf *f)
+{
+	return s->out.has_mac && !r->cf.copy_fanout && RTE_MBUF_DIRECT(f) && f->nb_segs == 1 &&
+	       !(f->hash.usr & FRAME_BEHIND) && rte_pktmbuf_headroom(f) >= RP_HDRS;
+}
+
+/* Frame f (fl bytes) out to s as itself: s's headers in its headroom. */
+static void go_itself(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint16_t fl,
+		      uint32_t payload_sum)
+{
+	uint8_t *p = (uint8_t *)rte_pktmbuf_prepend(f, RP_HDRS);
+	hdr_put(p, s, fl, payload_sum, l->ip_id++);
+	offload_csum(r, f, s->out.eth_port);
+	deliver(r, l, s, f);
+}
+
 void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payload_sum,
 		    uint64_t run)
 {
 	/* the frame's earlier outputs (clones) may still hold f: they see
 	 * neither its headroom nor its metadata, but a trailer signed again
 	 * in place would change theirs */
-	if (s && s->out.has_mac && !r->cf.copy_fanout && RTE_MBUF_DIRECT(f) &&
-	    f->nb_segs == 1 && !(f->hash.usr & FRAME_BEHIND) &&
-	    (!s->peer || rte_mbuf_refcnt_read(f) == 1) && rte_pktmbuf_headroom(f) >= RP_HDRS) {
+	if (s && may_go_itself(r, s, f) && (!s->peer || rte_mbuf_refcnt_read(f) == 1)) {
 		const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
 		if (s->peer)
 			reseal(&s->out, run, f, rte_pktmbuf_mtod_offset(f, uint8_t *,
 									fl - RP_AUTH_LEN),
 			       &payload_sum);
-		uint8_t *p = (uint8_t *)rte_pktmbuf_prepend(f, RP_HDRS);
-		hdr_put(p, s, fl, payload_sum, l->ip_id++);
-		offload_csum(r, f, s->out.eth_port);
-		deliver(r, l, s, f);
+		go_itself(r, l, s, f, fl, payload_sum);
 		return;
 	}
 	if (s) /* no MAC (counted there), or f not the output's alone */
@@ -375,16 +389,10 @@ void relay_emit_keep(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t pay
 	/* the frame's earlier outputs (clones) see neither its headroom nor
 	 * its metadata: they were made before its data started at its
 	 * headers, and they read from their own data_off */
-	if (s->out.has_mac && !s->peer && !r->cf.copy_fanout && RTE_MBUF_DIRECT(f) &&
-	    f->nb_segs == 1 && !(f->hash.usr & FRAME_BEHIND) &&
-	    rte_pktmbuf_headroom(f) >= RP_HDRS) {
-		const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
+	if (!s->peer && may_go_itself(r, s, f)) {
 		rte_mbuf_refcnt_update(f, 1); /* the output's; the caller's is the cache's */
-		uint8_t *p = (uint8_t *)rte_pktmbuf_prepend(f, RP_HDRS);
 		f->hash.usr |= FRAME_BEHIND;
-		hdr_put(p, s, fl, payload_sum, l->ip_id++);
-		offload_csum(r, f, s->out.eth_port);
-		deliver(r, l, s, f);
+		go_itself(r, l, s, f, (uint16_t)rte_pktmbuf_pkt_len(f), payload_sum);
 		return;
 	}
 	relay_emit_head(r, l, s, f, payload_sum, run, 1); /* no MAC: counted there */
