@@ -13,12 +13,12 @@
  * unicast subscribers, so the real alternative is a full copy per output
  * (--copy-fanout keeps it, for measurement). bench/bench_relay.sh measures
  * both on one core (whole relay loop per output, fan-out 16, payload hot
- * in cache; docs/BENCHMARKS.md): clone 48 ns and copy 57 ns at 1500
- * bytes, clone 57 ns and copy 128 ns at 8000 bytes, so the relay clones
- * at every size: a copy would also multiply the frame's memory and memory
- * traffic by the fan-out while the repair cache holds the frame. One
- * method keeps one payload shared by fan-out, cache and repairs, with
- * zero payload copies.
+ * in cache; docs/BENCHMARKS.md): at 1500 bytes the two cost about the
+ * same (48-56 ns an output over runs), at 8000 bytes a copy about twice a
+ * clone, so the relay clones at every size: a copy would also multiply
+ * the frame's memory and memory traffic by the fan-out while the repair
+ * cache holds the frame. One method keeps one payload shared by fan-out,
+ * cache and repairs, with zero payload copies.
  *
  * One output of each frame needs no header mbuf or clone: as
  * ipv4_multicast sends its last output in the input mbuf itself, the last
