@@ -358,6 +358,8 @@ void relay_core_main(relay *r)
 		uint64_t now = rte_get_tsc_cycles();
 		if (now >= stop)
 			break;
+		if (r->n_lanes > 1)
+			relay_lanes_reclaim(r); /* before RX: mbufs for the PMD to fill */
 		if (r->n_lanes > 1 && relay_lanes_full(r)) {
 			/* a fan-out lane is behind: packets wait in the ports
 			 * (or the inbound ring), and are dropped there if need be */

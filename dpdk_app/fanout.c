@@ -35,8 +35,18 @@
  * room.
  *
  * The frame's payload is shared: each lane clones it for its own
- * subscribers (output.c) and drops its reference when done; the cache
- * holds its own. Counters are per lane (lane 0's are the main lcore's),
+ * subscribers (output.c); the cache holds its own reference. The lcore
+ * that drops a frame's last reference puts its mbuf in that lcore's
+ * mempool cache, and the main lcore receives into mbufs from its own: a
+ * frame freed on a lane would reach the main lcore again only through the
+ * pool's common ring, oldest first, so every frame it received would be
+ * copied in (net_pcap) or read (a NIC's DMA) in memory its CPU cache has
+ * not held since the whole pool went round. So a lane's clones of a frame
+ * count on the lane's hold in the frame's private area (lane_hold), and
+ * the one reference the hold keeps goes back to the main lcore through
+ * the lane's done ring once its last clone is freed (relay_lanes_reclaim);
+ * the frame's refcount is then touched twice per lane, both times on the
+ * main lcore. Counters are per lane (lane 0's are the main lcore's),
  * summed by the readers. With N = 1 (the default) there are no rings and
  * the main lcore makes every output itself.
  */
@@ -69,7 +79,10 @@ int relay_lanes_create(relay *r)
 		snprintf(name, sizeof(name), "lane%u", k);
 		l->jobs = rte_ring_create_elem(name, sizeof(lane_job), LANE_RING,
 					       (int)rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
-		if (!l->jobs)
+		snprintf(name, sizeof(name), "done%u", k);
+		l->done = rte_ring_create(name, LANE_DONE, (int)rte_socket_id(),
+					  RING_F_SP_ENQ | RING_F_SC_DEQ);
+		if (!l->jobs || !l->done)
 			return -1;
 	}
 	for (unsigned i = 0; i < MAX_SUBS; i++)
@@ -95,6 +108,44 @@ int relay_lanes_place(relay *r)
 		w++;
 	}
 	return 0;
+}
+
+/* Frame reference f, which lane l (l > 0) is done with, to the main
+ * lcore; freed here if its ring is full. */
+static void lane_done(lane *l, struct rte_mbuf *f)
+{
+	if (rte_ring_sp_enqueue(l->done, f) != 0)
+		rte_pktmbuf_free(f);
+}
+
+/* The hold's free callback: the last clone that counted on it is gone. */
+static void hold_release(void *addr, void *opaque)
+{
+	(void)addr;
+	lane_hold *h = opaque;
+	lane_done(h->l, h->f);
+}
+
+/* Lane l's hold on job frame f (l > 0), the job's reference of f taken
+ * into it and counted once for the job itself; NULL, with f's reference
+ * still the job's, where f has no slot for l (no view). Reads nothing of
+ * f's mbuf but the slot. */
+static lane_hold *hold_take(lane *l, struct rte_mbuf *f, const frame_view *fv)
+{
+	if (!fv->buf)
+		return NULL;
+	lane_hold *h = (lane_hold *)rte_mbuf_to_priv(f) + (l->idx - 1);
+	if (rte_mbuf_ext_refcnt_read(&h->sh) == 0) {
+		h->sh.free_cb = hold_release;
+		h->sh.fcb_opaque = h;
+		h->f = f;
+		h->l = l;
+		rte_mbuf_ext_refcnt_set(&h->sh, 1);
+	} else { /* held already: an earlier job's clones are queued */
+		rte_mbuf_ext_refcnt_update(&h->sh, 1);
+		lane_done(l, f);
+	}
+	return h;
 }
 
 /* A FRAME or RESEND: f's outputs for lane l's subscribers (one of them,
@@ -173,9 +224,34 @@ static void lane_run(relay *r, lane *l, lane_job *j)
 		lane_sync(r, l, j);
 		return;
 	}
+	if (!l->idx) {
+		lane_frame(r, l, j);
+		return;
+	}
+	/* the reference handed over: into the hold, for the job's clones */
+	l->hold = hold_take(l, j->f, &j->fv);
+	l->fv = &j->fv;
 	lane_frame(r, l, j);
-	if (l->idx)
-		rte_pktmbuf_free(j->f); /* the reference handed over */
+	if (!l->hold)
+		rte_pktmbuf_free(j->f);
+	else if (rte_mbuf_ext_refcnt_update(&l->hold->sh, -1) == 0)
+		hold_release(NULL, l->hold); /* no clone (left): the job's count was the last */
+	l->hold = NULL;
+}
+
+/* f's view for a lane whose hold slot it has (else none: buf NULL). */
+static void view_of(relay *r, const struct rte_mbuf *f, frame_view *fv)
+{
+	memset(fv, 0, sizeof(*fv));
+	if (f->nb_segs != 1 || !RTE_MBUF_DIRECT(f) ||
+	    rte_pktmbuf_priv_size(f->pool) < (r->n_lanes - 1) * sizeof(lane_hold))
+		return;
+	fv->buf = f->buf_addr;
+	fv->iova = rte_mbuf_iova_get(f);
+	fv->buf_len = f->buf_len;
+	fv->data_off = f->data_off;
+	fv->len = f->data_len;
+	fv->off = relay_frame_off(f);
 }
 
 /* Hand job j to lane k: at once for lane 0, else through its ring (a
@@ -188,7 +264,7 @@ static void lane_hand(relay *r, unsigned k, lane_job *j, lcore_stats *st)
 	}
 	lane *l = &r->lanes[k];
 	if (j->op != JOB_SYNC)
-		rte_mbuf_refcnt_update(j->f, 1);
+		rte_mbuf_refcnt_update(j->f, 1); /* the lane's: its hold's */
 	while (rte_ring_enqueue_elem(l->jobs, j, sizeof(*j)) != 0) {
 		if (j->op != JOB_SYNC || force_quit) {
 			if (j->op != JOB_SYNC)
@@ -222,6 +298,8 @@ void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version
 	j.key = (uint8_t)key;
 	j.sub = 0;
 	j.flags = 0; /* FRAME_OWN is lane 0's alone, set below */
+	if (r->n_lanes > 1)
+		view_of(r, f, &j.fv);
 	/* the other lanes first, so that they work while this one does; a
 	 * frame another lane clones is not lane 0's to write (nor, stored, to
 	 * go out itself: its headers would move its data under their clones) */
@@ -242,6 +320,8 @@ void relay_resend(relay *r, sub *s, struct rte_mbuf *f, uint32_t sum, lcore_stat
 {
 	lane_job j = {.f = f, .run = r->auth.run, .sum = sum, .op = JOB_RESEND,
 		      .sub = (uint8_t)(s - r->subs)};
+	if (s->lane)
+		view_of(r, f, &j.fv);
 	lane_hand(r, s->lane, &j, st);
 }
 
@@ -273,6 +353,22 @@ unsigned relay_lane_poll(relay *r, lane *l)
 	unsigned n = rte_ring_dequeue_burst_elem(l->jobs, jobs, sizeof(jobs[0]), BURST, NULL);
 	for (unsigned i = 0; i < n; i++)
 		lane_run(r, l, &jobs[i]);
+	return n;
+}
+
+unsigned relay_lanes_reclaim(relay *r)
+{
+	unsigned n = 0;
+	for (unsigned k = 1; k < r->n_lanes; k++) {
+		struct rte_mbuf *f[2 * BURST];
+		if (!r->lanes[k].done)
+			continue;
+		unsigned got = rte_ring_sc_dequeue_burst(r->lanes[k].done, (void **)f, 2 * BURST,
+							 NULL);
+		if (got)
+			rte_pktmbuf_free_bulk(f, got);
+		n += got;
+	}
 	return n;
 }
 

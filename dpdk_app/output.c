@@ -41,7 +41,10 @@
  * trailer signed again in place (relay_emit_own). Either way, but for a
  * stored frame per hop, no mbuf is allocated at fan-out 1.
  * Headers come from a per-subscriber template: a 42-byte copy and two
- * checksum updates.
+ * checksum updates. On a fan-out lane other than the main lcore's, a clone
+ * attaches the frame's buffer as an external one, counted on the lane's
+ * hold and made from the frame's view in its job, not from its mbuf
+ * (fanout.c).
  */
 #include <string.h>
 
@@ -156,11 +159,10 @@ static uint16_t sum_part(const uint8_t *p, size_t n, int odd)
  * when the frame was handed over), into t[RP_AUTH_LEN]; *sum, the
  * payload's sum, becomes that of the frame with t in place of the
  * upstream's trailer. */
-static void reseal(const sub_out *o, uint64_t run, struct rte_mbuf *f, uint8_t *t, uint32_t *sum)
+static void reseal(const sub_out *o, uint64_t run, const uint8_t *fp, size_t fl, uint8_t *t,
+		   uint32_t *sum)
 {
-	const uint16_t off = relay_frame_off(f);
-	const uint8_t *fp = rte_pktmbuf_mtod_offset(f, const uint8_t *, off);
-	const size_t flen = rte_pktmbuf_pkt_len(f) - off - RP_AUTH_LEN;
+	const size_t flen = fl - RP_AUTH_LEN;
 	const int odd = flen & 1;
 	/* the upstream's trailer is summed first: t may be where it is */
 	const uint16_t old = sum_part(fp + flen, RP_AUTH_LEN, odd);
@@ -243,18 +245,30 @@ static struct rte_mbuf *output_copy(relay *r, lane *l, const sub *s, struct rte_
 	}
 	memcpy(p + RP_HDRS, rte_pktmbuf_mtod_offset(f, const void *, off), fl);
 	if (s->peer)
-		reseal(o, run, f, p + RP_HDRS + fl - RP_AUTH_LEN, &payload_sum);
+		reseal(o, run, p + RP_HDRS, fl, p + RP_HDRS + fl - RP_AUTH_LEN, &payload_sum);
 	hdr_put(p, s, fl, payload_sum, l->ip_id++);
 	offload_csum(r, m, o->eth_port);
 	return m;
 }
 
-/* An indirect mbuf over frame f's data from off on (rte_pktmbuf_clone,
- * inline for the single segment every received frame has). */
-static struct rte_mbuf *payload_ref(relay *r, struct rte_mbuf *f, uint16_t off)
+/* An mbuf over frame f's data from off on: on a lane that holds f
+ * (lane.hold, fanout.c), one attached to f's buffer as an external one,
+ * counted on the hold; else an indirect one (rte_pktmbuf_clone, inline
+ * for the single segment every received frame has). */
+static struct rte_mbuf *payload_ref(relay *r, lane *l, struct rte_mbuf *f, uint16_t off)
 {
 	struct rte_mbuf *c;
-	if (f->nb_segs != 1) {
+	if (l->hold) { /* f's fields from its view: its mbuf is not read */
+		const frame_view *v = l->fv;
+		c = rte_pktmbuf_alloc(r->clone_pool);
+		if (c) {
+			rte_mbuf_ext_refcnt_update(&l->hold->sh, 1);
+			rte_pktmbuf_attach_extbuf(c, v->buf, v->iova, v->buf_len, &l->hold->sh);
+			c->data_off = v->data_off;
+			c->data_len = v->len;
+			c->pkt_len = v->len;
+		}
+	} else if (f->nb_segs != 1) {
 		c = rte_pktmbuf_clone(f, r->clone_pool);
 	} else {
 		c = rte_pktmbuf_alloc(r->clone_pool);
@@ -276,7 +290,8 @@ static struct rte_mbuf *payload_ref(relay *r, struct rte_mbuf *f, uint16_t off)
 static struct rte_mbuf *output_clone(relay *r, lane *l, const sub *s, struct rte_mbuf *f,
 				     uint32_t payload_sum, uint64_t run, int head)
 {
-	const uint16_t off = relay_frame_off(f), fl = (uint16_t)(rte_pktmbuf_pkt_len(f) - off);
+	const uint16_t off = l->hold ? l->fv->off : relay_frame_off(f),
+		       fl = (uint16_t)((l->hold ? l->fv->len : rte_pktmbuf_pkt_len(f)) - off);
 	struct rte_mbuf *h = NULL, *c;
 	head = head && !off && RTE_MBUF_DIRECT(f) && f->nb_segs == 1 &&
 	       rte_pktmbuf_headroom(f) >= RP_HDRS;
@@ -285,7 +300,7 @@ static struct rte_mbuf *output_clone(relay *r, lane *l, const sub *s, struct rte
 		if (!h)
 			return NULL;
 	}
-	c = payload_ref(r, f, off);
+	c = payload_ref(r, l, f, off);
 	if (!c) {
 		rte_pktmbuf_free(h);
 		return NULL;
@@ -299,7 +314,7 @@ static struct rte_mbuf *output_clone(relay *r, lane *l, const sub *s, struct rte
 			rte_pktmbuf_free(h);
 			return NULL;
 		}
-		reseal(&s->out, run, f, tp, &payload_sum);
+		reseal(&s->out, run, rte_pktmbuf_mtod(c, const uint8_t *), fl, tp, &payload_sum);
 	}
 	uint8_t *p;
 	if (head) {
@@ -370,9 +385,8 @@ void relay_emit_own(relay *r, lane *l, sub *s, struct rte_mbuf *f, uint32_t payl
 	if (s && may_go_itself(r, s, f) && (!s->peer || rte_mbuf_refcnt_read(f) == 1)) {
 		const uint16_t fl = (uint16_t)rte_pktmbuf_pkt_len(f);
 		if (s->peer)
-			reseal(&s->out, run, f, rte_pktmbuf_mtod_offset(f, uint8_t *,
-									fl - RP_AUTH_LEN),
-			       &payload_sum);
+			reseal(&s->out, run, rte_pktmbuf_mtod(f, const uint8_t *), fl,
+			       rte_pktmbuf_mtod_offset(f, uint8_t *, fl - RP_AUTH_LEN), &payload_sum);
 		go_itself(r, l, s, f, fl, payload_sum);
 		return;
 	}

@@ -29,6 +29,7 @@
 #define MAX_SUBS 64 /* at most 64: lane.used_mask */
 #define MAX_LANES 16 /* fan-out lcores, the main one included */
 #define LANE_RING 1024 /* jobs the main lcore may have handed a lane */
+#define LANE_DONE 4096 /* frame references a lane hands back (full: it frees) */
 #define NACK_MEMO_BITS 14
 #define NACK_MEMO (1u << NACK_MEMO_BITS)
 #define HDR_ROOM 128
@@ -171,6 +172,18 @@ typedef struct lcore_stats {
 	uint64_t cls[RP_CLASS_COUNT];
 } __rte_cache_aligned lcore_stats;
 
+/* What a lane's clones of a single-segment frame read of its mbuf, taken
+ * by the main lcore as it hands the frame over (buf NULL: the lane clones
+ * the mbuf itself): a lane that read the mbuf would pull its first cache
+ * line, where the main lcore's own clones update the refcount, over to its
+ * CPU once an output (fanout.c). */
+typedef struct frame_view {
+	void *buf;
+	rte_iova_t iova;
+	uint16_t buf_len, data_off, len; /* len: the data's, from data_off */
+	uint16_t off;            /* relay_frame_off() */
+} frame_view;
+
 /* A job the main lcore hands a fan-out lane (fanout.c). */
 enum { JOB_FRAME, JOB_RESEND, JOB_SYNC };
 enum { SYNC_FRESH = 1, SYNC_FLUSH = 2, SYNC_BUCKET = 4 };
@@ -187,8 +200,25 @@ typedef struct lane_job {
 				      * FRAME: of a keyframe stream; SYNC_*,
 				      * FRAME_OWN */
 	uint64_t rate, burst;    /* SYNC_BUCKET: the bucket's */
-	sub_out v;               /* SYNC: the subscriber's output half */
+	union {
+		sub_out v;       /* SYNC: the subscriber's output half */
+		frame_view fv;   /* FRAME, RESEND to lanes[1..]: f's */
+	};
 } lane_job;
+
+struct lane;
+
+/* Lane l's hold on a frame it makes outputs of (l > 0): slot l - 1 of
+ * the frame's mbuf private area (RX pools have n_lanes - 1 of them),
+ * written by lane l only. The lane's clones of the frame count on sh
+ * (external buffer), not on the frame's refcount; the one frame
+ * reference the hold keeps goes back to the main lcore when the last of
+ * them is freed (fanout.c). */
+typedef struct lane_hold {
+	struct rte_mbuf_ext_shared_info sh;
+	struct rte_mbuf *f;
+	struct lane *l;
+} __rte_cache_aligned lane_hold;
 
 /* A fan-out lane: one lcore's share of the subscribers (subs[i] with
  * i % n_lanes == idx), their queues, pacing and TX queue. Lane 0 is the
@@ -197,6 +227,13 @@ typedef struct lane {
 	unsigned idx, lcore;
 	uint16_t txq;            /* its TX queue on every port it sends on */
 	struct rte_ring *jobs;   /* from the main lcore (lane 0: none) */
+	/* frame references the lane is done with, for the main lcore to
+	 * free (lane 0: none): a frame's mbuf goes back to the cache of the
+	 * lcore that received it, not to the lane's (fanout.c) */
+	struct rte_ring *done;
+	lane_hold *hold;         /* the frame of the job running, NULL: none
+				  * (lane 0, or a frame without the slot) */
+	const frame_view *fv;    /* with hold: that frame's */
 	struct rte_eth_dev_tx_buffer *txb[MAX_PORTS]; /* NULL: no TX queue there */
 	/* bit i: subs[i] is in use (as its last SYNC said); subs[i] may have
 	 * outputs queued or held (set on enqueue, cleared by pacing once its
@@ -416,6 +453,9 @@ void relay_resend(relay *r, sub *s, struct rte_mbuf *f, uint32_t sum, lcore_stat
 void relay_sub_sync(relay *r, sub *s, unsigned flags);
 /* Run the jobs waiting for lane l (l != lanes[0]); how many ran. */
 unsigned relay_lane_poll(relay *r, lane *l);
+/* On the main lcore: free the frame references the lanes are done with;
+ * how many. */
+unsigned relay_lanes_reclaim(relay *r);
 /* Lane l's loop, until force_quit. */
 int relay_lane_main(relay *r, lane *l);
 /* Every job still waiting, dropped (teardown, lanes stopped). */

@@ -85,7 +85,8 @@ static int port_socket(uint16_t port)
 }
 
 /* The RX pool of port's socket, made the first time that socket is
- * asked for; NULL if it cannot be. */
+ * asked for; NULL if it cannot be. Each mbuf's private area holds a
+ * hold slot for every fan-out lane but the main lcore's (lane_hold). */
 static struct rte_mempool *rx_pool_of(relay *r, uint16_t port)
 {
 	const int socket = port_socket(port);
@@ -95,8 +96,8 @@ static struct rte_mempool *rx_pool_of(relay *r, uint16_t port)
 	char name[RTE_MEMPOOL_NAMESIZE];
 	snprintf(name, sizeof(name), "rx%d", socket);
 	struct rte_mempool *mp = rte_pktmbuf_pool_create(
-		name, r->cf.n_mbufs, 256, 0, (uint16_t)(r->cf.mbuf_size + RTE_PKTMBUF_HEADROOM),
-		socket);
+		name, r->cf.n_mbufs, 256, (uint16_t)((r->n_lanes - 1) * sizeof(lane_hold)),
+		(uint16_t)(r->cf.mbuf_size + RTE_PKTMBUF_HEADROOM), socket);
 	if (mp)
 		r->rx_pools[r->n_rx_pools++] = mp;
 	return mp;
@@ -453,6 +454,8 @@ void relay_teardown(relay *r)
 		relay_sub_flush(&r->subs[i]);
 		rte_ring_free(r->subs[i].q);
 	}
+	while (relay_lanes_reclaim(r)) /* what the flushes gave back */
+		;
 	relay_evicted_free(r);
 	if (r->cache_ring && r->cache_hash)
 		rp_cache_clear(&r->cache, relay_mbuf_drop, NULL);
@@ -462,6 +465,7 @@ void relay_teardown(relay *r)
 		for (uint16_t p = 0; p < MAX_PORTS; p++)
 			rte_free(r->lanes[k].txb[p]);
 		rte_ring_free(r->lanes[k].jobs);
+		rte_ring_free(r->lanes[k].done);
 	}
 	rte_ring_free(r->inbound);
 	for (unsigned i = 0; i < r->n_rx_pools; i++)

@@ -583,7 +583,10 @@ static void test_keyframe_streams_go_to_those_that_asked(void **state)
  * go to the lane with fewest; what the main lcore changes reaches lane 1
  * only through its ring (so nothing of lane 1's changes until lane 1 runs
  * its jobs); a frame reaches lane 1 with its refcount raised once, and
- * each lane makes its own subscribers' outputs, and only those; a NACK is
+ * each lane makes its own subscribers' outputs, and only those; lane 1's
+ * clones leave the frame's refcount alone, and the reference lane 1 was
+ * handed is dropped on the main lcore, not on lane 1 (where the last of
+ * them would put the frame's mbuf in lane 1's pool cache); a NACK is
  * answered by the lane that owns the subscriber; a LEAVE is flushed by
  * it; the counters of both lanes are summed. */
 static void test_subscribers_are_owned_by_one_fanout_lcore_each(void **state)
@@ -616,9 +619,30 @@ static void test_subscribers_are_owned_by_one_fanout_lcore_each(void **state)
 	assert_int_equal(outputs(s[0]) + outputs(s[2]), 2);
 	assert_int_equal(outputs(s[1]) + outputs(s[3]), 0);
 	assert_int_equal(relay_lane_poll(T, l1), 1);
-	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 4); /* its reference for 2 clones */
+	/* lane 1's clones count on its hold in the frame's private area, not
+	 * on the frame's refcount: its one reference stays the hold's */
+	const lane_hold *h = (const lane_hold *)rte_mbuf_to_priv(cached);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 2 + 1);
+	assert_int_equal(rte_mbuf_ext_refcnt_read(&h->sh), 2);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(outputs(s[i]), 1);
+	/* its output: headers chained to the cached payload itself (no copy),
+	 * and the same bytes as lane 0's */
+	struct rte_mbuf *o1 = NULL, *o0 = NULL;
+	assert_int_equal(rte_ring_dequeue(s[1]->q, (void **)&o1), 0);
+	assert_int_equal(rte_ring_dequeue(s[0]->q, (void **)&o0), 0);
+	assert_int_equal(o1->nb_segs, 2);
+	assert_true(RTE_MBUF_HAS_EXTBUF(o1->next));
+	assert_ptr_equal(o1->next->shinfo, &h->sh);
+	assert_ptr_equal(rte_pktmbuf_mtod(o1->next, const uint8_t *),
+			 rte_pktmbuf_mtod_offset(cached, const uint8_t *, relay_frame_off(cached)));
+	assert_int_equal(rte_pktmbuf_pkt_len(o1), rte_pktmbuf_pkt_len(o0));
+	uint8_t b0[1300], b1[1300];
+	const uint32_t ol = rte_pktmbuf_pkt_len(o0);
+	assert_memory_equal(rte_pktmbuf_read(o1, RP_HDRS, ol - RP_HDRS, b1),
+			    rte_pktmbuf_read(o0, RP_HDRS, ol - RP_HDRS, b0), ol - RP_HDRS);
+	assert_int_equal(rte_ring_enqueue(s[1]->q, o1), 0);
+	assert_int_equal(rte_ring_enqueue(s[0]->q, o0), 0);
 	assert_int_equal(l1->own.c[C_FANOUT], 2);
 	assert_int_equal(relay_sum_counter(T, C_FANOUT), fanout + 4);
 	assert_int_equal(l1->queued_mask, 0xA);
@@ -635,12 +659,19 @@ static void test_subscribers_are_owned_by_one_fanout_lcore_each(void **state)
 	uint64_t before = outputs(j);
 	ctl_send(RP_NACK, 9002, 5);
 	assert_int_equal(outputs(j), before); /* not on the main lcore */
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 2 + 1 + 1); /* the RESEND's */
 	assert_int_equal(relay_lane_poll(T, l1), 1);
 	assert_int_equal(outputs(j), before + 1);
+	/* held already: the RESEND's reference goes back to the main lcore,
+	 * which frees it (the frame's mbuf returns to its own pool cache) */
+	assert_int_equal(rte_mbuf_ext_refcnt_read(&h->sh), 3);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 2 + 1 + 1);
+	assert_int_equal(relay_lanes_reclaim(T), 1);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 2 + 1);
 	/* unpaced: sent at once, through lane 1's own TX queue and buffer */
-	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 4 + 1);
 	rte_eth_tx_buffer_flush(0, l1->txq, l1->txb[0]);
-	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 4);
+	assert_int_equal(rte_mbuf_ext_refcnt_read(&h->sh), 2);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 2 + 1);
 
 	/* a LEAVE frees the slot at once on the main lcore; its queue and
 	 * outputs are its lane's to drop */
@@ -652,7 +683,8 @@ static void test_subscribers_are_owned_by_one_fanout_lcore_each(void **state)
 	assert_int_equal(rte_ring_count(gone->q), 0);
 	assert_int_equal(l1->used_mask & 0x8, 0);
 	assert_int_equal(l1->queued_mask & 0x8, 0);
-	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 3);
+	assert_int_equal(rte_mbuf_ext_refcnt_read(&h->sh), 1);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 2 + 1);
 	/* the slot, taken again, is lane 1's still (ordered behind the LEAVE) */
 	assert_ptr_equal(paced_sub(0xC6120030u, 7530, 30), gone);
 	relay_lane_poll(T, l1);
@@ -661,6 +693,12 @@ static void test_subscribers_are_owned_by_one_fanout_lcore_each(void **state)
 		relay_sub_remove(T, &T->subs[i]);
 	relay_lane_poll(T, l1);
 	assert_int_equal(l0->used_mask | l1->used_mask, 0);
+	/* lane 1's last clone freed (on lane 1): the hold's reference is
+	 * dropped on the main lcore only */
+	assert_int_equal(rte_mbuf_ext_refcnt_read(&h->sh), 0);
+	assert_int_equal(rte_mbuf_refcnt_read(cached), 1 + 1);
+	assert_int_equal(rte_ring_count(l1->done), 1);
+	assert_int_equal(relay_lanes_reclaim(T), 1);
 	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
 }
 
