@@ -317,6 +317,7 @@ static void rx_queue_poll(relay *r, unsigned q, lcore_stats *st, int direct)
 					relay_core_packet(r, pkts[i], st);
 			}
 			relay_evicted_free(r);
+			relay_lanes_flush(r, st);
 			continue;
 		}
 		uint16_t keep = 0;
@@ -373,6 +374,7 @@ void relay_core_main(relay *r)
 				relay_core_packet(r, pkts[i], st);
 			}
 			relay_evicted_free(r);
+			relay_lanes_flush(r, st);
 		}
 		relay_pace(r, &r->lanes[0]);
 		if (now - last_flush > drain) { /* TX drained on a timer */

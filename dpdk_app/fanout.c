@@ -32,7 +32,10 @@
  * subscriber (one NACK upstream repairs them all), as with one lcore;
  * rather than each lane losing other frames. A ring full all the same
  * drops a FRAME or RESEND for that lane (drop_lane_full); a SYNC waits for
- * room.
+ * room. FRAMEs are staged and handed over a burst at a time
+ * (relay_lanes_flush, after each burst and before any other job): each
+ * enqueue moves the ring's producer and consumer lines between the two
+ * CPUs, once a burst rather than once a frame.
  *
  * The frame's payload is shared: each lane clones it for its own
  * subscribers (output.c); the cache holds its own reference. The lcore
@@ -263,6 +266,7 @@ static void lane_hand(relay *r, unsigned k, lane_job *j, lcore_stats *st)
 		return;
 	}
 	lane *l = &r->lanes[k];
+	relay_lanes_flush(r, st); /* the frames before it */
 	if (j->op != JOB_SYNC)
 		rte_mbuf_refcnt_update(j->f, 1); /* the lane's: its hold's */
 	while (rte_ring_enqueue_elem(l->jobs, j, sizeof(*j)) != 0) {
@@ -300,15 +304,23 @@ void relay_fanout(relay *r, struct rte_mbuf *f, uint64_t model, uint32_t version
 	j.flags = 0; /* FRAME_OWN is lane 0's alone, set below */
 	if (r->n_lanes > 1)
 		view_of(r, f, &j.fv);
-	/* the other lanes first, so that they work while this one does; a
-	 * frame another lane clones is not lane 0's to write (nor, stored, to
-	 * go out itself: its headers would move its data under their clones) */
-	int shared = 0;
+	/* the other lanes' jobs staged, handed over after the burst
+	 * (relay_lanes_flush), the frame's refcount raised once for them all;
+	 * a frame another lane clones is not lane 0's to write (nor, stored,
+	 * to go out itself: its headers would move its data under their
+	 * clones) */
+	uint32_t lanes = 0;
 	for (unsigned k = 1; k < r->n_lanes; k++)
-		if (r->lane_subs[k]) {
-			lane_hand(r, k, &j, st);
-			shared = 1;
-		}
+		if (r->lane_subs[k])
+			lanes |= 1u << k;
+	const int shared = lanes != 0;
+	if (shared) {
+		if (r->n_stage && (r->n_stage == BURST || lanes != r->stage_lanes))
+			relay_lanes_flush(r, st);
+		r->stage_lanes = lanes;
+		r->stage[r->n_stage++] = j;
+		rte_mbuf_refcnt_update(f, (int16_t)__builtin_popcount(lanes));
+	}
 	if (!shared && own != FAN_SHARED)
 		j.flags = own == FAN_STORE ? FRAME_OWN | FRAME_KEEP : FRAME_OWN;
 	lane_frame(r, &r->lanes[0], &j); /* lane_run's, for lane 0 */
@@ -356,6 +368,21 @@ unsigned relay_lane_poll(relay *r, lane *l)
 	return n;
 }
 
+void relay_lanes_flush(relay *r, lcore_stats *st)
+{
+	if (!r->n_stage)
+		return;
+	for (uint32_t m = r->stage_lanes; m; m &= m - 1) {
+		lane *l = &r->lanes[__builtin_ctz(m)];
+		unsigned n = rte_ring_enqueue_burst_elem(l->jobs, r->stage, sizeof(lane_job),
+							 r->n_stage, NULL);
+		for (unsigned i = n; i < r->n_stage; i++) /* no room: dropped for this lane */
+			rte_pktmbuf_free(r->stage[i].f);
+		st->c[C_LANE_FULL] += r->n_stage - n;
+	}
+	r->n_stage = 0;
+}
+
 unsigned relay_lanes_reclaim(relay *r)
 {
 	unsigned n = 0;
@@ -397,6 +424,10 @@ int relay_lane_main(relay *r, lane *l)
 
 void relay_lanes_drain(relay *r)
 {
+	for (uint32_t m = r->stage_lanes; r->n_stage && m; m &= m - 1) /* never handed over */
+		for (unsigned i = 0; i < r->n_stage; i++)
+			rte_pktmbuf_free(r->stage[i].f);
+	r->n_stage = 0;
 	for (unsigned k = 1; k < r->n_lanes; k++) {
 		lane_job j;
 		while (r->lanes[k].jobs &&

@@ -277,6 +277,12 @@ typedef struct relay {
 	unsigned lane_subs[MAX_LANES]; /* subscribers each lane owns (main's count) */
 	uint8_t lane_of[RTE_MAX_LCORE]; /* a worker lcore's lane, 0: an RX worker */
 	uint16_t n_txq[MAX_PORTS]; /* lanes that have a TX queue on each port */
+	/* FRAME jobs for the lanes in stage_lanes (bit k: lanes[k]), handed
+	 * over together once a burst is handled (relay_lanes_flush): one ring
+	 * enqueue a lane per burst, not a frame */
+	lane_job stage[BURST];
+	unsigned n_stage;
+	uint32_t stage_lanes;
 	rp_cache cache;
 	/* frames the cache evicted on the core lcore, freed together once a
 	 * burst is handled (relay_evicted_free) */
@@ -451,6 +457,10 @@ void relay_resend(relay *r, sub *s, struct rte_mbuf *f, uint32_t sum, lcore_stat
 /* Hand s's control half (as the main lcore just set it) to its owner
  * lane, with SYNC_* flags. */
 void relay_sub_sync(relay *r, sub *s, unsigned flags);
+/* Hand the FRAME jobs relay_fanout() staged to their lanes (after each
+ * burst, and before any other job: a lane runs its jobs in order); a lane
+ * whose ring has no room drops them, counted on st. */
+void relay_lanes_flush(relay *r, lcore_stats *st);
 /* Run the jobs waiting for lane l (l != lanes[0]); how many ran. */
 unsigned relay_lane_poll(relay *r, lane *l);
 /* On the main lcore: free the frame references the lanes are done with;

@@ -156,6 +156,7 @@ static void receive(struct rte_mbuf *m)
 	if (relay_rx_classify(T, m, st))
 		relay_core_packet(T, m, st);
 	relay_evicted_free(T);
+	relay_lanes_flush(T, st);
 }
 
 static sub *paced_sub(uint32_t ip, uint16_t port, uint8_t last_mac)
@@ -702,6 +703,53 @@ static void test_subscribers_are_owned_by_one_fanout_lcore_each(void **state)
 	assert_int_equal(rte_mbuf_refcnt_read(cached), 1);
 }
 
+/* A burst's frames reach a lane together, once the burst is handled
+ * (relay_lanes_flush: one ring enqueue a lane per burst), each frame's
+ * refcount raised once for the lanes; a job of another kind (a SYNC
+ * here) hands the frames staged before it over first, so the lane runs
+ * every job in the order the main lcore made them. */
+static void test_frames_reach_a_lane_a_burst_at_a_time_in_order(void **state)
+{
+	(void)state;
+	lane *l1 = &T->lanes[1];
+	lcore_stats *st = &T->stats[rte_lcore_id()];
+	sub *s[2];
+	for (int i = 0; i < 2; i++)
+		s[i] = paced_sub(0xC6120050u + (uint32_t)i, (uint16_t)(7550 + i), (uint8_t)(50 + i));
+	assert_int_equal(s[1]->lane, 1);
+	relay_lane_poll(T, l1);
+	uint8_t fr[1200];
+	struct rte_mbuf *m[2];
+	for (uint32_t i = 0; i < 2; i++) {
+		m[i] = datagram(T->cf.data_port, fr, frame(fr, 40 + i, 2));
+		assert_true(relay_rx_classify(T, m[i], st));
+		relay_core_packet(T, m[i], st);
+	}
+	assert_int_equal(rte_ring_count(l1->jobs), 0); /* staged */
+	assert_int_equal(outputs(s[0]), 2);            /* lane 0's, at once */
+	struct rte_mbuf *c = rp_cache_get(&T->cache, 99, 2, 41);
+	assert_non_null(c);
+	assert_int_equal(rte_mbuf_refcnt_read(c), 1 + 1 + 1); /* the cache, s[0]'s, lane 1's */
+	relay_sub_sync(T, s[1], SYNC_FLUSH);             /* a SYNC after them */
+	assert_int_equal(rte_ring_count(l1->jobs), 3);
+	lane_job j[3];
+	assert_int_equal(rte_ring_dequeue_burst_elem(l1->jobs, j, sizeof(j[0]), 3, NULL), 3);
+	assert_int_equal(j[0].op, JOB_FRAME);
+	assert_int_equal(j[1].op, JOB_FRAME);
+	assert_int_equal(j[2].op, JOB_SYNC);
+	assert_ptr_equal(j[1].f, c);
+	assert_int_equal(rte_ring_enqueue_burst_elem(l1->jobs, j, sizeof(j[0]), 3, NULL), 3);
+	assert_int_equal(relay_lane_poll(T, l1), 3);
+	assert_int_equal(outputs(s[1]), 0); /* made, then flushed by the SYNC */
+	assert_int_equal(rte_mbuf_refcnt_read(c), 1 + 1 + 1); /* lane 1's, back to the main lcore */
+	assert_int_equal(relay_lanes_reclaim(T), 2);
+	assert_int_equal(rte_mbuf_refcnt_read(c), 1 + 1);
+	for (unsigned i = 0; i < MAX_SUBS; i++)
+		relay_sub_remove(T, &T->subs[i]);
+	relay_lane_poll(T, l1);
+	assert_int_equal(rte_mbuf_refcnt_read(c), 1);
+}
+
 /* The output of B's flattened into flat: B's view of it is a valid
  * datagram to B whose payload is fr[fl], byte for byte. */
 static void assert_output_is(struct rte_mbuf *o, const sub *b, const uint8_t *fr, size_t fl)
@@ -1042,6 +1090,7 @@ int main(void)
 	};
 	const struct CMUnitTest lanes[] = {
 		cmocka_unit_test(test_subscribers_are_owned_by_one_fanout_lcore_each),
+		cmocka_unit_test(test_frames_reach_a_lane_a_burst_at_a_time_in_order),
 	};
 	int rc = cmocka_run_group_tests_name("relay_eal", tests, setup, teardown);
 	rc |= cmocka_run_group_tests_name("relay_eal_fanout", lanes, setup_lanes, teardown);
