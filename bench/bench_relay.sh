@@ -29,11 +29,13 @@
 # gets, no MULTI_SEGS TX offload (these vdevs have none) and 17 RX queues
 # an lcore (it polls every port it sends on).
 # FANOUTS="1" (default "1 4 16") limits the first table's fan-outs, and
-# QUICK=1 stops after the second (every frame stored): to compare builds
-# in interleaved rounds.
+# QUICK=1 stops after the second (every frame stored), LCORES=1 prints the
+# fan-out lcores table alone: to compare builds in interleaved rounds.
 set -eu
 B=${1:-build}
 FANOUTS=${FANOUTS:-1 4 16}
+LCORES=${LCORES:-0}
+[ "$LCORES" = 1 ] && FANOUTS=""
 SECS=${2:-4}
 BFP=${BFP:-$B/cli/bfpatch} # the frames' maker: BFP=PATH to compare builds on the same frames
 RELAY=$B/dpdk_app/bfpatch-relay
@@ -121,8 +123,9 @@ testpmd_rate() {
 echo "bfpatch bench_relay: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $SECS s per run"
 "$BFP" synth -o "$T/traj" -p 2M -n 0 -S 2 2>/dev/null
 
-printf '%-6s %-7s %11s %11s %13s %8s %9s %9s %9s %9s %9s\n' bytes fanout "relay Mpps" \
-	"relay Gb/s" "testpmd Mpps" ratio "relay ns" "mcast ns" "tpmd ns" "relay/mc" copies
+[ "$LCORES" = 1 ] ||
+	printf '%-6s %-7s %11s %11s %13s %8s %9s %9s %9s %9s %9s\n' bytes fanout "relay Mpps" \
+		"relay Gb/s" "testpmd Mpps" ratio "relay ns" "mcast ns" "tpmd ns" "relay/mc" copies
 # the relay at fan-out $2 on $1-byte frames of $3 (more relay options
 # after): port_rate's two figures, and its outputs in all after them
 relay_rate() {
@@ -144,12 +147,12 @@ for size in 1500 8000; do
 	"$BFP" pcap "$T/key$size" -o "$T/in$size.pcap" --dst 198.18.0.1:7400 2> /dev/null
 	mbuf=$((size + 1024))
 	tp=""
-	if [ -n "$TESTPMD" ]; then
+	if [ -n "$TESTPMD" ] && [ "$LCORES" != 1 ]; then
 		tp=$(testpmd_rate $mbuf "$T/in$size.pcap")
 	fi
 	echo "$tp" > "$T/tp-$size"
 	mc=""
-	mcast_build $mbuf && mc=$mbuf
+	[ "$LCORES" != 1 ] && mcast_build $mbuf && mc=$mbuf
 	for fan in $FANOUTS; do
 		mns=""
 		if [ -n "$mc" ]; then
@@ -174,12 +177,14 @@ done
 # A relay in service stores every frame and, its cache full, evicts the
 # oldest for it: that path at fan-out 1, with the cache held to 1 MiB so
 # that every frame replayed has left it before it comes round again.
-echo
-echo "fan-out 1, every frame stored (repair cache of 1 MiB, full: each frame evicts the oldest):"
-printf '%-6s %11s %9s %9s %8s %9s %9s %13s\n' bytes "relay Mpps" "relay ns" "tpmd ns" ratio \
-	"mcast ns" "relay/mc" "cache_stored"
-for size in 1500 8000; do
-	rr=$(relay_rate $size 1 "$T/in$size.pcap" --cache-bytes 1m)
+if [ "$LCORES" != 1 ]; then
+	echo
+	echo "fan-out 1, every frame stored (repair cache of 1 MiB, full: each frame evicts the oldest):"
+	printf '%-6s %11s %9s %9s %8s %9s %9s %13s\n' bytes "relay Mpps" "relay ns" "tpmd ns" ratio \
+		"mcast ns" "relay/mc" "cache_stored"
+fi
+for size in $([ "$LCORES" = 1 ] || echo 1500 8000); do
+	rr=$(relay_rate "$size" 1 "$T/in$size.pcap" --cache-bytes 1m)
 	cs=$(awk '$1 == "cache_stored" {print $2}' "$T/relay.log")
 	echo "$rr" | awk -v b="$size" -v mns="$(cat "$T/mns-$size-1")" -v cs="$cs" \
 		-v tp="$(cat "$T/tp-$size")" '{
@@ -194,12 +199,14 @@ done
 # a relay with --key checks every frame's tag (AES-GMAC, docs/SECURITY.md)
 # before it relays it; with --peer-keys it also signs each output again
 # under its subscriber's own key: the same packets' sizes, signed
-echo
-echo "with keys (each frame's tag verified on the lcore that received it; per hop: each"
-echo "output also signed under its subscriber's key; same packet sizes, signed frames; with"
-echo "2 lcores a worker receives and verifies, the main one fans out and signs):"
-printf '%-6s %-7s %-8s %-7s %14s %12s %18s %10s\n' bytes fanout keys lcores "relay Mpps" \
-	"relay Gb/s" "of 1-lcore unkeyed" drop_auth
+if [ "$LCORES" != 1 ]; then
+	echo
+	echo "with keys (each frame's tag verified on the lcore that received it; per hop: each"
+	echo "output also signed under its subscriber's key; same packet sizes, signed frames; with"
+	echo "2 lcores a worker receives and verifies, the main one fans out and signs):"
+	printf '%-6s %-7s %-8s %-7s %14s %12s %18s %10s\n' bytes fanout keys lcores "relay Mpps" \
+		"relay Gb/s" "of 1-lcore unkeyed" drop_auth
+fi
 (umask 077; echo "1 $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$T/key")
 : > "$T/peers"
 for i in $(seq 16); do
@@ -213,6 +220,7 @@ for size in 1500 8000; do
 	mbuf=$((size + 1024))
 	for run in "1 0 verify" "16 0 verify" "1 0 per-hop" "16 0 per-hop" "1 0-1 verify" "16 0-1 verify" \
 		"16 0-1 per-hop"; do
+		[ "$LCORES" = 1 ] && continue
 		set -- $run
 		fan=$1 lc=$2 mode=$3
 		subs=$(subscribers $fan)
@@ -287,6 +295,7 @@ for size in 1500 8000; do
 					lcs, c[2], v / 1e6, v / 1e6 / c[2], r1, r2 } }' "$T/fan"
 	done
 done
+[ "$LCORES" = 1 ] && exit 0
 
 # the fan-out method: header mbuf + clone (used) against a full payload copy
 # per output, fan-out 16, same input
