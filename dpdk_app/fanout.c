@@ -42,16 +42,21 @@
  * that drops a frame's last reference puts its mbuf in that lcore's
  * mempool cache, and the main lcore receives into mbufs from its own: a
  * frame freed on a lane would reach the main lcore again only through the
- * pool's common ring, oldest first, so every frame it received would be
- * copied in (net_pcap) or read (a NIC's DMA) in memory its CPU cache has
- * not held since the whole pool went round. So a lane's clones of a frame
- * count on the lane's hold in the frame's private area (lane_hold), and
- * the one reference the hold keeps goes back to the main lcore through
- * the lane's done ring once its last clone is freed (relay_lanes_reclaim);
- * the frame's refcount is then touched twice per lane, both times on the
- * main lcore. Counters are per lane (lane 0's are the main lcore's),
- * summed by the readers. With N = 1 (the default) there are no rings and
- * the main lcore makes every output itself.
+ * pool's common ring, oldest first, and every frame it receives would land
+ * (net_pcap's copy, a NIC's DMA) in a buffer its CPU cache has not held
+ * since the whole pool went round (at 8000 bytes, net_pcap's RX took 0.84
+ * against 0.18 us a frame; docs/BENCHMARKS.md). So a lane's clones of a
+ * frame count on the lane's hold in the frame's private area (lane_hold),
+ * and the one reference the hold keeps goes back to the main lcore
+ * through the lane's done ring once its last clone is freed
+ * (relay_lanes_reclaim); the frame's refcount is updated on the main lcore
+ * alone: raised once for all lanes as the frame is handed over, lowered
+ * once a lane as the references come back. The lane reads nothing of the
+ * frame's mbuf (its clones are made from the frame_view in its job),
+ * whose first cache line the main lcore's own clones write. Counters are
+ * per lane (lane 0's are the main lcore's), summed by the readers. With
+ * N = 1 (the default) there are no rings and the main lcore makes every
+ * output itself.
  */
 #include <inttypes.h>
 #include <string.h>
