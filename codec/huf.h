@@ -1,0 +1,104 @@
+/*
+ * huf.h: the Huffman code of a keyframe-huf table (FORMAT.md 3.12),
+ * which encoder and decoder derive alike from the table's symbol
+ * frequencies, so that no code lengths travel: lengths by Huffman's
+ * construction with every tie decided by symbol order, limited to
+ * BFP_HUF_LMAX bits; canonical codes; the decoder's lookup table.
+ */
+#ifndef BFP_HUF_H
+#define BFP_HUF_H
+
+#include "internal.h"
+
+#define BFP_HUF_LMAX 12u   /* bits of the longest code, and of a lookup */
+#define BFP_HUF_SYMS 128u  /* symbols, at most */
+
+/* Code lengths len[0..ns) (2 <= ns <= BFP_HUF_SYMS) of frequencies
+ * f[0..ns), each at least 1: leaves sorted by (frequency, symbol), two
+ * queues (leaves, then the nodes made in order), the leaf taken on a
+ * tie; while the longest length is over BFP_HUF_LMAX, every frequency
+ * becomes (f + 1) / 2 and the code is built again. */
+static inline void bfp_huf_lengths(const uint16_t *f, unsigned ns, uint8_t *len)
+{
+	uint16_t q[BFP_HUF_SYMS];
+	uint8_t ord[BFP_HUF_SYMS];
+	uint32_t w[2 * BFP_HUF_SYMS];
+	uint8_t par[2 * BFP_HUF_SYMS], dep[2 * BFP_HUF_SYMS];
+	for (unsigned s = 0; s < ns; s++)
+		q[s] = f[s];
+	for (;;) {
+		/* leaves by (frequency, symbol): insertion sort, ns is small */
+		for (unsigned s = 0; s < ns; s++) {
+			unsigned j = s;
+			while (j > 0 && q[ord[j - 1]] > q[s]) {
+				ord[j] = ord[j - 1];
+				j--;
+			}
+			ord[j] = (uint8_t)s;
+		}
+		/* nodes 0..ns-1 the sorted leaves, ns.. the merged ones */
+		for (unsigned i = 0; i < ns; i++)
+			w[i] = q[ord[i]];
+		unsigned lf = 0, nd = ns, made = ns;
+		for (; made < 2 * ns - 1; made++) {
+			unsigned pick[2];
+			for (unsigned k = 0; k < 2; k++) {
+				if (lf < ns && (nd == made || w[lf] <= w[nd]))
+					pick[k] = lf++;
+				else
+					pick[k] = nd++;
+			}
+			w[made] = w[pick[0]] + w[pick[1]];
+			par[pick[0]] = par[pick[1]] = (uint8_t)(made - ns);
+		}
+		/* depths from the root (the last node) down */
+		unsigned longest = 0;
+		dep[2 * ns - 2 - ns] = 0;
+		for (unsigned i = 2 * ns - 2; i-- > 0;) {
+			const unsigned d = dep[par[i]] + 1u;
+			if (i >= ns)
+				dep[i - ns] = (uint8_t)d;
+			else {
+				len[ord[i]] = (uint8_t)d;
+				longest = d > longest ? d : longest;
+			}
+		}
+		if (longest <= BFP_HUF_LMAX)
+			return;
+		for (unsigned s = 0; s < ns; s++)
+			q[s] = (uint16_t)((q[s] + 1u) / 2u);
+	}
+}
+
+/* Canonical codes of lengths len[0..ns) (a complete code): by length,
+ * then symbol, each the one before plus 1, shifted left as the length
+ * grows; code[s] holds len[s] bits, the first sent the highest. */
+static inline void bfp_huf_codes(const uint8_t *len, unsigned ns, uint16_t *code)
+{
+	unsigned cnt[BFP_HUF_LMAX + 1] = {0}, next[BFP_HUF_LMAX + 1];
+	for (unsigned s = 0; s < ns; s++)
+		cnt[len[s]]++;
+	unsigned c = 0;
+	cnt[0] = 0;
+	for (unsigned l = 1; l <= BFP_HUF_LMAX; l++) {
+		c = (c + cnt[l - 1]) << 1;
+		next[l] = c;
+	}
+	for (unsigned s = 0; s < ns; s++)
+		code[s] = (uint16_t)next[len[s]]++;
+}
+
+/* The decoder's table: entry v (the next BFP_HUF_LMAX bits) holds the
+ * length of the code that starts v in its low byte and the symbol in
+ * its high byte. */
+static inline void bfp_huf_table(const uint8_t *len, const uint16_t *code, unsigned ns,
+				 uint16_t *t)
+{
+	for (unsigned s = 0; s < ns; s++) {
+		const unsigned sh = BFP_HUF_LMAX - len[s], at = (unsigned)code[s] << sh;
+		for (unsigned j = 0; j < (1u << sh); j++)
+			t[at + j] = (uint16_t)(len[s] | s << 8);
+	}
+}
+
+#endif
