@@ -367,11 +367,15 @@ bfp_status bfp_decode_apply(bfp_decoder *decoder, const bfp_apply_opts *o,
 #endif
 	case BFP_ENC_KEY_EXP:
 	case BFP_ENC_KEY_EXPM:
-		/* FORMAT.md 3.10, 3.11: decoded whole and checked before it is
+	case BFP_ENC_KEY_HUF:
+		/* FORMAT.md 3.10-3.12: decoded whole and checked before it is
 		 * written */
 		BFP_CHECK(h.range_len <= BFP_KEYEXP_MAX, BFP_E_CORRUPT);
 		st = bfp_keyexp_decode(pl, h.payload_len, h.range_len, d->chunk, &d->key_scratch,
-				       d->cpu, h.encoding == BFP_ENC_KEY_EXPM);
+				       d->cpu,
+				       h.encoding == BFP_ENC_KEY_HUF    ? 2
+				       : h.encoding == BFP_ENC_KEY_EXPM ? 1
+									: 0);
 		if (st != BFP_OK)
 			return st;
 		BFP_CHECK(bfp_hash_cpu(d->cpu, d->chunk, (size_t)h.range_len * 2) == h.target_hash,

@@ -251,14 +251,17 @@ static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 {
 	uint64_t raw = budget / 2 < end - e->pos ? budget / 2 : end - e->pos, best = raw;
 	*encoding = BFP_ENC_KEY_RAW;
-	if (e->opts.flags & (BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM)) {
-		const int m = (e->opts.flags & BFP_ENC_F_KEY_EXPM) != 0;
+	if (e->opts.flags & (BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM | BFP_ENC_F_KEY_HUF)) {
+		/* 9 before 8 before 7 where more than one is allowed */
+		const int m = (e->opts.flags & BFP_ENC_F_KEY_HUF)    ? 2
+			      : (e->opts.flags & BFP_ENC_F_KEY_EXPM) ? 1
+								     : 0;
 		size_t xl = 0;
 		const uint64_t nx = bfp_keyexp_encode(e->target + e->pos, end - e->pos, budget, pl,
 						      &xl, e->tail, e->cpu, m);
 		if (nx > best) {
 			best = nx;
-			*encoding = m ? BFP_ENC_KEY_EXPM : BFP_ENC_KEY_EXP;
+			*encoding = m == 2 ? BFP_ENC_KEY_HUF : m ? BFP_ENC_KEY_EXPM : BFP_ENC_KEY_EXP;
 			*len = xl;
 		}
 	}
@@ -286,7 +289,8 @@ static uint64_t key_frame(bfp_enc *e, uint64_t end, size_t budget,
 		}
 	}
 #endif
-	if (*encoding == BFP_ENC_KEY_EXP || *encoding == BFP_ENC_KEY_EXPM)
+	if (*encoding == BFP_ENC_KEY_EXP || *encoding == BFP_ENC_KEY_EXPM ||
+	    *encoding == BFP_ENC_KEY_HUF)
 		return best;
 	for (uint64_t i = 0; i < raw; i++)
 		bfp_st16(pl + 2 * i, e->target[e->pos + i]);
@@ -340,7 +344,8 @@ bfp_status bfp_encoder_init(bfp_encoder *encoder, const bfp_encode_opts *opts,
 		BFP_CHECK(opts->target_version > opts->base_version, BFP_E_ARG);
 	BFP_CHECK(!(opts->flags & ~(BFP_ENC_F_KEYFRAME | BFP_ENC_F_ZSTD |
 				    BFP_ENC_F_NO_DENSE | BFP_ENC_F_SCALAR | BFP_ENC_F_NO_BATCH |
-				    BFP_ENC_F_STAGES | BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM)),
+				    BFP_ENC_F_STAGES | BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM |
+				    BFP_ENC_F_KEY_HUF)),
 		  BFP_E_ARG);
 	BFP_CHECK(opts->sparse == BFP_SPARSE_SHARED || opts->sparse == BFP_SPARSE_SELF_CONTAINED,
 		  BFP_E_ARG);
@@ -507,7 +512,7 @@ static bfp_status encode_next(bfp_enc *e, void *out, size_t out_cap, size_t *out
 		 * (FORMAT.md 3.10): try the keyframes (their payload is kept
 		 * if they win) */
 		int keyed = 0;
-		if ((e->opts.flags & (BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM)) &&
+		if ((e->opts.flags & (BFP_ENC_F_KEY_EXP | BFP_ENC_F_KEY_EXPM | BFP_ENC_F_KEY_HUF)) &&
 		    key_len < end - e->pos &&
 		    sparse_len < budget && dense_len < budget) {
 			STAGE(e, BFP_STAGE_OTHER,

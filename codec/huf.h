@@ -10,7 +10,7 @@
 
 #include "internal.h"
 
-#define BFP_HUF_LMAX 12u   /* bits of the longest code, and of a lookup */
+#define BFP_HUF_LMAX 11u   /* bits of the longest code, and of a lookup */
 #define BFP_HUF_SYMS 128u  /* symbols, at most */
 
 /* Code lengths len[0..ns) (2 <= ns <= BFP_HUF_SYMS) of frequencies
@@ -20,25 +20,24 @@
  * becomes (f + 1) / 2 and the code is built again. */
 static inline void bfp_huf_lengths(const uint16_t *f, unsigned ns, uint8_t *len)
 {
-	uint16_t q[BFP_HUF_SYMS];
-	uint8_t ord[BFP_HUF_SYMS];
+	uint32_t key[BFP_HUF_SYMS];
 	uint32_t w[2 * BFP_HUF_SYMS];
 	uint8_t par[2 * BFP_HUF_SYMS], dep[2 * BFP_HUF_SYMS];
 	for (unsigned s = 0; s < ns; s++)
-		q[s] = f[s];
+		key[s] = (uint32_t)f[s] << 8 | s;
 	for (;;) {
-		/* leaves by (frequency, symbol): insertion sort, ns is small */
-		for (unsigned s = 0; s < ns; s++) {
+		/* leaves by (frequency, symbol): insertion sort of the keys
+		 * (ns is small, and the frequencies rise, then fall) */
+		for (unsigned s = 1; s < ns; s++) {
+			const uint32_t v = key[s];
 			unsigned j = s;
-			while (j > 0 && q[ord[j - 1]] > q[s]) {
-				ord[j] = ord[j - 1];
-				j--;
-			}
-			ord[j] = (uint8_t)s;
+			for (; j > 0 && key[j - 1] > v; j--)
+				key[j] = key[j - 1];
+			key[j] = v;
 		}
 		/* nodes 0..ns-1 the sorted leaves, ns.. the merged ones */
 		for (unsigned i = 0; i < ns; i++)
-			w[i] = q[ord[i]];
+			w[i] = key[i] >> 8;
 		unsigned lf = 0, nd = ns, made = ns;
 		for (; made < 2 * ns - 1; made++) {
 			unsigned pick[2];
@@ -53,20 +52,22 @@ static inline void bfp_huf_lengths(const uint16_t *f, unsigned ns, uint8_t *len)
 		}
 		/* depths from the root (the last node) down */
 		unsigned longest = 0;
-		dep[2 * ns - 2 - ns] = 0;
+		dep[ns - 2] = 0;
 		for (unsigned i = 2 * ns - 2; i-- > 0;) {
 			const unsigned d = dep[par[i]] + 1u;
 			if (i >= ns)
 				dep[i - ns] = (uint8_t)d;
 			else {
-				len[ord[i]] = (uint8_t)d;
+				len[key[i] & 0xFFu] = (uint8_t)d;
 				longest = d > longest ? d : longest;
 			}
 		}
 		if (longest <= BFP_HUF_LMAX)
 			return;
-		for (unsigned s = 0; s < ns; s++)
-			q[s] = (uint16_t)((q[s] + 1u) / 2u);
+		for (unsigned s = 0; s < ns; s++) {
+			const uint32_t h = ((key[s] >> 8) + 1u) / 2u;
+			key[s] = h << 8 | (key[s] & 0xFFu);
+		}
 	}
 }
 

@@ -61,7 +61,8 @@ typedef struct bfp_enc {
 	uint64_t model_codes[256]; /* the model's codes (a bfp_model) */
 	uint64_t model_tables[5376]; /* the model's tables, ready to code with
 					(a bfp_rtab) */
-	uint8_t tail[BFP_PAYLOAD_MAX]; /* a payload's rANS bytes */
+	uint8_t tail[12352]; /* a payload's rANS bytes, or the streams of
+			      keyframe-huf (BFP_KEYEXP_SCRATCH) */
 	uint32_t chg_pos[BFP_CHANGES_MAX];  /* offset from frame start */
 	uint16_t chg_delta[BFP_CHANGES_MAX];
 	uint8_t chg_class[BFP_CHANGES_MAX];
@@ -79,11 +80,15 @@ typedef struct bfp_enc {
 } bfp_enc;
 
 /* A keyframe-exp decoder's scratch (keyexp.c): a table's slot map, with
- * sixteen slots of padding for the vector stores that fill it, and the
- * indices of the values with an escape (with room for the seven that
- * the vector path stores past the last). */
+ * sixteen slots of padding for the vector stores that fill it, or the
+ * lookup table of a keyframe-huf code (huf.h); and the indices of the
+ * values with an escape (with room for the seven that the vector path
+ * stores past the last). */
 typedef struct bfp_kx_scratch {
-	uint32_t slot[2048 + 16];
+	union {
+		uint32_t slot[2048 + 16];
+		uint16_t huf[4096 + 32];
+	};
 	uint16_t esc[8192 + 8];
 } bfp_kx_scratch;
 

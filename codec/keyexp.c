@@ -7,9 +7,13 @@
  * the mantissa's top bit with the exponent, at a share the table's
  * weights give, and packs the other 7 bits. Four interleaved states let
  * the decoder overlap the symbols; their initial values carry the last
- * values' raw bits.
+ * values' raw bits. Encoding 9 codes encoding 8's symbols with a Huffman
+ * code the same table gives (huf.h), in four bit streams that share one
+ * byte stream: a lookup a symbol, where rANS takes a multiply and a
+ * renormalisation on one chain.
  */
 #include "keyexp.h"
+#include "huf.h"
 #include "rans.h"
 #include "kxlog2.h"
 
@@ -102,7 +106,7 @@ static inline unsigned raw7_of(uint16_t v)
  * mantissa's top bit, as 2 e + m). */
 static inline uint32_t kx_carry_max(int m)
 {
-	return m ? BFP_KEYEXPM_CARRY : BFP_KEYEXP_CARRY;
+	return m == 2 ? BFP_KEYHUF_CARRY : m ? BFP_KEYEXPM_CARRY : BFP_KEYEXP_CARRY;
 }
 
 static inline size_t kx_raw_bytes(int m, uint32_t nraw)
@@ -209,6 +213,8 @@ typedef struct kx_plan {
 	uint32_t cntm[512];    /* the same by exponent and mantissa top bit */
 	uint64_t cost[512];    /* each kx_key's (KX_COST) */
 	kx_esym sym[512];      /* each kx_key's symbol */
+	uint16_t hcode[512];   /* encoding 9: each kx_key's code (its
+				  length in bits 12-15) */
 } kx_plan;
 
 /* Bytes of the first k values with plan pl whose escapes take ebits and
@@ -217,6 +223,11 @@ typedef struct kx_plan {
  * below 2^24), states. */
 static uint64_t kx_bytes(const kx_plan *pl, uint64_t k, uint64_t ebits, uint64_t r256)
 {
+	/* encoding 9: the table's bytes, then codes, raw fields and escapes
+	 * in whole bytes but for the table's padding, the raw section's and
+	 * the bits left after the last carried field (r256 / 256 exact) */
+	if (pl->m == 2)
+		return (pl->tbits + 7) / 8 + (r256 / 256 + 7 * k + ebits + 13) / 8;
 	const uint64_t carry = k < kx_carry_max(pl->m) ? k : kx_carry_max(pl->m);
 	/* encoding 8's states start below 2^31: a byte more each */
 	return kx_raw_bytes(pl->m, (uint32_t)(k - carry)) + (pl->tbits + ebits + 7) / 8 +
@@ -326,6 +337,12 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n, int m)
 	 * last (with m, two each: 2 s + the mantissa's top bit) */
 	kx_esym ys[2 * BFP_KEYEXP_SYMS];
 	unsigned rcs[2 * BFP_KEYEXP_SYMS], at = 0;
+	uint8_t hl[2 * BFP_KEYEXP_SYMS];
+	uint16_t hc[2 * BFP_KEYEXP_SYMS];
+	if (m == 2) {
+		bfp_huf_lengths(f, nsym, hl);
+		bfp_huf_codes(hl, nsym, hc);
+	}
 	for (unsigned s = 0; s < nsym; s++) {
 		const uint64_t put = bfp_rans_sym(f[s], at);
 		const uint64_t xmax = (uint64_t)f[s] << (23 - BFP_RANS_BITS + 8);
@@ -338,14 +355,18 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n, int m)
 		y->bias = (uint32_t)(put >> 32) & 0xFFFu;
 		y->cmpl = (uint32_t)(put >> 44) & 0xFFFu;
 		at += f[s];
+		if (m == 2)
+			rcs[s] = 256u * hl[s];
 	}
 	for (unsigned j = 0; j < np; j++) {
 		const unsigned e = pe[j], s = e > tmax ? etop - e : ns - 1;
 		const unsigned eb = e > tmax || !tmax ? 0 : bfp_eg0_bits(tmax - e);
-		for (unsigned b = 0; b <= (unsigned)m; b++) {
+		for (unsigned b = 0; b <= (m ? 1u : 0u); b++) {
 			const unsigned key = m ? 2 * e + b : e, u = m ? 2 * s + b : s;
 			pl->cost[key] = KX_COST(eb, rcs[u]);
 			pl->sym[key] = ys[u];
+			if (m == 2)
+				pl->hcode[key] = (uint16_t)(hc[u] | hl[u] << 12);
 		}
 	}
 	return 1;
@@ -461,6 +482,85 @@ __attribute__((target("bmi2"))) static void pack7_pext(uint8_t *out, const uint1
 }
 #endif
 
+/* Encoding 8's raw fields of w[0..nraw) into out (FORMAT.md 3.11), and
+ * the byte after them when nraw is at least 8 (a store of 8 bytes for
+ * each 7). */
+static void kx_pack7(uint8_t *out, const uint16_t *w, uint32_t nraw, uint32_t cpu)
+{
+	(void)cpu;
+	/* 7 bits a value, from bit 0 of byte 0 on: eight values a
+	 * store of 8 bytes (7 of them theirs; the caller has room for the
+	 * eighth), four values' fields made at once in the 16-bit lanes of
+	 * a word */
+	uint64_t acc = 0;
+	unsigned nb = 0;
+	size_t o = 0;
+	uint32_t i = 0;
+#ifdef KX_X86
+	if (cpu & BFP_CPU_PDEP) {
+		pack7_pext(out, w, nraw / 8);
+		i = nraw / 8 * 8;
+		o = 7 * (size_t)(nraw / 8);
+	}
+#endif
+	for (; i + 8 <= nraw; i += 8, o += 7) {
+		uint64_t g = 0;
+		for (unsigned h = 0; h < 2; h++) {
+			const uint16_t *q = w + i + 4 * h;
+			const uint64_t v = q[0] | (uint64_t)q[1] << 16 | (uint64_t)q[2] << 32 |
+					   (uint64_t)q[3] << 48;
+			const uint64_t t = (v & 0x003F003F003F003Full) |
+					   ((v >> 9) & 0x0040004000400040ull);
+			g |= ((t & 0x7Fu) | ((t >> 9) & (0x7Full << 7)) |
+			      ((t >> 18) & (0x7Full << 14)) | ((t >> 27) & (0x7Full << 21)))
+			     << (28 * h);
+		}
+		bfp_st64(out + o, g);
+	}
+	for (; i < nraw; i++) {
+		acc |= (uint64_t)raw7_of(w[i]) << nb;
+		nb += 7;
+		if (nb >= 32) {
+			bfp_st32(out + o, (uint32_t)acc);
+			o += 4;
+			acc >>= 32;
+			nb -= 32;
+		}
+	}
+	for (; nb > 0; nb = nb > 8 ? nb - 8 : 0, acc >>= 8)
+		out[o++] = (uint8_t)acc;
+}
+
+/* The escapes of w[0..k) (FORMAT.md 3.10) into bw, for a table whose
+ * last symbol starts at exponent tmax > 0. */
+static void kx_escapes(bfp_bw *bw, const uint16_t *w, uint32_t k, unsigned tmax, uint32_t cpu)
+{
+	(void)cpu;
+	/* four values a step: with x their exponents (a 16-bit lane
+	 * each), x + 0x8000 - (tmax + 1) has its top bit set where
+	 * x > tmax, and carries into no other lane */
+	const uint64_t lanes = 0x0001000100010001ull, top = 0x8000u * lanes;
+	const uint64_t add = (0x8000u - (tmax + 1)) * lanes;
+	uint32_t i = 0;
+#ifdef KX_X86
+	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
+		i = escapes_avx2(bw, w, k, tmax);
+#endif
+	for (; i < k; i += 4) {
+		if (i + 4 <= k) {
+			uint64_t v;
+			BFP_MEMCPY(&v, w + i, 8);
+			if (((((v >> 7) & 0xFFu * lanes) + add) & top) == top)
+				continue;
+		}
+		for (uint32_t j = i; j < i + 4 && j < k; j++) {
+			const unsigned e = exp_of(w[j]);
+			if (e <= tmax)
+				bfp_put_eg0(bw, tmax - e);
+		}
+	}
+}
+
 static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t budget,
 		       uint8_t *out, uint8_t *scratch, uint32_t cpu)
 {
@@ -470,80 +570,17 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 	const unsigned ns = pl->k.t.ns, tmax = pl->k.etop - (ns - 1);
 	if (rawb + 4 * BFP_KEYEXP_STATES >= budget)
 		return 0;
-	if (m) {
-		/* 7 bits a value, from bit 0 of byte 0 on: eight values a
-		 * store of 8 bytes (7 of them theirs; the states come after the
-		 * raw section, so the eighth is in the budget), four values'
-		 * fields made at once in the 16-bit lanes of a word */
-		uint64_t acc = 0;
-		unsigned nb = 0;
-		size_t o = 0;
-		uint32_t i = 0;
-#ifdef KX_X86
-		if (cpu & BFP_CPU_PDEP) {
-			pack7_pext(out, w, nraw / 8);
-			i = nraw / 8 * 8;
-			o = 7 * (size_t)(nraw / 8);
-		}
-#endif
-		for (; i + 8 <= nraw; i += 8, o += 7) {
-			uint64_t g = 0;
-			for (unsigned h = 0; h < 2; h++) {
-				const uint16_t *q = w + i + 4 * h;
-				const uint64_t v = q[0] | (uint64_t)q[1] << 16 | (uint64_t)q[2] << 32 |
-						   (uint64_t)q[3] << 48;
-				const uint64_t t = (v & 0x003F003F003F003Full) |
-						   ((v >> 9) & 0x0040004000400040ull);
-				g |= ((t & 0x7Fu) | ((t >> 9) & (0x7Full << 7)) |
-				      ((t >> 18) & (0x7Full << 14)) | ((t >> 27) & (0x7Full << 21)))
-				     << (28 * h);
-			}
-			bfp_st64(out + o, g);
-		}
-		for (; i < nraw; i++) {
-			acc |= (uint64_t)raw7_of(w[i]) << nb;
-			nb += 7;
-			if (nb >= 32) {
-				bfp_st32(out + o, (uint32_t)acc);
-				o += 4;
-				acc >>= 32;
-				nb -= 32;
-			}
-		}
-		for (; nb > 0; nb = nb > 8 ? nb - 8 : 0, acc >>= 8)
-			out[o++] = (uint8_t)acc;
-	} else {
+	if (m)
+		kx_pack7(out, w, nraw, cpu);
+	else {
 		for (uint32_t i = 0; i < nraw; i++)
 			out[i] = raw_of(w[i]);
 	}
 	bfp_bw bw;
 	bfp_bw_init(&bw, out + rawb, budget - rawb - 4 * BFP_KEYEXP_STATES);
 	table_write(&bw, &pl->k);
-	if (tmax) {
-		/* four values a step: with x their exponents (a 16-bit lane
-		 * each), x + 0x8000 - (tmax + 1) has its top bit set where
-		 * x > tmax, and carries into no other lane */
-		const uint64_t lanes = 0x0001000100010001ull, top = 0x8000u * lanes;
-		const uint64_t add = (0x8000u - (tmax + 1)) * lanes;
-		uint32_t i = 0;
-#ifdef KX_X86
-		if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
-			i = escapes_avx2(&bw, w, k, tmax);
-#endif
-		for (; i < k; i += 4) {
-			if (i + 4 <= k) {
-				uint64_t v;
-				BFP_MEMCPY(&v, w + i, 8);
-				if (((((v >> 7) & 0xFFu * lanes) + add) & top) == top)
-					continue;
-			}
-			for (uint32_t j = i; j < i + 4 && j < k; j++) {
-				const unsigned e = exp_of(w[j]);
-				if (e <= tmax)
-					bfp_put_eg0(&bw, tmax - e);
-			}
-		}
-	}
+	if (tmax)
+		kx_escapes(&bw, w, k, tmax, cpu);
 	const size_t bs = bfp_bw_finish(&bw);
 	if (bw.overflow)
 		return 0;
@@ -594,6 +631,204 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
 	return rawb + bs + rb + 4 * BFP_KEYEXP_STATES;
 }
 
+/* ---- encoding 9 (FORMAT.md 3.12) ----
+ *
+ * Values in groups of KH_GROUP, value i in stream i mod 4. At each
+ * group's start every stream takes from the shared byte stream the
+ * whole bytes its 64-bit buffer has room for, less one bit: (63 - c) / 8
+ * with c the bits it holds unread. A group's values take at most
+ * 4 x 11 of the at least 56 bits each stream then holds. */
+#define KH_GROUP 16u
+/* The encoder's part of scratch for a stream: its codes (at most 11 bits
+ * for each of 2048 values), its carried bits and the 8 bytes its last
+ * store may write. */
+#define KH_STREAM_CAP ((BFP_HUF_LMAX * BFP_KEYEXP_MAX / BFP_KEYHUF_STREAMS) / 8u + 16u)
+
+/* 8 bytes at p as a big-endian number, and the other way */
+static inline uint64_t kh_ld64be(const uint8_t *p)
+{
+	uint64_t v;
+	BFP_MEMCPY(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	v = __builtin_bswap64(v);
+#endif
+	return v;
+}
+
+static inline void kh_st64be(uint8_t *p, uint64_t v)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	v = __builtin_bswap64(v);
+#endif
+	BFP_MEMCPY(p, &v, 8);
+}
+
+/* A stream as the encoder writes it: bits from the top of acc down, nb
+ * of them pending, stored 8 bytes at o each time (o then moves past the
+ * whole bytes: the stream's buffer has 8 bytes of room after it). */
+typedef struct kh_bits {
+	uint8_t *o;
+	uint64_t acc;
+	unsigned nb;
+} kh_bits;
+
+static inline __attribute__((always_inline)) void kh_put(kh_bits *b, uint64_t v, unsigned len)
+{
+	b->acc |= v << (63 - b->nb - len) << 1; /* nb < 8, len <= 48 */
+	b->nb += len;
+	kh_st64be(b->o, b->acc);
+	b->o += b->nb >> 3;
+	b->acc <<= b->nb & ~7u;
+	b->nb &= 7;
+}
+
+/* Bits [at, at + len) (len <= 32) of the carried fields' string cs
+ * (bit 0 the top bit of cs[0]), which has a word of zeros at its end. */
+static inline uint32_t kh_cbits(const uint64_t *cs, unsigned at, unsigned len)
+{
+	const unsigned q = at / 64, r = at % 64;
+	const uint64_t v = (cs[q] << r) | (r ? cs[q + 1] >> (64 - r) : 0);
+	return len ? (uint32_t)(v >> (64 - len)) : 0;
+}
+
+/* The first k values of w with pl (m = 2) into out; the payload's
+ * length, or 0 when it does not fit budget. Each stream is written
+ * whole into scratch first, since the bytes it takes at a group's start
+ * hold codes of later groups; then the bytes go into out in the order
+ * the decoder takes them. */
+static size_t kh_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t budget,
+		       uint8_t *out, uint8_t *scratch, uint32_t cpu)
+{
+	const unsigned ns = pl->k.t.ns, tmax = pl->k.etop - (ns - 1);
+	bfp_bw bw;
+	bfp_bw_init(&bw, out, budget);
+	table_write(&bw, &pl->k);
+	const size_t tb = bfp_bw_finish(&bw);
+	if (bw.overflow)
+		return 0;
+	/* one pass over the groups: the bytes each stream takes at a
+	 * group's start (tk, in the decoder's order), and the group's four
+	 * codes of each stream, put at once into the stream's own part of
+	 * scratch; c: the bits each stream holds unread */
+	uint8_t tk[(BFP_KEYEXP_MAX / KH_GROUP + 1) * BFP_KEYHUF_STREAMS];
+	size_t hb = 0, ntk = 0;
+	unsigned c[BFP_KEYHUF_STREAMS] = {0};
+	kh_bits sb[BFP_KEYHUF_STREAMS];
+	uint8_t *src[BFP_KEYHUF_STREAMS];
+	for (unsigned j = 0; j < BFP_KEYHUF_STREAMS; j++) {
+		src[j] = scratch + j * KH_STREAM_CAP;
+		sb[j] = (kh_bits){src[j], 0, 0};
+	}
+	{
+		kh_bits s0 = sb[0], s1 = sb[1], s2 = sb[2], s3 = sb[3];
+		unsigned c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+#define KH_TK(cj)                                                                              \
+	do {                                                                                   \
+		const unsigned t_ = (63 - (cj)) >> 3;                                          \
+		tk[ntk++] = (uint8_t)t_;                                                       \
+		hb += t_;                                                                      \
+		(cj) += 8 * t_;                                                                \
+	} while (0)
+/* stream j's four codes of the group at g, as one code of up to 48 bits */
+#define KH_G4(sj, cj, j)                                                                       \
+	do {                                                                                   \
+		uint64_t v_ = 0;                                                               \
+		unsigned l_ = 0;                                                               \
+		for (unsigned q_ = 0; q_ < KH_GROUP; q_ += BFP_KEYHUF_STREAMS) {               \
+			const uint32_t h_ = pl->hcode[kx_key(1, w[g + q_ + (j)])];             \
+			v_ = v_ << (h_ >> 12) | (h_ & 0xFFFu);                                 \
+			l_ += h_ >> 12;                                                        \
+		}                                                                              \
+		kh_put(&(sj), v_, l_);                                                         \
+		(cj) -= l_;                                                                    \
+	} while (0)
+		uint32_t g = 0;
+		for (; g + KH_GROUP <= k; g += KH_GROUP) {
+			KH_TK(c0);
+			KH_TK(c1);
+			KH_TK(c2);
+			KH_TK(c3);
+			KH_G4(s0, c0, 0);
+			KH_G4(s1, c1, 1);
+			KH_G4(s2, c2, 2);
+			KH_G4(s3, c3, 3);
+		}
+#undef KH_G4
+		sb[0] = s0;
+		sb[1] = s1;
+		sb[2] = s2;
+		sb[3] = s3;
+		c[0] = c0;
+		c[1] = c1;
+		c[2] = c2;
+		c[3] = c3;
+		if (g < k) {
+			for (unsigned j = 0; j < BFP_KEYHUF_STREAMS; j++)
+				KH_TK(c[j]);
+			for (uint32_t i = g; i < k; i++) {
+				const uint32_t h = pl->hcode[kx_key(1, w[i])];
+				kh_put(&sb[i % BFP_KEYHUF_STREAMS], h & 0xFFFu, h >> 12);
+				c[i % BFP_KEYHUF_STREAMS] -= h >> 12;
+			}
+		}
+#undef KH_TK
+	}
+	unsigned u = 0;
+	for (unsigned j = 0; j < BFP_KEYHUF_STREAMS; j++)
+		u += c[j];
+	const uint32_t carry = u / 7 < k ? u / 7 : k, nraw = k - carry;
+	const size_t rawb = kx_raw_bytes(1, nraw);
+	/* room for the byte kx_pack7 stores past the raw fields */
+	if (tb + hb + rawb + 1 > budget)
+		return 0;
+	/* the carried fields, 7 bits each, the first bit the highest, then
+	 * zeros: stream 0's unread bits, then stream 1's, ... */
+	uint64_t cs[(BFP_KEYHUF_STREAMS * 63 + 63) / 64 + 1] = {0};
+	for (uint32_t t = 0; t < carry; t++) {
+		const unsigned r = raw7_of(w[nraw + t]), b = 7 * t, q = b / 64, o = b % 64;
+		if (o <= 57)
+			cs[q] |= (uint64_t)r << (57 - o);
+		else {
+			cs[q] |= (uint64_t)r >> (o - 57);
+			cs[q + 1] |= (uint64_t)r << (121 - o);
+		}
+	}
+	unsigned cat = 0;
+	for (unsigned j = 0; j < BFP_KEYHUF_STREAMS; j++) {
+		const unsigned hi = c[j] > 32 ? c[j] - 32 : 0;
+		kh_put(&sb[j], kh_cbits(cs, cat, hi), hi);
+		kh_put(&sb[j], kh_cbits(cs, cat + hi, c[j] - hi), c[j] - hi);
+		cat += c[j];
+	}
+	/* the bytes in the decoder's order, 8 bytes a copy while out has
+	 * room for them */
+	uint8_t *o = out + tb;
+	for (size_t q = 0; q < ntk; q++) {
+		const unsigned j = q % BFP_KEYHUF_STREAMS, t = tk[q];
+		if (o + 8 <= out + budget)
+			BFP_MEMCPY(o, src[j], 8);
+		else
+			for (unsigned y = 0; y < t; y++)
+				o[y] = src[j][y];
+		o += t;
+		src[j] += t;
+	}
+	/* the raw fields of the values not carried, then the escapes, in
+	 * one bit stream */
+	kx_pack7(o, w, nraw, cpu);
+	const size_t whole = 7 * (size_t)nraw / 8;
+	const unsigned part = 7 * nraw % 8;
+	bfp_bw_init(&bw, o + whole, budget - (size_t)(o - out) - whole);
+	bw.acc = part ? o[whole] & ((1u << part) - 1) : 0;
+	bw.n = part;
+	if (tmax)
+		kx_escapes(&bw, w, k, tmax, cpu);
+	const size_t eb = bfp_bw_finish(&bw);
+	if (bw.overflow)
+		return 0;
+	return (size_t)(o - out) + whole + eb;
+}
+
 /* The longest prefix of w[0..n) that fits budget with pl (kx_bytes),
  * where c is the sum of the costs of all n values. kx_bytes grows with
  * the prefix, so this is the largest i whose prefix fits; the costs of
@@ -642,7 +877,8 @@ uint32_t bfp_keyexp_encode(const uint16_t *w, uint64_t avail, size_t budget, uin
 	}
 	/* the sizes are bounds: shrink in the rare case they were not */
 	while (k > 0) {
-		const size_t l = kx_write(&pl, w, k, budget, out, scratch, cpu);
+		const size_t l = m == 2 ? kh_write(&pl, w, k, budget, out, scratch, cpu)
+				      : kx_write(&pl, w, k, budget, out, scratch, cpu);
 		if (l) {
 			*len = l;
 			return k;
@@ -730,25 +966,27 @@ static inline uint16_t kxm_value(unsigned u, unsigned r, unsigned etop)
 }
 
 static void values_m(uint16_t *w, const uint8_t *pl, uint32_t i, uint32_t n, uint32_t nraw,
-		     unsigned etop, unsigned tail, uint16_t *esc, uint32_t *nesc)
+		     size_t lim, unsigned ush, unsigned etop, unsigned tail, uint16_t *esc,
+		     uint32_t *nesc)
 {
 	uint32_t c = *nesc;
 	/* eight values from seven bytes (i is a multiple of 8 here) */
-	for (; i + 8 <= nraw; i += 8) {
+	for (; i + 8 <= nraw && 7 * (size_t)i / 8 + 8 <= lim; i += 8) {
 		const uint64_t g = bfp_ld64(pl + 7 * (size_t)i / 8);
 		for (unsigned j = 0; j < 8; j++) {
-			const unsigned u = w[i + j] & 0xFFu;
+			const unsigned u = (unsigned)(w[i + j] >> ush) & 0xFFu;
 			w[i + j] = kxm_value(u, (unsigned)(g >> (7 * j)) & 0x7Fu, etop);
 			esc[c] = (uint16_t)(i + j);
 			c += (u >> 1) == tail;
 		}
 	}
 	for (; i < n; i++) {
-		const unsigned u = w[i] & 0xFFu;
+		const unsigned u = (unsigned)(w[i] >> ush) & 0xFFu;
 		unsigned r = 0;
 		if (i < nraw) {
 			const size_t b = 7 * (size_t)i / 8;
-			r = ((unsigned)(pl[b] | pl[b + 1] << 8) >> (7 * i % 8)) & 0x7Fu;
+			r = ((unsigned)(pl[b] | (b + 1 < lim ? pl[b + 1] : 0) << 8) >> (7 * i % 8)) &
+			    0x7Fu;
 		}
 		w[i] = kxm_value(u, r, etop);
 		esc[c] = (uint16_t)i;
@@ -921,9 +1159,10 @@ values_avx2(uint16_t *w, const uint8_t *pl, uint32_t nraw, unsigned etop, unsign
  * the two bytes its 7 bits start in, shifted up so that they end at bit
  * 15 (a multiply by 2^(8 - offset)), then down by 8. */
 __attribute__((target("avx2,popcnt"))) static uint32_t
-values_m_avx2(uint16_t *w, const uint8_t *pl, uint32_t nraw, unsigned etop, unsigned tail,
-	      uint16_t *esc, uint32_t *nesc)
+values_m_avx2(uint16_t *w, const uint8_t *pl, uint32_t nraw, unsigned ush, unsigned etop,
+	      unsigned tail, uint16_t *esc, uint32_t *nesc)
 {
+	const __m128i sh = _mm_cvtsi32_si128((int)ush);
 	const __m256i top = _mm256_set1_epi16((short)etop), m7f = _mm256_set1_epi16(0x7F);
 	const __m256i m3f = _mm256_set1_epi16(0x3F), m40 = _mm256_set1_epi16(0x40);
 	const __m256i m8 = _mm256_set1_epi16(0xFF), one = _mm256_set1_epi16(1);
@@ -934,14 +1173,16 @@ values_m_avx2(uint16_t *w, const uint8_t *pl, uint32_t nraw, unsigned etop, unsi
 					      64, 128);
 	uint32_t i = 0, c = *nesc;
 	/* the load takes 16 bytes from 7 i / 8 on: 2 past the 14 used, which
-	 * the payload has (its states follow the raw section) */
+	 * the payload has (the caller limits nraw so) */
 	for (; i + 16 <= nraw; i += 16) {
 		const __m128i b16 = _mm_loadu_si128((const __m128i *)(const void *)(pl + 7 * (size_t)i / 8));
 		const __m256i two = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(b16), pick);
 		const __m256i r =
 			_mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(two, mul), 8), m7f);
 		const __m256i u = _mm256_and_si256(
-			_mm256_loadu_si256((const __m256i *)(const void *)(w + i)), m8);
+			_mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + i)),
+					 sh),
+			m8);
 		const __m256i s = _mm256_srli_epi16(u, 1);
 		const __m256i e = _mm256_slli_epi16(_mm256_sub_epi16(top, s), 7);
 		const __m256i v = _mm256_or_si256(
@@ -983,6 +1224,208 @@ static bfp_status carried_m(uint16_t *w, const uint8_t *pl, uint32_t nraw, size_
 	return BFP_OK;
 }
 
+/* ---- encoding 9's decoder (FORMAT.md 3.12) ----
+ *
+ * Each stream's 64-bit buffer holds its unread bits from the top down,
+ * then a set bit, then zeros: the trailing zeros tell how many bytes
+ * the stream takes at a group's start (tz / 8), and a code's length
+ * (the low bits of its table entry) is the shift that takes it. */
+
+/* The lookup table of code (len, code) into t (huf.h's layout), eight
+ * bytes a store where a code spans four entries or more. */
+static void kh_table(const uint8_t *len, const uint16_t *code, unsigned ns, uint16_t *t)
+{
+	for (unsigned s = 0; s < ns; s++) {
+		const unsigned sh = BFP_HUF_LMAX - len[s], at = (unsigned)code[s] << sh;
+		const uint16_t e = (uint16_t)(len[s] | s << 8);
+		if (sh >= 2) {
+			const uint64_t v = e * 0x0001000100010001ull;
+			for (unsigned j = 0; j < (1u << sh); j += 4)
+				BFP_MEMCPY(t + at + j, &v, 8);
+		} else {
+			for (unsigned j = 0; j < (1u << sh); j++)
+				t[at + j] = e;
+		}
+	}
+}
+
+#ifdef KX_X86
+/* kh_table, 32 bytes a store where a code spans sixteen entries or more */
+__attribute__((target("avx2"))) static void kh_table_avx2(const uint8_t *len,
+							   const uint16_t *code, unsigned ns,
+							   uint16_t *t)
+{
+	for (unsigned s = 0; s < ns; s++) {
+		const unsigned sh = BFP_HUF_LMAX - len[s], at = (unsigned)code[s] << sh;
+		const uint16_t e = (uint16_t)(len[s] | s << 8);
+		if (sh >= 4) {
+			const __m256i v = _mm256_set1_epi16((short)e);
+			for (unsigned j = 0; j < (1u << sh); j += 16)
+				_mm256_storeu_si256((__m256i *)(void *)(t + at + j), v);
+		} else {
+			for (unsigned j = 0; j < (1u << sh); j++)
+				t[at + j] = e;
+		}
+	}
+}
+#endif
+
+/* Take a stream's bytes from *p (8 readable there). */
+#define KH_TAKE(b, p)                                                                          \
+	do {                                                                                   \
+		const unsigned tz_ = (unsigned)__builtin_ctzll(b);                             \
+		const uint64_t m_ = 1ull << (tz_ & 7);                                         \
+		(b) = ((b) & ((b)-1)) | (((kh_ld64be(p) >> (tz_ ^ 63)) | m_) & (0 - m_));       \
+		(p) += tz_ >> 3;                                                               \
+	} while (0)
+/* Decode value i from stream buffer b: its table entry into w[i]. */
+#define KH_SYM(b, t, w, i)                                                                     \
+	do {                                                                                   \
+		const uint16_t e_ = (t)[(b) >> (64 - BFP_HUF_LMAX)];                                            \
+		(w)[i] = e_;                                                                   \
+		(b) <<= (e_ & 63u);                                                            \
+	} while (0)
+
+/* Groups [0, n / 16) while the 28 bytes the takes may need and the 8
+ * their loads read are there; returns the first value not decoded. */
+#define KH_SYMS_FAST(name, attr)                                                               \
+	attr static uint32_t name(uint64_t *bs, const uint8_t **pp, const uint8_t *end,         \
+				  const uint16_t *t, uint32_t n, uint16_t *w)                  \
+	{                                                                                      \
+		uint64_t b0 = bs[0], b1 = bs[1], b2 = bs[2], b3 = bs[3];                       \
+		const uint8_t *p = *pp;                                                        \
+		uint32_t i = 0;                                                                \
+		for (; i + KH_GROUP <= n && end - p >= 36; i += KH_GROUP) {                    \
+			KH_TAKE(b0, p);                                                        \
+			KH_TAKE(b1, p);                                                        \
+			KH_TAKE(b2, p);                                                        \
+			KH_TAKE(b3, p);                                                        \
+			for (unsigned q = 0; q < KH_GROUP; q += 4) {                           \
+				KH_SYM(b0, t, w, i + q);                                       \
+				KH_SYM(b1, t, w, i + q + 1);                                   \
+				KH_SYM(b2, t, w, i + q + 2);                                   \
+				KH_SYM(b3, t, w, i + q + 3);                                   \
+			}                                                                      \
+		}                                                                              \
+		bs[0] = b0;                                                                    \
+		bs[1] = b1;                                                                    \
+		bs[2] = b2;                                                                    \
+		bs[3] = b3;                                                                    \
+		*pp = p;                                                                       \
+		return i;                                                                      \
+	}
+KH_SYMS_FAST(kh_syms_fast, )
+#ifdef KX_X86
+KH_SYMS_FAST(kh_syms_fast_bmi2, __attribute__((target("bmi,bmi2"))))
+#endif
+
+/* Append the len (1..63) bits v (at the bottom) to the bit string cs at
+ * *at, the first bit the top of cs[0]. */
+static inline void kh_cput(uint64_t *cs, unsigned *at, uint64_t v, unsigned len)
+{
+	const unsigned q = *at / 64, r = *at % 64;
+	v <<= 64 - len; /* at the top */
+	cs[q] |= v >> r;
+	if (r + len > 64)
+		cs[q + 1] |= v << (64 - r);
+	*at += len;
+}
+
+static bfp_status kh_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t *w,
+			    bfp_kx_scratch *ks, uint32_t cpu)
+{
+	kx_table k;
+	uint16_t f[2 * BFP_KEYEXP_SYMS], code[2 * BFP_KEYEXP_SYMS];
+	uint8_t hl[2 * BFP_KEYEXP_SYMS];
+	unsigned nsym;
+	(void)cpu;
+	BFP_CHECK(n >= 1 && n <= BFP_KEYEXP_MAX, BFP_E_CORRUPT);
+	bfp_br r;
+	bfp_br_init(&r, pl, len);
+	BFP_CHECK(table_parse(&r, &k), BFP_E_CORRUPT);
+	BFP_CHECK(kx_freqs(1, &k.t, f, &nsym), BFP_E_CORRUPT);
+	const uint64_t tbits = bfp_br_tell(&r);
+	BFP_CHECK(bfp_br_get(&r, (unsigned)((8 - (tbits & 7)) & 7)) == 0 && !r.err, BFP_E_CORRUPT);
+	const unsigned ns = k.t.ns, tmax = k.etop - (ns - 1);
+	const unsigned tail = tmax ? ns - 1 : 0xFFFFu;
+	bfp_huf_lengths(f, nsym, hl);
+	bfp_huf_codes(hl, nsym, code);
+#ifdef KX_X86
+	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
+		kh_table_avx2(hl, code, nsym, ks->huf);
+	else
+#endif
+		kh_table(hl, code, nsym, ks->huf);
+	/* pass 1: each value's table entry */
+	const uint8_t *p = pl + (tbits + 7) / 8, *end = pl + len;
+	uint64_t b[BFP_KEYHUF_STREAMS];
+	for (unsigned j = 0; j < BFP_KEYHUF_STREAMS; j++)
+		b[j] = 1ull << 63;
+	uint32_t i =
+#ifdef KX_X86
+		(cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW)) ? kh_syms_fast_bmi2(b, &p, end, ks->huf, n, w) :
+#endif
+		kh_syms_fast(b, &p, end, ks->huf, n, w);
+	for (; i < n; i += KH_GROUP) {
+		for (unsigned j = 0; j < BFP_KEYHUF_STREAMS; j++) {
+			const size_t tk = (unsigned)__builtin_ctzll(b[j]) >> 3, have = (size_t)(end - p);
+			uint8_t q[8] = {0};
+			BFP_CHECK(tk <= have, BFP_E_CORRUPT);
+			BFP_MEMCPY(q, p, have < 8 ? have : 8);
+			const uint8_t *qp = q;
+			KH_TAKE(b[j], qp);
+			p += tk;
+		}
+		const uint32_t ge = n - i < KH_GROUP ? n : i + KH_GROUP;
+		for (uint32_t v = i; v < ge; v++)
+			KH_SYM(b[v % BFP_KEYHUF_STREAMS], ks->huf, w, v);
+	}
+	/* the bits the streams hold unread carry the last values' raw fields */
+	uint64_t cs[(BFP_KEYHUF_STREAMS * 63 + 63) / 64 + 1] = {0};
+	unsigned u = 0;
+	for (unsigned j = 0; j < BFP_KEYHUF_STREAMS; j++) {
+		const unsigned c = 63 - (unsigned)__builtin_ctzll(b[j]); /* at least 8 */
+		kh_cput(cs, &u, b[j] >> (64 - c), c);
+	}
+	const uint32_t carry = u / 7 < n ? u / 7 : n, nraw = n - carry;
+	for (unsigned at = 7 * carry; at < u; at += 32) {
+		const unsigned l = u - at < 32 ? u - at : 32;
+		BFP_CHECK(kh_cbits(cs, at, l) == 0, BFP_E_CORRUPT);
+	}
+	/* pass 2: the raw fields after the bytes the streams took, and the
+	 * values with escapes listed */
+	const size_t rem = (size_t)(end - p), whole = 7 * (size_t)nraw / 8;
+	const unsigned part = 7 * nraw % 8;
+	BFP_CHECK(kx_raw_bytes(1, nraw) <= rem, BFP_E_CORRUPT);
+	uint32_t nesc = 0;
+	i = 0;
+#ifdef KX_X86
+	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW)) {
+		const uint32_t nv = rem < 16 ? 0 : (uint32_t)((rem - 16) * 8 / 7 + 16);
+		i = values_m_avx2(w, p, nraw < nv ? nraw : nv, 8, k.etop, tail, ks->esc, &nesc);
+	}
+#endif
+	values_m(w, p, i, n, nraw, rem, 8, k.etop, tail, ks->esc, &nesc);
+	for (uint32_t t = 0; t < carry; t++) {
+		const unsigned rf = kh_cbits(cs, 7 * t, 7);
+		w[nraw + t] = (uint16_t)(w[nraw + t] | (rf & 0x3Fu) | (rf & 0x40u) << 9);
+	}
+	/* pass 3: the escapes, after the raw fields in the same bit stream,
+	 * which ends the payload */
+	bfp_br_init(&r, p + whole, rem - whole);
+	(void)bfp_br_get(&r, part);
+	for (uint32_t j = 0; j < nesc; j++) {
+		uint16_t *v = w + ks->esc[j];
+		const uint32_t e = bfp_get_eg0(&r);
+		BFP_CHECK(!r.err && e <= tmax, BFP_E_CORRUPT);
+		*v = (uint16_t)((*v & 0x807Fu) | ((tmax - e) << 7));
+	}
+	const uint64_t bits = bfp_br_tell(&r);
+	BFP_CHECK(bfp_br_get(&r, (unsigned)((8 - (bits & 7)) & 7)) == 0 && !r.err, BFP_E_CORRUPT);
+	BFP_CHECK((bits + 7) / 8 == rem - whole, BFP_E_CORRUPT);
+	return BFP_OK;
+}
+
 bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t *w,
 			     bfp_kx_scratch *ks, uint32_t cpu, int m)
 {
@@ -990,6 +1433,8 @@ bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t
 	uint16_t f[2 * BFP_KEYEXP_SYMS];
 	unsigned nsym;
 	(void)cpu;
+	if (m == 2)
+		return kh_decode(pl, len, n, w, ks, cpu);
 	BFP_CHECK(n >= 1 && n <= BFP_KEYEXP_MAX, BFP_E_CORRUPT);
 	const uint32_t cmax = kx_carry_max(m), carry = n < cmax ? n : cmax, nraw = n - carry;
 	const size_t rawb = kx_raw_bytes(m, nraw);
@@ -1037,9 +1482,9 @@ bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t
 	if (m) {
 #ifdef KX_X86
 		if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
-			i = values_m_avx2(w, pl, nraw, k.etop, tail, ks->esc, &nesc);
+			i = values_m_avx2(w, pl, nraw, 0, k.etop, tail, ks->esc, &nesc);
 #endif
-		values_m(w, pl, i, n, nraw, k.etop, tail, ks->esc, &nesc);
+		values_m(w, pl, i, n, nraw, len, 0, k.etop, tail, ks->esc, &nesc);
 	} else {
 #ifdef KX_X86
 		if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))

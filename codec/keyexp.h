@@ -14,10 +14,15 @@
 #define BFP_KEYEXP_CARRY 8u    /* raw bytes the states carry (2 each) */
 #define BFP_KEYEXPM_CARRY 17u  /* expm: 7-bit raw fields they carry (30
 				  bits each) */
+#define BFP_KEYHUF_STREAMS 4u  /* keyframe-huf: bit streams */
+#define BFP_KEYHUF_CARRY 36u   /* 7-bit raw fields the streams' last
+				  bits carry, at most (4 x 63 bits) */
 #define BFP_KEYEXP_SYMS 64u    /* exponents a table names, at most */
 
-/* Scratch of the encoder: its rANS bytes. */
-#define BFP_KEYEXP_SCRATCH (BFP_PAYLOAD_MAX + 16u)
+/* Scratch of the encoder: its rANS bytes, or keyframe-huf's four
+ * streams, each with room for 12 bits a value and 16 bytes more. */
+#define BFP_KEYEXP_SCRATCH (4u * ((12u * BFP_KEYEXP_MAX / 4u) / 8u + 16u))
+_Static_assert(sizeof(((bfp_enc *)0)->tail) >= BFP_KEYEXP_SCRATCH, "encoder scratch");
 
 /* Code as many of words[0..avail) as fit budget payload bytes into out
  * (budget bytes); returns how many (0: none fit) and sets *len. scratch:

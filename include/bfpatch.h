@@ -77,10 +77,10 @@ BFP_API const char *bfp_status_str(bfp_status s);
 #define BFP_MAGIC 0x54504642u         /* "BFPT" little-endian */
 #define BFP_FORMAT_VERSION 1u
 /* The format's minor version this build writes and reads: 1.1 adds
- * encoding 7 (BFP_ENC_KEY_EXP), 1.2 encoding 8 (BFP_ENC_KEY_EXPM); the
- * header's version byte stays 1, and an older decoder rejects an encoding
- * it does not know (BFP_E_ENCODING). */
-#define BFP_FORMAT_MINOR 2u
+ * encoding 7 (BFP_ENC_KEY_EXP), 1.2 encoding 8 (BFP_ENC_KEY_EXPM), 1.3
+ * encoding 9 (BFP_ENC_KEY_HUF); the header's version byte stays 1, and an
+ * older decoder rejects an encoding it does not know (BFP_E_ENCODING). */
+#define BFP_FORMAT_MINOR 3u
 #define BFP_HEADER_SIZE 60u
 #define BFP_FRAME_SIZE_MIN 128u
 #define BFP_FRAME_SIZE_MAX 9000u
@@ -118,9 +118,12 @@ typedef enum bfp_encoding {
 				      mantissa's top bit through rANS with
 				      the frame's table, sign and the low
 				      mantissa bits raw (format 1.2) */
+	BFP_ENC_KEY_HUF = 9,       /* absolute values: as BFP_ENC_KEY_EXPM,
+				      through a Huffman code the table
+				      gives, in four streams (format 1.3) */
 } bfp_encoding;
 /* The highest encoding this build knows. */
-#define BFP_ENC_LAST BFP_ENC_KEY_EXPM
+#define BFP_ENC_LAST BFP_ENC_KEY_HUF
 
 /* The encodings this build knows: decoders reject any other
  * (BFP_E_ENCODING). */
@@ -129,14 +132,16 @@ static inline int bfp_encoding_known(unsigned encoding)
 	return encoding == BFP_ENC_SPARSE || encoding == BFP_ENC_DENSE ||
 	       encoding == BFP_ENC_KEY_RAW || encoding == BFP_ENC_KEY_ZSTD ||
 	       encoding == BFP_ENC_SPARSE_MODEL || encoding == BFP_ENC_SPARSE_REF ||
-	       encoding == BFP_ENC_KEY_EXP || encoding == BFP_ENC_KEY_EXPM;
+	       encoding == BFP_ENC_KEY_EXP || encoding == BFP_ENC_KEY_EXPM ||
+	       encoding == BFP_ENC_KEY_HUF;
 }
 
 /* The keyframe encodings: absolute values, applying to any base. */
 static inline int bfp_encoding_is_key(unsigned encoding)
 {
 	return encoding == BFP_ENC_KEY_RAW || encoding == BFP_ENC_KEY_ZSTD ||
-	       encoding == BFP_ENC_KEY_EXP || encoding == BFP_ENC_KEY_EXPM;
+	       encoding == BFP_ENC_KEY_EXP || encoding == BFP_ENC_KEY_EXPM ||
+	       encoding == BFP_ENC_KEY_HUF;
 }
 
 /* The sparse encodings. */
@@ -329,6 +334,12 @@ typedef enum bfp_sparse_mode {
 				    BFP_ENC_KEY_EXPM (format 1.2) in place of
 				    BFP_ENC_KEY_EXP: for receivers built for
 				    1.2 */
+#define BFP_ENC_F_KEY_HUF 4096u /* as BFP_ENC_F_KEY_EXP, with
+				   BFP_ENC_KEY_HUF (format 1.3) in place of
+				   BFP_ENC_KEY_EXP: a few bytes a frame
+				   more than BFP_ENC_KEY_EXPM, coded and
+				   decoded faster; for receivers built for
+				   1.3 */
 
 /* The encoder's stages (BFP_ENC_F_STAGES): the sums of their ticks over
  * the frames since bfp_encoder_init. Ticks are the time-stamp counter on
