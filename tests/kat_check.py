@@ -4,7 +4,8 @@
 Written from the format document, sharing no code with the C codec: it
 parses every frame of each NAME.patch, checks header rules and CRC32C,
 decodes sparse (encodings 1, 5 and 6), dense and keyframe payloads bit by
-bit (and the rANS part of encodings 5 to 8 byte by byte), applies them to
+bit (the rANS part of encodings 5 to 8 byte by byte, the Huffman streams of
+encoding 9 bit by bit), applies them to
 NAME.base and requires the result to equal NAME.target byte for byte.
 (The XXH3 range hash is not recomputed: Python's stdlib lacks XXH3.)
 """
@@ -493,6 +494,117 @@ def key_expm(payload, n):
     return out
 
 
+def expm_freqs(ns, q):
+    """The 2 ns symbols' frequencies of encodings 8 and 9 (FORMAT.md 3.11)."""
+    w = []
+    for s in range(ns):
+        ps = 58 if s == 0 else PM[min(12, max(-2, q[s] - q[s - 1])) + 2]
+        w += [WEIGHTS[q[s]] * ps, WEIGHTS[q[s]] * (64 - ps)]
+    return freqs(w)[0]
+
+
+HALVED = []  # the tables whose code needed its frequencies halved
+
+
+def huf_lengths(f):
+    """Code lengths by FORMAT.md 3.12's construction, at most 11 bits."""
+    g = list(f)
+    while True:
+        leaves = sorted(range(len(g)), key=lambda u: (g[u], u))
+        nodes = []  # the merged nodes' weights, in the order made
+        parent = {}
+        li = ni = 0
+
+        def take():
+            nonlocal li, ni
+            if li < len(leaves) and (ni >= len(nodes) or g[leaves[li]] <= nodes[ni]):
+                li += 1
+                return ("leaf", leaves[li - 1]), g[leaves[li - 1]]
+            ni += 1
+            return ("node", ni - 1), nodes[ni - 1]
+
+        for _ in range(len(g) - 1):
+            a, wa = take()
+            b, wb = take()
+            parent[a] = parent[b] = ("node", len(nodes))
+            nodes.append(wa + wb)
+        lens = []
+        for u in range(len(g)):
+            d, x = 0, ("leaf", u)
+            while x in parent:
+                d, x = d + 1, parent[x]
+            lens.append(d)
+        if max(lens) <= 11:
+            return lens
+        HALVED.append(len(g))
+        g = [(x + 1) // 2 for x in g]
+
+
+def key_huf(payload, n):
+    """Encoding 9 (FORMAT.md 3.12): encoding 8's symbols through a Huffman
+    code the table's frequencies give, in four streams that take bytes at
+    the start of each group of 16 values; the streams' last bits carry
+    the last raw fields; then raw fields and escapes in one bit stream."""
+    if n > 8192:
+        raise ValueError("too many values")
+    bits = Bits(payload)
+    etop, ns, q = exp_table(bits)
+    if bits.get((8 - bits.pos % 8) % 8) != 0:
+        raise ValueError("table padding")
+    at = bits.pos // 8
+    lens = huf_lengths(expm_freqs(ns, q))
+    codes, code, prev = {}, 0, None
+    for u in sorted(range(2 * ns), key=lambda u: (lens[u], u)):
+        if prev is not None:
+            code = (code + 1) << (lens[u] - prev)
+        codes[(lens[u], code)] = u
+        prev = lens[u]
+    held = [[] for _ in range(4)]  # each stream's bits not yet used
+    syms = []
+    for g in range(0, n, 16):
+        for j in range(4):
+            k = (63 - len(held[j])) // 8
+            if at + k > len(payload):
+                raise ValueError("a take beyond the payload")
+            for b in payload[at:at + k]:
+                held[j] += [(b >> (7 - x)) & 1 for x in range(8)]
+            at += k
+        for i in range(g, min(n, g + 16)):
+            h, c, ln = held[i % 4], 0, 0
+            while (ln, c) not in codes:
+                c, ln = (c << 1) | h[ln], ln + 1
+            syms.append(codes[(ln, c)])
+            del h[:ln]
+    string = [b for h in held for b in h]
+    carry = min(n, len(string) // 7)
+    if any(string[7 * carry:]):
+        raise ValueError("bits after the carried fields")
+    nraw = n - carry
+    tail = Bits(payload[at:])
+    raw = [tail.get(7) for _ in range(nraw)]
+    for t in range(carry):
+        raw.append(int("".join(map(str, string[7 * t:7 * t + 7])), 2))
+    t = etop - (ns - 1)
+    exps = []
+    for u in syms:
+        s = u // 2
+        if s < ns - 1:
+            exps.append(etop - s)
+        elif t > 0:
+            e = tail.eg0()
+            if e > t:
+                raise ValueError("escape below exponent 0")
+            exps.append(t - e)
+        else:
+            exps.append(0)
+    if tail.get((8 - tail.pos % 8) % 8) != 0:
+        raise ValueError("padding")
+    if tail.pos // 8 != len(payload) - at:
+        raise ValueError("payload length")
+    return [((r & 0x40) << 9) | (e << 7) | ((u & 1) << 6) | (r & 0x3F)
+            for r, e, u in zip(raw, exps, syms)]
+
+
 def check(d, name):
     base = list(struct.unpack("<%dH" % (os.path.getsize(f"{d}/{name}.base") // 2),
                               open(f"{d}/{name}.base", "rb").read()))
@@ -511,7 +623,7 @@ def check(d, name):
          crc) = struct.unpack("<IBBHQIIIIQIIQI", h)
         assert magic == 0x54504642 and ver == 1 and flags in (0, 1), "header"
         # flags bit 0 (IN_PATCH): a keyframe-coded frame of the patch
-        assert not flags or enc in (3, 4, 7, 8), "IN_PATCH on a delta frame"
+        assert not flags or enc in (3, 4, 7, 8, 9), "IN_PATCH on a delta frame"
         if enc in (1, 2, 5, 6) or flags:
             assert patch_base is None or bv == patch_base, "one base per patch"
             patch_base = bv
@@ -527,9 +639,9 @@ def check(d, name):
             assert (tv > bv if flags else bv == 0) and pl == 2 * rl
             vals = struct.unpack("<%dH" % rl, payload)
             w[rb:rb + rl] = vals
-        elif enc in (7, 8):
+        elif enc in (7, 8, 9):
             assert tv > bv if flags else bv == 0
-            w[rb:rb + rl] = (key_exp if enc == 7 else key_expm)(payload, rl)
+            w[rb:rb + rl] = {7: key_exp, 8: key_expm, 9: key_huf}[enc](payload, rl)
         elif enc in (1, 2, 5, 6):
             assert tv > bv
             bits = Bits(payload)
@@ -557,7 +669,9 @@ def check(d, name):
         idx += 1
     assert idx == count and covered == len(base), "coverage"
     assert struct.pack("<%dH" % len(w), *w) == target, "result differs from target"
-    print(f"ok   - {name}: {idx} frames decoded independently, result equals target")
+    halved = f" ({len(HALVED)} codes limited)" if HALVED else ""
+    HALVED.clear()
+    print(f"ok   - {name}: {idx} frames decoded independently, result equals target{halved}")
 
 
 def main():

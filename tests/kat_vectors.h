@@ -25,6 +25,11 @@ enum kat_kind {
 			factor that grows every 2000 values (kat_steep):
 			keyframe-expm tables with every share of FORMAT.md
 			3.11's PM table */
+	KAT_DEEP,    /* targets whose binades each hold about 0.38 of the
+			values of the one below (kat_deep), so that the rare
+			ones are at the top, where the table must name them:
+			keyframe-huf codes that would be longer than 11 bits
+			but for FORMAT.md 3.12's limit */
 };
 
 typedef struct kat_vector {
@@ -45,7 +50,8 @@ typedef struct kat_vector {
  * keyframe-exp frames in a keyframe stream and in a patch. Format 1.2:
  * keyframe-expm frames in keyframe streams (1200 and 8900-byte frames,
  * the latter near the 8192 values a frame may hold; steep: tables that
- * use every share of the PM table) and in a patch. */
+ * use every share of the PM table) and in a patch. Format 1.3: the same
+ * with keyframe-huf frames. */
 static const kat_vector kat_vectors[] = {
 	{"sparse", 60000, 50000, 1200, 0, BFP_SPARSE_SELF_CONTAINED, KAT_WEIGHTS, 111},
 	{"edge", 777, 0, BFP_FRAME_SIZE_MIN, 0, BFP_SPARSE_SELF_CONTAINED, KAT_EDGE, 112},
@@ -67,6 +73,15 @@ static const kat_vector kat_vectors[] = {
 	 KAT_REINIT, 125},
 	{"keyframe-expm-steep", 22000, 0, 1200, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_EXPM, 0,
 	 KAT_STEEP, 126},
+	{"keyframe-huf", 7001, 0, 1200, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_HUF, 0, KAT_TRAINED, 127},
+	{"keyframe-huf-jumbo", 20011, 0, 8900, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_HUF, 0,
+	 KAT_TRAINED, 128},
+	{"keyframe-huf-steep", 22000, 0, 1200, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_HUF, 0,
+	 KAT_STEEP, 129},
+	{"reinit-huf", 20000, 20000, 1200, BFP_ENC_F_KEY_HUF, BFP_SPARSE_SELF_CONTAINED, KAT_REINIT,
+	 130},
+	{"keyframe-huf-deep", 20011, 0, 8900, BFP_ENC_F_KEYFRAME | BFP_ENC_F_KEY_HUF, 0, KAT_DEEP,
+	 131},
 };
 
 /* KAT_TRAINED: below the top binades of each 1500 values (its scale)
@@ -98,6 +113,27 @@ static inline uint16_t kat_steep(uint64_t *s, size_t i)
 			     : 1 + (unsigned)__builtin_ctzll((r >> 16) | (1ull << 30));
 	uint16_t sign = (uint16_t)((r >> 40) & 0x8000u);
 	return (uint16_t)(sign | ((120 - k) << 7) | ((r >> 48) & 0x7Fu));
+}
+
+/* KAT_DEEP: the binade above exponent 110 k times, k the number of
+ * draws in a row below 389 out of 1024, at most 40. */
+static inline uint16_t kat_deep(uint64_t *s)
+{
+	unsigned k = 0;
+	uint64_t r = t_rand(s);
+	const uint64_t low = r;
+	for (unsigned c = 0; k < 40; c++) {
+		if (c == 6) {
+			r = t_rand(s);
+			c = 0;
+		}
+		if (((r >> (10 * c)) & 1023) >= 389)
+			break;
+		k++;
+	}
+	const unsigned e = 110 + k;
+	return (uint16_t)(((low >> 60) & 1) << 15 | e << 7 | ((low >> 61) & 0x7) << 4 |
+			  (t_rand(s) & 0xF));
 }
 
 /* KAT_RL: exponent field 100..127; a weight of exponent e changes with
@@ -143,10 +179,12 @@ static inline void kat_inputs(const kat_vector *v, uint16_t *base, uint16_t *tgt
 		kat_rl(base, tgt, v->n, v->ppm, v->kind == KAT_GROW ? 2 * v->n / 3 : v->n, &s);
 		return;
 	}
-	if (v->kind == KAT_TRAINED || v->kind == KAT_STEEP) {
+	if (v->kind == KAT_TRAINED || v->kind == KAT_STEEP || v->kind == KAT_DEEP) {
 		for (size_t i = 0; i < v->n; i++) {
 			base[i] = t_weight(&s);
-			tgt[i] = v->kind == KAT_TRAINED ? kat_trained(&s, i) : kat_steep(&s, i);
+			tgt[i] = v->kind == KAT_TRAINED ? kat_trained(&s, i)
+				 : v->kind == KAT_STEEP ? kat_steep(&s, i)
+							: kat_deep(&s);
 		}
 		return;
 	}

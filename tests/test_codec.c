@@ -7,6 +7,7 @@
 #include "../codec/internal.h" /* bit reader and writer (test_bit_codes_*) */
 #include "../codec/rans.h"     /* table symbols (test_table_symbols_invert) */
 #include "../codec/kxlog2.h"   /* the keyframe-exp logarithms (test_kx_log2_*) */
+#include "../codec/huf.h"      /* keyframe-huf's code (test_huf_code_*) */
 #include "../codec/classes.h"  /* the gather's estimate (test_gather_estimate) */
 
 #define MODEL 0x1122334455667788ull
@@ -1099,13 +1100,22 @@ static size_t count_enc(const t_frames *f, unsigned enc, uint32_t fs)
 	return k;
 }
 
-/* The keyframe-exp tests below run on encoding 7 and again on 8
- * (FORMAT.md 3.10, 3.11): kx_enc is the one they run on. */
+/* The keyframe-exp tests below run on encoding 7 and again on 8 and 9
+ * (FORMAT.md 3.10-3.12): kx_enc is the one they run on. */
 static unsigned kx_enc = BFP_ENC_KEY_EXP;
 
 static uint32_t kx_flag(void)
 {
-	return kx_enc == BFP_ENC_KEY_EXPM ? BFP_ENC_F_KEY_EXPM : BFP_ENC_F_KEY_EXP;
+	return kx_enc == BFP_ENC_KEY_HUF    ? BFP_ENC_F_KEY_HUF
+	       : kx_enc == BFP_ENC_KEY_EXPM ? BFP_ENC_F_KEY_EXPM
+					    : BFP_ENC_F_KEY_EXP;
+}
+
+static int on_huf(void **state)
+{
+	(void)state;
+	kx_enc = BFP_ENC_KEY_HUF;
+	return 0;
 }
 
 static int on_expm(void **state)
@@ -1422,6 +1432,222 @@ static void test_key_exp_rejects_hostile_frames(void **state)
 	}
 	/* the same frame still applies */
 	assert_int_equal(kx_apply(f0, len), BFP_OK);
+}
+
+/* Huffman code lengths by the plain construction (each step merges the
+ * two lightest of all nodes): the reference for the two-queue one. */
+static unsigned huf_plain(const uint16_t *f, unsigned ns, uint8_t *len)
+{
+	uint64_t wt[2 * BFP_HUF_SYMS];
+	int par[2 * BFP_HUF_SYMS], alive[2 * BFP_HUF_SYMS];
+	unsigned nn = ns, longest = 0;
+	for (unsigned i = 0; i < ns; i++) {
+		wt[i] = f[i];
+		alive[i] = 1;
+		par[i] = -1;
+	}
+	for (unsigned k = 0; k + 1 < ns; k++) {
+		int a = -1, b = -1;
+		for (unsigned i = 0; i < nn; i++) {
+			if (!alive[i])
+				continue;
+			if (a < 0 || wt[i] < wt[a]) {
+				b = a;
+				a = (int)i;
+			} else if (b < 0 || wt[i] < wt[b]) {
+				b = (int)i;
+			}
+		}
+		alive[a] = alive[b] = 0;
+		wt[nn] = wt[a] + wt[b];
+		alive[nn] = 1;
+		par[nn] = -1;
+		par[a] = par[b] = (int)nn++;
+	}
+	for (unsigned i = 0; i < ns; i++) {
+		unsigned d = 0;
+		for (int j = (int)i; par[j] >= 0; j = par[j])
+			d++;
+		len[i] = (uint8_t)d;
+		longest = d > longest ? d : longest;
+	}
+	return longest;
+}
+
+/* FORMAT.md 3.12's code: where no length passes 11 bits the lengths cost
+ * what the plain construction's do (Huffman's optimum); every code is
+ * complete and at most 11 bits; the lookup table names each code at
+ * every entry its bits begin; Fibonacci frequencies get limited. */
+static void test_huf_code_is_optimal_and_limited(void **state)
+{
+	(void)state;
+	uint64_t s = 41;
+	static uint16_t t[1u << BFP_HUF_LMAX];
+	unsigned limited = 0;
+	for (int it = 0; it < 20000; it++) {
+		const unsigned ns = 2 + (unsigned)(t_rand(&s) % (BFP_HUF_SYMS - 1));
+		uint16_t f[BFP_HUF_SYMS], code[BFP_HUF_SYMS];
+		uint8_t len[BFP_HUF_SYMS], ref[BFP_HUF_SYMS];
+		const unsigned kind = it % 3;
+		for (unsigned u = 0; u < ns; u++) {
+			const uint64_t r = t_rand(&s);
+			f[u] = (uint16_t)(kind == 0   ? 1 + r % 2048
+					  : kind == 1 ? 1 + (r % 16 ? r % 4 : r % 2000)
+						      : 1u << (r % 11));
+		}
+		if (it == 0) { /* 1, 1, 2, 3, 5, ...: a code 19 bits deep */
+			f[0] = f[1] = 1;
+			for (unsigned u = 2; u < 20; u++)
+				f[u] = (uint16_t)(f[u - 1] + f[u - 2]);
+		}
+		bfp_huf_lengths(f, it == 0 ? 20 : ns, len);
+		const unsigned n = it == 0 ? 20 : ns;
+		const unsigned deep = huf_plain(f, n, ref);
+		uint64_t kraft = 0, cost = 0, rcost = 0;
+		for (unsigned u = 0; u < n; u++) {
+			assert_true(len[u] >= 1 && len[u] <= BFP_HUF_LMAX);
+			kraft += 1ull << (BFP_HUF_LMAX - len[u]);
+			cost += (uint64_t)f[u] * len[u];
+			rcost += (uint64_t)f[u] * ref[u];
+		}
+		assert_int_equal(kraft, 1u << BFP_HUF_LMAX);
+		if (deep <= BFP_HUF_LMAX)
+			assert_int_equal(cost, rcost);
+		else
+			limited++;
+		if (it == 0)
+			assert_true(deep > BFP_HUF_LMAX);
+		bfp_huf_codes(len, n, code);
+		memset(t, 0xFF, sizeof(t));
+		bfp_huf_table(len, code, n, t);
+		for (unsigned v = 0; v < (1u << BFP_HUF_LMAX); v++) {
+			const unsigned u = t[v] >> 8, l = t[v] & 0xFFu;
+			assert_true(t[v] != 0xFFFF && u < n && l == len[u]);
+			assert_int_equal(v >> (BFP_HUF_LMAX - l), code[u]);
+		}
+	}
+	assert_true(limited > 100);
+}
+
+/* Hostile keyframe-huf frames (FORMAT.md 3.12) under a valid CRC:
+ * flipped bits, cut or grown payloads, too many values, bad tables at
+ * the payload's start, a set bit in the table's padding or in the last
+ * byte's. Each is rejected with weights untouched, or (a flip the values
+ * do not depend on) writes exactly the target. */
+static void test_key_huf_rejects_hostile_frames(void **state)
+{
+	(void)state;
+	kx_enc = BFP_ENC_KEY_HUF;
+	uint8_t f0[BFP_FRAME_SIZE_MAX], p[BFP_FRAME_SIZE_MAX + 64], pl[BFP_FRAME_SIZE_MAX];
+	const size_t len = kx_frame(f0);
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(f0, len, &h), BFP_OK);
+	assert_int_equal(kx_apply(f0, len), BFP_OK);
+	const size_t plen = len - BFP_HEADER_SIZE;
+	const uint32_t n = h.range_len;
+	uint64_t s = 78;
+	size_t ok = 0;
+	for (int trial = 0; trial < 4000; trial++) {
+		memcpy(p, f0, len);
+		size_t at = BFP_HEADER_SIZE + (size_t)(t_rand(&s) % plen);
+		p[at] ^= (uint8_t)(1u << (t_rand(&s) % 8));
+		reseal(p, len);
+		bfp_status st = kx_apply(p, len);
+		ok += st == BFP_OK;
+		assert_true(st == BFP_OK || st == BFP_E_CORRUPT || st == BFP_E_HASH);
+	}
+	assert_true(ok < 100);
+	/* cut at every length, or grown by a byte */
+	memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
+	pl[plen] = 0;
+	for (size_t cut = 0; cut <= plen + 1; cut++) {
+		if (cut == plen)
+			continue;
+		bfp_status st = kx_apply(p, kx_with(p, f0, pl, cut, n));
+		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+	}
+	/* fewer or more values than the payload holds, or than 8192 */
+	for (uint32_t d = 1; d <= 40; d++) {
+		assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, n - d)), BFP_E_CORRUPT);
+		bfp_status st = kx_apply(p, kx_with(p, f0, pl, plen, n + d));
+		assert_true(st == BFP_E_CORRUPT || st == BFP_E_RANGE);
+	}
+	assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, 8193)), BFP_E_CORRUPT);
+	/* bad tables at the payload's start, the frame's own bytes after */
+	struct {
+		unsigned etop, m, q0;
+		int dq;
+	} bad[] = {
+		{120, 64, 5, -1}, /* 65 symbols */
+		{10, 11, 5, -1},  /* more symbols than exponents */
+		{120, 0, 30, -1}, /* a weight above 29 */
+		{120, 1, 1, 3},   /* 0 - 2 < 0 */
+		{120, 1, 28, 64}, /* 26 + 32 > 29 */
+	};
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		bfp_bw w;
+		bfp_bw_init(&w, pl, 64);
+		bfp_bw_put(&w, bad[k].etop, 8);
+		bfp_put_eg0(&w, bad[k].m);
+		bfp_bw_put(&w, bad[k].q0, 5);
+		if (bad[k].dq >= 0)
+			bfp_put_eg0(&w, (uint32_t)bad[k].dq);
+		const size_t tb = bfp_bw_finish(&w);
+		memcpy(pl + tb, f0 + BFP_HEADER_SIZE + tb, plen - tb);
+		assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, n)), BFP_E_CORRUPT);
+	}
+	/* the table's padding: etop, ns - 1, q_0 and the deltas of the
+	 * frame's own table, read back as the decoder does */
+	memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
+	bfp_br r;
+	bfp_br_init(&r, pl, plen);
+	(void)bfp_br_get(&r, 8);
+	const uint32_t m = bfp_get_eg0(&r);
+	(void)bfp_br_get(&r, 5);
+	for (uint32_t i = 0; i < m; i++)
+		(void)bfp_get_eg0(&r);
+	const uint64_t tbits = bfp_br_tell(&r);
+	if (tbits % 8) {
+		pl[tbits / 8] ^= 0x80;
+		assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, n)), BFP_E_CORRUPT);
+		pl[tbits / 8] ^= 0x80;
+	}
+	/* the last byte's top bit: padding, or a bit the values use */
+	pl[plen - 1] ^= 0x80;
+	bfp_status st = kx_apply(p, kx_with(p, f0, pl, plen, n));
+	assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+	/* the same frame still applies */
+	assert_int_equal(kx_apply(f0, len), BFP_OK);
+	kx_enc = BFP_ENC_KEY_EXP;
+}
+
+/* Encoding 9 codes encoding 8's symbols with a Huffman code in place of
+ * rANS: its keyframe streams are within 1% of encoding 8's at every
+ * frame size. */
+static void test_key_huf_is_close_to_expm(void **state)
+{
+	(void)state;
+	static const uint32_t sizes[] = {200, 1200, 8900};
+	static const uint32_t flags[] = {BFP_ENC_F_KEY_EXPM, BFP_ENC_F_KEY_HUF};
+	static const unsigned encs[] = {BFP_ENC_KEY_EXPM, BFP_ENC_KEY_HUF};
+	const size_t n = 60000;
+	uint16_t *t = malloc(n * 2);
+	kx_fill(t, n, 23);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t len[2];
+		for (int k = 0; k < 2; k++) {
+			bfp_encode_opts o = opts(sizes[i]);
+			o.flags = BFP_ENC_F_KEYFRAME | flags[k];
+			o.base_version = 0;
+			t_frames f = {0};
+			assert_int_equal(t_encode(&o, NULL, t, n, 0, n, &f), BFP_OK);
+			assert_true(count_enc(&f, encs[k], sizes[i]) + 1 >= f.n);
+			len[k] = f.len;
+			t_frames_free(&f);
+		}
+		assert_true(len[1] * 100 <= len[0] * 101);
+	}
+	free(t);
 }
 
 /* Encoding 8 codes the mantissa's top bit at the share the table gives:
@@ -2427,6 +2653,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_key_exp_edges_round_trip, on_expm, on_exp),
 		cmocka_unit_test_setup_teardown(test_key_exp_rejects_hostile_frames, on_expm, on_exp),
 		cmocka_unit_test(test_key_expm_is_smaller_and_checks_its_padding),
+		cmocka_unit_test_setup_teardown(test_key_exp_round_trips_at_every_frame_size, on_huf, on_exp),
+		cmocka_unit_test_setup_teardown(test_key_exp_paths_agree, on_huf, on_exp),
+		cmocka_unit_test_setup_teardown(test_key_exp_edges_round_trip, on_huf, on_exp),
+		cmocka_unit_test(test_huf_code_is_optimal_and_limited),
+		cmocka_unit_test(test_key_huf_rejects_hostile_frames),
+		cmocka_unit_test(test_key_huf_is_close_to_expm),
 		cmocka_unit_test(test_nothing_changed_costs_only_headers),
 		cmocka_unit_test(test_everything_changed_never_worse_than_keyframes),
 		cmocka_unit_test(test_frames_at_the_change_limit_decode_exactly),
