@@ -828,7 +828,7 @@ static void print_keyframes(const model *m, const char *what, int targets)
 	       hw, ht, 100.0 * (8 + hw) / 16, 100.0 * (8 + ht) / 16);
 	printf("%-38s %12s %9s %8s %11s %11s\n", "keyframes", "bytes", "% dense", "frames",
 	       "enc GB/s", "dec GB/s");
-	printf("%-38s %12.0f %8.1f%%\n", "dense BF16", dense, 100.0);
+	printf("%-38s %12.0f %8.2f%%\n", "dense BF16", dense, 100.0);
 	static const struct {
 		const char *name;
 		uint32_t flags;
@@ -836,7 +836,8 @@ static void print_keyframes(const model *m, const char *what, int targets)
 		     {"KEY_RAW/KEY_ZSTD (3, 4)", BFP_ENC_F_ZSTD},
 		     {"KEY_EXP (7), with 3", BFP_ENC_F_KEY_EXP},
 		     {"KEY_EXP (7), with 3, 4", BFP_ENC_F_KEY_EXP | BFP_ENC_F_ZSTD},
-		     {"KEY_EXPM (8), with 3", BFP_ENC_F_KEY_EXPM}};
+		     {"KEY_EXPM (8), with 3", BFP_ENC_F_KEY_EXPM},
+		     {"KEY_HUF (9), with 3", BFP_ENC_F_KEY_HUF}};
 	static const uint32_t sizes[] = {1200, 8900};
 	/* the targets keyframes are held to: size of dense at each frame
 	 * size, GB/s of BF16 per core */
@@ -851,20 +852,20 @@ static void print_keyframes(const model *m, const char *what, int targets)
 			snprintf(name, sizeof(name), "%s, %u B", kinds[k].name, sizes[s]);
 			const double pct = 100.0 * (double)r.bytes / dense;
 			const double enc = dense / r.enc_s / 1e9, dec = dense / r.dec_s / 1e9;
-			if (targets && (kinds[k].flags & BFP_ENC_F_KEY_EXPM))
+			if (targets && (kinds[k].flags & (BFP_ENC_F_KEY_EXPM | BFP_ENC_F_KEY_HUF)))
 				snprintf(vs, sizeof(vs), "  vs <=%.0f%%/>=%.1f/>=%.1f: %s/%s/%s",
 					 max_pct[s], min_enc, min_dec, pct <= max_pct[s] ? "met" : "SHORT",
 					 enc >= min_enc ? "met" : "SHORT",
 					 dec >= min_dec ? "met" : "SHORT");
-			printf("%-38s %12zu %8.1f%% %8zu %11.2f %11.2f   (frames 3/4/7/8: "
-			       "%zu/%zu/%zu/%zu)%s\n",
+			printf("%-38s %12zu %8.2f%% %8zu %11.2f %11.2f   (frames 3/4/7/8/9: "
+			       "%zu/%zu/%zu/%zu/%zu)%s\n",
 			       name, r.bytes, pct, r.frames, enc, dec, r.by_enc[BFP_ENC_KEY_RAW],
 			       r.by_enc[BFP_ENC_KEY_ZSTD], r.by_enc[BFP_ENC_KEY_EXP],
-			       r.by_enc[BFP_ENC_KEY_EXPM], vs);
+			       r.by_enc[BFP_ENC_KEY_EXPM], r.by_enc[BFP_ENC_KEY_HUF], vs);
 		}
-	printf("%-38s %12zu %8.1f%%   (one stream, no frames)\n", "zstd -1 of the BF16 bytes", z1,
+	printf("%-38s %12zu %8.2f%%   (one stream, no frames)\n", "zstd -1 of the BF16 bytes", z1,
 	       100.0 * (double)z1 / dense);
-	printf("%-38s %12zu %8.1f%%   (one stream, no frames)\n", "zstd -19 of the BF16 bytes", z19,
+	printf("%-38s %12zu %8.2f%%   (one stream, no frames)\n", "zstd -19 of the BF16 bytes", z19,
 	       100.0 * (double)z19 / dense);
 	printf("(GB/s of BF16 output, one thread; frames include their 60 B headers)\n");
 	if (targets)

@@ -85,10 +85,10 @@ static const char diff_usage[] =
 	"  -z, --zstd              keyframe-coded ranges (all of a --keyframe patch;\n"
 	"                          a re-initialised tensor in a patch) may use zstd\n"
 	"                          byte planes when smaller\n"
-	"      --key-encoding E    keyframe-coded frames in expm (format 1.2's\n"
-	"                          encoding 8, raw where smaller: the default with\n"
-	"                          --keyframe), exp (1.1's encoding 7, raw where\n"
-	"                          smaller), raw (1.0's encoding 3: the default\n"
+	"      --key-encoding E    keyframe-coded frames in huf (format 1.3's\n"
+	"                          encoding 9, raw where smaller: the default with\n"
+	"                          --keyframe), expm (1.2's encoding 8), exp (1.1's\n"
+	"                          encoding 7), raw (1.0's encoding 3: the default\n"
 	"                          otherwise, so a patch stays readable by 1.0\n"
 	"                          receivers) or zstd (1.0's 3 and 4, as --zstd)\n"
 	"      --self-contained    sparse frames that each decode alone (3.5), not\n"
@@ -171,11 +171,13 @@ static int cmd_diff(int argc, char **argv)
 		return rc;
 	if (!have_target)
 		po.target_version = po.base_version + 1;
-	/* keyframe-coded frames (FORMAT.md 3.8-3.11): encoding 8 for
+	/* keyframe-coded frames (FORMAT.md 3.8-3.12): encoding 9 for
 	 * keyframe patches unless asked otherwise */
 	if (!key_enc)
-		key_enc = po.enc_flags & BFP_ENC_F_KEYFRAME ? "expm" : "raw";
-	if (!strcmp(key_enc, "expm"))
+		key_enc = po.enc_flags & BFP_ENC_F_KEYFRAME ? "huf" : "raw";
+	if (!strcmp(key_enc, "huf"))
+		po.enc_flags |= BFP_ENC_F_KEY_HUF;
+	else if (!strcmp(key_enc, "expm"))
 		po.enc_flags |= BFP_ENC_F_KEY_EXPM;
 	else if (!strcmp(key_enc, "exp"))
 		po.enc_flags |= BFP_ENC_F_KEY_EXP;
@@ -464,6 +466,7 @@ static json_t *summary_json(const patch_summary *S)
 	json_object_set_new(fe, "keyframe_exp", json_integer((json_int_t)S->by_enc[BFP_ENC_KEY_EXP]));
 	json_object_set_new(fe, "keyframe_expm",
 			    json_integer((json_int_t)S->by_enc[BFP_ENC_KEY_EXPM]));
+	json_object_set_new(fe, "keyframe_huf", json_integer((json_int_t)S->by_enc[BFP_ENC_KEY_HUF]));
 	json_object_set_new(o, "frames_by_encoding", fe);
 	json_t *ca = json_array();
 	for (unsigned k = 0; k < BFP_CLASSES; k++) {
@@ -564,12 +567,13 @@ static int cmd_info(int argc, char **argv)
 	       S.params ? 100.0 * (double)S.changed / (double)S.params : 0.0);
 	printf("keyframe params   %llu\n", (unsigned long long)S.key_params);
 	printf("frames            %zu (sparse %llu, dense %llu, keyframe %llu, keyframe-zstd %llu, "
-	       "keyframe-exp %llu, keyframe-expm %llu)\n",
+	       "keyframe-exp %llu, keyframe-expm %llu, keyframe-huf %llu)\n",
 	       S.frames, (unsigned long long)S.sparse, (unsigned long long)S.by_enc[BFP_ENC_DENSE],
 	       (unsigned long long)S.by_enc[BFP_ENC_KEY_RAW],
 	       (unsigned long long)S.by_enc[BFP_ENC_KEY_ZSTD],
 	       (unsigned long long)S.by_enc[BFP_ENC_KEY_EXP],
-	       (unsigned long long)S.by_enc[BFP_ENC_KEY_EXPM]);
+	       (unsigned long long)S.by_enc[BFP_ENC_KEY_EXPM],
+	       (unsigned long long)S.by_enc[BFP_ENC_KEY_HUF]);
 	if (S.with_model)
 		printf("                  %llu sparse frames carry the model of the frames "
 		       "after them (FORMAT.md 3.6)\n",
@@ -610,7 +614,7 @@ static void print_frames(FILE *f, const patch *p)
 {
 	static const char *const enc[BFP_ENC_LAST + 1] = {
 		"?", "sparse", "dense", "keyframe", "keyframe-zstd",
-		"sparse+model", "sparse/model", "keyframe-exp", "keyframe-expm"};
+		"sparse+model", "sparse/model", "keyframe-exp", "keyframe-expm", "keyframe-huf"};
 	bfp_decoder *dec = malloc(sizeof(*dec));
 	if (!dec)
 		return;
@@ -642,14 +646,15 @@ static void print_verbose(const char *cmd, const patch *p)
 		return;
 	}
 	fprintf(stderr, "bfpatch %s: frames: sparse %llu (%llu carry a model), dense %llu, "
-		"keyframe %llu, keyframe-zstd %llu, keyframe-exp %llu, keyframe-expm %llu; "
-		"%llu of %llu parameters "
+		"keyframe %llu, keyframe-zstd %llu, keyframe-exp %llu, keyframe-expm %llu, "
+		"keyframe-huf %llu; %llu of %llu parameters "
 		"changed, %.3f bits each\n", cmd, (unsigned long long)S.sparse,
 		(unsigned long long)S.with_model, (unsigned long long)S.by_enc[BFP_ENC_DENSE],
 		(unsigned long long)S.by_enc[BFP_ENC_KEY_RAW],
 		(unsigned long long)S.by_enc[BFP_ENC_KEY_ZSTD],
 		(unsigned long long)S.by_enc[BFP_ENC_KEY_EXP],
-		(unsigned long long)S.by_enc[BFP_ENC_KEY_EXPM], (unsigned long long)S.changed,
+		(unsigned long long)S.by_enc[BFP_ENC_KEY_EXPM],
+		(unsigned long long)S.by_enc[BFP_ENC_KEY_HUF], (unsigned long long)S.changed,
 		(unsigned long long)S.params, S.bpc);
 	fprintf(stderr, "bfpatch %s: headers carried: %zu (FORMAT.md 4.1)\n", cmd, S.n_rec);
 }

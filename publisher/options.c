@@ -44,8 +44,8 @@ const char publish_usage[] =
 	"                            takes the patches kept there back)\n"
 	"  -K, --keyframes           send every version as a keyframe stream (the\n"
 	"                            dense baseline through the same pipeline)\n"
-	"      --key-encoding E      keyframe streams: expm (format 1.2's 8, the\n"
-	"                            default), exp (1.1's 7), raw, zstd (1.0's)\n"
+	"      --key-encoding E      keyframe streams: huf (format 1.3's 9, the\n"
+	"                            default), expm (1.2), exp (1.1), raw, zstd\n"
 	"      --self-contained      sparse frames that each decode alone\n"
 	"                            (docs/FORMAT.md 3.5), not sharing a model per\n"
 	"                            tensor chunk: 2-5% more bytes\n"
@@ -177,9 +177,11 @@ static int parse_one(publish_config *cf, int c, const char *arg)
 	case 'Q': return opt_u32("--nack-rate", arg, 0, 1000000000, &cf->nack_rate);
 	case 'H': cf->history = arg; return 0;
 	case 'K': cf->keyframes = 1; return 0;
-	case 'Y': /* --key-encoding: FORMAT.md 3.8-3.11 */
-		if (!strcmp(arg, "expm"))
-			cf->key_flags = BFP_ENC_F_KEY_EXPM;
+	case 'Y': /* --key-encoding: FORMAT.md 3.8-3.12 */
+		if (!strcmp(arg, "huf"))
+			cf->key_flags = BFP_ENC_F_KEY_HUF;
+		else if (!strcmp(arg, "expm"))
+			cf->key_flags = BFP_ENC_F_KEY_HUF;
 		else if (!strcmp(arg, "exp"))
 			cf->key_flags = BFP_ENC_F_KEY_EXP;
 		else if (!strcmp(arg, "raw"))
@@ -318,7 +320,7 @@ int publish_parse_args(int argc, char **argv, publish_config *cf)
 	cf->nack_rate = 65536;
 	cf->steps = UINT32_MAX;
 	cf->linger_s = 5;
-	cf->key_flags = BFP_ENC_F_KEY_EXPM;
+	cf->key_flags = BFP_ENC_F_KEY_HUF;
 	cf->name = "publish";
 	int c;
 	while ((c = getopt_long(argc, argv, "d:b:l:r:s:k:H:KRw:n:L:E:N:A:qvh", long_opts, NULL)) != -1) {

@@ -52,9 +52,10 @@ check "diff --stages prints each stage's share, and ticks a change" \
 	 { [ \"\$(uname -m)\" != x86_64 ] || grep -q '^bfpatch diff: stages: ticks a change: .*cut [0-9.]* a sized one, write [0-9.]* a written one; [0-9.]* a written change in all' '$T/stages.txt'; }"
 "$BFP" diff -q -k --key-encoding raw "$S0" "$S1" -o "$T/key" && "$BFP" apply -q "$S2" "$T/key" -o "$T/ok.safetensors"
 check "keyframe patch restores NEW from any base" "cmp -s '$T/ok.safetensors' '$S1'"
-# keyframes default to encoding 8 (FORMAT.md 3.11); --key-encoding exp
-# keeps to format 1.1's encoding 7, --key-encoding raw to 1.0's encoding 3
-# (the encoding bytes read from the frames, and as info counts them)
+# keyframes default to encoding 9 (FORMAT.md 3.12); --key-encoding expm
+# keeps to format 1.2's encoding 8, exp to 1.1's encoding 7, raw to 1.0's
+# encoding 3 (the encoding bytes read from the frames, and as info counts
+# them)
 key_encodings() { # PATCH: the set of encodings of its frames, e.g. "3 8"
 	python3 -c "
 import struct, sys
@@ -63,12 +64,19 @@ while at < len(d):
     e.add(d[at + 5]); at += 60 + struct.unpack_from('<I', d, at + 44)[0]
 print(*sorted(e))" "$1"
 }
-"$BFP" diff -q -k "$S0" "$S1" -o "$T/key8" && "$BFP" apply -q "$S2" "$T/key8" -o "$T/ok8.safetensors"
-check "keyframe patch by default: encoding 8, restores NEW, smaller than raw keyframes" \
+"$BFP" diff -q -k "$S0" "$S1" -o "$T/key9" && "$BFP" apply -q "$S2" "$T/key9" -o "$T/ok9.safetensors"
+check "keyframe patch by default: encoding 9, restores NEW, smaller than raw keyframes" \
+	"cmp -s '$T/ok9.safetensors' '$S1' && [ \$(wc -c < '$T/key9') -lt \$(wc -c < '$T/key') ] &&
+	 case \"\$(key_encodings '$T/key9')\" in 9|'3 9') true;; *) false;; esac &&
+	 '$BFP' info --json '$T/key9' | grep -q '\"keyframe_huf\": [1-9]' &&
+	 '$BFP' info --json '$T/key9' | grep -q '\"keyframe_expm\": 0'"
+"$BFP" diff -q -k --key-encoding expm "$S0" "$S1" -o "$T/key8" &&
+	"$BFP" apply -q "$S2" "$T/key8" -o "$T/ok8.safetensors"
+check "--key-encoding expm: encoding 8 and none of 9 (format 1.2), restores NEW" \
 	"cmp -s '$T/ok8.safetensors' '$S1' && [ \$(wc -c < '$T/key8') -lt \$(wc -c < '$T/key') ] &&
 	 case \"\$(key_encodings '$T/key8')\" in 8|'3 8') true;; *) false;; esac &&
 	 '$BFP' info --json '$T/key8' | grep -q '\"keyframe_expm\": [1-9]' &&
-	 '$BFP' info --json '$T/key8' | grep -q '\"keyframe_exp\": 0'"
+	 '$BFP' info --json '$T/key8' | grep -q '\"keyframe_huf\": 0'"
 "$BFP" diff -q -k --key-encoding exp "$S0" "$S1" -o "$T/key7" &&
 	"$BFP" apply -q "$S2" "$T/key7" -o "$T/ok7.safetensors"
 check "--key-encoding exp: encoding 7 and none of 8 (format 1.1), restores NEW" \
@@ -80,6 +88,7 @@ check "--key-encoding raw: keyframes of encoding 3 only" \
 	"[ \"\$(key_encodings '$T/key')\" = 3 ] &&
 	 '$BFP' info --json '$T/key' | grep -q '\"keyframe_exp\": 0' &&
 	 '$BFP' info --json '$T/key' | grep -q '\"keyframe_expm\": 0' &&
+	 '$BFP' info --json '$T/key' | grep -q '\"keyframe_huf\": 0' &&
 	 '$BFP' info --json '$T/key' | grep -q '\"keyframe_zstd\": 0'"
 check "--key-encoding refuses what it does not know, and writes nothing" \
 	"! '$BFP' diff -q -k --key-encoding lz4 '$S0' '$S1' -o '$T/keybad' 2>/dev/null && [ ! -e '$T/keybad' ]"

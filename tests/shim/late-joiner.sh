@@ -2,7 +2,7 @@
 # late-joiner.sh BFPATCH SHIM (set-up in lib.sh):
 # a late joiner: the publisher is at version 2 and keeps one patch, so a
 # shim at version 0 gets a keyframe stream of version 2, then patch 3; the
-# stream is in encoding 8 by default (FORMAT.md 3.11): fewer bytes than
+# stream is in encoding 9 by default (FORMAT.md 3.12): fewer bytes than
 # the values it carries
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -29,7 +29,7 @@ kill -TERM $PIDS; wait; PIDS=""
 grep -q "committed version 0 -> 2 (keyframe resync)" "$T/shimb.log" || fail "no keyframe resync"
 sed -n 's/.*committed version 0 -> 2 (keyframe resync): [0-9]* frames, \([0-9]*\) bytes, \([0-9]*\) bytes verified.*/\1 \2/p' \
 	"$T/shimb.log" | { read -r got dense && [ "$got" -lt "$dense" ]; } ||
-	fail "the keyframe stream is not smaller than the values (encoding 8): $(grep 'keyframe resync' "$T/shimb.log")"
+	fail "the keyframe stream is not smaller than the values (encoding 9): $(grep 'keyframe resync' "$T/shimb.log")"
 # the joiner holds version 0 (readers use it): its keyframes are decoded
 # into the shadow as they come (those that came while more waited in the
 # socket at the commit), and the commit copies and checks them

@@ -1,7 +1,7 @@
 #!/bin/sh
 # resync-larger-than-stage.sh BFPATCH SHIM (set-up in lib.sh):
 # a keyframe resync larger than half of --max-stage (a 1.1M-parameter model,
-# about 1.6 MB of keyframes (encoding 8), --max-stage 2.5 MiB; a 7B model at the
+# about 1.6 MB of keyframes (encoding 9), --max-stage 2.5 MiB; a 7B model at the
 # default 1 GiB):
 # written into the buffer as it arrives, a lost frame NACKed, verified
 set -u
