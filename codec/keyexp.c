@@ -343,7 +343,9 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n, int m)
 		bfp_huf_lengths(f, nsym, hl);
 		bfp_huf_codes(hl, nsym, hc);
 	}
-	for (unsigned s = 0; s < nsym; s++) {
+	for (unsigned s = 0; s < nsym && m == 2; s++)
+		rcs[s] = 256u * hl[s];
+	for (unsigned s = 0; s < nsym && m != 2; s++) {
 		const uint64_t put = bfp_rans_sym(f[s], at);
 		const uint64_t xmax = (uint64_t)f[s] << (23 - BFP_RANS_BITS + 8);
 		kx_esym *y = &ys[s];
@@ -355,8 +357,6 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n, int m)
 		y->bias = (uint32_t)(put >> 32) & 0xFFFu;
 		y->cmpl = (uint32_t)(put >> 44) & 0xFFFu;
 		at += f[s];
-		if (m == 2)
-			rcs[s] = 256u * hl[s];
 	}
 	for (unsigned j = 0; j < np; j++) {
 		const unsigned e = pe[j], s = e > tmax ? etop - e : ns - 1;
@@ -364,8 +364,9 @@ static int kx_plan_make(kx_plan *pl, const uint16_t *w, uint32_t n, int m)
 		for (unsigned b = 0; b <= (m ? 1u : 0u); b++) {
 			const unsigned key = m ? 2 * e + b : e, u = m ? 2 * s + b : s;
 			pl->cost[key] = KX_COST(eb, rcs[u]);
-			pl->sym[key] = ys[u];
-			if (m == 2)
+			if (m != 2)
+				pl->sym[key] = ys[u];
+			else
 				pl->hcode[key] = (uint16_t)(hc[u] | hl[u] << 12);
 		}
 	}
@@ -1278,33 +1279,38 @@ __attribute__((target("avx2"))) static void kh_table_avx2(const uint8_t *len,
 		(b) = ((b) & ((b)-1)) | (((kh_ld64be(p) >> (tz_ ^ 63)) | m_) & (0 - m_));       \
 		(p) += tz_ >> 3;                                                               \
 	} while (0)
-/* Decode value i from stream buffer b: its table entry into w[i]. */
-#define KH_SYM(b, t, w, i)                                                                     \
+/* Decode value i from stream buffer b: its table entry into w[i]; sh is
+ * 64 - BFP_HUF_LMAX. */
+#define KH_SYM(b, t, w, i, sh)                                                                 \
 	do {                                                                                   \
-		const uint16_t e_ = (t)[(b) >> (64 - BFP_HUF_LMAX)];                                            \
+		const uint16_t e_ = (t)[(b) >> (sh)];                                          \
 		(w)[i] = e_;                                                                   \
 		(b) <<= (e_ & 63u);                                                            \
 	} while (0)
 
 /* Groups [0, n / 16) while the 28 bytes the takes may need and the 8
- * their loads read are there; returns the first value not decoded. */
+ * their loads read are there; returns the first value not decoded. The
+ * shift of the look-up is a register's (a variable shift takes one
+ * instruction where a constant one takes a copy and a shift). */
 #define KH_SYMS_FAST(name, attr)                                                               \
 	attr static uint32_t name(uint64_t *bs, const uint8_t **pp, const uint8_t *end,         \
 				  const uint16_t *t, uint32_t n, uint16_t *w)                  \
 	{                                                                                      \
 		uint64_t b0 = bs[0], b1 = bs[1], b2 = bs[2], b3 = bs[3];                       \
 		const uint8_t *p = *pp;                                                        \
-		uint32_t i = 0;                                                                \
-		for (; i + KH_GROUP <= n && end - p >= 36; i += KH_GROUP) {                    \
+		unsigned sh = 64 - BFP_HUF_LMAX;                                               \
+		__asm__("" : "+r"(sh));                                                        \
+		uint16_t *o = w;                                                               \
+		for (; (uint32_t)(o - w) + KH_GROUP <= n && end - p >= 36; o += KH_GROUP) {    \
 			KH_TAKE(b0, p);                                                        \
 			KH_TAKE(b1, p);                                                        \
 			KH_TAKE(b2, p);                                                        \
 			KH_TAKE(b3, p);                                                        \
 			for (unsigned q = 0; q < KH_GROUP; q += 4) {                           \
-				KH_SYM(b0, t, w, i + q);                                       \
-				KH_SYM(b1, t, w, i + q + 1);                                   \
-				KH_SYM(b2, t, w, i + q + 2);                                   \
-				KH_SYM(b3, t, w, i + q + 3);                                   \
+				KH_SYM(b0, t, o, q, sh);                                       \
+				KH_SYM(b1, t, o, q + 1, sh);                                   \
+				KH_SYM(b2, t, o, q + 2, sh);                                   \
+				KH_SYM(b3, t, o, q + 3, sh);                                   \
 			}                                                                      \
 		}                                                                              \
 		bs[0] = b0;                                                                    \
@@ -1312,7 +1318,7 @@ __attribute__((target("avx2"))) static void kh_table_avx2(const uint8_t *len,
 		bs[2] = b2;                                                                    \
 		bs[3] = b3;                                                                    \
 		*pp = p;                                                                       \
-		return i;                                                                      \
+		return (uint32_t)(o - w);                                                      \
 	}
 KH_SYMS_FAST(kh_syms_fast, )
 #ifdef KX_X86
@@ -1378,7 +1384,7 @@ static bfp_status kh_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t 
 		}
 		const uint32_t ge = n - i < KH_GROUP ? n : i + KH_GROUP;
 		for (uint32_t v = i; v < ge; v++)
-			KH_SYM(b[v % BFP_KEYHUF_STREAMS], ks->huf, w, v);
+			KH_SYM(b[v % BFP_KEYHUF_STREAMS], ks->huf, w, v, 64 - BFP_HUF_LMAX);
 	}
 	/* the bits the streams hold unread carry the last values' raw fields */
 	uint64_t cs[(BFP_KEYHUF_STREAMS * 63 + 63) / 64 + 1] = {0};
