@@ -129,7 +129,7 @@ run() { # mode: sparse or dense
 		{ cat "$T/check-$mode.txt"; echo "bench_e2e: $mode: buffers differ"; exit 1; }
 }
 
-run_join() { # keyframe encoding: expm, exp or raw; then held (the joiner holds version 0) or noprep
+run_join() { # keyframe encoding: huf, expm, exp or raw; then held (the joiner holds version 0) or noprep
 	enc=$1
 	how=${2:-}
 	tag=$enc${how:+-$how}
@@ -176,11 +176,12 @@ if [ -z "$ONLY" ]; then
 	run sparse
 	run dense
 fi
+run_join huf
+run_join huf noprep
 run_join expm
-run_join expm noprep
 run_join exp
 run_join raw
-run_join expm held
+run_join huf held
 [ -z "$ONLY" ] && /usr/bin/python3 - "$T/sparse.jsonl" "$T/dense.jsonl" "$STEPS" <<'PY'
 import json, sys
 steps = int(sys.argv[3])
@@ -236,9 +237,9 @@ d = open(sys.argv[2], "rb"); hl = struct.unpack("<Q", d.read(8))[0]
 dense = os.path.getsize(sys.argv[2]) - 8 - hl
 print("%-25s %12s %9s %8s %17s %12s %14s %9s %15s" % ("keyframes", "bytes sent", "% dense",
       "frames", "JOIN -> commit s", "1st frame s", "on the wire s", "apply s", "written staged"))
-for name, tag in (("expm (8, the default)", "expm"), ("expm, --no-prepare", "expm-noprep"),
-                  ("exp (7, format 1.1)", "exp"), ("raw (3, format 1.0)", "raw"),
-                  ("expm, joiner holds v0", "expm-held")):
+for name, tag in (("huf (9, the default)", "huf"), ("huf, --no-prepare", "huf-noprep"),
+                  ("expm (8, format 1.2)", "expm"), ("exp (7, format 1.1)", "exp"),
+                  ("raw (3, format 1.0)", "raw"), ("huf, joiner holds v0", "huf-held")):
     ev = {}
     for line in open(os.path.join(sys.argv[1], "join-%s.jsonl" % tag)):
         o = json.loads(line)

@@ -26,18 +26,20 @@ static inline void bfp_huf_lengths(const uint16_t *f, unsigned ns, uint8_t *len)
 	for (unsigned s = 0; s < ns; s++)
 		key[s] = (uint32_t)f[s] << 8 | s;
 	for (;;) {
-		/* leaves by (frequency, symbol): insertion sort of the keys
-		 * (ns is small, and the frequencies rise, then fall) */
-		for (unsigned s = 1; s < ns; s++) {
-			const uint32_t v = key[s];
-			unsigned j = s;
-			for (; j > 0 && key[j - 1] > v; j--)
-				key[j] = key[j - 1];
-			key[j] = v;
+		/* leaves by (frequency, symbol): each key's rank is the number
+		 * of keys below it (the keys differ; no branch on the data) */
+		uint32_t sorted[BFP_HUF_SYMS];
+		for (unsigned s = 0; s < ns; s++) {
+			unsigned rank = 0;
+			for (unsigned t = 0; t < ns; t++)
+				rank += key[t] < key[s];
+			sorted[rank] = key[s];
+		}
+		for (unsigned i = 0; i < ns; i++) {
+			key[i] = sorted[i];
+			w[i] = sorted[i] >> 8;
 		}
 		/* nodes 0..ns-1 the sorted leaves, ns.. the merged ones */
-		for (unsigned i = 0; i < ns; i++)
-			w[i] = key[i] >> 8;
 		unsigned lf = 0, nd = ns, made = ns;
 		for (; made < 2 * ns - 1; made++) {
 			unsigned pick[2];

@@ -181,7 +181,7 @@ static int parse_one(publish_config *cf, int c, const char *arg)
 		if (!strcmp(arg, "huf"))
 			cf->key_flags = BFP_ENC_F_KEY_HUF;
 		else if (!strcmp(arg, "expm"))
-			cf->key_flags = BFP_ENC_F_KEY_HUF;
+			cf->key_flags = BFP_ENC_F_KEY_EXPM;
 		else if (!strcmp(arg, "exp"))
 			cf->key_flags = BFP_ENC_F_KEY_EXP;
 		else if (!strcmp(arg, "raw"))

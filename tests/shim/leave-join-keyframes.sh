@@ -4,7 +4,8 @@
 # keyframe stream gets the next one only once 3 s have passed since the
 # first, as if it had stayed (each stream is the whole model); with
 # --key-encoding raw the streams keep to format 1.0's encoding 3, with
-# exp to 1.1's 7 (and 3), and by default they are in 1.2's 8 (and 3)
+# exp to 1.1's 7 (and 3), with expm to 1.2's 8 (and 3), and by default
+# they are in 1.3's 9 (and 3)
 set -u
 AUTH=--insecure # it sends unsigned datagrams of its own (Python): the keyless path
 . "$(dirname "$0")/lib.sh"
@@ -51,7 +52,7 @@ print("after LEAVE and JOIN: none at once, the next %.1f s after the first" %
       (time.monotonic() - end1))
 PY
 kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
-for enc in default exp; do
+for enc in default expm exp; do
 	opt=""
 	[ $enc = default ] || opt="--key-encoding $enc"
 	"$BFP" publish $AUTH --dir "$T/kbu" --listen 127.0.0.1:$port $opt \
@@ -61,7 +62,7 @@ for enc in default exp; do
 import socket, sys, time
 sys.path.insert(0, sys.argv[2] + "/relay")
 from tap_peers import join, receiver
-port, want = int(sys.argv[1]), {"default": 8, "exp": 7}[sys.argv[3]]
+port, want = int(sys.argv[1]), {"default": 9, "expm": 8, "exp": 7}[sys.argv[3]]
 s = receiver(timeout=0.05)
 encs, n, last, until, joined = set(), 0, None, time.monotonic() + 10, 0
 while time.monotonic() < until and not (last and time.monotonic() - last > 0.3):
@@ -81,4 +82,4 @@ print("--key-encoding %s: %d frames of encodings %s" % (sys.argv[3], n, sorted(e
 PY
 	kill $PUB 2>/dev/null; wait $PUB 2>/dev/null
 done
-echo "ok - LEAVE and JOIN again not buying a keyframe stream; keyframe streams in 8 by default, 7 with --key-encoding exp"
+echo "ok - LEAVE and JOIN again not buying a keyframe stream; keyframe streams in 9 by default, 8 and 7 with --key-encoding expm and exp"
