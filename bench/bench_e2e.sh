@@ -18,10 +18,10 @@
 # buffer is compared with the trainer's checkpoint by sha256 at the end.
 # Then a late joiner, in the same run: a new actor (on actor 1's link,
 # straight to the publisher) whose buffer holds no usable version JOINs a
-# publisher at version 2 and is sent a keyframe stream, in format 1.2's
-# encoding 8 (the default), 1.1's 7 and 1.0's raw encoding 3
-# (--key-encoding); in encoding 8 also with a shim that decodes it only at
-# the commit (--no-prepare), and one whose buffer holds version 0 (the
+# publisher at version 2 and is sent a keyframe stream, in format 1.3's
+# encoding 9 (the default), 1.2's 8, 1.1's 7 and 1.0's raw encoding 3
+# (--key-encoding); in encodings 9 and 8 also with a shim that decodes it
+# only at the commit (--no-prepare), and one whose buffer holds version 0 (the
 # publisher keeps no patch from it); timed from its JOIN to its verified
 # commit.
 # BENCH_E2E_ONLY=join runs only the late joiner (STEPS 2 is enough).
@@ -179,6 +179,7 @@ fi
 run_join huf
 run_join huf noprep
 run_join expm
+run_join expm noprep
 run_join exp
 run_join raw
 run_join huf held
@@ -238,7 +239,8 @@ dense = os.path.getsize(sys.argv[2]) - 8 - hl
 print("%-25s %12s %9s %8s %17s %12s %14s %9s %15s" % ("keyframes", "bytes sent", "% dense",
       "frames", "JOIN -> commit s", "1st frame s", "on the wire s", "apply s", "written staged"))
 for name, tag in (("huf (9, the default)", "huf"), ("huf, --no-prepare", "huf-noprep"),
-                  ("expm (8, format 1.2)", "expm"), ("exp (7, format 1.1)", "exp"),
+                  ("expm (8, format 1.2)", "expm"), ("expm, --no-prepare", "expm-noprep"),
+                  ("exp (7, format 1.1)", "exp"),
                   ("raw (3, format 1.0)", "raw"), ("huf, joiner holds v0", "huf-held")):
     ev = {}
     for line in open(os.path.join(sys.argv[1], "join-%s.jsonl" % tag)):
@@ -253,7 +255,7 @@ for name, tag in (("huf (9, the default)", "huf"), ("huf, --no-prepare", "huf-no
     print("%-25s %12d %8.1f%% %8d %17.3f %12.3f %14.3f %9.3f %15d" % (name, key["bytes"],
           100.0 * key["bytes"] / dense, key["frames"], cm["t"] - join["t"], first["t"] - join["t"],
           staged["t"] - first["t"], cm["t"] - ab["t"], cm.get("prepared", 0)))
-print("The first four joiners' buffers hold no usable version (JOIN with none), the last one's")
+print("The first six joiners' buffers hold no usable version (JOIN with none), the last one's")
 print("holds version 0, which the publisher keeps no patch from (--keep 1); --no-prepare: the")
 print("shim decodes every frame at the commit.")
 print("JOIN -> commit: the publisher took the JOIN -> the joiner committed version 2, verified;")

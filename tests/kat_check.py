@@ -389,6 +389,20 @@ def freqs(w):
     return f, [sum(f[:i]) for i in range(len(f))]
 
 
+def exponent(s, etop, ns, bits):
+    """The exponent of exponent symbol s (FORMAT.md 3.10): etop - s, or for
+    the last symbol t = etop - (ns - 1) less its escape from bits."""
+    t = etop - (ns - 1)
+    if s < ns - 1:
+        return etop - s
+    if t == 0:
+        return 0
+    e = bits.eg0()
+    if e > t:
+        raise ValueError("escape below exponent 0")
+    return t - e
+
+
 def rans_values(payload, bits, start, n, f, cum, etop, ns, per, state_bits):
     """Encodings 7 and 8 (FORMAT.md 3.10): n symbols with four interleaved
     states, each with its exponent (exponent symbol u // per, per = 2 when
@@ -399,7 +413,6 @@ def rans_values(payload, bits, start, n, f, cum, etop, ns, per, state_bits):
     x = [int.from_bytes(payload[send + 4 * j:send + 4 * j + 4], "little") for j in range(4)]
     if not all((1 << 23) <= v < (1 << 31) for v in x):
         raise ValueError("rANS state out of range")
-    t = etop - (ns - 1)
     at = send  # the next rANS byte is payload[at - 1]
     syms, exps = [], []
     for i in range(n):
@@ -413,16 +426,7 @@ def rans_values(payload, bits, start, n, f, cum, etop, ns, per, state_bits):
             at -= 1
             x[j] = (x[j] << 8) | payload[at]
         syms.append(u)
-        s = u // per
-        if s < ns - 1:
-            exps.append(etop - s)
-        elif t > 0:
-            e = bits.eg0()
-            if e > t:
-                raise ValueError("escape below exponent 0")
-            exps.append(t - e)
-        else:
-            exps.append(0)
+        exps.append(exponent(u // per, etop, ns, bits))
     end = start + (bits.pos + 7) // 8
     if bits.get((8 - bits.pos % 8) % 8) != 0:
         raise ValueError("padding")
@@ -461,6 +465,16 @@ def key_exp(payload, n):
 PM = [32, 33, 34, 35, 39, 39, 40, 45, 45, 45, 48, 54, 54, 54, 54]
 
 
+def expm_weights(ns, q):
+    """The weights of the 2 ns symbols of encodings 8 and 9 (FORMAT.md
+    3.11): each exponent symbol's split by its share PM."""
+    w = []
+    for s in range(ns):
+        ps = 58 if s == 0 else PM[min(12, max(-2, q[s] - q[s - 1])) + 2]
+        w += [WEIGHTS[q[s]] * ps, WEIGHTS[q[s]] * (64 - ps)]
+    return w
+
+
 def key_expm(payload, n):
     """Encoding 8 (FORMAT.md 3.11): exponent and mantissa top bit through
     rANS (two symbols per exponent symbol, split by PM), sign and the low
@@ -478,11 +492,7 @@ def key_expm(payload, n):
         raise ValueError("raw section padding")
     bits = Bits(payload[rlen:p - 16])
     etop, ns, q = exp_table(bits)
-    w = []
-    for s in range(ns):
-        ps = 58 if s == 0 else PM[min(12, max(-2, q[s] - q[s - 1])) + 2]
-        w += [WEIGHTS[q[s]] * ps, WEIGHTS[q[s]] * (64 - ps)]
-    f, cum = freqs(w)
+    f, cum = freqs(expm_weights(ns, q))
     syms, exps, carried = rans_values(payload, bits, rlen, n, f, cum, etop, ns, 2, 30)
     if carried >> (7 * carry):
         raise ValueError("carried bits beyond the values")
@@ -494,13 +504,6 @@ def key_expm(payload, n):
     return out
 
 
-def expm_freqs(ns, q):
-    """The 2 ns symbols' frequencies of encodings 8 and 9 (FORMAT.md 3.11)."""
-    w = []
-    for s in range(ns):
-        ps = 58 if s == 0 else PM[min(12, max(-2, q[s] - q[s - 1])) + 2]
-        w += [WEIGHTS[q[s]] * ps, WEIGHTS[q[s]] * (64 - ps)]
-    return freqs(w)[0]
 
 
 HALVED = []  # the tables whose code needed its frequencies halved
@@ -552,7 +555,7 @@ def key_huf(payload, n):
     if bits.get((8 - bits.pos % 8) % 8) != 0:
         raise ValueError("table padding")
     at = bits.pos // 8
-    lens = huf_lengths(expm_freqs(ns, q))
+    lens = huf_lengths(freqs(expm_weights(ns, q))[0])
     codes, code, prev = {}, 0, None
     for u in sorted(range(2 * ns), key=lambda u: (lens[u], u)):
         if prev is not None:
@@ -584,19 +587,7 @@ def key_huf(payload, n):
     raw = [tail.get(7) for _ in range(nraw)]
     for t in range(carry):
         raw.append(int("".join(map(str, string[7 * t:7 * t + 7])), 2))
-    t = etop - (ns - 1)
-    exps = []
-    for u in syms:
-        s = u // 2
-        if s < ns - 1:
-            exps.append(etop - s)
-        elif t > 0:
-            e = tail.eg0()
-            if e > t:
-                raise ValueError("escape below exponent 0")
-            exps.append(t - e)
-        else:
-            exps.append(0)
+    exps = [exponent(u // 2, etop, ns, tail) for u in syms]
     if tail.get((8 - tail.pos % 8) % 8) != 0:
         raise ValueError("padding")
     if tail.pos // 8 != len(payload) - at:

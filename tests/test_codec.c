@@ -1341,6 +1341,37 @@ static size_t kx_with(uint8_t *p, const uint8_t *frm, const uint8_t *pl, size_t 
 	return BFP_HEADER_SIZE + plen;
 }
 
+/* Frame f0 (len bytes) under a valid CRC with one bit flipped, 4000
+ * times at random (seed), and cut at every length or grown by a byte:
+ * each is rejected with weights untouched, or (a flip the values do not
+ * depend on, fewer than one in 40) writes exactly the target. */
+static void kx_flips_and_cuts(const uint8_t *f0, size_t len, uint64_t s)
+{
+	static uint8_t p[BFP_FRAME_SIZE_MAX + 64], pl[BFP_FRAME_SIZE_MAX + 1];
+	bfp_frame_header h;
+	assert_int_equal(bfp_frame_parse(f0, len, &h), BFP_OK);
+	const size_t plen = len - BFP_HEADER_SIZE;
+	size_t ok = 0;
+	for (int trial = 0; trial < 4000; trial++) {
+		memcpy(p, f0, len);
+		size_t at = BFP_HEADER_SIZE + (size_t)(t_rand(&s) % plen);
+		p[at] ^= (uint8_t)(1u << (t_rand(&s) % 8));
+		reseal(p, len);
+		bfp_status st = kx_apply(p, len);
+		ok += st == BFP_OK;
+		assert_true(st == BFP_OK || st == BFP_E_CORRUPT || st == BFP_E_HASH);
+	}
+	assert_true(ok < 100);
+	memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
+	pl[plen] = 0;
+	for (size_t cut = 0; cut <= plen + 1; cut++) {
+		if (cut == plen)
+			continue;
+		bfp_status st = kx_apply(p, kx_with(p, f0, pl, cut, h.range_len));
+		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
+	}
+}
+
 /* Hostile keyframe-exp frames under a valid CRC: flipped bits, cut
  * payloads, truncated and over-long tables, too many symbols or values,
  * states out of range. Each is rejected with weights untouched, or
@@ -1357,27 +1388,7 @@ static void test_key_exp_rejects_hostile_frames(void **state)
 	const uint32_t n = h.range_len;
 	/* the raw section's bytes: the table starts after them */
 	const uint32_t nraw = kx_enc == BFP_ENC_KEY_EXPM ? (7 * (n - 17) + 7) / 8 : n - 8;
-	uint64_t s = 77;
-	size_t ok = 0;
-	for (int trial = 0; trial < 4000; trial++) {
-		memcpy(p, f0, len);
-		size_t at = BFP_HEADER_SIZE + (size_t)(t_rand(&s) % plen);
-		p[at] ^= (uint8_t)(1u << (t_rand(&s) % 8));
-		reseal(p, len);
-		bfp_status st = kx_apply(p, len);
-		ok += st == BFP_OK;
-		assert_true(st == BFP_OK || st == BFP_E_CORRUPT || st == BFP_E_HASH);
-	}
-	assert_true(ok < 100);
-	/* cut at every length, or grown by a byte */
-	for (size_t cut = 0; cut <= plen + 1; cut++) {
-		memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
-		pl[plen] = 0;
-		if (cut == plen)
-			continue;
-		bfp_status st = kx_apply(p, kx_with(p, f0, pl, cut, n));
-		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
-	}
+	kx_flips_and_cuts(f0, len, 77);
 	/* more values than the payload's raw bytes, or than 8192 */
 	memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
 	assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, n + (uint32_t)plen)), BFP_E_CORRUPT);
@@ -1545,27 +1556,8 @@ static void test_key_huf_rejects_hostile_frames(void **state)
 	assert_int_equal(kx_apply(f0, len), BFP_OK);
 	const size_t plen = len - BFP_HEADER_SIZE;
 	const uint32_t n = h.range_len;
-	uint64_t s = 78;
-	size_t ok = 0;
-	for (int trial = 0; trial < 4000; trial++) {
-		memcpy(p, f0, len);
-		size_t at = BFP_HEADER_SIZE + (size_t)(t_rand(&s) % plen);
-		p[at] ^= (uint8_t)(1u << (t_rand(&s) % 8));
-		reseal(p, len);
-		bfp_status st = kx_apply(p, len);
-		ok += st == BFP_OK;
-		assert_true(st == BFP_OK || st == BFP_E_CORRUPT || st == BFP_E_HASH);
-	}
-	assert_true(ok < 100);
-	/* cut at every length, or grown by a byte */
+	kx_flips_and_cuts(f0, len, 78);
 	memcpy(pl, f0 + BFP_HEADER_SIZE, plen);
-	pl[plen] = 0;
-	for (size_t cut = 0; cut <= plen + 1; cut++) {
-		if (cut == plen)
-			continue;
-		bfp_status st = kx_apply(p, kx_with(p, f0, pl, cut, n));
-		assert_true(st == BFP_E_CORRUPT || st == BFP_E_HASH);
-	}
 	/* fewer or more values than the payload holds, or than 8192 */
 	for (uint32_t d = 1; d <= 40; d++) {
 		assert_int_equal(kx_apply(p, kx_with(p, f0, pl, plen, n - d)), BFP_E_CORRUPT);
