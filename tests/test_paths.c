@@ -83,7 +83,7 @@ static size_t encode(uint32_t cpu, const uint16_t *b, const uint16_t *t, size_t 
 	return nf;
 }
 
-/* Keyframe streams in encodings 7 and 8 (FORMAT.md 3.10, 3.11) on each
+/* Keyframe streams in encodings 7, 8 and 9 (FORMAT.md 3.10-3.12) on each
  * path: the same frames as the scalar path's, and each path's decoder
  * gives back the values. Values of many scales and some escapes. */
 static void check_keyframes(const uint32_t *paths, size_t np, uint32_t feats, uint16_t *t,
@@ -94,9 +94,9 @@ static void check_keyframes(const uint32_t *paths, size_t np, uint32_t feats, ui
 	for (size_t i = 0; i < n; i++)
 		t[i] = (uint16_t)((t_weight(&s) & 0x807Fu) |
 				  ((110 + (i / 4000) + t_rand(&s) % 9 - (t_rand(&s) % 50 == 0) * 60) << 7));
-	static const uint32_t kinds[] = {BFP_ENC_F_KEY_EXP, BFP_ENC_F_KEY_EXPM};
+	static const uint32_t kinds[] = {BFP_ENC_F_KEY_EXP, BFP_ENC_F_KEY_EXPM, BFP_ENC_F_KEY_HUF};
 	static const uint32_t sizes[] = {BFP_FRAME_SIZE_MIN, 1200, 8900};
-	for (size_t k = 0; k < 2; k++)
+	for (size_t k = 0; k < 3; k++)
 		for (size_t z = 0; z < 3; z++) {
 			bfp_encode_opts o;
 			memset(&o, 0, sizeof(o));
