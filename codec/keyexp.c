@@ -1196,7 +1196,30 @@ values_m_avx2(uint16_t *w, const uint8_t *pl, uint32_t nraw, unsigned ush, unsig
 	*nesc = c;
 	return i;
 }
+/* values_m() for values [i, n) whose raw fields come later (encoding
+ * 9's carried values: 0 here), sixteen a step, the symbol in the high
+ * byte; returns where it stopped. */
+__attribute__((target("avx2,popcnt"))) static uint32_t
+values_c_avx2(uint16_t *w, uint32_t i, uint32_t n, unsigned etop, unsigned tail, uint16_t *esc,
+	      uint32_t *nesc)
+{
+	const __m256i top = _mm256_set1_epi16((short)etop), one = _mm256_set1_epi16(1);
+	const __m256i tl = _mm256_set1_epi16((short)tail);
+	uint32_t c = *nesc;
+	for (; i + 16 <= n; i += 16) {
+		const __m256i u =
+			_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + i)), 8);
+		const __m256i s = _mm256_srli_epi16(u, 1);
+		const __m256i v = _mm256_or_si256(_mm256_slli_epi16(_mm256_sub_epi16(top, s), 7),
+						  _mm256_slli_epi16(_mm256_and_si256(u, one), 6));
+		_mm256_storeu_si256((__m256i *)(void *)(w + i), v);
+		c = esc_append16(_mm256_cmpeq_epi16(s, tl), esc, c, i);
+	}
+	*nesc = c;
+	return i;
+}
 #endif
+
 
 /* Encoding 8's end (FORMAT.md 3.11): the raw section's padding is zero,
  * the states are back at 2^23 plus 30 bits each, and those hold the raw
@@ -1251,6 +1274,27 @@ static void kh_table(const uint8_t *len, const uint16_t *code, unsigned ns, uint
 }
 
 #ifdef KX_X86
+/* kh_table, 64 bytes a store where a code spans 32 entries or more */
+__attribute__((target("avx512f,avx2"))) static void kh_table_avx512(const uint8_t *len,
+								     const uint16_t *code,
+								     unsigned ns, uint16_t *t)
+{
+	for (unsigned s = 0; s < ns; s++) {
+		const unsigned sh = BFP_HUF_LMAX - len[s], at = (unsigned)code[s] << sh;
+		const uint16_t e = (uint16_t)(len[s] | s << 8);
+		if (sh >= 5) {
+			const __m512i v = _mm512_set1_epi16((short)e);
+			for (unsigned j = 0; j < (1u << sh); j += 32)
+				_mm512_storeu_si512((void *)(t + at + j), v);
+		} else if (sh >= 4) {
+			_mm256_storeu_si256((__m256i *)(void *)(t + at), _mm256_set1_epi16((short)e));
+		} else {
+			for (unsigned j = 0; j < (1u << sh); j++)
+				t[at + j] = e;
+		}
+	}
+}
+
 /* kh_table, 32 bytes a store where a code spans sixteen entries or more */
 __attribute__((target("avx2"))) static void kh_table_avx2(const uint8_t *len,
 							   const uint16_t *code, unsigned ns,
@@ -1357,7 +1401,9 @@ static bfp_status kh_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t 
 	bfp_huf_lengths(f, nsym, hl);
 	bfp_huf_codes(hl, nsym, code);
 #ifdef KX_X86
-	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW))
+	if (cpu & BFP_CPU_AVX512BW)
+		kh_table_avx512(hl, code, nsym, ks->huf);
+	else if (cpu & BFP_CPU_AVX2)
 		kh_table_avx2(hl, code, nsym, ks->huf);
 	else
 #endif
@@ -1409,6 +1455,8 @@ static bfp_status kh_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t 
 	if (cpu & (BFP_CPU_AVX2 | BFP_CPU_AVX512BW)) {
 		const uint32_t nv = rem < 16 ? 0 : (uint32_t)((rem - 16) * 8 / 7 + 16);
 		i = values_m_avx2(w, p, nraw < nv ? nraw : nv, 8, k.etop, tail, ks->esc, &nesc);
+		values_m(w, p, i, nraw, nraw, rem, 8, k.etop, tail, ks->esc, &nesc);
+		i = values_c_avx2(w, nraw, n, k.etop, tail, ks->esc, &nesc);
 	}
 #endif
 	values_m(w, p, i, n, nraw, rem, 8, k.etop, tail, ks->esc, &nesc);
