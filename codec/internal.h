@@ -87,7 +87,7 @@ typedef struct bfp_enc {
 typedef struct bfp_kx_scratch {
 	union {
 		uint32_t slot[2048 + 16];
-		uint16_t huf[4096 + 32];
+		uint16_t huf[2048]; /* 2^BFP_HUF_LMAX entries */
 	};
 	uint16_t esc[8192 + 8];
 } bfp_kx_scratch;

@@ -644,6 +644,8 @@ static size_t kx_write(const kx_plan *pl, const uint16_t *w, uint32_t k, size_t 
  * for each of 2048 values), its carried bits and the 8 bytes its last
  * store may write. */
 #define KH_STREAM_CAP ((BFP_HUF_LMAX * BFP_KEYEXP_MAX / BFP_KEYHUF_STREAMS) / 8u + 16u)
+_Static_assert(BFP_KEYHUF_STREAMS * KH_STREAM_CAP <= BFP_KEYEXP_SCRATCH, "encoder streams");
+_Static_assert(sizeof(((bfp_kx_scratch *)0)->huf) == (2u << BFP_HUF_LMAX), "lookup table");
 
 /* 8 bytes at p as a big-endian number, and the other way */
 static inline uint64_t kh_ld64be(const uint8_t *p)

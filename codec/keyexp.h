@@ -20,7 +20,8 @@
 #define BFP_KEYEXP_SYMS 64u    /* exponents a table names, at most */
 
 /* Scratch of the encoder: its rANS bytes, or keyframe-huf's four
- * streams, each with room for 12 bits a value and 16 bytes more. */
+ * streams, each with room for 12 bits a value (codes have at most 11)
+ * and 16 bytes more. */
 #define BFP_KEYEXP_SCRATCH (4u * ((12u * BFP_KEYEXP_MAX / 4u) / 8u + 16u))
 _Static_assert(sizeof(((bfp_enc *)0)->tail) >= BFP_KEYEXP_SCRATCH, "encoder scratch");
 
