@@ -552,7 +552,12 @@ uint64_t rp_bucket_take_upto(rp_bucket *b, uint64_t n, uint64_t now, uint64_t hz
  * 32-bit hash of its key (high 32 bits), so that probing, deleting and
  * moving slots read the hash array alone, and an entry is read only when
  * its key's hash matches: a relay in steady state inserts and evicts a
- * frame per frame, and the entries it would read are cold. */
+ * frame per frame, and the entries it would read are cold. Entries that
+ * continue the newest entry's run (rp_cache_run) are not hashed at all:
+ * a stream's frames come in index order, and then a look-up, an insert
+ * and an eviction are a few comparisons in the cache struct, where the
+ * hash's slots would be lines the payloads push out of the CPU's cache
+ * between two frames. */
 
 static uint32_t hkey(uint64_t m, uint32_t v, uint32_t i)
 {
@@ -573,6 +578,7 @@ int rp_cache_init(rp_cache *c, rp_cache_entry *ring, uint64_t *hash, uint32_t ca
 	c->cap = cap;
 	c->budget = budget;
 	c->keep_versions = keep_versions ? keep_versions : 1;
+	c->tail_run = -1;
 	return 0;
 }
 
@@ -596,6 +602,23 @@ static int64_t find(const rp_cache *c, uint32_t x, uint64_t m, uint32_t v, uint3
 		if (e->model_id == m && e->version == v && e->index == i)
 			return k;
 	}
+}
+
+/* The live entry of (m, v, i), or NULL: its run's, else the hash's. */
+static const rp_cache_entry *lookup(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
+{
+	for (unsigned k = 0; k < RP_CACHE_RUNS; k++) {
+		const rp_cache_run *u = &c->runs[k];
+		if (u->n && u->version == v && u->model_id == m && i - u->index < u->n) {
+			const rp_cache_entry *e = &c->ring[(u->pos + (i - u->index)) & (c->cap - 1)];
+			if (!e->dead) /* a dead one's key may be held again since */
+				return e;
+		}
+	}
+	if (!c->n_hashed)
+		return NULL;
+	int64_t k = find(c, hkey(m, v, i), m, v, i);
+	return k < 0 ? NULL : at(c, c->hash[k]);
 }
 
 static void unhash(rp_cache *c, uint32_t k)
@@ -628,12 +651,16 @@ static void retire(rp_cache *c, rp_cache_entry *e, void (*drop)(void *, void *),
 {
 	/* its slot: the one on its probe path that holds its ring position
 	 * (only hash slots are read, not the entries of the others) */
-	const uint32_t mask = 2 * c->cap - 1, pos = (uint32_t)(e - c->ring) + 1;
-	uint32_t k = e->hkey & mask;
-	while (c->hash[k] && (uint32_t)c->hash[k] != pos)
-		k = (k + 1) & mask;
-	if (c->hash[k])
-		unhash(c, k);
+	if (!e->run) {
+		const uint32_t mask = 2 * c->cap - 1, pos = (uint32_t)(e - c->ring) + 1;
+		uint32_t k = e->hkey & mask;
+		while (c->hash[k] && (uint32_t)c->hash[k] != pos)
+			k = (k + 1) & mask;
+		if (c->hash[k]) {
+			unhash(c, k);
+			c->n_hashed--;
+		}
+	}
 	model_of(c, e->model_id)->entries--;
 	c->bytes -= e->bytes;
 	if (drop)
@@ -648,6 +675,19 @@ static void evict_oldest(rp_cache *c, void (*drop)(void *, void *), void *ctx)
 	rp_cache_entry *e = &c->ring[c->head];
 	if (!e->dead)
 		retire(c, e, drop, ctx);
+	if (e->run) { /* the oldest entry of a run: the one that starts at head */
+		for (unsigned k = 0; k < RP_CACHE_RUNS; k++) {
+			rp_cache_run *u = &c->runs[k];
+			if (u->n && u->pos == c->head) {
+				u->pos = (u->pos + 1) & (c->cap - 1);
+				u->index++;
+				if (--u->n == 0 && c->tail_run == (int)k)
+					c->tail_run = -1;
+				break;
+			}
+		}
+		e->run = 0;
+	}
 	c->head = (c->head + 1) & (c->cap - 1);
 	c->len--;
 }
@@ -678,8 +718,7 @@ static int put(rp_cache *c, int absent, uint64_t m, uint32_t v, uint32_t i, uint
 {
 	if (bytes > c->budget)
 		return -1;
-	const uint32_t x = hkey(m, v, i);
-	if (!absent && find(c, x, m, v, i) >= 0)
+	if (!absent && lookup(c, m, v, i))
 		return 0;
 	rp_cache_model *md = model_of(c, m);
 	if (md) {
@@ -731,12 +770,35 @@ static int put(rp_cache *c, int absent, uint64_t m, uint32_t v, uint32_t i, uint
 	e->dead = 0;
 	e->obj = obj;
 	e->tag = tag;
-	e->hkey = x;
-	const uint32_t mask = 2 * c->cap - 1;
-	uint32_t k = x & mask;
-	while (c->hash[k])
-		k = (k + 1) & mask;
-	c->hash[k] = (uint64_t)x << 32 | (r + 1);
+	/* the next entry of the newest entry's run, a new run in a free run
+	 * slot, or else one for the hash */
+	rp_cache_run *u = c->tail_run >= 0 ? &c->runs[c->tail_run] : NULL;
+	if (u && u->version == v && u->model_id == m && i == u->index + u->n &&
+	    ((u->pos + u->n) & (c->cap - 1)) == r) {
+		u->n++;
+		e->run = 1;
+		e->hkey = 0;
+	} else {
+		unsigned s;
+		for (s = 0; s < RP_CACHE_RUNS && c->runs[s].n; s++)
+			;
+		if (s < RP_CACHE_RUNS) {
+			c->runs[s] = (rp_cache_run){.model_id = m, .version = v, .index = i, .pos = r, .n = 1};
+			c->tail_run = (int)s;
+			e->run = 1;
+			e->hkey = 0;
+		} else {
+			const uint32_t x = hkey(m, v, i), mask = 2 * c->cap - 1;
+			uint32_t k = x & mask;
+			while (c->hash[k])
+				k = (k + 1) & mask;
+			c->hash[k] = (uint64_t)x << 32 | (r + 1);
+			c->n_hashed++;
+			c->tail_run = -1;
+			e->run = 0;
+			e->hkey = x;
+		}
+	}
 	c->len++;
 	c->bytes += bytes;
 	return 1;
@@ -756,14 +818,13 @@ int rp_cache_put_absent(rp_cache *c, uint64_t m, uint32_t v, uint32_t i, uint32_
 
 const rp_cache_entry *rp_cache_find(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
 {
-	int64_t k = find(c, hkey(m, v, i), m, v, i);
-	return k < 0 ? NULL : at(c, c->hash[k]);
+	return lookup(c, m, v, i);
 }
 
 void *rp_cache_get(const rp_cache *c, uint64_t m, uint32_t v, uint32_t i)
 {
-	int64_t k = find(c, hkey(m, v, i), m, v, i);
-	return k < 0 ? NULL : at(c, c->hash[k])->obj;
+	const rp_cache_entry *e = lookup(c, m, v, i);
+	return e ? e->obj : NULL;
 }
 
 void rp_cache_clear(rp_cache *c, void (*drop)(void *, void *), void *ctx)

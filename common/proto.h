@@ -202,6 +202,8 @@ typedef struct rp_cache_entry {
 	uint64_t tag;   /* the caller's (rp_cache_put_tagged), to tell copies
 			 * apart without reading obj */
 	uint32_t hkey;  /* the hash of (model_id, version, index) */
+	uint32_t run;   /* 1: found through its run (rp_cache_run), not the
+			 * hash */
 } rp_cache_entry;
 
 /* Models whose version windows the cache tracks at once; a frame of one
@@ -219,6 +221,20 @@ typedef struct rp_cache_model {
 	uint32_t too_old;      /* frames older than the window, in a row */
 } rp_cache_model;
 
+/* Entries of one (model, version) at consecutive indices and consecutive
+ * ring positions, found by arithmetic: a stream's frames in the order
+ * they were published are indexed without the hash, so that storing one
+ * and evicting the oldest touch no hash slot. Other entries (out of
+ * order, or while every run slot is in use) go through the hash. */
+#define RP_CACHE_RUNS 8
+typedef struct rp_cache_run {
+	uint64_t model_id;
+	uint32_t version;
+	uint32_t index;        /* of its first entry */
+	uint32_t pos;          /* ring position of its first entry */
+	uint32_t n;            /* entries (dead ones too); 0: the slot is free */
+} rp_cache_run;
+
 typedef struct rp_cache {
 	rp_cache_entry *ring;
 	uint64_t *hash;        /* the key's hash << 32 | ring position + 1;
@@ -227,6 +243,9 @@ typedef struct rp_cache {
 	uint64_t bytes, budget;
 	uint32_t keep_versions; /* K */
 	rp_cache_model models[RP_CACHE_MODELS];
+	rp_cache_run runs[RP_CACHE_RUNS];
+	int tail_run;          /* the run of the newest entry, -1: none */
+	uint32_t n_hashed;     /* entries in the hash */
 } rp_cache;
 
 /* cap: a power of two; ring has cap entries, hash 2*cap slots. */
@@ -265,7 +284,8 @@ static inline void *rp_cache_prefetch_evictee(const rp_cache *c, uint32_t q)
 	const rp_cache_entry *e = &c->ring[(c->head + q) & (c->cap - 1)];
 	if (e->dead)
 		return NULL;
-	__builtin_prefetch(&c->hash[e->hkey & (2 * c->cap - 1)]);
+	if (!e->run)
+		__builtin_prefetch(&c->hash[e->hkey & (2 * c->cap - 1)]);
 	return e->obj;
 }
 /* Drop every entry of (model, version), passing each object to drop:

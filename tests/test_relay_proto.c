@@ -374,6 +374,96 @@ static void test_repair_cache_evicts_oldest_and_stays_consistent(void **state)
 	}
 }
 
+/* A stream's frames in index order are indexed by their runs, not the
+ * hash (no hash slot is written: storing and evicting them touch none),
+ * and look-ups agree with a reference FIFO over streams that continue,
+ * jump, interleave, repeat frames and have versions dropped (entries in
+ * runs and in the hash at once, dead ones among them). */
+static void test_repair_cache_runs_skip_the_hash_and_stay_consistent(void **state)
+{
+	(void)state;
+	enum { CAP = 64, STREAMS = 3 };
+	rp_cache_entry ring[CAP];
+	uint64_t hash[2 * CAP];
+	rp_cache c;
+	assert_int_equal(rp_cache_init(&c, ring, hash, CAP, 1u << 30, 1000000), 0);
+	for (uint32_t i = 0; i < 5 * CAP; i++)
+		assert_int_equal(rp_cache_put(&c, 7, 1, i, 1, (void *)(uintptr_t)(i + 1), NULL, NULL), 1);
+	for (uint32_t k = 0; k < 2 * CAP; k++)
+		assert_true(hash[k] == 0);
+	for (uint32_t i = 0; i < 5 * CAP; i++) {
+		void *g = rp_cache_get(&c, 7, 1, i);
+		assert_true(i >= 4 * CAP ? g == (void *)(uintptr_t)(i + 1) : g == NULL);
+	}
+
+	/* the reference: ring order, live or dead */
+	struct { uint64_t m; uint32_t v, i, obj; int live; } ref[CAP];
+	uint32_t head = 0, len = 0;
+	uint64_t sm[STREAMS] = {7, 8, 7};
+	uint32_t sv[STREAMS] = {1, 1, 2}, si[STREAMS] = {0, 0, 0};
+	uint64_t s = 42;
+	unsigned cur = 0;
+	assert_int_equal(rp_cache_init(&c, ring, hash, CAP, 1u << 30, 1000000), 0);
+	for (uint32_t step = 1; step < 30000; step++) {
+		s = s * 6364136223846793005ull + 1;
+		const uint32_t r = (uint32_t)(s >> 33);
+		if (r % 16 == 0)
+			cur = r / 16 % STREAMS; /* another stream interleaves */
+		if (r % 97 == 1)
+			si[cur] = r / 97 % 200; /* a jump: out of order, or repeated */
+		if (r % 1009 == 2) {
+			/* a version made again: its entries dropped */
+			const unsigned d = r / 1009 % STREAMS;
+			uint32_t n = 0;
+			for (uint32_t q = 0; q < len; q++) {
+				uint32_t p = (head + q) % CAP;
+				if (ref[p].live && ref[p].m == sm[d] && ref[p].v == sv[d])
+					ref[p].live = 0, n++;
+			}
+			assert_int_equal(rp_cache_drop_version(&c, sm[d], sv[d], NULL, NULL), n);
+		}
+		const uint64_t m = sm[cur];
+		const uint32_t v = sv[cur], i = si[cur]++ % 200;
+		int present = 0;
+		for (uint32_t q = 0; q < len; q++) {
+			uint32_t p = (head + q) % CAP;
+			present |= ref[p].live && ref[p].m == m && ref[p].v == v && ref[p].i == i;
+		}
+		int got = !present && (step & 1)
+				  ? rp_cache_put_absent(&c, m, v, i, 1, 0, (void *)(uintptr_t)step,
+							NULL, NULL)
+				  : rp_cache_put(&c, m, v, i, 1, (void *)(uintptr_t)step, NULL, NULL);
+		assert_int_equal(got, present ? 0 : 1);
+		if (!present) {
+			/* dead entries at the head go first, then the oldest while full */
+			for (;;) {
+				if (len && !ref[head].live) {
+					head = (head + 1) % CAP, len--;
+					continue;
+				}
+				if (len < CAP)
+					break;
+				head = (head + 1) % CAP, len--;
+			}
+			uint32_t p = (head + len) % CAP;
+			ref[p].m = m, ref[p].v = v, ref[p].i = i, ref[p].obj = step, ref[p].live = 1;
+			len++;
+		}
+		for (unsigned t = 0; t < STREAMS; t++)
+			for (uint32_t q = 0; q < 200; q += 13) {
+				uint32_t want = 0;
+				for (uint32_t z = 0; z < len; z++) {
+					uint32_t p = (head + z) % CAP;
+					if (ref[p].live && ref[p].m == sm[t] && ref[p].v == sv[t] && ref[p].i == q)
+						want = ref[p].obj;
+				}
+				assert_true(rp_cache_get(&c, sm[t], sv[t], q) == (void *)(uintptr_t)want);
+			}
+	}
+	rp_cache_clear(&c, NULL, NULL);
+	assert_int_equal(c.len, 0);
+}
+
 /* The version window is per model: a relay carrying model A at version
  * 100 still caches model B at version 5; a model beyond the models
  * tracked takes the slot of the one whose entries are oldest; a model
@@ -623,6 +713,7 @@ int main(void)
 		cmocka_unit_test(test_control_messages_round_trip_and_reject_damage),
 		cmocka_unit_test(test_token_bucket_paces_to_rate),
 		cmocka_unit_test(test_repair_cache_evicts_oldest_and_stays_consistent),
+		cmocka_unit_test(test_repair_cache_runs_skip_the_hash_and_stay_consistent),
 		cmocka_unit_test(test_repair_cache_keeps_a_version_window_per_model),
 		cmocka_unit_test(test_repair_cache_drops_one_version),
 		cmocka_unit_test(test_address_and_mac_parsing_refuses_malformed_input),
