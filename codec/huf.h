@@ -93,14 +93,22 @@ static inline void bfp_huf_codes(const uint8_t *len, unsigned ns, uint16_t *code
 
 /* The decoder's table: entry v (the next BFP_HUF_LMAX bits) holds the
  * length of the code that starts v in its low byte and the symbol in
- * its high byte. */
+ * its high byte; eight bytes a store where a code spans four entries or
+ * more. */
 static inline void bfp_huf_table(const uint8_t *len, const uint16_t *code, unsigned ns,
 				 uint16_t *t)
 {
 	for (unsigned s = 0; s < ns; s++) {
 		const unsigned sh = BFP_HUF_LMAX - len[s], at = (unsigned)code[s] << sh;
-		for (unsigned j = 0; j < (1u << sh); j++)
-			t[at + j] = (uint16_t)(len[s] | s << 8);
+		const uint16_t e = (uint16_t)(len[s] | s << 8);
+		if (sh >= 2) {
+			const uint64_t v = e * 0x0001000100010001ull;
+			for (unsigned j = 0; j < (1u << sh); j += 4)
+				BFP_MEMCPY(t + at + j, &v, 8);
+		} else {
+			for (unsigned j = 0; j < (1u << sh); j++)
+				t[at + j] = e;
+		}
 	}
 }
 

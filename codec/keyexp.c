@@ -1250,6 +1250,33 @@ static bfp_status carried_m(uint16_t *w, const uint8_t *pl, uint32_t nraw, size_
 	return BFP_OK;
 }
 
+/* The zero bits that pad r's bit stream to its next byte: the bits read
+ * before them, or UINT64_MAX when one is set or the stream ran out. */
+static uint64_t kx_br_pad(bfp_br *r)
+{
+	const uint64_t bits = bfp_br_tell(r);
+	if (bfp_br_get(r, (unsigned)((8 - (bits & 7)) & 7)) != 0 || r->err)
+		return UINT64_MAX;
+	return bits;
+}
+
+/* Pass 3 of encodings 7-9: the escapes of the values listed in esc[0..n),
+ * in value order, from r (symbol ns - 1 gave those values exponent
+ * tmax), then the padding to r's next byte (kx_br_pad). Returns the bits
+ * read before the padding, or UINT64_MAX for a bad escape or padding. */
+static uint64_t kx_escapes_read(bfp_br *r, uint16_t *w, const uint16_t *esc, uint32_t n,
+				unsigned tmax)
+{
+	for (uint32_t j = 0; j < n; j++) {
+		uint16_t *v = w + esc[j];
+		const uint32_t e = bfp_get_eg0(r);
+		if (r->err || e > tmax)
+			return UINT64_MAX;
+		*v = (uint16_t)((*v & 0x807Fu) | ((tmax - e) << 7));
+	}
+	return kx_br_pad(r);
+}
+
 /* ---- encoding 9's decoder (FORMAT.md 3.12) ----
  *
  * Each stream's 64-bit buffer holds its unread bits from the top down,
@@ -1257,26 +1284,8 @@ static bfp_status carried_m(uint16_t *w, const uint8_t *pl, uint32_t nraw, size_
  * the stream takes at a group's start (tz / 8), and a code's length
  * (the low bits of its table entry) is the shift that takes it. */
 
-/* The lookup table of code (len, code) into t (huf.h's layout), eight
- * bytes a store where a code spans four entries or more. */
-static void kh_table(const uint8_t *len, const uint16_t *code, unsigned ns, uint16_t *t)
-{
-	for (unsigned s = 0; s < ns; s++) {
-		const unsigned sh = BFP_HUF_LMAX - len[s], at = (unsigned)code[s] << sh;
-		const uint16_t e = (uint16_t)(len[s] | s << 8);
-		if (sh >= 2) {
-			const uint64_t v = e * 0x0001000100010001ull;
-			for (unsigned j = 0; j < (1u << sh); j += 4)
-				BFP_MEMCPY(t + at + j, &v, 8);
-		} else {
-			for (unsigned j = 0; j < (1u << sh); j++)
-				t[at + j] = e;
-		}
-	}
-}
-
 #ifdef KX_X86
-/* kh_table, 64 bytes a store where a code spans 32 entries or more */
+/* bfp_huf_table, 64 bytes a store where a code spans 32 entries or more */
 __attribute__((target("avx512f,avx2"))) static void kh_table_avx512(const uint8_t *len,
 								     const uint16_t *code,
 								     unsigned ns, uint16_t *t)
@@ -1297,7 +1306,8 @@ __attribute__((target("avx512f,avx2"))) static void kh_table_avx512(const uint8_
 	}
 }
 
-/* kh_table, 32 bytes a store where a code spans sixteen entries or more */
+/* bfp_huf_table, 32 bytes a store where a code spans sixteen entries or
+ * more */
 __attribute__((target("avx2"))) static void kh_table_avx2(const uint8_t *len,
 							   const uint16_t *code, unsigned ns,
 							   uint16_t *t)
@@ -1396,8 +1406,8 @@ static bfp_status kh_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t 
 	bfp_br_init(&r, pl, len);
 	BFP_CHECK(table_parse(&r, &k), BFP_E_CORRUPT);
 	BFP_CHECK(kx_freqs(1, &k.t, f, &nsym), BFP_E_CORRUPT);
-	const uint64_t tbits = bfp_br_tell(&r);
-	BFP_CHECK(bfp_br_get(&r, (unsigned)((8 - (tbits & 7)) & 7)) == 0 && !r.err, BFP_E_CORRUPT);
+	const uint64_t tbits = kx_br_pad(&r);
+	BFP_CHECK(tbits != UINT64_MAX, BFP_E_CORRUPT);
 	const unsigned ns = k.t.ns, tmax = k.etop - (ns - 1);
 	const unsigned tail = tmax ? ns - 1 : 0xFFFFu;
 	bfp_huf_lengths(f, nsym, hl);
@@ -1409,7 +1419,7 @@ static bfp_status kh_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t 
 		kh_table_avx2(hl, code, nsym, ks->huf);
 	else
 #endif
-		kh_table(hl, code, nsym, ks->huf);
+		bfp_huf_table(hl, code, nsym, ks->huf);
 	/* pass 1: each value's table entry */
 	const uint8_t *p = pl + (tbits + 7) / 8, *end = pl + len;
 	uint64_t b[BFP_KEYHUF_STREAMS];
@@ -1470,15 +1480,8 @@ static bfp_status kh_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t 
 	 * which ends the payload */
 	bfp_br_init(&r, p + whole, rem - whole);
 	(void)bfp_br_get(&r, part);
-	for (uint32_t j = 0; j < nesc; j++) {
-		uint16_t *v = w + ks->esc[j];
-		const uint32_t e = bfp_get_eg0(&r);
-		BFP_CHECK(!r.err && e <= tmax, BFP_E_CORRUPT);
-		*v = (uint16_t)((*v & 0x807Fu) | ((tmax - e) << 7));
-	}
-	const uint64_t bits = bfp_br_tell(&r);
-	BFP_CHECK(bfp_br_get(&r, (unsigned)((8 - (bits & 7)) & 7)) == 0 && !r.err, BFP_E_CORRUPT);
-	BFP_CHECK((bits + 7) / 8 == rem - whole, BFP_E_CORRUPT);
+	const uint64_t bits = kx_escapes_read(&r, w, ks->esc, nesc, tmax);
+	BFP_CHECK(bits != UINT64_MAX && (bits + 7) / 8 == rem - whole, BFP_E_CORRUPT);
 	return BFP_OK;
 }
 
@@ -1550,18 +1553,10 @@ bfp_status bfp_keyexp_decode(const uint8_t *pl, size_t len, uint32_t n, uint16_t
 	}
 	/* pass 3: the escapes, in value order; symbol ns - 1 gave them the
 	 * exponent tmax */
-	for (uint32_t j = 0; j < nesc; j++) {
-		uint16_t *v = w + ks->esc[j];
-		const uint32_t e = bfp_get_eg0(&r);
-		BFP_CHECK(!r.err && e <= tmax, BFP_E_CORRUPT);
-		*v = (uint16_t)((*v & 0x807Fu) | ((tmax - e) << 7));
-	}
 	/* the bit stream ends in its last byte with zero padding, and the
 	 * rANS bytes were exactly those after it */
-	const uint64_t bits = bfp_br_tell(&r);
-	const unsigned pad = (unsigned)((8 - (bits & 7)) & 7);
-	BFP_CHECK(bfp_br_get(&r, pad) == 0 && !r.err, BFP_E_CORRUPT);
-	BFP_CHECK(d.p == rawb + (bits + 7) / 8, BFP_E_CORRUPT);
+	const uint64_t bits = kx_escapes_read(&r, w, ks->esc, nesc, tmax);
+	BFP_CHECK(bits != UINT64_MAX && d.p == rawb + (bits + 7) / 8, BFP_E_CORRUPT);
 	if (m)
 		return carried_m(w, pl, nraw, rawb, carry, x);
 	/* the states are back at 2^23 plus the last values' raw bytes */
